@@ -1,0 +1,3 @@
+"""gac — GPU-Aligned Compression."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,96 @@
+"""Candidate sets C_i: the aligned dimensions near d* that a strategy may pick (paper §4.2, Step 2).
+
+Rules narrow the search: multiples of the alignment ``unit`` (8 by default; 16, 32, 64 selectable) that lie
+strictly within ``window`` units of d*, clipped to ``[unit, d_max]``; ``d_max`` (the uncompressed dimension)
+is itself a candidate when it lies in the window. A :class:`CandidateFilter` (a hardware profile, say) then
+removes dimensions that are slow on the target platform, so the remaining set avoids measured cliffs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from gac.errors import GacError
+from gac.targets import Target
+
+DEFAULT_UNIT = 8
+DEFAULT_WINDOW = 8
+
+
+@runtime_checkable
+class CandidateFilter(Protocol):
+    """Removes dimensions a platform punishes.
+
+    Called with a target and its rule-based candidates (ascending); returns the allowed subset. It may
+    use ``target.kind`` to decide which kernels (GEMM K/N, SDPA head_dim) the dimension reaches.
+    """
+
+    def __call__(self, target: Target, dims: Sequence[int]) -> Sequence[int]: ...
+
+
+def check_unit(unit) -> int:
+    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0:
+        raise GacError(f"alignment unit must be a positive integer (8, 16, 32 or 64 are typical), got {unit!r}")
+    return unit
+
+
+def check_window(window) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise GacError(f"candidate window must be a positive integer number of units, got {window!r}")
+    return window
+
+
+def rule_candidates(d_star: float, d_max: int | None, unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW) -> tuple[int, ...]:
+    """Multiples of ``unit`` with ``|d - d_star| < window * unit``, within ``[unit, d_max]``, plus ``d_max`` if in the window."""
+    unit, window = check_unit(unit), check_window(window)
+    span = window * unit
+    k_lo = max(1, math.floor((d_star - span) / unit) + 1)
+    k_hi = math.ceil((d_star + span) / unit) - 1
+    dims = [k * unit for k in range(k_lo, k_hi + 1) if abs(k * unit - d_star) < span]
+    if d_max is not None:
+        dims = [d for d in dims if d <= d_max]
+        if d_max - d_star < span or not dims:
+            dims.append(d_max)
+    return tuple(sorted(set(dims)))
+
+
+def candidate_set(
+    target: Target,
+    unit: int = DEFAULT_UNIT,
+    window: int = DEFAULT_WINDOW,
+    candidate_filter: CandidateFilter | None = None,
+) -> tuple[int, ...]:
+    """The candidate set C_i of one target.
+
+    Explicit ``target.candidates`` are taken as given (the user's or compressor's own set). Otherwise the
+    rule-based set is built and, if a filter is given, restricted to the dimensions it allows.
+    """
+    if target.candidates is not None:
+        return target.candidates
+    dims = rule_candidates(target.d_star, target.d_max, unit, window)
+    if candidate_filter is None:
+        return dims
+    kept = tuple(sorted({int(d) for d in candidate_filter(target, dims)}))
+    stray = set(kept) - set(dims)
+    if stray:
+        raise GacError(
+            f"candidate filter {candidate_filter!r} returned dimensions {sorted(stray)} for target {target.name!r} that "
+            f"were not among its candidates {list(dims)}; a filter may only remove dimensions"
+        )
+    if not kept:
+        raise GacError(
+            f"target {target.name!r}: the hardware profile removed every candidate {list(dims)} near d*={target.d_star:.1f}; "
+            f"widen the window (window > {window}) or use a coarser unit"
+        )
+    return kept
+
+
+def candidate_sets(
+    targets: Sequence[Target],
+    unit: int = DEFAULT_UNIT,
+    window: int = DEFAULT_WINDOW,
+    candidate_filter: CandidateFilter | None = None,
+) -> list[tuple[int, ...]]:
+    return [candidate_set(t, unit, window, candidate_filter) for t in targets]

@@ -1,0 +1,64 @@
+"""The ``gac`` command line.
+
+Sub-commands live in :mod:`gac.commands`, one module each, discovered at start-up. A module defines
+``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; its heavy imports happen inside
+``run`` so that ``gac --help`` stays fast. Errors caused by input are :class:`gac.errors.GacError`:
+printed as one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+
+from gac import __version__, commands
+from gac.errors import GacError
+
+
+def _command_modules():
+    mods = []
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mods.append(importlib.import_module(f"gac.commands.{info.name}"))
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gac", description="GPU-Aligned Compression: aligned dimensions under an exact parameter budget."
+    )
+    parser.add_argument("--version", action="version", version=f"gac {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in _command_modules():
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run, _prog=f"gac {mod.NAME}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except GacError as e:
+        print(f"{args._prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{args._prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``gac`` sub-command (see :mod:`gac.cli`)."""
