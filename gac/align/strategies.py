@@ -1,0 +1,166 @@
+"""Strategies that turn an allocation (targets with d* and scores) into integer dimensions under a budget.
+
+``gac`` is the paper's Eq. 4 solved exactly. The others are the baselines peers use (see the README's table):
+
+=================  ==========================================================  ==================================
+strategy           rule                                                        budget
+=================  ==========================================================  ==================================
+``unaligned``      floor(d*), then +1 towards ceil(d*) for the most important   held (the compressor's own output)
+``round_nearest``  nearest candidate (ties up) — PaLU's rounding               may exceed: reported, noted
+``round_up``       smallest candidate >= d* — ASVD's ``rank_align``            may exceed: reported, noted
+``round_down``     largest candidate <= d* — Torch-Pruning, SliceGPT           held unless C_i has nothing <= d*
+``rebalance``      round_nearest, step the least important down until the      held
+                   budget holds, then the most important up while it fits
+                   (the GAC authors' own baseline)
+``gac``            exact multiple-choice knapsack over the candidate sets      held, exactly optimal
+=================  ==========================================================  ==================================
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, candidate_sets, check_unit, check_window
+from gac.align.plan import Plan, make_plan
+from gac.align.solver import solve_mckp
+from gac.errors import GacError, InfeasibleBudgetError, unknown_name
+from gac.targets import Target, check_unique
+
+Strategy = Callable[[Sequence[Target], Sequence[tuple[int, ...]], int], tuple[list[int], list[str], dict]]
+
+
+def _unaligned(targets, cands, budget):
+    dims = [max(1, math.floor(t.d_star)) for t in targets]
+    dims = [min(d, t.d_max) if t.d_max else d for t, d in zip(targets, dims)]
+    used = sum(t.params(d) for t, d in zip(targets, dims))
+    min_budget = sum(t.params(1) for t in targets)
+    if min_budget > budget:
+        raise InfeasibleBudgetError(budget, min_budget, "every target at dimension 1")
+    notes = []
+    if used > budget:  # floor(d*) does not fit: the least important give up one dimension at a time
+        heap = [(t.score, i) for i, t in enumerate(targets) if dims[i] > 1]
+        heapq.heapify(heap)
+        while used > budget:
+            _, i = heapq.heappop(heap)
+            dims[i] -= 1
+            used -= targets[i].params_per_dim
+            if dims[i] > 1:
+                heapq.heappush(heap, (targets[i].score, i))
+        notes.append("floor(d*) exceeded the budget; the least important targets were reduced below floor(d*)")
+    for i in sorted(range(len(targets)), key=lambda i: (-targets[i].score, i)):
+        t = targets[i]
+        up = math.ceil(t.d_star)
+        if t.d_max:
+            up = min(up, t.d_max)
+        while dims[i] < up and used + t.params_per_dim <= budget:
+            dims[i] += 1
+            used += t.params_per_dim
+    return dims, notes, {}
+
+
+def _nearest(t: Target, cs: tuple[int, ...]) -> int:
+    return min(cs, key=lambda c: (abs(c - t.d_star), -c))
+
+
+def _round_nearest(targets, cands, budget):
+    dims = [_nearest(t, cs) for t, cs in zip(targets, cands)]
+    return dims, ["peer rule (PaLU): each d* rounded to its nearest candidate; the budget is not enforced"], {}
+
+
+def _round_up(targets, cands, budget):
+    dims = [next((c for c in cs if c >= t.d_star), cs[-1]) for t, cs in zip(targets, cands)]
+    return dims, ["peer rule (ASVD rank_align): each d* rounded up to a candidate; the budget is not enforced"], {}
+
+
+def _round_down(targets, cands, budget):
+    dims = [next((c for c in reversed(cs) if c <= t.d_star), cs[0]) for t, cs in zip(targets, cands)]
+    return dims, ["peer rule (Torch-Pruning round_to, SliceGPT): each d* rounded down to a candidate"], {}
+
+
+def _rebalance(targets, cands, budget):
+    idx = [cs.index(_nearest(t, cs)) for t, cs in zip(targets, cands)]
+    used = sum(t.params(cs[k]) for t, cs, k in zip(targets, cands, idx))
+    down_steps = up_steps = 0
+    heap = [(t.score, i) for i, t in enumerate(targets) if idx[i] > 0]
+    heapq.heapify(heap)
+    while used > budget:
+        _, i = heapq.heappop(heap)  # never empty: feasibility was checked by the caller
+        cs = cands[i]
+        used -= targets[i].params(cs[idx[i]]) - targets[i].params(cs[idx[i] - 1])
+        idx[i] -= 1
+        down_steps += 1
+        if idx[i] > 0:
+            heapq.heappush(heap, (targets[i].score, i))
+    for i in sorted(range(len(targets)), key=lambda i: (-targets[i].score, i)):
+        cs, t = cands[i], targets[i]
+        while idx[i] + 1 < len(cs) and used + t.params(cs[idx[i] + 1]) - t.params(cs[idx[i]]) <= budget:
+            used += t.params(cs[idx[i] + 1]) - t.params(cs[idx[i]])
+            idx[i] += 1
+            up_steps += 1
+    dims = [cs[k] for cs, k in zip(cands, idx)]
+    return dims, [], {"steps_down": down_steps, "steps_up": up_steps}
+
+
+def _gac(targets, cands, budget):
+    costs = [[t.params(d) for d in cs] for t, cs in zip(targets, cands)]
+    values = [[t.score * (t.params(d) - t.params_star) for d in cs] for t, cs in zip(targets, cands)]
+    res = solve_mckp(costs, values, budget)
+    dims = [cs[j] for cs, j in zip(cands, res.choice)]
+    return dims, [], {"solver": res.stats}
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "unaligned": _unaligned,
+    "round_nearest": _round_nearest,
+    "round_up": _round_up,
+    "round_down": _round_down,
+    "rebalance": _rebalance,
+    "gac": _gac,
+}
+# Strategies whose documented peer behaviour ignores the budget (they report budget_met instead).
+BUDGET_FREE = frozenset({"round_nearest", "round_up", "round_down"})
+
+
+def check_budget(budget) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise GacError(f"budget must be a positive integer number of parameters, got {budget!r}")
+    return budget
+
+
+def align(
+    targets: Sequence[Target],
+    budget: int,
+    strategy: str = "gac",
+    unit: int = DEFAULT_UNIT,
+    window: int = DEFAULT_WINDOW,
+    candidate_filter: CandidateFilter | None = None,
+) -> Plan:
+    """Choose one dimension per target with ``strategy`` under ``budget`` total parameters.
+
+    Raises :class:`GacError` for bad input and :class:`InfeasibleBudgetError` (with the minimum feasible
+    budget) when no plan from the candidate sets fits.
+    """
+    if strategy not in STRATEGIES:
+        raise unknown_name("strategy", strategy, STRATEGIES)
+    budget, unit, window = check_budget(budget), check_unit(unit), check_window(window)
+    targets = list(targets)
+    if not targets:
+        raise GacError("no targets to align; the allocation has an empty target list")
+    check_unique(targets)
+    t0 = time.perf_counter()
+    cands = candidate_sets(targets, unit, window, candidate_filter)
+    if strategy != "unaligned":
+        min_budget = sum(t.params(cs[0]) for t, cs in zip(targets, cands))
+        if min_budget > budget and strategy not in BUDGET_FREE:
+            raise InfeasibleBudgetError(budget, min_budget, "every target at its smallest candidate")
+    dims, notes, stats = STRATEGIES[strategy](targets, cands, budget)
+    stats["time_s"] = time.perf_counter() - t0
+    plan = make_plan(strategy, targets, dims, budget, unit, notes, stats)
+    if not plan.budget_met and strategy not in BUDGET_FREE:  # a bug, never a silent overshoot
+        raise AssertionError(f"strategy {strategy} exceeded the budget: {plan.params} > {budget}")
+    if not plan.budget_met:
+        plan.notes.append(f"over budget by {plan.params - budget:,} parameters")
+    return plan

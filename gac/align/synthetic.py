@@ -1,0 +1,84 @@
+"""Allocation problems shaped like real models, for benchmarks, tests and the solver demo.
+
+The shapes are the real ones (Llama-3-8B, Llama-3-70B, a 2,000-target MoE); the importance scores are
+synthetic (a U-shaped profile over depth, a factor per projection, log-normal noise) because real scores
+need the real weights. d* follows the square-root allocation: keep fraction k_i = c * sqrt(s_i / mean s) of
+each weight's parameters, with c set so the total equals the budget. Nothing here pretends to be a
+measurement of a real model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gac.targets import Target
+
+# name -> (layers, [(projection, out, in)])
+_SHAPES = {
+    "llama3_8b": (32, [("q_proj", 4096, 4096), ("k_proj", 1024, 4096), ("v_proj", 1024, 4096), ("o_proj", 4096, 4096),
+                       ("gate_proj", 14336, 4096), ("up_proj", 14336, 4096), ("down_proj", 4096, 14336)]),
+    "llama3_70b": (80, [("q_proj", 8192, 8192), ("k_proj", 1024, 8192), ("v_proj", 1024, 8192), ("o_proj", 8192, 8192),
+                        ("gate_proj", 28672, 8192), ("up_proj", 28672, 8192), ("down_proj", 8192, 28672)]),
+    "moe_2000": (50, [("q_proj", 4096, 4096), ("k_proj", 1024, 4096), ("v_proj", 1024, 4096), ("o_proj", 4096, 4096)]
+                 + [(f"experts.{e}.{p}", o, i) for e in range(12)
+                    for p, o, i in (("gate_proj", 1536, 4096), ("up_proj", 1536, 4096), ("down_proj", 4096, 1536))]),
+}
+_TYPE_FACTOR = {"q_proj": 0.8, "k_proj": 1.3, "v_proj": 1.5, "o_proj": 1.0, "gate_proj": 0.9, "up_proj": 1.0, "down_proj": 1.2}
+
+SHAPES = tuple(_SHAPES)
+
+
+@dataclass
+class Problem:
+    targets: list[Target]
+    budget: int
+    full_params: int
+
+
+def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0, windows=(8,), unit: int = 8,
+                    equal_scores: bool = False) -> Problem:
+    """Low-rank (ASVD-like) allocation over every projection of ``shape`` at compression ``ratio``.
+
+    ``windows``: candidate windows drawn per target (window 8 and unit 8 give 15-16 candidates; 4 gives 7-8).
+    The budget is ``floor(sum_i params_per_dim_i * d*_i)``, i.e. exactly the unconstrained plan's size.
+    """
+    layers, projs = _SHAPES[shape]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layer in range(layers):
+        depth = layer / max(1, layers - 1)
+        u = 1.0 + 1.5 * (2 * depth - 1) ** 2  # early and late layers matter more
+        for name, out, inp in projs:
+            factor = _TYPE_FACTOR[name.rsplit(".", 1)[-1]]
+            s = 1.0 if equal_scores else u * factor * float(rng.lognormal(0.0, 0.35))
+            rows.append((f"model.layers.{layer}.{name}", out, inp, s))
+    full = sum(o * i for _, o, i, _ in rows)
+    scores = np.array([r[3] for r in rows])
+    rel = np.sqrt(scores / scores.mean())
+    sizes = np.array([o * i for _, o, i, _ in rows], dtype=np.float64)
+    ppd = np.array([o + i for _, o, i, _ in rows], dtype=np.float64)
+    dmax = np.array([min(o, i) for _, o, i, _ in rows], dtype=np.float64)
+    target_params = (1 - ratio) * full
+    lo, hi = 0.0, 10.0
+    for _ in range(100):  # bisection on c so that sum_i min(c * rel_i * size_i, ppd_i * d_max_i) = target
+        c = (lo + hi) / 2
+        kept = np.minimum(c * rel * sizes, ppd * (dmax - unit))
+        lo, hi = (c, hi) if kept.sum() < target_params else (lo, c)
+    d_star = np.minimum(c * rel * sizes, ppd * (dmax - unit)) / ppd
+    targets = [
+        Target(name=r[0], d_star=float(d), score=float(r[3]), params_per_dim=int(p), d_max=int(m), kind="lowrank",
+               candidates=None)
+        for r, d, p, m in zip(rows, d_star, ppd, dmax)
+    ]
+    # per-target windows: realised as explicit candidate lists so one problem carries them
+    if tuple(windows) != (8,):
+        from gac.align.candidates import rule_candidates
+
+        wins = rng.choice(np.asarray(windows), size=len(targets))
+        targets = [Target(t.name, t.d_star, t.score, t.params_per_dim, t.d_max,
+                          rule_candidates(t.d_star, t.d_max, unit, int(w)), t.kind) for t, w in zip(targets, wins)]
+    budget = int(math.floor(sum(t.params_per_dim * t.d_star for t in targets)))
+    return Problem(targets, budget, int(full))
