@@ -1,0 +1,119 @@
+"""The ``gac align`` input format ("bring your own compressor").
+
+.. code-block:: json
+
+    {"budget": 1000000, "unit": 8, "window": 8,
+     "targets": [{"name": "layers.0.q_proj", "d_star": 107.3, "score": 0.8, "params_per_dim": 8192,
+                  "d_max": 4096, "candidates": [96, 104, 112], "kind": "lowrank"}]}
+
+``unit``, ``window``, ``d_max``, ``candidates`` and ``kind`` are optional. Unknown keys are errors, so a typo
+cannot be silently ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
+from gac.errors import GacError
+from gac.io import read_json
+from gac.targets import Target, check_unique
+
+_TOP = {"budget", "unit", "window", "targets"}
+_TARGET_REQUIRED = ("name", "d_star", "score", "params_per_dim")
+_TARGET = {*_TARGET_REQUIRED, "d_max", "candidates", "kind"}
+
+
+@dataclass
+class Allocation:
+    targets: list[Target]
+    budget: int
+    unit: int = DEFAULT_UNIT
+    window: int = DEFAULT_WINDOW
+
+
+def _int(value, where: str, what: str) -> int:
+    """JSON integers, and floats with an integral value (1e9), are accepted."""
+    if isinstance(value, bool):
+        raise GacError(f"{where}: {what} must be an integer, got {value!r}")
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if not isinstance(value, int):
+        raise GacError(f"{where}: {what} must be an integer, got {value!r}")
+    return value
+
+
+def parse_allocation(data: object, source: str = "allocation") -> Allocation:
+    if not isinstance(data, dict):
+        raise GacError(f"{source}: expected a JSON object with keys 'budget' and 'targets', got {type(data).__name__}")
+    unknown = set(data) - _TOP
+    if unknown:
+        raise GacError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP)}")
+    for key in ("budget", "targets"):
+        if key not in data:
+            raise GacError(f"{source}: missing required key {key!r}")
+    budget = _int(data["budget"], source, "'budget'")
+    if budget <= 0:
+        raise GacError(f"{source}: 'budget' must be a positive number of parameters, got {budget}")
+    unit = _int(data.get("unit", DEFAULT_UNIT), source, "'unit'")
+    window = _int(data.get("window", DEFAULT_WINDOW), source, "'window'")
+    if unit <= 0 or window <= 0:
+        raise GacError(f"{source}: 'unit' and 'window' must be positive integers, got unit={unit}, window={window}")
+    raw = data["targets"]
+    if not isinstance(raw, list) or not raw:
+        raise GacError(f"{source}: 'targets' must be a non-empty list of target objects")
+    targets = []
+    for k, t in enumerate(raw):
+        where = f"{source}: targets[{k}]"
+        if not isinstance(t, dict):
+            raise GacError(f"{where} must be an object, got {type(t).__name__}")
+        if "name" in t:
+            where += f" ({t['name']!r})"
+        missing = [key for key in _TARGET_REQUIRED if key not in t]
+        if missing:
+            raise GacError(f"{where}: missing required key(s) {missing}")
+        unknown = set(t) - _TARGET
+        if unknown:
+            raise GacError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TARGET)}")
+        cands = t.get("candidates")
+        if cands is not None:
+            if not isinstance(cands, list):
+                raise GacError(f"{where}: 'candidates' must be a list of integers")
+            cands = tuple(_int(c, where, "every candidate") for c in cands)
+        d_max = t.get("d_max")
+        try:
+            targets.append(
+                Target(
+                    name=t["name"],
+                    d_star=t["d_star"],
+                    score=t["score"],
+                    params_per_dim=_int(t["params_per_dim"], where, "'params_per_dim'"),
+                    d_max=None if d_max is None else _int(d_max, where, "'d_max'"),
+                    candidates=cands,
+                    kind=t.get("kind", "generic"),
+                )
+            )
+        except GacError as e:
+            raise GacError(f"{source}: {e}") from None
+    check_unique(targets)
+    return Allocation(targets, budget, unit, window)
+
+
+def load_allocation(path: str | os.PathLike) -> Allocation:
+    return parse_allocation(read_json(path, "allocation file"), source=str(path))
+
+
+def allocation_to_json(alloc: Allocation) -> dict:
+    out = {"budget": alloc.budget, "unit": alloc.unit, "window": alloc.window, "targets": []}
+    for t in alloc.targets:
+        row = {"name": t.name, "d_star": t.d_star, "score": t.score, "params_per_dim": t.params_per_dim}
+        if t.d_max is not None:
+            row["d_max"] = t.d_max
+        if t.candidates is not None:
+            row["candidates"] = list(t.candidates)
+        if t.kind != "generic":
+            row["kind"] = t.kind
+        out["targets"].append(row)
+    return out
