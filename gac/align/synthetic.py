@@ -3,7 +3,8 @@
 The shapes are the real ones (Llama-3-8B, Llama-3-70B, a 2,000-target MoE); the importance scores are
 synthetic (a U-shaped profile over depth, a factor per projection, log-normal noise) because real scores
 need the real weights. d* follows the square-root allocation: keep fraction k_i = c * sqrt(s_i / mean s) of
-each weight's parameters, with c set so the total equals the budget. Nothing here pretends to be a
+each weight's parameters, with c set so the total equals the budget, capped at 97% of the break-even
+rank ``out*in/(out+in)`` where factorising stops paying (d_max: that rank rounded down to a multiple of 64). Nothing here pretends to be a
 measurement of a real model.
 """
 
@@ -60,14 +61,16 @@ def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0
     rel = np.sqrt(scores / scores.mean())
     sizes = np.array([o * i for _, o, i, _ in rows], dtype=np.float64)
     ppd = np.array([o + i for _, o, i, _ in rows], dtype=np.float64)
-    dmax = np.array([min(o, i) for _, o, i, _ in rows], dtype=np.float64)
+    # a low-rank factorisation only pays below the break-even rank out*in/(out+in); d_max is that rank
+    # rounded down to a multiple of 64 (an aligned cap, so d_max as a candidate never breaks alignment)
+    dmax = np.array([(o * i) // (o + i) // 64 * 64 for _, o, i, _ in rows], dtype=np.float64)
     target_params = (1 - ratio) * full
     lo, hi = 0.0, 10.0
     for _ in range(100):  # bisection on c so that sum_i min(c * rel_i * size_i, ppd_i * d_max_i) = target
         c = (lo + hi) / 2
-        kept = np.minimum(c * rel * sizes, ppd * (dmax - unit))
+        kept = np.minimum(c * rel * sizes, ppd * dmax * 0.97)
         lo, hi = (c, hi) if kept.sum() < target_params else (lo, c)
-    d_star = np.minimum(c * rel * sizes, ppd * (dmax - unit)) / ppd
+    d_star = np.minimum(c * rel * sizes, ppd * dmax * 0.97) / ppd
     targets = [
         Target(name=r[0], d_star=float(d), score=float(r[3]), params_per_dim=int(p), d_max=int(m), kind="lowrank",
                candidates=None)

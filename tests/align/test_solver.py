@@ -10,7 +10,7 @@ from gac.align import candidate_sets, solve_mckp
 from gac.align.synthetic import lowrank_problem
 from gac.errors import InfeasibleBudgetError
 
-from .reference import brute_force, milp_reference
+from gac.align.reference import brute_force, milp_reference
 
 
 def _random_problem(rng: random.Random, linear: bool):

@@ -1,4 +1,7 @@
-"""Independent references for the solver: brute force and a MILP (scipy.optimize.milp / HiGHS)."""
+"""Independent references for the exact solver: brute force and a MILP (scipy.optimize.milp / HiGHS, gap 0).
+
+Slow by design; used by the tests and `benchmarks/solver.py` to check `solve_mckp`.
+"""
 
 from __future__ import annotations
 
