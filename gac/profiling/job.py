@@ -1,0 +1,123 @@
+"""Step 2 of a job (paper Algorithm 1): the dimension sweep on the job's own device.
+
+:func:`dimension_sweep` returns a profile that covers every target's candidate dims at its own kernel shapes:
+it reuses a cached profile measured on the same device and software stack when one covers them, measures what
+is missing otherwise (and caches the merged result), or loads an explicit profile (refused when it was
+measured on another device, unless ``allow_device_mismatch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rule_candidates
+from gac.errors import GacError
+from gac.profiling.device import device_info, dtype_name, resolve_device, resolve_dtype, stack_key
+from gac.profiling.profile import META_FILE, HardwareProfile, load_profile
+from gac.profiling.sweeps import context_key, measure_for_targets, target_shape
+from gac.profiling.timing import TimingProtocol
+from gac.targets import Target
+
+log = logging.getLogger(__name__)
+
+
+def needed_shapes(
+    targets: Sequence[Target], unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW
+) -> dict[str, set[int]]:
+    """context key -> the candidate dims the targets of that context need (rule-based or explicit candidates)."""
+    need: dict[str, set[int]] = {}
+    for t in targets:
+        shape = target_shape(t)
+        if shape is None:
+            continue
+        dims = t.candidates if t.candidates is not None else rule_candidates(t.d_star, t.d_max, unit, window)
+        need.setdefault(context_key(t.kind, shape), set()).update(int(d) for d in dims)
+    return need
+
+
+def _covered(profile: HardwareProfile, need: dict[str, set[int]], tokens: int) -> dict[str, set[int]]:
+    """What ``need`` lacks in ``profile`` (at ``tokens`` rows for GEMM contexts)."""
+    t = profile.table[profile.table["sweep"] == "target"]
+    missing = {}
+    for ctx, dims in need.items():
+        rows = t[t["context"] == ctx]
+        if not ctx.startswith("head_dim:"):
+            rows = rows[rows["M"] == tokens]
+        have = set(rows["dim"].astype(int))
+        if dims - have:
+            missing[ctx] = dims - have
+    return missing
+
+
+def cache_name(info: dict, dtype: str) -> str:
+    key = "|".join(str(x) for x in stack_key(info)) + f"|{dtype}"
+    slug = re.sub(r"[^a-z0-9]+", "-", str(info.get("device_name", "device")).lower()).strip("-")[:40]
+    return f"{slug}-{dtype}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
+def dimension_sweep(
+    targets: Sequence[Target],
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    seq_len: int = 1024,
+    batch: int = 1,
+    unit: int = DEFAULT_UNIT,
+    window: int = DEFAULT_WINDOW,
+    cache_dir: str | Path | None = None,
+    profile_dir: str | Path | None = None,
+    allow_device_mismatch: bool = False,
+    protocol: TimingProtocol | None = None,
+    measure: bool = True,
+) -> HardwareProfile:
+    """A profile holding the targets' kernels at their candidate dims, measured on ``device``.
+
+    ``profile_dir``: use that profile (device-checked) and measure nothing. Otherwise look in ``cache_dir`` for a
+    profile of the same device, compute capability, torch, CUDA and dtype; measure the contexts/dims it lacks
+    (unless ``measure=False``, which raises if anything is missing) and save the merged profile back.
+    """
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if profile_dir is not None:
+        return load_profile(profile_dir, device=dev, allow_device_mismatch=allow_device_mismatch)
+    info = device_info(dev)
+    need = needed_shapes(targets, unit, window)
+    tokens = batch * seq_len
+    cached = None
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / cache_name(info, dtype_name(dt))
+        if (path / META_FILE).is_file():
+            cached = HardwareProfile.load(path)
+            if stack_key(cached.meta) != stack_key(info):  # a hash collision or a hand-copied directory
+                log.warning("ignoring cached profile %s: measured on another device/stack", path)
+                cached = None
+    missing = need if cached is None else _covered(cached, need, tokens)
+    if not missing:
+        log.info("dimension sweep: reusing cached profile %s (%d contexts)", path, len(need))
+        return cached
+    if not measure:
+        raise GacError(
+            f"no cached profile for {info['device_name']} covers {len(missing)} target shape(s) "
+            f"(e.g. {next(iter(missing))}); allow measuring or pass a profile directory"
+        )
+    sub = [
+        t for t in targets if target_shape(t) is not None and context_key(t.kind, target_shape(t)) in missing
+    ]
+    cands = {t.name: sorted(missing[context_key(t.kind, target_shape(t))]) for t in sub}
+    log.info(
+        "dimension sweep: measuring %d contexts, %d shapes on %s",
+        len(missing),
+        sum(len(v) for v in missing.values()),
+        info["device_name"],
+    )
+    fresh = measure_for_targets(sub, cands, dev, dt, seq_len, batch, protocol)
+    profile = fresh if cached is None else cached.merged(fresh)
+    if path is not None:
+        profile.save(path)
+    return profile

@@ -1,0 +1,176 @@
+"""What ran: SDPA backend selection, kernel names from ``torch.profiler``, and kernel tiers (paper Table 3).
+
+- :func:`selected_sdpa_backend` asks PyTorch's own dispatcher (``torch._fused_sdp_choice``) which backend
+  ``scaled_dot_product_attention`` picks for the given inputs: ``flash``, ``efficient``, ``cudnn`` or ``math``.
+- :func:`sdpa_with_backend` returns a callable that forces one backend (``torch.nn.attention.sdpa_kernel``);
+  it raises ``RuntimeError`` when that backend does not accept the shape.
+- :func:`capture_kernels` runs a callable once under ``torch.profiler`` and returns the device kernels it
+  launched (CUDA) or the ATen ops with the most self time (CPU), longest first.
+- :func:`kernel_tier` classifies a GEMM/GEMV kernel name into the tiers of Table 3.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+
+_BACKEND_ENUM_NAMES = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+
+
+def _backend_enum(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return getattr(SDPBackend, _BACKEND_ENUM_NAMES[name], None)
+
+
+def available_sdpa_backends(device: torch.device) -> tuple[str, ...]:
+    """Backends worth trying on this device and torch build (the CPU has only flash and math)."""
+    names = [n for n in SDPA_BACKENDS if _backend_enum(n) is not None]
+    if device.type != "cuda":
+        names = [n for n in names if n in ("flash", "math")]
+    return tuple(names)
+
+
+def selected_sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> str:
+    """The backend PyTorch's dispatcher picks for these inputs, or ``"unknown"`` if it cannot be asked."""
+    choice = getattr(torch, "_fused_sdp_choice", None)
+    if choice is None:
+        return "unknown"
+    try:
+        idx = int(choice(q, k, v, None, 0.0, is_causal))
+    except Exception as e:  # a private API: any failure means "cannot tell", never a failed sweep
+        log.debug("torch._fused_sdp_choice failed: %s", e)
+        return "unknown"
+    for name in SDPA_BACKENDS:
+        enum = _backend_enum(name)
+        if enum is not None and int(enum.value) == idx:
+            return name
+    return "unknown"
+
+
+def sdpa_with_backend(backend: str | None, is_causal: bool = False) -> Callable[..., torch.Tensor]:
+    """``scaled_dot_product_attention`` restricted to ``backend`` (None: PyTorch's own choice)."""
+    if backend is None:
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    from torch.nn.attention import sdpa_kernel
+
+    enum = _backend_enum(backend)
+    if enum is None:
+        raise ValueError(f"SDPA backend {backend!r} is not known to this torch build")
+
+    def run(q, k, v):
+        with sdpa_kernel([enum]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "flash attention not used because ..." for rejected shapes
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+    return run
+
+
+_CPU_NOISE_OPS = re.compile(
+    r"^(aten::(empty|empty_like|empty_strided|zeros|zeros_like|fill_|zero_|transpose|as_strided|view|reshape|t|"
+    r"expand|resolve_conj|resolve_neg|contiguous|clone|copy_|detach|alias|unsqueeze|squeeze|slice|select|"
+    r"_unsafe_view|lift_fresh|result_type|permute|stride|size)|cudaLaunchKernel|cudaDeviceSynchronize|"
+    r"cudaStreamSynchronize|cudaEventRecord|cudaFuncGetAttributes|cudaOccupancy.*|cudaGetDevice.*)$"
+)
+
+
+def capture_kernels(
+    fn: Callable[..., object], args: Sequence, device: torch.device
+) -> list[tuple[str, float]]:
+    """Run ``fn(*args)`` once under ``torch.profiler``; return ``(kernel name, microseconds)``, longest first.
+
+    On CUDA these are the device kernels (``ampere_fp16_s16816gemm...``, ``cutlass_80_tensorop..._align2``,
+    ``flash_fwd_kernel``...). On CPU the library kernels are invisible to the profiler, so the ATen ops
+    with the most self time are returned instead (``aten::mm``, ``aten::_scaled_dot_product_flash_attention_for_cpu``).
+    Returns an empty list if the profiler is unavailable.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    try:
+        with profile(activities=activities) as prof:
+            fn(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        events = prof.events()
+    except Exception as e:  # profiler not built in, or busy (another profiler running)
+        log.debug("torch.profiler unavailable: %s", e)
+        return []
+    totals: dict[str, float] = {}
+    if device.type == "cuda":
+        for e in events:
+            dev_type = getattr(e, "device_type", None)
+            if dev_type is not None and "CUDA" in str(dev_type):
+                t = float(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0) or 0.0)
+                totals[e.name] = totals.get(e.name, 0.0) + t
+    else:
+        for e in events:
+            if _CPU_NOISE_OPS.match(e.name):
+                continue
+            totals[e.name] = totals.get(e.name, 0.0) + float(e.self_cpu_time_total)
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def main_kernel(fn: Callable[..., object], args: Sequence, device: torch.device) -> str | None:
+    """The name of the longest kernel ``fn(*args)`` runs, or None."""
+    ks = capture_kernels(fn, args, device)
+    return ks[0][0] if ks else None
+
+
+_MMA = re.compile(r"s(\d{2})(\d)(\d{2})gemm")
+
+
+def mma_instruction(name: str | None) -> str | None:
+    """The Tensor Core MMA shape encoded in a cuBLAS/CUTLASS kernel name (``s16816gemm`` -> ``m16n8k16``)."""
+    if not name:
+        return None
+    m = _MMA.search(name)
+    if m:
+        return f"m{int(m.group(1))}n{int(m.group(2))}k{int(m.group(3))}"
+    m = re.search(r"s(\d{2})(\d{2})(\d{2})gemm", name)  # wmma s161616gemm
+    if m:
+        return f"m{int(m.group(1))}n{int(m.group(2))}k{int(m.group(3))}"
+    return None
+
+
+def kernel_tier(name: str | None) -> str:
+    """Classify a GEMM/GEMV kernel name (paper Table 3).
+
+    ``native``: a cuBLAS-native kernel (``sm80_xmma``, ``sm90_xmma``, ``ampere_..._s16816gemm``);
+    ``align2``/``align4``: a CUTLASS kernel with 2/4-element vector loads; ``align1``: scalar loads;
+    ``gemv``: a GEMV kernel; ``cpu``: an ATen op on CPU; ``unknown`` otherwise.
+    """
+    if not name:
+        return "unknown"
+    low = name.lower()
+    if low.startswith("aten::"):
+        return "cpu"
+    m = re.search(r"align(\d+)", low)
+    if m:
+        return f"align{m.group(1)}"
+    if "gemv" in low or "gemvx" in low:
+        return "gemv"
+    if "xmma" in low or re.search(r"(ampere|volta|turing|hopper|sm\d\d)_.*gemm", low) or "cublas" in low:
+        return "native"
+    if "gemm" in low or "cutlass" in low:
+        return "gemm"
+    return "unknown"
+
+
+TIER_RANK = {"native": 1, "align8": 1, "align4": 2, "align2": 2, "align1": 3}
