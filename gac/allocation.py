@@ -1,0 +1,144 @@
+"""Unconstrained allocation (paper Eq. 2): importance scores -> continuous dimensions d*_i under the budget B.
+
+Eq. 2 as written is a linear program whose optimum puts the whole budget on the single most important weight, so
+every compressor uses a smoothing rule instead. gac's rule (``"proportional"``, PaLU's Fisher-proportional rank rule
+generalised to any proxy and any target shape):
+
+    keep_i  = clip(lambda * (s_i / s_bar) ** power,  lo,  hi_i)         (fraction of W_i's dense parameters kept)
+    d*_i    = keep_i * |W_i| / params_per_dim_i
+
+* ``s_i`` is the proxy's per-parameter importance, ``s_bar`` the parameter-weighted mean over all targets;
+* ``power`` (default 1: proportional) tempers the spread; ``power = 0`` is the uniform allocation (same ratio
+  everywhere, what ASVD/LLM-Pruner do without a sensitivity search);
+* ``hi_i = params_per_dim_i * d_max_i / |W_i|`` is the most a target can keep (for low-rank targets the
+  break-even rank, see :mod:`gac.compressors.base`); ``lo = min_keep * B / |W|`` (default a quarter of the uniform
+  share) stops a low-scored weight from being wiped out;
+* ``lambda`` is found by bisection so that ``sum_i params_per_dim_i * d*_i = B`` (to float precision); when even
+  ``hi`` everywhere spends less than B, every target sits at its ``d_max`` and the plan is under budget.
+
+More important weights (higher s_i) keep a larger fraction; equal scores give the uniform allocation.
+
+``"sensitivity"`` is ASVD's own search: the calibration perplexity of the model with *one* target truncated to each
+kept fraction of a grid (:func:`sensitivity_table`), then a bisection on a perplexity threshold: each target keeps
+the smallest grid fraction whose perplexity stays under the threshold, the threshold chosen as the lowest whose
+allocation fits B. The chosen fractions are then scaled (same clip rule, ``power = 1`` on the chosen fractions) to
+spend B exactly, and each target's per-parameter score for the aligned step (Eq. 4) is its perplexity increase per
+removed parameter, averaged over the grid.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+from gac.errors import GacError, InfeasibleBudgetError
+
+log = logging.getLogger(__name__)
+
+ALLOCATIONS = ("proportional", "uniform", "sensitivity")
+SENSITIVITY_GRID = (0.2, 0.4, 0.6, 0.8)
+
+
+def proportional_allocation(
+    dense: Sequence[int],
+    params_per_dim: Sequence[int],
+    d_max: Sequence[int],
+    scores: Sequence[float],
+    budget: int,
+    power: float = 1.0,
+    min_keep: float = 0.25,
+    weights: Sequence[float] | None = None,
+) -> list[float]:
+    """Continuous d*_i (see module docstring). ``weights`` replaces ``(s_i/s_bar)**power`` when given."""
+    n = len(dense)
+    if not (len(params_per_dim) == len(d_max) == len(scores) == n) or n == 0:
+        raise GacError("allocation needs one dense size, params_per_dim, d_max and score per target (and >= 1 target)")
+    if not math.isfinite(power) or power < 0:
+        raise GacError(f"allocation power must be a finite number >= 0, got {power}")
+    for s in scores:
+        if not math.isfinite(s) or s < 0:
+            raise GacError(f"allocation got a non-finite or negative score ({s}); scores must be finite and >= 0")
+    total = float(sum(dense))
+    hi = [p * dm / w for p, dm, w in zip(params_per_dim, d_max, dense)]
+    cap = sum(h * w for h, w in zip(hi, dense))
+    if budget >= cap:
+        log.info("budget %d >= the most the compressed weights can hold (%d): every target at d_max", budget, int(cap))
+        return [float(dm) for dm in d_max]
+    min_params = sum(params_per_dim)  # every target at d = 1
+    if budget < min_params:
+        raise InfeasibleBudgetError(budget, min_params, "every target at dimension 1")
+    lo_frac = min_keep * budget / total
+    lo = [max(min(lo_frac, h), p / w) for h, p, w in zip(hi, params_per_dim, dense)]  # at least d = 1
+    if weights is None:
+        sbar = math.fsum(s * w for s, w in zip(scores, dense)) / total
+        if sbar <= 0 or power == 0:
+            weights = [1.0] * n
+        else:
+            weights = [(s / sbar) ** power for s in scores]
+    if sum(l * w for l, w in zip(lo, dense)) > budget:  # the floor alone overspends: drop it to d = 1
+        lo = [p / w for p, w in zip(params_per_dim, dense)]
+
+    def spend(lam):
+        return math.fsum(min(max(lam * x, l), h) * w for x, l, h, w in zip(weights, lo, hi, dense))
+
+    a, b = 0.0, 1.0
+    while spend(b) < budget:
+        b *= 2.0
+        if b > 1e30:
+            break
+    for _ in range(200):
+        m = 0.5 * (a + b)
+        if spend(m) <= budget:
+            a = m
+        else:
+            b = m
+    keep = [min(max(a * x, l), h) for x, l, h in zip(weights, lo, hi)]
+    d = [k * w / p for k, w, p in zip(keep, dense, params_per_dim)]
+    return [min(max(x, 1.0), float(dm)) for x, dm in zip(d, d_max)]
+
+
+def sensitivity_allocation(
+    dense: Sequence[int],
+    params_per_dim: Sequence[int],
+    d_max: Sequence[int],
+    table: Sequence[Sequence[float]],
+    grid: Sequence[float],
+    base_ppl: float,
+    budget: int,
+) -> tuple[list[float], list[float]]:
+    """ASVD's sensitivity search. ``table[i][k]``: calibration perplexity with target i alone at kept fraction ``grid[k]``.
+
+    Returns (d*, per-parameter scores).
+    """
+    n = len(dense)
+    hi = [min(1.0, p * dm / w) for p, dm, w in zip(params_per_dim, d_max, dense)]
+    grid = list(grid)
+    for i, row in enumerate(table):
+        for v in row:
+            if not math.isfinite(v):
+                raise GacError(f"sensitivity search: non-finite calibration perplexity for target #{i}; the truncated model diverged")
+
+    def pick(th):
+        fr = []
+        for i in range(n):
+            ok = [g for g, v in zip(grid, table[i]) if v <= th and g <= hi[i]]
+            fr.append(min(ok) if ok else hi[i])
+        return fr
+
+    def cost(fr):
+        return sum(f * w for f, w in zip(fr, dense))
+
+    levels = sorted({v for row in table for v in row} | {base_ppl})
+    chosen = pick(levels[-1])
+    for th in levels:  # lowest threshold whose allocation fits
+        fr = pick(th)
+        if cost(fr) <= budget:
+            chosen = fr
+            break
+    scores = []
+    for i in range(n):
+        incs = [max(v - base_ppl, 0.0) / max((1.0 - g) * dense[i], 1.0) for g, v in zip(grid, table[i])]
+        scores.append(max(sum(incs) / len(incs), 1e-12))
+    d = proportional_allocation(dense, params_per_dim, d_max, scores, budget, weights=chosen, min_keep=0.0)
+    return d, scores

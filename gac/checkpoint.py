@@ -1,0 +1,211 @@
+"""Compressed checkpoints: save to a directory, reload to identical logits.
+
+Layout of a checkpoint directory::
+
+    gac_checkpoint.json      format, gac version, base HF config, every projection's spec (shape, rank, width),
+                             recipe (compressor, options, proxy, ratio, strategy, calibration), plan, provenance
+    gac_model.safetensors    all weights (shared / tied tensors stored once)
+    tokenizer files          when a tokenizer was given (tokenizer.json, tokenizer_config.json, ...)
+
+Why not ``save_pretrained``: transformers rebuilds the *original* architecture and silently random-initialises
+any weight whose name or shape it does not recognise (a low-rank ``q_proj.down.weight`` or a pruned ``gate_proj``).
+A gac checkpoint therefore has no ``config.json`` and no ``model.safetensors``: ``AutoModelForCausalLM.from_pretrained``
+on it fails with an error instead of loading a silently broken model. :func:`load_checkpoint` rebuilds the
+compressed structure from the recorded specs *before* reading weights and loads with ``strict`` key matching, so
+every parameter comes from the file (a missing or unexpected tensor is an error).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gac import __version__
+from gac.errors import GacError
+from gac.io import read_json, write_json_atomic
+from gac.modules import build_module, get_module, module_spec, replace_module
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gac-checkpoint"
+FORMAT_VERSION = 1
+META_FILE = "gac_checkpoint.json"
+WEIGHTS_FILE = "gac_model.safetensors"
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    return (Path(path) / META_FILE).is_file()
+
+
+def projection_specs(model: nn.Module) -> dict[str, dict]:
+    """The spec of every q/k/v/o/gate/up/down projection in the decoder layers."""
+    from gac.discovery import PROJECTIONS, discover
+
+    layout = discover(model)
+    return {n: module_spec(get_module(model, n)) for n in layout.linear_names(PROJECTIONS)}
+
+
+def _git_info() -> dict:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, timeout=10)
+        if commit.returncode == 0:
+            return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"commit": None, "dirty": None}
+
+
+def provenance() -> dict:
+    import transformers
+
+    return {
+        "gac_version": __version__,
+        "git": _git_info(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe: dict | None = None, plan=None,
+                    overwrite: bool = False) -> Path:
+    """Save a (compressed) model to ``path``. An existing non-empty directory is refused unless ``overwrite``."""
+    from safetensors.torch import save_model
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise GacError(f"{str(out)!r} exists and is not a directory; choose another checkpoint path")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise GacError(f"{str(out)!r} exists and is not empty; refusing to overwrite it (choose another path or pass --force)")
+        shutil.rmtree(out)
+    recipe = recipe if recipe is not None else getattr(model, "_gac_recipe", None)
+    plan = plan if plan is not None else getattr(model, "_gac_plan", None)
+    specs = projection_specs(model)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "gac_version": __version__})
+        digest = hashlib.sha256((tmp / WEIGHTS_FILE).read_bytes()).hexdigest()
+        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "gac_version": __version__,
+            "model_class": type(model).__name__,
+            "dtype": dtype,
+            "base_config": model.config.to_dict(),
+            "modules": specs,
+            "recipe": recipe,
+            "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
+            "weights": {"file": WEIGHTS_FILE, "sha256": digest},
+            "provenance": provenance(),
+        }
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+            for stray in ("config.json", "model.safetensors"):  # never leave a file transformers would load
+                (tmp / stray).unlink(missing_ok=True)
+        write_json_atomic(tmp / META_FILE, meta)
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("saved gac checkpoint to %s", out)
+    return out
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    p = Path(path)
+    if not p.is_dir():
+        raise GacError(f"checkpoint {str(p)!r} is not a directory")
+    meta = read_json(p / META_FILE, "gac checkpoint config")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise GacError(f"{str(p / META_FILE)!r} is not a gac checkpoint config (format != {FORMAT!r})")
+    if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        raise GacError(f"checkpoint format {meta['format_version']} is newer than this gac understands ({FORMAT_VERSION}); upgrade gac")
+    return meta
+
+
+def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = False) -> nn.Module:
+    """The compressed architecture described by ``meta`` (weights not loaded). ``meta_device``: shapes only."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    base = dict(meta["base_config"])
+    model_type = base.pop("model_type", None)
+    try:
+        config = AutoConfig.for_model(model_type, **base)
+    except (ValueError, KeyError) as e:
+        raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): {e}") from None
+    dt = _dtype(dtype or meta.get("dtype", "float32"))
+    dev = torch.device("meta") if meta_device else torch.device(device)
+    with dev, no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dt)
+    model.tie_weights()  # no_init_weights skips tying; tied tensors are stored once in the weights file
+    for name, spec in meta["modules"].items():
+        cur = get_module(model, name)
+        if module_spec(cur) != spec:
+            replace_module(model, name, build_module(spec, dtype=dt, device=dev))
+    return model
+
+
+def _dtype(d):
+    if isinstance(d, torch.dtype):
+        return d
+    try:
+        dt = getattr(torch, str(d).replace("torch.", ""))
+    except AttributeError:
+        dt = None
+    if not isinstance(dt, torch.dtype):
+        raise GacError(f"unknown dtype {d!r}; use float32, float16 or bfloat16")
+    return dt
+
+
+def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu"):
+    """Reload a gac checkpoint: ``(model, tokenizer)`` (tokenizer None when none was saved). Logits are identical to
+    the saved model's (same dtype). ``dtype`` casts after loading."""
+    from safetensors.torch import load_model
+
+    p = Path(path)
+    meta = read_meta(p)
+    wfile = p / meta["weights"]["file"]
+    if not wfile.is_file():
+        raise GacError(f"checkpoint {str(p)!r} lacks its weights file {meta['weights']['file']!r}")
+    model = build_skeleton(meta, dtype=None, device=device)
+    try:
+        missing, unexpected = load_model(model, str(wfile), strict=True, device=str(device))
+    except RuntimeError as e:
+        raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure: {str(e)[:500]}") from None
+    if missing or unexpected:  # strict=True raises first; kept as a belt-and-braces guard
+        raise GacError(f"checkpoint {str(p)!r}: missing {missing[:5]} unexpected {unexpected[:5]}")
+    if dtype is not None:
+        model = model.to(_dtype(dtype))
+    model.eval()
+    model._gac_recipe = meta.get("recipe")
+    model._gac_plan = meta.get("plan")
+    tokenizer = None
+    if (p / "tokenizer_config.json").is_file() or (p / "tokenizer.json").is_file():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(p))
+    return model, tokenizer

@@ -1,0 +1,333 @@
+"""The compression pipeline: score -> unconstrained d* -> aligned plan -> apply, with reusable scored state.
+
+>>> prepared = prepare(model, tokenizer, "asvd", calibration=Calibration("wikitext2", 32, 2048))
+>>> for ratio in (0.15, 0.30):
+...     for strategy in ("unaligned", "gac"):
+...         compressed, plan, report = prepared.compress(ratio, strategy)   # no re-scoring, no new SVD
+
+:func:`prepare` collects calibration statistics, importance scores and the compressor's factorisation once;
+:meth:`Prepared.compress` runs only allocation, alignment and the (cheap) layer swap per ratio and strategy.
+:func:`compress_model` is the one-shot form.
+
+The budget (paper Eq. 1) covers the *compressed weights*: ``B = floor((1 - ratio) * |W|)`` where ``|W|`` is the
+dense weight count of the units the compressor touches (biases, embeddings, norms and untouched layers excluded).
+Every report checks that the weights of the compressed modules, counted on the model, equal the plan's parameter
+count and do not exceed B (budget-free peer baselines such as ``round_nearest`` may exceed it; they say so).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+from gac import __version__
+from gac.align import STRATEGIES, Plan, align
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
+from gac.allocation import ALLOCATIONS, SENSITIVITY_GRID, proportional_allocation, sensitivity_allocation
+from gac.compressors import Compressor, Unit, get_compressor
+from gac.discovery import ModelLayout, discover
+from gac.errors import GacError, unknown_name
+from gac.importance import collect_activation_stats, collect_gradient_stats, get_proxy
+from gac.modules import get_module, weight_params
+from gac.targets import Target, budget_for_ratio
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Where calibration tokens come from: ``n_samples`` random windows of ``seq_len`` tokens (seeded).
+
+    ``source``: ``"wikitext2"`` (train split, the ASVD / SVD-LLM protocol), ``"tiny"``, or a local text file.
+    Defaults follow ASVD (32 x 2048 from WikiText-2 train).
+    """
+
+    source: str = "wikitext2"
+    n_samples: int = 32
+    seq_len: int = 2048
+    seed: int = 0
+    split: str = "train"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def token_ids(self, tokenizer) -> torch.Tensor:
+        from gac.data import calibration_batches
+
+        if tokenizer is None:
+            raise GacError("calibration from text needs a tokenizer; pass one, or pass calib_ids directly")
+        return calibration_batches(tokenizer, self.source, self.n_samples, self.seq_len, self.seed, self.split)
+
+
+@dataclass
+class Prepared:
+    """Scores and factorisations of one (model, compressor, proxy, calibration): reusable across ratios and strategies."""
+
+    model: nn.Module
+    compressor: Compressor
+    proxy: str
+    calibration: dict
+    allocation: str
+    power: float
+    layout: ModelLayout
+    units: list[Unit]
+    scores: dict[str, float]
+    factors: dict
+    timings: dict
+    sensitivity: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dense_params(self) -> int:
+        return sum(u.dense_params for u in self.units)
+
+    def budget(self, ratio: float) -> int:
+        return budget_for_ratio(self.dense_params, ratio)
+
+    def targets(self, ratio: float, unit: int = DEFAULT_UNIT) -> tuple[list[Target], int]:
+        """The gac targets (d* from the allocation) and the budget B for ``ratio``."""
+        budget = self.budget(ratio)
+        dense = [u.dense_params for u in self.units]
+        ppd = [u.params_per_dim for u in self.units]
+        dmax = [u.d_max(unit) for u in self.units]
+        if self.allocation == "sensitivity":
+            s = self.sensitivity
+            d_star, scores = sensitivity_allocation(dense, ppd, dmax, s["table"], s["grid"], s["base_ppl"], budget)
+            score_of = dict(zip([u.name for u in self.units], scores))
+        else:
+            sc = [self.scores[u.name] for u in self.units]
+            power = 0.0 if self.allocation == "uniform" else self.power
+            d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power)
+            score_of = self.scores
+        targets = [
+            Target(u.name, float(min(d, dm)), float(score_of[u.name]), u.params_per_dim, d_max=dm, kind=u.kind,
+                   meta={"d_full": u.d_full, "dense_params": u.dense_params})
+            for u, d, dm in zip(self.units, d_star, dmax)
+        ]
+        return targets, budget
+
+    def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW,
+             candidate_filter: CandidateFilter | None = None) -> tuple[Plan, list[Target]]:
+        if strategy not in STRATEGIES:
+            raise unknown_name("strategy", strategy, STRATEGIES)
+        targets, budget = self.targets(ratio, unit)
+        return align(targets, budget, strategy, unit, window, candidate_filter), targets
+
+    def compress(
+        self,
+        ratio: float,
+        strategy: str = "gac",
+        unit: int = DEFAULT_UNIT,
+        window: int = DEFAULT_WINDOW,
+        candidate_filter: CandidateFilter | None = None,
+        copy_model: bool = True,
+    ) -> tuple[nn.Module, Plan, dict]:
+        """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
+        in place (saves memory; the Prepared object cannot be reused afterwards)."""
+        if getattr(self, "_consumed", False):
+            raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
+        t0 = time.perf_counter()
+        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter)
+        t_plan = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        model = copy.deepcopy(self.model) if copy_model else self.model
+        if not copy_model:
+            self._consumed = True
+        self.compressor.apply(model, self.units, plan.dims, self.factors)
+        t_apply = time.perf_counter() - t1
+        actual = compressed_weight_params(model, self.units)
+        if actual != plan.params:
+            raise AssertionError(f"parameter accounting bug: modules hold {actual} weights, the plan says {plan.params}")
+        recipe = {
+            "compressor": self.compressor.name,
+            "options": self.compressor.options(),
+            "proxy": self.proxy,
+            "allocation": self.allocation,
+            "power": self.power,
+            "ratio": ratio,
+            "strategy": strategy,
+            "unit": unit,
+            "window": window,
+            "candidate_filter": None if candidate_filter is None else repr(candidate_filter),
+            "calibration": self.calibration,
+        }
+        report = {
+            "recipe": recipe,
+            "budget": plan.budget,
+            "params": plan.params,
+            "params_counted": actual,
+            "dense_params": self.dense_params,
+            "budget_met": plan.budget_met,
+            "aligned_fraction": plan.aligned_fraction,
+            "aligned_by_unit": {str(k): v for k, v in plan.aligned_by_unit.items()},
+            "n_targets": len(self.units),
+            "d_star": {t.name: t.d_star for t in targets},
+            "dims": dict(plan.dims),
+            "timings": {**self.timings, "plan_s": t_plan, "apply_s": t_apply},
+            "compression_wall_s": self.timings["prepare_s"] + t_plan + t_apply,
+            "notes": list(self.notes) + list(plan.notes),
+            "gac_version": __version__,
+        }
+        model._gac_recipe = recipe  # picked up by gac.checkpoint.save_checkpoint
+        model._gac_plan = plan
+        return model, plan, report
+
+
+def compressed_weight_params(model: nn.Module, units: list[Unit]) -> int:
+    """Weight parameters of the modules the units cover, counted on the model (low-rank factors, pruned Linears)."""
+    return sum(weight_params(get_module(model, m)) for m in sorted({m for u in units for m in u.modules}))
+
+
+def prepare(
+    model: nn.Module,
+    tokenizer=None,
+    compressor: str | Compressor = "asvd",
+    proxy: str | None = None,
+    calibration: Calibration | None = None,
+    calib_ids: torch.Tensor | None = None,
+    allocation: str = "proportional",
+    power: float = 1.0,
+    proxy_seed: int = 0,
+    sensitivity_grid=SENSITIVITY_GRID,
+    compressor_options: dict | None = None,
+) -> Prepared:
+    """Discover targets, calibrate, score and factorise once.
+
+    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
+    PaLU: fisher). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
+    ``proportional`` (Eq. 2 rule, see :mod:`gac.allocation`), ``uniform``, or ``sensitivity`` (ASVD's search).
+    """
+    t_start = time.perf_counter()
+    comp = get_compressor(compressor, **(compressor_options or {}))
+    proxy_name = proxy or comp.default_proxy
+    prox = get_proxy(proxy_name, seed=proxy_seed)
+    if allocation not in ALLOCATIONS:
+        raise unknown_name("allocation", allocation, ALLOCATIONS)
+    if allocation == "sensitivity" and not comp.supports_sensitivity:
+        raise GacError(f"the sensitivity allocation is not available for {comp.name}; use 'proportional' or 'uniform'")
+    layout = discover(model)
+    units = comp.units(model, layout)
+    if not units:
+        raise GacError(f"{comp.name} found nothing to compress in this model")
+    need_act = comp.needs_act or comp.needs_xtx or "act" in prox.needs
+    need_grad = "grad" in prox.needs
+    cal_json: dict = {}
+    if need_act or need_grad or allocation == "sensitivity":
+        if calib_ids is None:
+            calibration = calibration or Calibration()
+            calib_ids = calibration.token_ids(tokenizer)
+            cal_json = calibration.to_json()
+        else:
+            cal_json = {"source": "token_ids", "n_samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
+    mods = comp.stat_modules(units)
+    t0 = time.perf_counter()
+    stats = {}
+    if need_act:
+        stats = collect_activation_stats(model, layout, calib_ids, mods, xtx=comp.needs_xtx)
+    if need_grad:
+        g = collect_gradient_stats(model, calib_ids, mods)
+        for n, st in g.items():
+            if n in stats:
+                stats[n].merge(st)
+            else:
+                stats[n] = st
+    t_cal = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scores = comp.score(model, units, stats, prox)
+    t_score = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    factors = comp.factorize(model, units, stats, prox)
+    t_fact = time.perf_counter() - t0
+    del stats
+    notes = []
+    for u in units:
+        how = factors.get(u.name, {}).get("whitening")
+        if how and how != "cholesky":
+            notes.append(f"{u.name}: whitening used {how}")
+    prepared = Prepared(model, comp, proxy_name, cal_json, allocation, float(power), layout, units, scores, factors,
+                        {"calibration_s": t_cal, "score_s": t_score, "factorize_s": t_fact}, notes=notes)
+    if allocation == "sensitivity":
+        t0 = time.perf_counter()
+        prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, tuple(sensitivity_grid))
+        prepared.timings["sensitivity_s"] = time.perf_counter() - t0
+    prepared.timings["prepare_s"] = time.perf_counter() - t_start
+    log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
+    return prepared
+
+
+@torch.no_grad()
+def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
+    dev = next(model.parameters()).device
+    nll, n = 0.0, 0
+    for s in range(calib_ids.shape[0]):
+        ids = calib_ids[s : s + 1].to(dev)
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        nll += float(loss) * (ids.shape[1] - 1)
+        n += ids.shape[1] - 1
+    return math.exp(nll / n)
+
+
+def sensitivity_table(model, comp: Compressor, units: list[Unit], factors: dict, calib_ids: torch.Tensor, grid) -> dict:
+    """ASVD's sensitivity: calibration perplexity with one unit at a time truncated to each kept fraction in ``grid``."""
+    from gac.modules import replace_module
+
+    was = model.training
+    model.eval()
+    base = calibration_perplexity(model, calib_ids)
+    table = []
+    for u in units:
+        row = []
+        for g in grid:
+            d = max(1, min(u.d_cap, int(round(g * u.dense_params / u.params_per_dim))))
+            old = comp.apply(model, units, {u.name: d}, factors)
+            try:
+                row.append(calibration_perplexity(model, calib_ids))
+            finally:
+                for n, m in old.items():
+                    replace_module(model, n, m)
+        table.append(row)
+    model.train(was)
+    return {"grid": list(grid), "base_ppl": base, "table": table}
+
+
+def compress_model(
+    model: nn.Module,
+    tokenizer=None,
+    compressor: str | Compressor = "asvd",
+    ratio: float = 0.15,
+    strategy: str = "gac",
+    proxy: str | None = None,
+    unit: int = DEFAULT_UNIT,
+    window: int = DEFAULT_WINDOW,
+    calibration: Calibration | None = None,
+    calib_ids: torch.Tensor | None = None,
+    candidate_filter: CandidateFilter | None = None,
+    cache: dict | None = None,
+    allocation: str = "proportional",
+    compressor_options: dict | None = None,
+) -> tuple[nn.Module, Plan, dict]:
+    """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
+    scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
+    later calls on the same model, which then return compressed copies."""
+    budget_for_ratio(1, ratio) if not (isinstance(ratio, (int, float)) and 0 < ratio < 1) else None  # validate early
+    if strategy not in STRATEGIES:
+        raise unknown_name("strategy", strategy, STRATEGIES)
+    key = None
+    if cache is not None:
+        key = json.dumps([id(model), str(compressor), compressor_options or {}, proxy, asdict(calibration) if calibration
+                          else None, None if calib_ids is None else [list(calib_ids.shape), int(calib_ids.sum())], allocation],
+                         sort_keys=True, default=str)
+    prepared = cache.get(key) if cache is not None else None
+    if prepared is None:
+        prepared = prepare(model, tokenizer, compressor, proxy, calibration, calib_ids, allocation,
+                           compressor_options=compressor_options)
+        if cache is not None:
+            cache[key] = prepared
+    return prepared.compress(ratio, strategy, unit, window, candidate_filter, copy_model=cache is not None)

@@ -1,0 +1,49 @@
+"""Compressors: ASVD, SVD-LLM, LLM-Pruner and PaLU, each a gac citizen (score -> d* -> aligned plan -> apply).
+
+``COMPRESSORS`` maps a name to its class; :func:`get_compressor` builds one with keyword options and suggests close
+matches for a typo. Each compressor is a small class (lifecycle) plus a sibling module of pure tensor math.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from gac.compressors.asvd import ASVD
+from gac.compressors.base import Compressor, Unit
+from gac.compressors.llm_pruner import LLMPruner
+from gac.compressors.palu import PaLU
+from gac.compressors.svd_llm import SVDLLM
+from gac.errors import GacError, unknown_name
+
+COMPRESSORS: dict[str, type[Compressor]] = {
+    "asvd": ASVD,
+    "svd_llm": SVDLLM,
+    "llm_pruner": LLMPruner,
+    "palu": PaLU,
+}
+_ALIASES = {"svd-llm": "svd_llm", "svdllm": "svd_llm", "llm-pruner": "llm_pruner", "llmpruner": "llm_pruner"}
+
+
+def canonical_name(name: str) -> str:
+    key = str(name).lower()
+    key = _ALIASES.get(key, key)
+    if key not in COMPRESSORS:
+        raise unknown_name("compressor", str(name), COMPRESSORS)
+    return key
+
+
+def get_compressor(name: str | Compressor, **options) -> Compressor:
+    """Build a compressor by name; unknown options fail with the list of accepted ones."""
+    if isinstance(name, Compressor):
+        if options:
+            raise GacError("options were given together with an already built compressor; pass one or the other")
+        return name
+    cls = COMPRESSORS[canonical_name(name)]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    bad = [k for k in options if k not in accepted]
+    if bad:
+        raise unknown_name(f"option for compressor {cls.name!r}", bad[0], accepted)
+    return cls(**options)
+
+
+__all__ = ["ASVD", "COMPRESSORS", "LLMPruner", "PaLU", "SVDLLM", "Compressor", "Unit", "canonical_name", "get_compressor"]

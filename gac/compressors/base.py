@@ -1,0 +1,109 @@
+"""The compressor lifecycle shared by every algorithm.
+
+A compressor is a small class (this module) plus pure tensor math in a sibling module:
+
+1. ``units(model, layout)`` — the compressible units (one gac :class:`~gac.targets.Target` each, ratio-free);
+2. ``score(model, units, stats, proxy)`` — per-parameter importance ``s_i`` of each unit under a proxy;
+3. ``factorize(model, units, stats, proxy)`` — whatever makes *any* dimension cheap to apply later (SVD factors,
+   a channel order); computed once, reused for every ratio and strategy;
+4. ``apply(model, dims, factors)`` — swap the layers for the chosen dimensions (through :func:`gac.modules.replace_module`).
+
+Low-rank units cap ``d_max`` at the *break-even rank*: the largest rank whose factors ``r * (out + in)`` hold no
+more parameters than the dense ``out * in`` weight, rounded down to a multiple of the alignment unit (a rank-d_max
+factorisation is still applied; the dense weight is never kept), so the plan's parameter count is exactly the
+compressed model's weight count and ``d_max`` itself is aligned.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from gac.discovery import ModelLayout
+from gac.errors import GacError
+from gac.importance import Proxy, WeightStats
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A ratio-free compressible unit; :meth:`target` turns it into a gac Target once d* is known."""
+
+    name: str
+    kind: str  # "lowrank" | "width" | "head_dim" | "generic"
+    params_per_dim: int
+    dense_params: int  # weight parameters before compression
+    d_full: int  # the uncompressed dimension (min(out, in) for low rank, the width for pruning)
+    d_cap: int  # the largest useful dimension (break-even rank for low rank)
+    modules: tuple[str, ...]
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def d_max(self, unit: int) -> int:
+        if self.kind == "lowrank":
+            aligned = (self.d_cap // unit) * unit
+            return aligned if aligned >= unit else self.d_cap
+        return self.d_cap
+
+
+def lowrank_unit(name: str, out_f: int, in_f: int, modules: tuple[str, ...], meta: dict | None = None) -> Unit:
+    ppd, dense = out_f + in_f, out_f * in_f
+    return Unit(name, "lowrank", ppd, dense, min(out_f, in_f), max(1, min(min(out_f, in_f), dense // ppd)), modules,
+                dict(meta or {}))
+
+
+def parse_layers(layers, n_layers: int, default: range | None = None) -> list[int]:
+    """``None`` -> default (all layers); ``"3:"``/``"3:31"`` (python slice, end exclusive); ``(start, end)``; a list of indices."""
+    if layers is None:
+        idx = list(default if default is not None else range(n_layers))
+    elif isinstance(layers, str):
+        try:
+            parts = [int(p) if p.strip() else None for p in layers.split(":")]
+        except ValueError:
+            raise GacError(f"layer range {layers!r} is not 'start:end' (e.g. '3:' or '3:31')") from None
+        idx = list(range(n_layers)[slice(*parts)]) if len(parts) in (2, 3) else [parts[0]]
+    elif isinstance(layers, tuple) and len(layers) == 2 and all(x is None or isinstance(x, int) for x in layers):
+        idx = list(range(n_layers)[slice(*layers)])
+    else:
+        idx = [int(i) for i in layers]
+    bad = [i for i in idx if not 0 <= i < n_layers]
+    if bad or not idx:
+        raise GacError(f"layer selection {layers!r} gives {idx}; the model has layers 0..{n_layers - 1}")
+    return sorted(set(idx))
+
+
+class Compressor:
+    """Base class; subclasses set the class attributes and implement the four lifecycle methods."""
+
+    name: str = ""
+    default_proxy: str = "magnitude"
+    needs_act: bool = False  # factorisation needs per-channel activation statistics
+    needs_xtx: bool = False  # factorisation needs X^T X
+    supports_sensitivity: bool = True
+
+    def options(self) -> dict:
+        """The constructor arguments, for the checkpoint recipe."""
+        sig = inspect.signature(type(self).__init__)
+        return {k: _jsonable(getattr(self, k)) for k in sig.parameters if k != "self"}
+
+    def units(self, model: nn.Module, layout: ModelLayout) -> list[Unit]:
+        raise NotImplementedError
+
+    def score(self, model: nn.Module, units: list[Unit], stats: dict[str, WeightStats], proxy: Proxy) -> dict[str, float]:
+        raise NotImplementedError
+
+    def factorize(self, model: nn.Module, units: list[Unit], stats: dict[str, WeightStats], proxy: Proxy) -> dict:
+        raise NotImplementedError
+
+    def apply(self, model: nn.Module, units: list[Unit], dims: dict[str, int], factors: dict) -> dict[str, nn.Module]:
+        """Swap the modules of the units in ``dims``; return the replaced modules by name (to undo a probe)."""
+        raise NotImplementedError
+
+    def stat_modules(self, units: list[Unit]) -> list[str]:
+        return sorted({m for u in units for m in u.modules})
+
+
+def _jsonable(v):
+    if isinstance(v, (tuple, list, range)):
+        return [_jsonable(x) for x in v]
+    return v

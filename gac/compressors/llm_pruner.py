@@ -1,0 +1,96 @@
+"""LLM-Pruner-style structured pruning of MLP intermediate channels (Ma et al. 2023).
+
+One unit per pruned layer: its MLP width d (gate_proj as the root; the same channels leave up_proj rows and
+down_proj columns), ``params(d) = d * (hidden_in(gate) + hidden_in(up) + hidden_out(down))``. Channels are ranked by
+the proxy's additive energy summed over the coupled group (default: first-order Taylor ``sum |w * g|``, LLM-Pruner's
+element-wise criterion, accumulated one calibration sample at a time). The per-layer widths come from the allocation.
+Default layers: the paper's "layers 3-31 of 32" scaled to the model depth (``floor(3 L / 32)`` to the last layer).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gac.compressors.base import Compressor, Unit, parse_layers
+from gac.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
+from gac.discovery import ModelLayout
+from gac.errors import GacError
+from gac.importance import Proxy, check_score
+from gac.modules import get_module, replace_module
+
+
+def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    out_f, in_f = weight.shape
+    m = nn.Linear(in_f, out_f, bias=bias is not None, dtype=weight.dtype, device=weight.device)
+    with torch.no_grad():
+        m.weight.copy_(weight)
+        if bias is not None:
+            m.bias.copy_(bias)
+    return m
+
+
+class LLMPruner(Compressor):
+    name = "llm_pruner"
+    default_proxy = "gradient"
+
+    def __init__(self, layers=None):
+        self.layers = layers
+
+    def units(self, model, layout: ModelLayout) -> list[Unit]:
+        L = layout.num_layers
+        idx = parse_layers(self.layers, L, default=range((3 * L) // 32, L))
+        out = []
+        for i in idx:
+            li = layout.layers[i]
+            g, u, d = (get_module(model, li.name(p)) for p in ("gate_proj", "up_proj", "down_proj"))
+            for m in (g, u, d):
+                if not isinstance(m, nn.Linear):
+                    raise GacError(f"{li.mlp} holds a {type(m).__name__}; LLM-Pruner prunes dense MLPs only")
+            width = g.out_features
+            if u.out_features != width or d.in_features != width:
+                raise GacError(f"{li.mlp}: gate/up/down widths disagree ({g.out_features}, {u.out_features}, {d.in_features})")
+            ppd = g.in_features + u.in_features + d.out_features
+            out.append(Unit(li.mlp, "width", ppd, ppd * width, width, width,
+                            (li.name("gate_proj"), li.name("up_proj"), li.name("down_proj")), {"layer": i}))
+        return out
+
+    def score(self, model, units, stats, proxy: Proxy):
+        scores = {}
+        for u in units:
+            num = den = 0.0
+            for n in u.modules:
+                W = get_module(model, n).weight
+                num += check_score(proxy.weight_score(n, W, stats.get(n)), n, proxy.name) * W.numel()
+                den += W.numel()
+            scores[u.name] = num / den
+        return scores
+
+    def factorize(self, model, units, stats, proxy: Proxy):
+        out = {}
+        for u in units:
+            gn, un, dn = u.modules
+            e = (
+                proxy.row_energy(gn, get_module(model, gn).weight, stats.get(gn))
+                + proxy.row_energy(un, get_module(model, un).weight, stats.get(un))
+                + proxy.col_energy(dn, get_module(model, dn).weight, stats.get(dn))
+            )
+            out[u.name] = {"order": channel_order(e.double().cpu(), u.name)}
+        return out
+
+    def apply(self, model, units, dims, factors):
+        old = {}
+        for u in units:
+            if u.name not in dims:
+                continue
+            keep = kept_channels(factors[u.name]["order"], int(dims[u.name]))
+            gn, un, dn = u.modules
+            g, up, d = (get_module(model, n) for n in u.modules)
+            with torch.no_grad():
+                new_g = _linear_from(prune_rows(g.weight, keep), None if g.bias is None else g.bias[keep.to(g.bias.device)])
+                new_u = _linear_from(prune_rows(up.weight, keep), None if up.bias is None else up.bias[keep.to(up.bias.device)])
+                new_d = _linear_from(prune_cols(d.weight, keep), d.bias)
+            old[gn] = replace_module(model, gn, new_g)
+            old[un] = replace_module(model, un, new_u)
+            old[dn] = replace_module(model, dn, new_d)
+        return old

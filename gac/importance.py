@@ -1,0 +1,393 @@
+"""Importance proxies (paper Table 1) and the calibration passes that feed them.
+
+Proxies are small objects in a registry (:data:`PROXIES`), each giving, for one weight ``W`` and its calibration
+statistics:
+
+* ``weight_score`` — the importance *per parameter* of the whole weight (the ``s_i`` of Eq. 2/4), and
+* ``row_energy`` / ``col_energy`` — additive importance of each output row / input column, used where a compressor
+  works below the weight level (PaLU head groups, LLM-Pruner channels).
+
+==============  ===========================================  =====================================================
+proxy           weight_score (per parameter)                 rows / columns
+==============  ===========================================  =====================================================
+``magnitude``   ``||W||_F / sqrt(|W|)`` (RMS of W)             sum of ``w^2``
+``activation``  ``||X||_F / sqrt(tokens)`` (RMS input norm)    Wanda form ``sum_j |w_ij| * ||X_j||``
+``gradient``    ``sum_c |dL/dh_c . h_c| / |W|`` (1st-order     rows: ``|dL/dh_c . h_c|`` (= ``|sum_j w_cj g_cj|``);
+                Taylor, summed over calibration samples)      columns: ``sum_i |w_ij g_ij|`` (LLM-Pruner's Taylor)
+``fisher``      ``tr(F) / |W|`` (sum of squared per-sample     sum of ``g^2``
+                gradients, the empirical Fisher diagonal)
+``random``      seeded uniform (a baseline)                   seeded uniform
+==============  ===========================================  =====================================================
+
+Calibration (:func:`collect_activation_stats`) runs the model *one decoder layer at a time*: the inputs of layer
+``i`` for all calibration samples are the only activations held, hooks on that layer's projections fold each
+sample into running sums (``sum x^2``, ``sum |x|`` per input channel, and ``X^T X`` in float64 when asked), and the
+layer's outputs become the next layer's inputs. Gradient proxies (:func:`collect_gradient_stats`) need a backward
+pass through the whole model, one calibration sample at a time; a per-parameter hook folds each gradient into
+per-row/column sums and frees it at once, so no model-sized gradient buffer is ever held.
+
+Non-finite statistics fail loudly, naming the layer (:class:`~gac.errors.GacError`), instead of surfacing as a NaN
+perplexity later.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from gac.errors import GacError, unknown_name
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+@dataclass
+class WeightStats:
+    """Calibration statistics of one projection (all on CPU; float64 sums)."""
+
+    tokens: int = 0
+    act_sq: torch.Tensor | None = None  # [in] sum over tokens of x_j^2
+    act_abs: torch.Tensor | None = None  # [in] sum over tokens of |x_j|
+    xtx: torch.Tensor | None = None  # [in, in] sum of x x^T (float64), only when asked
+    samples: int = 0  # gradient samples folded in
+    taylor_row: torch.Tensor | None = None  # [out] sum_s |sum_j w_cj g_cj|
+    taylor_col: torch.Tensor | None = None  # [in] sum_s sum_i |w_ij g_ij|
+    fisher_row: torch.Tensor | None = None  # [out] sum_s sum_j g_cj^2
+    fisher_col: torch.Tensor | None = None  # [in] sum_s sum_i g_ij^2
+    extra: dict = field(default_factory=dict)
+
+    def act_abs_mean(self) -> torch.Tensor:
+        if self.act_abs is None or not self.tokens:
+            raise GacError("activation statistics were not collected for this weight")
+        return self.act_abs / self.tokens
+
+    def merge(self, other: WeightStats) -> None:
+        for k in ("act_sq", "act_abs", "xtx", "taylor_row", "taylor_col", "fisher_row", "fisher_col"):
+            v = getattr(other, k)
+            if v is not None:
+                setattr(self, k, v)
+        self.tokens = self.tokens or other.tokens
+        self.samples = self.samples or other.samples
+
+
+def _check_finite(t: torch.Tensor, what: str, name: str) -> None:
+    if not torch.isfinite(t).all():
+        bad = "NaN" if torch.isnan(t).any() else "inf"
+        raise GacError(
+            f"{bad} in the {what} of {name!r} during calibration; the model produces non-finite values on the "
+            f"calibration data (check the model weights, use float32/bfloat16 instead of float16, or other calibration text)"
+        )
+
+
+class _StopForward(Exception):
+    pass
+
+
+def _capture_layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor):
+    """Run ``model`` on one sample with every decoder layer short-circuited; return layer 0's input and each layer's kwargs."""
+    kwargs_per_layer: list[dict] = [None] * len(layers)  # type: ignore[list-item]
+    first_input: list[torch.Tensor] = []
+    handles = []
+
+    def make_hook(i):
+        def hook(mod, args, kwargs):
+            h = args[0] if args else kwargs["hidden_states"]
+            if i == 0:
+                first_input.append(h.detach())
+            kwargs_per_layer[i] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+            return None
+
+        return hook
+
+    originals = []
+    for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(make_hook(i), with_kwargs=True))
+        originals.append(layer.forward)
+        layer.forward = lambda *a, **k: a[0] if a else k["hidden_states"]  # identity: only the kwargs are wanted
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for layer in layers:
+            del layer.forward  # back to the class method
+        for h in handles:
+            h.remove()
+    for kw in kwargs_per_layer:
+        kw.pop("past_key_values", None)
+        kw["use_cache"] = False
+    return first_input[0], kwargs_per_layer
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def collect_activation_stats(
+    model: nn.Module, layout, calib_ids: torch.Tensor, modules: list[str], xtx: bool = False
+) -> dict[str, WeightStats]:
+    """Per-projection input statistics from a layer-by-layer calibration forward (one layer's activations held).
+
+    ``modules`` are the dotted names of the projections to record; ``xtx`` also accumulates ``X^T X`` (float64).
+    """
+    if calib_ids.ndim != 2 or calib_ids.numel() == 0:
+        raise GacError(f"calibration ids must be a non-empty [n_samples, seq_len] tensor, got shape {tuple(calib_ids.shape)}")
+    dev = _device_of(model)
+    layers = model.get_submodule(layout.layers_path)
+    wanted = set(modules)
+    stats: dict[str, WeightStats] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            h0, kw = _capture_layer_inputs(model, layers, calib_ids[:1].to(dev))
+            hidden = []
+            for s in range(calib_ids.shape[0]):
+                hs, _ = (h0, None) if s == 0 else _capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev))
+                hidden.append(hs)
+            for li in layout.layers:
+                layer = layers[li.index]
+                names = [n for n in wanted if n.startswith(li.prefix + ".")]
+                acc = {n: WeightStats() for n in names}
+                memo: dict = {}
+                handles = []
+                for n in names:
+                    mod = model.get_submodule(n)
+
+                    def hook(m, args, _n=n):
+                        x = args[0]
+                        key = (x.data_ptr(), tuple(x.shape))
+                        if key not in memo:
+                            x2 = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
+                            memo[key] = (
+                                x2.shape[0],
+                                (x2 * x2).sum(0),
+                                x2.abs().sum(0),
+                                x2.T @ x2 if xtx else None,
+                            )
+                        t, sq, ab, c = memo[key]
+                        a = acc[_n]
+                        a.tokens += t
+                        a.act_sq = sq.clone() if a.act_sq is None else a.act_sq + sq
+                        a.act_abs = ab.clone() if a.act_abs is None else a.act_abs + ab
+                        if c is not None:
+                            a.xtx = c.clone() if a.xtx is None else a.xtx + c
+
+                    handles.append(mod.register_forward_pre_hook(hook))
+                try:
+                    for s in range(len(hidden)):
+                        memo.clear()
+                        out = layer(hidden[s], **kw[li.index])
+                        out = out[0] if isinstance(out, tuple) else out
+                        _check_finite(out, f"output activations (sample {s})", li.prefix)
+                        hidden[s] = out
+                finally:
+                    for h in handles:
+                        h.remove()
+                    memo.clear()
+                for n, a in acc.items():
+                    for what in ("act_sq", "act_abs", "xtx"):
+                        v = getattr(a, what)
+                        if v is not None:
+                            _check_finite(v, f"input activation statistics ({what})", n)
+                            setattr(a, what, v.cpu())
+                    stats[n] = a
+    finally:
+        model.train(was_training)
+    missing = wanted - set(stats)
+    if missing:
+        raise GacError(f"no calibration statistics for {sorted(missing)[:3]}...: these modules are not in the decoder layers")
+    return stats
+
+
+def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: list[str]) -> dict[str, WeightStats]:
+    """Per-projection gradient statistics (Taylor and Fisher), one calibration sample per backward pass."""
+    dev = _device_of(model)
+    stats = {n: WeightStats() for n in modules}
+    params = {n: model.get_submodule(n).weight for n in modules}
+    saved_flags = {p: p.requires_grad for p in model.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(False)
+    handles = []
+
+    def make_hook(n):
+        def hook(p):
+            g = p.grad.detach().float()
+            w = p.detach().float()
+            wg = w * g
+            st = stats[n]
+            row, col = wg.sum(1).abs(), wg.abs().sum(0)
+            g2 = g * g
+            fr, fc = g2.sum(1), g2.sum(0)
+            for what, v in (("taylor_row", row), ("taylor_col", col), ("fisher_row", fr), ("fisher_col", fc)):
+                v = v.double().cpu()
+                cur = getattr(st, what)
+                setattr(st, what, v if cur is None else cur + v)
+            p.grad = None  # never hold a model-sized gradient buffer
+
+        return hook
+
+    was_training = model.training
+    model.eval()
+    try:
+        for n, p in params.items():
+            p.requires_grad_(True)
+            handles.append(p.register_post_accumulate_grad_hook(make_hook(n)))
+        for s in range(calib_ids.shape[0]):
+            ids = calib_ids[s : s + 1].to(dev)
+            with torch.enable_grad():
+                out = model(input_ids=ids, labels=ids, use_cache=False)
+                loss = out.loss
+                if not torch.isfinite(loss):
+                    raise GacError(
+                        f"calibration loss is {loss.item()} on sample {s}; the model produces non-finite values "
+                        f"(check its weights, or use float32/bfloat16 instead of float16)"
+                    )
+                loss.backward()
+            for n in modules:
+                stats[n].samples += 1
+        for n, st in stats.items():
+            for what in ("taylor_row", "taylor_col", "fisher_row", "fisher_col"):
+                _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
+    finally:
+        for h in handles:
+            h.remove()
+        for p, f in saved_flags.items():
+            p.requires_grad_(f)
+            p.grad = None
+        model.train(was_training)
+    return stats
+
+
+# ------------------------------------------------------------------------------------------------ proxies
+class Proxy:
+    """An importance proxy: per-parameter weight score plus additive row/column energies."""
+
+    name: str = ""
+    needs: frozenset[str] = frozenset()  # subset of {"act", "grad"}
+    sqrt_energy = False  # True when the per-parameter score is sqrt(energy / numel) (norm-like proxies)
+
+    def weight_score(self, name: str, W: torch.Tensor, st: WeightStats | None) -> float:
+        e = float(self.row_energy(name, W, st).sum())
+        return self.group_score(e, W.numel())
+
+    def group_score(self, energy: float, numel: int) -> float:
+        v = energy / max(numel, 1)
+        return math.sqrt(max(v, 0.0)) if self.sqrt_energy else v
+
+    def row_energy(self, name: str, W: torch.Tensor, st: WeightStats | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def col_energy(self, name: str, W: torch.Tensor, st: WeightStats | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<proxy {self.name}>"
+
+
+def _need(st: WeightStats | None, attr: str, proxy: str, name: str) -> torch.Tensor:
+    v = None if st is None else getattr(st, attr)
+    if v is None:
+        raise GacError(f"proxy {proxy!r} needs calibration statistics ({attr}) for {name!r}; none were collected")
+    return v
+
+
+class Magnitude(Proxy):
+    name, needs, sqrt_energy = "magnitude", frozenset(), True
+
+    def row_energy(self, name, W, st):
+        return W.detach().double().pow(2).sum(1).cpu()
+
+    def col_energy(self, name, W, st):
+        return W.detach().double().pow(2).sum(0).cpu()
+
+
+class Activation(Proxy):
+    name, needs = "activation", frozenset({"act"})
+
+    def weight_score(self, name, W, st):
+        sq = _need(st, "act_sq", self.name, name)
+        return math.sqrt(float(sq.sum()) / max(st.tokens, 1))
+
+    def _xnorm(self, name, st):
+        return (_need(st, "act_sq", self.name, name) / max(st.tokens, 1)).sqrt()
+
+    def row_energy(self, name, W, st):
+        return (W.detach().double().abs().cpu() * self._xnorm(name, st)[None, :]).sum(1)
+
+    def col_energy(self, name, W, st):
+        return W.detach().double().abs().cpu().sum(0) * self._xnorm(name, st)
+
+
+class Gradient(Proxy):
+    name, needs = "gradient", frozenset({"grad"})
+
+    def row_energy(self, name, W, st):
+        return _need(st, "taylor_row", self.name, name)
+
+    def col_energy(self, name, W, st):
+        return _need(st, "taylor_col", self.name, name)
+
+
+class Fisher(Proxy):
+    name, needs = "fisher", frozenset({"grad"})
+
+    def row_energy(self, name, W, st):
+        return _need(st, "fisher_row", self.name, name)
+
+    def col_energy(self, name, W, st):
+        return _need(st, "fisher_col", self.name, name)
+
+
+class Random(Proxy):
+    """A seeded random baseline: the same (seed, weight name) always gives the same scores."""
+
+    name, needs = "random", frozenset()
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+
+    def _gen(self, name, salt):
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(f"{name}/{salt}".encode()))
+
+    def weight_score(self, name, W, st):
+        return float(torch.rand((), generator=self._gen(name, "w"), dtype=torch.float64))
+
+    def row_energy(self, name, W, st):
+        return torch.rand(W.shape[0], generator=self._gen(name, "r"), dtype=torch.float64)
+
+    def col_energy(self, name, W, st):
+        return torch.rand(W.shape[1], generator=self._gen(name, "c"), dtype=torch.float64)
+
+
+PROXIES: dict[str, type[Proxy]] = {
+    "magnitude": Magnitude,
+    "activation": Activation,
+    "gradient": Gradient,
+    "fisher": Fisher,
+    "random": Random,
+}
+
+
+def get_proxy(name: str, seed: int = 0) -> Proxy:
+    if isinstance(name, Proxy):
+        return name
+    if name not in PROXIES:
+        raise unknown_name("importance proxy", str(name), PROXIES)
+    cls = PROXIES[name]
+    return cls(seed) if cls is Random else cls()
+
+
+def check_score(value: float, name: str, proxy: str) -> float:
+    if not math.isfinite(value):
+        raise GacError(
+            f"importance score of {name!r} under proxy {proxy!r} is {value}; non-finite scores usually come from NaN "
+            f"or inf weights or calibration activations (check the model and the calibration data)"
+        )
+    if value < 0:
+        raise GacError(f"importance score of {name!r} under proxy {proxy!r} is negative ({value})")
+    return float(value)
