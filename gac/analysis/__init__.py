@@ -1,0 +1,69 @@
+"""Analysis: the paper's tables and figures from the results store (or a W&B export).
+
+    from gac.analysis import load_results, table5, format_table
+    df = load_results("results/")                 # tidy: one row per record
+    print(format_table(table5(df, model="tiny")))  # Table 5 as markdown ("latex" for LaTeX)
+
+Tables (:mod:`gac.analysis.tables`) return pandas frames with numbers (NaN where not measured);
+figures (:mod:`gac.analysis.figures`) return matplotlib ``Figure`` objects (no pyplot state);
+:func:`write_report` writes all of them into a directory (``gac report``).
+"""
+
+from gac.analysis.figures import (
+    kernel_staircase,
+    plot_latency_vs_seq_len,
+    plot_proxy_comparison,
+    plot_ratio_sweep,
+    save_figure,
+)
+from gac.analysis.load import (
+    load_results,
+    metric_columns,
+    parse_seq_metric,
+    parse_target,
+    plan_dims,
+    records_from_wandb,
+    records_to_frame,
+)
+from gac.analysis.report import Report, write_report
+from gac.analysis.tables import (
+    format_table,
+    latency_table,
+    latency_vs_seq_len,
+    method_label,
+    profile_table,
+    proxy_comparison,
+    proxy_dims,
+    ratio_sweep,
+    ratio_sweep_table,
+    staircase_summary,
+    table5,
+)
+
+__all__ = [
+    "Report",
+    "format_table",
+    "kernel_staircase",
+    "latency_table",
+    "latency_vs_seq_len",
+    "load_results",
+    "method_label",
+    "metric_columns",
+    "parse_seq_metric",
+    "parse_target",
+    "plan_dims",
+    "plot_latency_vs_seq_len",
+    "plot_proxy_comparison",
+    "plot_ratio_sweep",
+    "profile_table",
+    "proxy_comparison",
+    "proxy_dims",
+    "ratio_sweep",
+    "ratio_sweep_table",
+    "records_from_wandb",
+    "records_to_frame",
+    "save_figure",
+    "staircase_summary",
+    "table5",
+    "write_report",
+]

@@ -1,0 +1,357 @@
+"""Tidy pandas views of results: one row per record (from the results store or a W&B export).
+
+Columns of the frame :func:`load_results` returns (any column may hold NaN/None where a record lacks it):
+
+``key, status, created, path``
+    the record's identity (``path`` is its file; empty for W&B runs)
+``model, compressor, proxy, strategy, ratio, unit, gpu, seq_len, experiment, sweep``
+    the record's ``job`` fields, flat (``compressor == "none"`` / ``strategy == "baseline"`` for the original model)
+``aligned_fraction, params, budget``
+    the record's top-level numbers
+``<metric>``
+    one column per metric name in ``record["metrics"]`` (``ppl_wikitext2``, ``piqa_acc``, ``prefill_ms``,
+    ``prefill_ms@1024``, ``prefill_ms@b4_1024``, ...); a metric a record did not run is NaN
+``plan_strategy, plan_objective, plan_budget_met, n_targets, aligned_8, aligned_16, aligned_32, dims``
+    from ``record["plan"]`` (``dims`` is the ``{target name: dim}`` dict, kept as an object column;
+    :func:`plan_dims` expands it into one row per target)
+``time_<stage>``
+    stage timings in seconds
+``git_commit, git_dirty, device, gac_version``
+    provenance
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+JOB_FIELDS = ("model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu", "seq_len", "experiment", "sweep")
+ID_COLUMNS = ("key", "status", "created", "path")
+TOP_FIELDS = ("aligned_fraction", "params", "budget")
+PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets", "aligned_8", "aligned_16",
+                "aligned_32", "dims")
+PROVENANCE_FIELDS = ("git_commit", "git_dirty", "device", "gac_version")
+BASE_COLUMNS = ID_COLUMNS + JOB_FIELDS + TOP_FIELDS + PLAN_COLUMNS
+RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS)
+
+#: ``prefill_ms@1024`` or ``prefill_ms@b4_1024`` -> (metric, batch, seq_len)
+SEQ_METRIC = re.compile(r"^(?P<metric>[A-Za-z0-9_]+)@(?:b(?P<batch>\d+)_)?(?P<seq>\d+)$")
+
+
+def parse_seq_metric(name: str) -> tuple[str, int, int] | None:
+    """``"prefill_ms@b4_1024"`` -> ``("prefill_ms", 4, 1024)``; ``"prefill_ms@128"`` -> batch 1; else None."""
+    m = SEQ_METRIC.match(str(name))
+    if not m:
+        return None
+    return m["metric"], int(m["batch"] or 1), int(m["seq"])
+
+
+# ---------------------------------------------------------------------------------------------- store
+def load_results(source, include_failures: bool = False, allow_empty: bool = False) -> pd.DataFrame:
+    """Load a results store (a directory, or a :class:`gac.results.store.ResultsStore`) as a tidy frame.
+
+    Raises :class:`GacError` for a missing directory, a corrupt or non-gac record, and (unless
+    ``allow_empty``) a store without records.
+    """
+    from gac.results.store import ResultsStore
+
+    store = source if isinstance(source, ResultsStore) else None
+    if store is None:
+        root = Path(source)
+        if not root.exists():
+            raise GacError(f"results directory {str(root)!r} does not exist; give the results_dir your jobs wrote to")
+        if not root.is_dir():
+            raise GacError(f"results directory {str(root)!r} is a file; give the directory that holds records/")
+        store = ResultsStore(root)
+    records = list(store.iter_records(include_failures=include_failures))
+    if not records and not allow_empty:
+        raise GacError(f"no result records in {str(store.root)!r} (expected {store.records_dir}/<key>.json); "
+                       f"run jobs with results_dir={store.root} first")
+    df = records_to_frame(records)
+    log.info("loaded %d records from %s", len(df), store.root)
+    return df
+
+
+def records_to_frame(records: Iterable[Mapping]) -> pd.DataFrame:
+    """Store records (dicts, see :mod:`gac.results.store`) -> the tidy frame (one row per record)."""
+    rows = [_record_row(rec) for rec in records]
+    return _frame(rows)
+
+
+def _where(rec: Mapping) -> str:
+    return str(rec.get("_path") or rec.get("key") or "<record>")
+
+
+def _record_row(rec: Mapping) -> dict:
+    if not isinstance(rec, Mapping):
+        raise GacError(f"a result record is a {type(rec).__name__}, expected a JSON object")
+    where = _where(rec)
+    schema = rec.get("schema", 1)
+    if schema != 1:
+        raise GacError(f"result record {where} has schema {schema!r}; this gac reads schema 1 — upgrade gac "
+                       f"or move the record out of the store")
+    job = rec.get("job")
+    if not isinstance(job, Mapping):
+        raise GacError(f"result record {where} has no 'job' object; it is not a gac result record — move it out "
+                       f"of the store")
+    for f in ("model", "compressor", "strategy"):
+        if f not in job:
+            raise GacError(f"result record {where} lacks job.{f}; it is not a complete gac result record — move it "
+                           f"out of the store or re-run the job")
+    row: dict = {
+        "key": rec.get("key"),
+        "status": rec.get("status", "completed"),
+        "created": rec.get("created"),
+        "path": str(rec.get("_path", "")),
+    }
+    for f in JOB_FIELDS:
+        row[f] = job.get(f)
+    for f in TOP_FIELDS:
+        row[f] = rec.get(f)
+    metrics = rec.get("metrics") or {}
+    if not isinstance(metrics, Mapping):
+        raise GacError(f"result record {where} has 'metrics' of type {type(metrics).__name__}, expected an object")
+    for name, value in metrics.items():
+        row[_metric_column(name)] = _number(value, f"metric {name!r} of {where}")
+    row.update(_plan_columns(rec.get("plan"), where))
+    if row["aligned_fraction"] is None and row.get("plan_aligned") is not None:
+        row["aligned_fraction"] = row["plan_aligned"]
+    row.pop("plan_aligned", None)
+    for stage, secs in (rec.get("timings") or {}).items():
+        row[f"time_{stage}"] = _number(secs, f"timing {stage!r} of {where}")
+    prov = rec.get("provenance") or {}
+    for f in PROVENANCE_FIELDS:
+        row[f] = prov.get(f) if isinstance(prov, Mapping) else None
+    return row
+
+
+def _metric_column(name: str) -> str:
+    if name in RESERVED:
+        log.warning("metric %r collides with a frame column; it is loaded as 'metric_%s'", name, name)
+        return f"metric_{name}"
+    return str(name)
+
+
+def _number(value, what: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise GacError(f"{what} is {value!r}, expected a number; fix or remove the record") from None
+
+
+def _plan_columns(plan, where: str) -> dict:
+    out = {c: None for c in PLAN_COLUMNS}
+    if plan is None:
+        return out
+    if not isinstance(plan, Mapping):
+        raise GacError(f"result record {where} has 'plan' of type {type(plan).__name__}, expected an object or null")
+    dims = plan.get("dims") or {}
+    if not isinstance(dims, Mapping):
+        raise GacError(f"result record {where} has plan.dims of type {type(dims).__name__}, expected an object")
+    out["plan_strategy"] = plan.get("strategy")
+    out["plan_objective"] = plan.get("objective")
+    out["plan_budget_met"] = plan.get("budget_met")
+    out["n_targets"] = len(dims)
+    by_unit = plan.get("aligned_by_unit") or {}
+    for u in (8, 16, 32):
+        v = by_unit.get(str(u), by_unit.get(u)) if isinstance(by_unit, Mapping) else None
+        out[f"aligned_{u}"] = v
+    out["dims"] = {str(k): int(v) for k, v in dims.items()}
+    out["plan_aligned"] = plan.get("aligned_fraction")
+    return out
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for c in BASE_COLUMNS:
+        if c not in df.columns:
+            df[c] = None
+    numeric = ("ratio", "unit", "seq_len", "aligned_fraction", "params", "budget", "plan_objective", "n_targets",
+               "aligned_8", "aligned_16", "aligned_32")
+    for c in numeric:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    extra = [c for c in df.columns if c not in BASE_COLUMNS]
+    return df[list(BASE_COLUMNS) + extra].reset_index(drop=True)
+
+
+def metric_columns(df: pd.DataFrame) -> list[str]:
+    """The metric columns of a tidy frame (everything that is not an identity/job/plan/timing/provenance column)."""
+    return [c for c in df.columns if c not in RESERVED and not c.startswith("time_")]
+
+
+# ---------------------------------------------------------------------------------------------- plan dims
+_TARGET = re.compile(r"layers\.(?P<layer>\d+)\.(?P<rest>.+)$")
+
+
+def parse_target(name: str) -> tuple[int | None, str, int | None]:
+    """``model.layers.3.self_attn.k_proj.group0`` -> ``(3, "k_proj", 0)``; ``model.layers.3.mlp`` -> ``(3, "mlp", None)``."""
+    m = _TARGET.search(name)
+    layer = int(m["layer"]) if m else None
+    parts = (m["rest"] if m else name).split(".")
+    group = None
+    if len(parts) > 1 and re.fullmatch(r"group\d+", parts[-1]):
+        group = int(parts[-1][5:])
+        parts = parts[:-1]
+    return layer, parts[-1], group
+
+
+def plan_dims(df: pd.DataFrame, unit: int = 8) -> pd.DataFrame:
+    """One row per (record, plan target): ``key, model, compressor, proxy, strategy, ratio, target, layer, kind,
+    group, dim, aligned`` (``aligned``: ``dim % unit == 0``). Records without a plan contribute no rows."""
+    cols = ["key", "model", "compressor", "proxy", "strategy", "ratio", "gpu", "created"]
+    rows = []
+    for rec in df.to_dict("records"):
+        dims = rec.get("dims")
+        if not isinstance(dims, Mapping):
+            continue
+        for target, d in dims.items():
+            layer, kind, group = parse_target(target)
+            rows.append({**{c: rec.get(c) for c in cols}, "target": target, "layer": layer, "kind": kind,
+                         "group": group, "dim": int(d), "aligned": int(d) % unit == 0})
+    out = pd.DataFrame(rows, columns=cols + ["target", "layer", "kind", "group", "dim", "aligned"])
+    out["layer"] = pd.to_numeric(out["layer"]).astype("Int64")
+    out["group"] = pd.to_numeric(out["group"]).astype("Int64")
+    out["aligned"] = out["aligned"].astype(bool)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- W&B
+def records_from_wandb(runs) -> pd.DataFrame:
+    """W&B runs -> the same tidy frame as :func:`load_results`.
+
+    ``runs`` is an iterable of W&B API run objects (``wandb.Api().runs(path)``; attributes ``.config``,
+    ``.summary``, ``.name``, ``.group``, optionally ``.id``, ``.state``, ``.created_at``), or the path of a
+    CSV exported from the W&B runs table (or a DataFrame read from one).
+
+    Where the fields are looked for (first hit wins): a job field ``f`` in config ``job.f``, ``job/f``, ``f``
+    (a scalar) or ``f.name`` (a Hydra group dict); a metric ``m`` in summary ``m``, ``metrics/m`` or
+    ``metrics.m``; ``aligned_fraction``, ``params``, ``budget`` in summary then config; ``key`` in config
+    ``key`` then the run id.
+    """
+    if isinstance(runs, (str, os.PathLike)):
+        p = Path(runs)
+        if not p.is_file():
+            raise GacError(f"W&B export {str(p)!r} does not exist; export the runs table as CSV from the W&B UI")
+        try:
+            runs = pd.read_csv(p)
+        except Exception as e:  # pandas raises several types for a bad CSV
+            raise GacError(f"cannot read W&B export {str(p)!r} as CSV: {e}") from None
+    if isinstance(runs, pd.DataFrame):
+        flats = [_csv_run(r) for r in runs.to_dict("records")]
+    else:
+        flats = [_api_run(r) for r in runs]
+    rows = [_wandb_row(*f) for f in flats]
+    if not rows:
+        raise GacError("no W&B runs given; check the project path and filters")
+    return _frame(rows)
+
+
+def _flatten(d, prefix: str = "") -> dict:
+    out = {}
+    if isinstance(d, str):
+        try:
+            d = json.loads(d)
+        except ValueError:
+            return {prefix.rstrip("."): d} if prefix else {}
+    if not isinstance(d, Mapping):
+        return {prefix.rstrip("."): d} if prefix else {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and not ("value" in v and len(v) <= 2 and "desc" in v):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, Mapping):  # W&B's {"value": x, "desc": ...} config entries
+            out[key] = v.get("value")
+        else:
+            out[key] = v
+    return out
+
+
+def _api_run(run) -> tuple[dict, dict, dict]:
+    config = _flatten(dict(getattr(run, "config", {}) or {}))
+    summary_obj = getattr(run, "summary", {}) or {}
+    summary_dict = getattr(summary_obj, "_json_dict", None)
+    summary = _flatten(dict(summary_dict if isinstance(summary_dict, Mapping) else summary_obj))
+    meta = {"name": getattr(run, "name", None), "group": getattr(run, "group", None),
+            "id": getattr(run, "id", None), "state": getattr(run, "state", None),
+            "created": getattr(run, "created_at", None)}
+    return config, summary, meta
+
+
+def _csv_run(row: Mapping) -> tuple[dict, dict, dict]:
+    clean = {str(k): v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
+    meta = {"name": clean.pop("Name", None), "group": clean.pop("Group", None), "id": clean.pop("ID", None),
+            "state": clean.pop("State", None), "created": clean.pop("Created", None)}
+    return clean, clean, meta  # a CSV export holds config and summary side by side (dotted keys)
+
+
+def _first(flat: Mapping, *names):
+    for n in names:
+        if n in flat and flat[n] is not None and not (isinstance(flat[n], float) and math.isnan(flat[n])):
+            return flat[n]
+    return None
+
+
+def _wandb_row(config: dict, summary: dict, meta: dict) -> dict:
+    where = f"W&B run {meta.get('name') or meta.get('id')!r}"
+    row: dict = {"key": _first(config, "key", "job.key") or meta.get("id") or meta.get("name"),
+                 "status": "failed" if str(meta.get("state") or "").lower() in ("failed", "crashed") else "completed",
+                 "created": str(meta["created"]) if meta.get("created") is not None else None, "path": ""}
+    for f in JOB_FIELDS:
+        row[f] = _first(config, f"job.{f}", f"job/{f}", f, f"{f}.name")
+    missing = [f for f in ("model", "compressor", "strategy") if row[f] is None]
+    if missing:
+        raise GacError(f"{where} has no {', '.join(missing)} in its config (looked for job.<field>, <field> and "
+                       f"<field>.name); log the job fields to W&B config or load the results store instead")
+    for f in TOP_FIELDS:
+        v = _first(summary, f)
+        row[f] = v if v is not None else _first(config, f)
+    taken = {f"job.{f}" for f in JOB_FIELDS} | {f"job/{f}" for f in JOB_FIELDS} | set(JOB_FIELDS) | set(TOP_FIELDS)
+    mixed = config is summary  # a CSV export: config and summary columns side by side
+    for k, v in summary.items():
+        if k in taken or k.startswith("_") or not _is_number(v):
+            continue
+        if k.startswith(("metrics/", "metrics.")):
+            name = k[len("metrics/"):]
+        elif mixed and not _looks_like_metric(k):
+            continue  # a numeric config column of the export
+        else:
+            name = k
+        row[_metric_column(name)] = _number(v, f"metric {name!r} of {where}")
+    for c in PLAN_COLUMNS:
+        row.setdefault(c, None)
+    return row
+
+
+_METRIC_HINT = re.compile(r"(ppl|_acc|_ms|@|latency|tokens_per_s)")
+
+
+def _looks_like_metric(name: str) -> bool:
+    return bool(_METRIC_HINT.search(name)) and "." not in name.split("@")[0]
+
+
+def _is_number(v) -> bool:
+    if isinstance(v, bool) or v is None:
+        return False
+    if isinstance(v, (int, float)):
+        return not math.isnan(v)
+    if isinstance(v, str):
+        try:
+            return not math.isnan(float(v))
+        except ValueError:
+            return False
+    return False

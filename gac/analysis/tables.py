@@ -1,0 +1,520 @@
+"""The paper's tables from the tidy results frame (:func:`gac.analysis.load_results`).
+
+Every function takes the frame plus optional filters (``model``, ``gpu``, ``ratio``, ...). A filter left as
+``None`` must be unambiguous in the data (one value), otherwise a :class:`GacError` names the values to choose
+from. Where several records describe the same point (a forced re-run), the latest ``created`` wins. Numbers
+stay numbers (NaN where not run); :func:`format_table` renders NaN as a blank cell.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from gac.analysis.load import parse_seq_metric, plan_dims
+from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
+                     "palu": "PaLU"}
+STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
+                   "round_down": "round-down", "rebalance": "rebalance"}
+METRIC_LABELS = {"ppl_wikitext2": "PPL", "piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
+                 "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
+                 "decode_ms_per_token": "Decode (ms/token)"}
+#: Table 5's metric columns: (column label, metric name)
+TABLE5_METRICS = (("PPL", "ppl_wikitext2"), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
+                  ("HSwag", "hellaswag_acc"), ("HSwag (norm)", "hellaswag_acc_norm"))
+ALIGN_COL, LAT_COL, DELTA_COL = "Align (%)", "Prefill (ms)", "vs. baseline (%)"
+TABLE5_FORMATS = {ALIGN_COL: "{:.0f}%", "PPL": "{:.2f}", "PiQA": "{:.3f}", "PiQA (norm)": "{:.3f}",
+                  "HSwag": "{:.3f}", "HSwag (norm)": "{:.3f}", LAT_COL: "{:.1f}", DELTA_COL: "{:+.0f}%"}
+
+
+def compressor_label(name) -> str:
+    return COMPRESSOR_LABELS.get(str(name), str(name))
+
+
+def method_label(compressor, strategy) -> str:
+    """``("asvd", "unaligned")`` -> ``"ASVD"``; ``("asvd", "gac")`` -> ``"ASVD (GAC)"``; baseline -> ``"Baseline"``."""
+    if is_baseline(compressor, strategy):
+        return "Baseline"
+    s = STRATEGY_LABELS.get(str(strategy), str(strategy))
+    return compressor_label(compressor) + (f" ({s})" if s else "")
+
+
+def is_baseline(compressor, strategy) -> bool:
+    return str(compressor) == "none" or str(strategy) == "baseline"
+
+
+def baseline_mask(df: pd.DataFrame) -> pd.Series:
+    return (df["compressor"].astype(str) == "none") | (df["strategy"].astype(str) == "baseline")
+
+
+# ---------------------------------------------------------------------------------------------- selection
+def completed(df: pd.DataFrame) -> pd.DataFrame:
+    if "status" not in df.columns:
+        return df
+    return df[df["status"].fillna("completed") == "completed"]
+
+
+def _values(s: pd.Series) -> list:
+    return sorted({v for v in s.tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))},
+                  key=lambda v: (str(type(v)), v))
+
+
+def _match(s: pd.Series, value) -> pd.Series:
+    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+        num = pd.to_numeric(s, errors="coerce")
+        return (num - float(value)).abs() < 1e-9
+    return s.astype(str) == str(value)
+
+
+def resolve(df: pd.DataFrame, field: str, value, what: str) -> tuple[pd.DataFrame, object]:
+    """Filter ``df`` on ``field == value``; with ``value=None`` the field must be unambiguous."""
+    if value is not None:
+        out = df[_match(df[field], value)]
+        if out.empty:
+            raise GacError(f"{what}: no records with {field}={value!r}; available: {_values(df[field])}")
+        return out, value
+    vals = _values(df[field])
+    if len(vals) > 1:
+        raise GacError(f"{what}: the records hold several {field}s {vals}; choose one ({field}=...)")
+    return df, (vals[0] if vals else None)
+
+
+def latest(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """One row per ``by`` group: the latest ``created`` (forced re-runs sit beside the original record)."""
+    if df.empty:
+        return df
+    order = df.assign(_created=df["created"].fillna("").astype(str), _path=df["path"].fillna("").astype(str))
+    order = order.sort_values(["_created", "_path"], kind="stable")
+    dup = order.duplicated(list(by), keep="last")
+    if dup.any():
+        log.info("%d older record(s) superseded by a later re-run of the same point", int(dup.sum()))
+    return order[~dup].drop(columns=["_created", "_path"])
+
+
+def _one_proxy(rows: pd.DataFrame, proxy, what: str) -> pd.DataFrame:
+    """Keep one proxy per compressor: ``proxy`` as str (all compressors) or ``{compressor: proxy}``."""
+    parts = []
+    for comp, g in rows.groupby("compressor", sort=False):
+        want = proxy.get(comp) if isinstance(proxy, Mapping) else proxy
+        if want is not None:
+            g = g[g["proxy"].astype(str) == str(want)]
+        vals = _values(g["proxy"])
+        if len(vals) > 1:
+            raise GacError(f"{what}: {compressor_label(comp)} has runs with several proxies {vals}; choose one "
+                           f"(proxy=... or proxy={{{comp!r}: ...}})")
+        parts.append(g)
+    return pd.concat(parts) if parts else rows
+
+
+# ---------------------------------------------------------------------------------------------- Table 5
+def table5(
+    df: pd.DataFrame,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    ratio: float | None = None,
+    seq_len: int | None = None,
+    proxy: str | Mapping[str, str] | None = None,
+    compressors: Sequence[str] | None = None,
+    strategies: Sequence[str] = ("unaligned", "gac"),
+    unit: int | None = None,
+    latency: str = "prefill_ms",
+) -> pd.DataFrame:
+    """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor.
+
+    Columns ``Align (%)``, ``PPL``, ``PiQA``, ``PiQA (norm)``, ``HSwag``, ``HSwag (norm)``, ``Prefill (ms)``,
+    ``vs. baseline (%)`` (``100 * (latency / baseline latency - 1)``, blank on the baseline row). ``Align`` is the record's
+    ``aligned_fraction`` (or the plan's at ``unit`` when given). Latency is metric ``latency``, falling back to
+    ``latency@<seq_len>``. The baseline is matched on model, gpu and seq_len (not ratio). A metric a run did
+    not measure is NaN. ``df.attrs`` carries ``formats`` (for :func:`format_table`) and ``caption``.
+    """
+    what = "Table 5"
+    df = completed(df)
+    df, model = resolve(df, "model", model, what)
+    df, gpu = resolve(df, "gpu", gpu, what)
+    df, seq_len = resolve(df, "seq_len", seq_len, what)
+    base = df[baseline_mask(df)]
+    comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]
+    if compressors is not None:
+        comp = comp[comp["compressor"].astype(str).isin([str(c) for c in compressors])]
+    if comp.empty and base.empty:
+        raise GacError(f"{what}: no baseline or compressor runs with strategies {list(strategies)} for model "
+                       f"{model!r}; check the filters")
+    comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
+    comp = _one_proxy(comp, proxy, what)
+    comp = latest(comp, ["compressor", "strategy"])
+    base = latest(base, ["model"])
+    if base.empty:
+        log.warning("Table 5: no baseline record for model %r; the baseline row and latency change stay blank", model)
+
+    order = list(compressors) if compressors is not None else _compressor_order(comp["compressor"].tolist())
+    rows: list[tuple[str, pd.Series | None]] = [("Baseline", base.iloc[0] if len(base) else None)]
+    for c in order:
+        for s in strategies:
+            hit = comp[(comp["compressor"].astype(str) == str(c)) & (comp["strategy"].astype(str) == str(s))]
+            if hit.empty:
+                log.info("Table 5: no %s run for %s; row left out", s, c)
+                continue
+            rows.append((method_label(c, s), hit.iloc[0]))
+    if base.empty:
+        rows = rows[1:]
+
+    def lat(rec):
+        if rec is None:
+            return math.nan
+        v = _get(rec, latency)
+        if math.isnan(v) and seq_len is not None:
+            v = _get(rec, f"{latency}@{int(seq_len)}")
+        return v
+
+    base_lat = lat(rows[0][1]) if not base.empty else math.nan
+    out = []
+    for label, rec in rows:
+        align = _get(rec, f"aligned_{unit}") if unit is not None else _get(rec, "aligned_fraction")
+        r = {ALIGN_COL: 100.0 * align}
+        for col, metric in TABLE5_METRICS:
+            r[col] = _get(rec, metric)
+        r[LAT_COL] = lat(rec)
+        has_base = label != "Baseline" and base_lat and not math.isnan(base_lat)
+        r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
+        out.append(r)
+    table = pd.DataFrame(out, index=pd.Index([lbl for lbl, _ in rows], name="Method"),
+                         columns=[ALIGN_COL] + [c for c, _ in TABLE5_METRICS] + [LAT_COL, DELTA_COL]).astype(float)
+    table.attrs["formats"] = dict(TABLE5_FORMATS)
+    parts = [str(model)]
+    if gpu is not None:
+        parts.append(f"on {gpu}")
+    if ratio is not None:
+        parts.append(f"at ratio {float(ratio):g}")
+    lat_where = f"{latency}, seq_len {int(seq_len)}" if seq_len is not None else latency
+    table.attrs["caption"] = f"Table 5: {' '.join(parts)} ({lat_where})"
+    table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len}
+    return table
+
+
+def _get(rec, name: str) -> float:
+    if rec is None or name not in rec.index:
+        return math.nan
+    v = rec[name]
+    try:
+        return float(v) if v is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+_PREFERRED = ("asvd", "svd_llm", "palu", "llm_pruner")
+_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "round_nearest", "round_up", "round_down", "rebalance")
+
+
+def _method_order(compressor, strategy) -> tuple:
+    """Sort key: baseline first, then compressors in the paper's order, unaligned before GAC before the rest."""
+    if is_baseline(compressor, strategy):
+        return (-1, "", -1, "")
+    c, s = str(compressor), str(strategy)
+    return (_PREFERRED.index(c) if c in _PREFERRED else len(_PREFERRED), c,
+            _STRATEGY_ORDER.index(s) if s in _STRATEGY_ORDER else len(_STRATEGY_ORDER), s)
+
+
+def _compressor_order(names) -> list[str]:
+    uniq = list(dict.fromkeys(str(n) for n in names))
+    return sorted(uniq, key=lambda n: (_PREFERRED.index(n) if n in _PREFERRED else len(_PREFERRED), n))
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+def format_table(
+    df: pd.DataFrame,
+    fmt: str = "markdown",
+    formats: Mapping[str, str | Callable] | None = None,
+    index: bool = True,
+    caption: str | None = None,
+) -> str:
+    """Render a table as GitHub markdown (``"markdown"``/``"md"``) or a booktabs LaTeX tabular (``"latex"``/``"tex"``).
+
+    ``formats`` maps a column to a ``str.format`` pattern (``"{:.2f}"``) or a callable; it defaults to
+    ``df.attrs["formats"]`` and then ``"{:.4g}"`` for floats. NaN/None render as blank cells. A ``caption``
+    (default: none) is a markdown line above the table, or ``\\caption`` in a LaTeX ``table`` environment.
+    """
+    kind = {"markdown": "md", "md": "md", "latex": "tex", "tex": "tex"}.get(str(fmt).lower())
+    if kind is None:
+        raise GacError(f"unknown table format {fmt!r}; use 'markdown' (md) or 'latex' (tex)")
+    fm = {**df.attrs.get("formats", {}), **(formats or {})}
+    header = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
+    numeric = ([False] if index else []) + [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
+    body = []
+    for idx, row in df.iterrows():
+        cells = [_cell(idx, None)] if index else []
+        cells += [_cell(row[c], fm.get(c)) for c in df.columns]
+        body.append(cells)
+    if kind == "md":
+        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+        lines = [f"**{caption}**", ""] if caption else []
+        lines.append("| " + " | ".join(esc(h) for h in header) + " |")
+        lines.append("|" + "|".join("---:" if n else ":---" for n in numeric) + "|")
+        lines += ["| " + " | ".join(esc(c) for c in cells) + " |" for cells in body]
+        return "\n".join(lines) + "\n"
+    spec = "".join("r" if n else "l" for n in numeric)
+    lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(_tex(h) for h in header) + " \\\\", "\\midrule"]
+    lines += [" & ".join(_tex(c) for c in cells) + " \\\\" for cells in body]
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    if caption:
+        lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{_tex(caption)}}}", *lines, "\\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v, fmt) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return ""
+    try:
+        if pd.isna(v):
+            return ""
+    except (TypeError, ValueError):
+        pass
+    if callable(fmt):
+        return str(fmt(v))
+    if fmt:
+        return fmt.format(v)
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _tex(s: str) -> str:
+    return "".join(_TEX.get(ch, ch) for ch in str(s))
+
+
+# ---------------------------------------------------------------------------------------------- ratio sweep
+def ratio_sweep(
+    df: pd.DataFrame,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    seq_len: int | None = None,
+    compressor: str | Sequence[str] | None = None,
+    proxy: str | Mapping[str, str] | None = None,
+    strategies: Sequence[str] | None = None,
+    metrics: Sequence[str] = ("ppl_wikitext2", "prefill_ms"),
+) -> pd.DataFrame:
+    """PPL and latency against ratio per strategy: a long frame
+    ``model, gpu, compressor, proxy, strategy, method, ratio, metric, value`` (baseline rows have strategy
+    ``baseline`` and ratio 0). Records measuring none of ``metrics`` are left out (allocation-only runs)."""
+    what = "ratio sweep"
+    df = completed(df)
+    df, model = resolve(df, "model", model, what)
+    df, gpu = resolve(df, "gpu", gpu, what)
+    df = df[df[[m for m in metrics if m in df.columns]].notna().any(axis=1)] if any(m in df.columns for m in metrics) else df.iloc[0:0]
+    df, seq_len = resolve(df, "seq_len", seq_len, what)
+    base = latest(df[baseline_mask(df)], ["model"])
+    comp = df[~baseline_mask(df)]
+    if compressor is not None:
+        names = [compressor] if isinstance(compressor, str) else list(compressor)
+        comp = comp[comp["compressor"].astype(str).isin(names)]
+    if strategies is not None:
+        comp = comp[comp["strategy"].astype(str).isin([str(s) for s in strategies])]
+    parts = []
+    for _, g in comp.groupby(["compressor", "strategy", "ratio"], sort=False):
+        parts.append(_one_proxy(g, proxy, what))
+    comp = latest(pd.concat(parts) if parts else comp, ["compressor", "strategy", "ratio"])
+    rows = []
+    for rec in pd.concat([base, comp]).to_dict("records"):
+        for m in metrics:
+            v = rec.get(m)
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            base_row = is_baseline(rec["compressor"], rec["strategy"])
+            rows.append({"model": model, "gpu": gpu, "compressor": rec["compressor"], "proxy": rec.get("proxy"),
+                         "strategy": "baseline" if base_row else rec["strategy"],
+                         "method": method_label(rec["compressor"], rec["strategy"]),
+                         "ratio": 0.0 if base_row else float(rec["ratio"]), "metric": m, "value": float(v)})
+    cols = ["model", "gpu", "compressor", "proxy", "strategy", "method", "ratio", "metric", "value"]
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values(["compressor", "strategy", "metric", "ratio"], kind="stable").reset_index(drop=True)
+
+
+def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The long ratio sweep as a wide table: one row per (compressor, ratio), one column per (metric, strategy)."""
+    comp = sweep[sweep["strategy"] != "baseline"]
+    if comp.empty:
+        return pd.DataFrame()
+    wide = comp.pivot_table(index=["compressor", "ratio"], columns=["metric", "strategy"], values="value",
+                            aggfunc="first")
+    order = sorted(wide.columns, key=lambda ms: (list(sweep["metric"].unique()).index(ms[0]),
+                                                 _method_order("x", ms[1])))
+    wide = wide[order]
+    wide.columns = [f"{METRIC_LABELS.get(m, m)} {STRATEGY_LABELS.get(s) or s}" for m, s in wide.columns]
+    wide.index = pd.Index([f"{compressor_label(c)} {r:g}" for c, r in wide.index], name="Compressor, ratio")
+    wide.attrs["formats"] = {c: ("{:.2f}" if c.startswith("PPL") else "{:.1f}" if "(ms" in c else "{:.4g}")
+                             for c in wide.columns}
+    return wide
+
+
+# ---------------------------------------------------------------------------------------------- proxies
+def proxy_dims(
+    df: pd.DataFrame,
+    *,
+    model: str | None = None,
+    compressor: str | None = None,
+    ratio: float | None = None,
+    strategy: str = "unaligned",
+    unit: int = 8,
+) -> pd.DataFrame:
+    """The plan dims of one (model, compressor, ratio, strategy) per proxy, one row per target (see
+    :func:`gac.analysis.plan_dims`): what Figure 2 scatters."""
+    what = "proxy comparison"
+    df = completed(df)
+    df = df[df["dims"].map(lambda d: isinstance(d, Mapping) and len(d) > 0)]
+    df = df[df["strategy"].astype(str) == str(strategy)]
+    if df.empty:
+        raise GacError(f"{what}: no records with a plan and strategy {strategy!r}; proxy comparison needs "
+                       f"allocation runs that saved their plan")
+    df, model = resolve(df, "model", model, what)
+    df, compressor = resolve(df, "compressor", compressor, what)
+    df, ratio = resolve(df, "ratio", ratio, what)
+    df = latest(df, ["proxy"])
+    return plan_dims(df, unit=unit)
+
+
+def proxy_comparison(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> pd.DataFrame:
+    """Misaligned fraction per proxy (rows) from :func:`proxy_dims`: ``targets`` and ``misaligned <u> (%)``
+    for each unit in ``units``."""
+    rows = []
+    for proxy, g in dims.groupby("proxy", sort=True):
+        r = {"targets": float(len(g))}
+        for u in units:
+            r[f"misaligned {u} (%)"] = 100.0 * float((g["dim"] % u != 0).mean())
+        rows.append((proxy, r))
+    out = pd.DataFrame([r for _, r in rows], index=pd.Index([p for p, _ in rows], name="Proxy"))
+    out.attrs["formats"] = {"targets": "{:.0f}", **{f"misaligned {u} (%)": "{:.0f}%" for u in units}}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- latency
+def latency_vs_seq_len(
+    df: pd.DataFrame,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    ratio: float | None = None,
+    proxy: str | Mapping[str, str] | None = None,
+    strategies: Sequence[str] = ("unaligned", "gac"),
+    metric: str = "prefill_ms",
+) -> pd.DataFrame:
+    """Latency by sequence length (Figure 10) from the ``<metric>@S`` / ``<metric>@bB_S`` columns: a long frame
+    ``method, compressor, strategy, batch, seq_len, latency_ms, change_pct`` (change against the baseline at
+    the same batch and length, in %; NaN on baseline rows and without a baseline)."""
+    what = "latency vs sequence length"
+    df = completed(df)
+    cols = {c: parse_seq_metric(c) for c in df.columns}
+    cols = {c: p for c, p in cols.items() if p is not None and p[0] == metric}
+    if not cols:
+        raise GacError(f"{what}: no '{metric}@<seq_len>' columns in the results; measure latency at several "
+                       f"sequence lengths (eval latency seq_lens)")
+    df = df[df[list(cols)].notna().any(axis=1)]
+    df, model = resolve(df, "model", model, what)
+    df, gpu = resolve(df, "gpu", gpu, what)
+    base = latest(df[baseline_mask(df)], ["model"])
+    comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]
+    comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
+    comp = latest(_one_proxy(comp, proxy, what), ["compressor", "strategy"])
+    rows = []
+    for rec in pd.concat([base, comp]).to_dict("records"):
+        for c, (_, batch, seq) in cols.items():
+            v = rec.get(c)
+            if v is None or math.isnan(v):
+                continue
+            rows.append({"method": method_label(rec["compressor"], rec["strategy"]),
+                         "compressor": rec["compressor"],
+                         "strategy": "baseline" if is_baseline(rec["compressor"], rec["strategy"]) else rec["strategy"],
+                         "batch": batch, "seq_len": seq, "latency_ms": float(v)})
+    out = pd.DataFrame(rows, columns=["method", "compressor", "strategy", "batch", "seq_len", "latency_ms"])
+    b = out[out["strategy"] == "baseline"].set_index(["batch", "seq_len"])["latency_ms"]
+    out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != "baseline" else math.nan
+                         for bt, s, v, st in zip(out["batch"], out["seq_len"], out["latency_ms"], out["strategy"])]
+    out.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "metric": metric}
+    out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
+    out = out.sort_values(["batch", "_order", "seq_len"], kind="stable").drop(columns="_order")
+    return out.reset_index(drop=True)
+
+
+def latency_table(lat: pd.DataFrame, batch: int = 1) -> pd.DataFrame:
+    """Latency (ms) and change against the baseline by method (rows) and sequence length (columns)."""
+    sel = lat[lat["batch"] == batch]
+    if sel.empty:
+        return pd.DataFrame()
+    methods = list(dict.fromkeys(sel["method"]))
+    seqs = sorted(sel["seq_len"].unique())
+    table = pd.DataFrame(index=pd.Index(methods, name=f"Method (batch {batch})"))
+    fm = {}
+    for s in seqs:
+        one = sel[sel["seq_len"] == s].set_index("method")
+        table[f"S={s} (ms)"] = one["latency_ms"].reindex(methods).to_numpy()
+        table[f"S={s} vs. base"] = one["change_pct"].reindex(methods).to_numpy()
+        fm[f"S={s} (ms)"], fm[f"S={s} vs. base"] = "{:.1f}", "{:+.0f}%"
+    table.attrs["formats"] = fm
+    return table
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+def profile_table(profile) -> pd.DataFrame:
+    """A kernel profile as a tidy frame: a :class:`gac.profiling.profile.HardwareProfile`, its directory, or a
+    DataFrame with at least ``sweep, dim, latency_ms`` (optional ``op, axis, backend, tflops, tier, kernel``)."""
+    if isinstance(profile, pd.DataFrame):
+        table = profile
+    elif hasattr(profile, "table") and isinstance(profile.table, pd.DataFrame):
+        table = profile.table
+    else:
+        from gac.profiling.profile import HardwareProfile  # imports torch: only when a path is given
+
+        table = HardwareProfile.load(profile).table
+    missing = [c for c in ("sweep", "dim", "latency_ms") if c not in table.columns]
+    if missing:
+        raise GacError(f"kernel profile table lacks columns {missing}; expected a gac HardwareProfile table "
+                       f"(sweep, op, axis, dim, backend, latency_ms, tflops, ...)")
+    out = table.copy()
+    for c, default in (("op", ""), ("axis", "dim"), ("backend", "auto"), ("tier", ""), ("kernel", ""),
+                       ("context", "")):
+        if c not in out.columns:
+            out[c] = default
+        out[c] = out[c].astype("object").where(out[c].notna(), default).astype(str)
+    if "tflops" not in out.columns:
+        out["tflops"] = math.nan
+    out["dim"] = pd.to_numeric(out["dim"]).astype("int64")
+    out["latency_ms"] = pd.to_numeric(out["latency_ms"]).astype("float64")
+    return out
+
+
+def staircase_summary(table: pd.DataFrame, unit: int = 8, backend: str | None = "auto") -> pd.DataFrame:
+    """Per kernel sweep: dims swept, median latency of ``unit``-aligned and misaligned dims, and the worst
+    misalignment penalty: ``max over misaligned d of latency(d) / latency(next aligned d above) - 1`` (%)."""
+    t = profile_table(table)
+    t = t[(t["context"] == "")]
+    if backend is not None:
+        t = t[t["backend"] == backend]
+    rows = []
+    for sweep, g in t.groupby("sweep", sort=True):
+        g = g.groupby("dim")["latency_ms"].median()
+        aligned = g[g.index % unit == 0]
+        mis = g[g.index % unit != 0]
+        worst = math.nan
+        for d, v in mis.items():
+            up = aligned[aligned.index > d]
+            if len(up):
+                worst = max(worst if not math.isnan(worst) else -math.inf, 100.0 * (v / up.iloc[0] - 1.0))
+        rows.append((sweep, {"dims": float(len(g)), "from": float(g.index.min()), "to": float(g.index.max()),
+                             "aligned median (ms)": float(aligned.median()) if len(aligned) else math.nan,
+                             "misaligned median (ms)": float(mis.median()) if len(mis) else math.nan,
+                             "worst penalty (%)": worst}))
+    out = pd.DataFrame([r for _, r in rows], index=pd.Index([s for s, _ in rows], name="Sweep"))
+    out.attrs["formats"] = {"dims": "{:.0f}", "from": "{:.0f}", "to": "{:.0f}", "aligned median (ms)": "{:.4g}",
+                            "misaligned median (ms)": "{:.4g}", "worst penalty (%)": "{:+.0f}%"}
+    return out
