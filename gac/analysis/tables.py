@@ -378,8 +378,8 @@ def proxy_dims(
         raise GacError(f"{what}: no records with a plan and strategy {strategy!r}; proxy comparison needs "
                        f"allocation runs that saved their plan")
     df, model = resolve(df, "model", model, what)
-    df, compressor = resolve(df, "compressor", compressor, what)
     df, ratio = resolve(df, "ratio", ratio, what)
+    df, compressor = resolve(df, "compressor", compressor, what)
     df = latest(df, ["proxy"])
     return plan_dims(df, unit=unit)
 
@@ -466,16 +466,16 @@ def latency_table(lat: pd.DataFrame, batch: int = 1) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------------- kernels
 def profile_table(profile) -> pd.DataFrame:
-    """A kernel profile as a tidy frame: a :class:`gac.profiling.profile.HardwareProfile`, its directory, or a
+    """A kernel profile as a tidy frame: a :class:`gac.profiling.HardwareProfile`, its directory, or a
     DataFrame with at least ``sweep, dim, latency_ms`` (optional ``op, axis, backend, tflops, tier, kernel``)."""
     if isinstance(profile, pd.DataFrame):
         table = profile
     elif hasattr(profile, "table") and isinstance(profile.table, pd.DataFrame):
         table = profile.table
     else:
-        from gac.profiling.profile import HardwareProfile  # imports torch: only when a path is given
+        from gac.profiling import load_profile  # imports torch: only when a path is given
 
-        table = HardwareProfile.load(profile).table
+        table = load_profile(profile).table
     missing = [c for c in ("sweep", "dim", "latency_ms") if c not in table.columns]
     if missing:
         raise GacError(f"kernel profile table lacks columns {missing}; expected a gac HardwareProfile table "

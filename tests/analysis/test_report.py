@@ -1,0 +1,59 @@
+"""``gac report`` end to end on the fixture store."""
+
+import json
+
+from gac.cli import main
+from tests.analysis.conftest import PROFILE, STORE
+
+TABLES = ["table5_tiny_a100_r0.1", "table5_tiny_a100_r0.15", "table5_tiny_a100_r0.3", "ratio_sweep_tiny_a100",
+          "latency_seq_tiny_a100_r0.15_b1", "latency_seq_tiny_a100_r0.15_b4", "proxies_tiny_asvd_r0.2",
+          "staircase_profile"]
+FIGURES = ["ratio_sweep_tiny_a100", "latency_seq_tiny_a100_r0.15", "proxies_tiny_asvd_r0.2",
+           "staircase_profile_sdpa", "staircase_profile_gemm"]
+
+
+def test_report_writes_every_table_and_figure(tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", str(STORE), "-o", str(out), "--profile", str(PROFILE)]) == 0
+    expected = {f"{t}.{ext}" for t in TABLES for ext in ("md", "tex")}
+    expected |= {f"{f}.{ext}" for f in FIGURES for ext in ("png", "pdf")} | {"index.md"}
+    assert {p.name for p in out.iterdir()} == expected
+    for name in expected:
+        assert (out / name).stat().st_size > 0
+    from tests.analysis.test_tables import EXPECTED_MD
+
+    md = (out / "table5_tiny_a100_r0.15.md").read_text()
+    assert md == "**Table 5: tiny on a100 at ratio 0.15 (prefill_ms, seq_len 1024)**\n\n" + EXPECTED_MD
+    assert "\\begin{tabular}" in (out / "table5_tiny_a100_r0.15.tex").read_text()
+    index = (out / "index.md").read_text()
+    assert "- table5_tiny_a100_r0.15.md" in index and EXPECTED_MD in index
+    assert f"15 records -> {len(expected)} files in {out}" in capsys.readouterr().out
+    # nothing is overwritten silently
+    assert main(["report", str(STORE), "-o", str(out)]) == 2
+    assert "not empty; refusing to overwrite" in capsys.readouterr().err
+    assert main(["report", str(STORE), "-o", str(out), "--force", "--format", "md", "--figures", "png"]) == 0
+
+
+def test_report_formats(tmp_path):
+    out = tmp_path / "r"
+    assert main(["report", str(STORE), "-o", str(out), "--format", "tex", "--figures", "pdf"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "table5_tiny_a100_r0.15.tex" in names and "table5_tiny_a100_r0.15.md" not in names
+    assert "ratio_sweep_tiny_a100.pdf" in names and "ratio_sweep_tiny_a100.png" not in names
+
+
+def test_report_bad_input(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["report", str(tmp_path / "missing"), "-o", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty" / "records").mkdir(parents=True)
+    assert main(["report", str(tmp_path / "empty"), "-o", str(out)]) == 2
+    assert "no result records" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    (bad / "records").mkdir(parents=True)
+    (bad / "records" / "k.json").write_text(json.dumps({"key": "k", "job": {"model": "m"}}))
+    assert main(["report", str(bad), "-o", str(out)]) == 2
+    assert "lacks job.compressor" in capsys.readouterr().err
+    assert main(["report", str(STORE), "-o", str(out), "--format", "html"]) == 2
+    assert "unknown table format 'html'" in capsys.readouterr().err
+    assert not out.exists()  # nothing written on bad input
