@@ -378,8 +378,9 @@ def run_sweeps(
 def target_shape(target: Target) -> dict | None:
     """The fixed dimensions of the kernels ``target``'s dimension reaches, from ``target.meta``.
 
-    ``lowrank``: ``meta["in_features"]`` and ``meta["out_features"]`` (without them: a square weight,
-    ``in = out = params_per_dim / 2``). ``width``: ``meta["hidden_size"]`` (default ``params_per_dim / 3``).
+    ``lowrank``: ``meta["in_features"]`` and ``meta["out_features"]``; without them, solved from
+    ``meta["dense_params"]`` (= in * out) and ``params_per_dim`` (= in + out) taking in >= out, else a square
+    weight (in = out = params_per_dim / 2). ``width``: ``meta["hidden_size"]`` (default ``params_per_dim / 3``).
     ``head_dim``: ``meta["num_heads"]`` (default 32). ``generic``: None (no kernels known).
     """
     m = target.meta or {}
@@ -387,6 +388,12 @@ def target_shape(target: Target) -> dict | None:
         fin, fout = m.get("in_features"), m.get("out_features")
         if fin is None or fout is None:
             fin = fout = target.params_per_dim // 2
+            dense = m.get("dense_params")
+            if isinstance(dense, int) and dense > 0:
+                disc = target.params_per_dim**2 - 4 * dense
+                root = math.isqrt(disc) if disc >= 0 else -1
+                if root >= 0 and root * root == disc and (target.params_per_dim + root) % 2 == 0:
+                    fin, fout = (target.params_per_dim + root) // 2, (target.params_per_dim - root) // 2
         return {"in": int(fin), "out": int(fout)}
     if target.kind == "width":
         return {"hidden": int(m.get("hidden_size", target.params_per_dim // 3))}
