@@ -9,6 +9,7 @@ measured on another device, unless ``allow_device_mismatch``).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -53,6 +54,31 @@ def _covered(profile: HardwareProfile, need: dict[str, set[int]], tokens: int) -
         if dims - have:
             missing[ctx] = dims - have
     return missing
+
+
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+
+
+def find_profiles(
+    device_name: str, dtype: str | None = None, dirs: Sequence[str | Path] = (SHIPPED_DIR,)
+) -> list[Path]:
+    """Profile directories under ``dirs`` (one level deep) measured on ``device_name`` (and ``dtype``), newest first."""
+    from gac.profiling.profile import normalize_device_name
+
+    found = []
+    for root in dirs:
+        for meta_file in sorted(Path(root).glob(f"*/{META_FILE}")) if Path(root).is_dir() else []:
+            try:
+                meta = json.loads(meta_file.read_text())
+            except (OSError, ValueError):
+                log.warning("skipping unreadable profile %s", meta_file)
+                continue
+            if normalize_device_name(meta.get("device_name")) != normalize_device_name(device_name):
+                continue
+            if dtype is not None and meta.get("dtype") != dtype:
+                continue
+            found.append((str(meta.get("date", "")), meta_file.parent))
+    return [p for _, p in sorted(found, reverse=True)]
 
 
 def cache_name(info: dict, dtype: str) -> str:
@@ -102,9 +128,18 @@ def dimension_sweep(
         log.info("dimension sweep: reusing cached profile %s (%d contexts)", path, len(need))
         return cached
     if not measure:
+        dirs = [SHIPPED_DIR] + ([Path(cache_dir)] if cache_dir is not None else [])
+        for found in find_profiles(info["device_name"], dtype_name(dt), dirs):
+            prof = HardwareProfile.load(found)
+            if prof.sweeps() and prof.sweeps() != ["target"]:
+                log.info(
+                    "dimension sweep: not measuring; using the sweep profile %s (its rules and cliffs)", found
+                )
+                return prof
         raise GacError(
-            f"no cached profile for {info['device_name']} covers {len(missing)} target shape(s) "
-            f"(e.g. {next(iter(missing))}); allow measuring or pass a profile directory"
+            f"no cached or shipped profile for {info['device_name']} covers {len(missing)} target shape(s) "
+            f"(e.g. {next(iter(missing))}); allow measuring, pass a profile directory, or measure one with "
+            f"python experiments/profile.py device={dev.type} out_dir=..."
         )
     sub = [
         t for t in targets if target_shape(t) is not None and context_key(t.kind, target_shape(t)) in missing

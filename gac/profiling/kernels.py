@@ -116,9 +116,12 @@ def capture_kernels(
     if device.type == "cuda":
         for e in events:
             dev_type = getattr(e, "device_type", None)
-            if dev_type is not None and "CUDA" in str(dev_type):
-                t = float(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0) or 0.0)
-                totals[e.name] = totals.get(e.name, 0.0) + t
+            if dev_type is None or "CUDA" not in str(dev_type) or e.name.startswith(("Memcpy", "Memset")):
+                continue
+            t = float(getattr(e, "device_time_total", 0.0) or 0.0)
+            if t <= 0 and getattr(e, "time_range", None) is not None:
+                t = float(e.time_range.elapsed_us())
+            totals[e.name] = totals.get(e.name, 0.0) + t
     else:
         for e in events:
             if _CPU_NOISE_OPS.match(e.name):

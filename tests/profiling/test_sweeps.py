@@ -216,3 +216,17 @@ def test_target_shape_from_meta():
     assert target_shape(Target("w", 20.0, 1.0, 3 * 4096, kind="width")) == {"hidden": 4096}
     assert target_shape(Target("h", 20.0, 1.0, 64, kind="head_dim")) == {"heads": 32}
     assert target_shape(Target("g", 20.0, 1.0, 64)) is None
+
+
+def test_dimension_sweep_without_measuring_uses_a_sweep_profile_of_this_device(tmp_path):
+    from gac.profiling.device import device_name
+
+    here = device_name(torch.device("cpu"))
+    prof = profile_of(sdpa_rows(range(64, 72)), device_name=here)
+    prof.meta["dtype"] = "float32"
+    prof.save(tmp_path / "cpu-sweeps")
+    profile_of(sdpa_rows(range(64, 72)), device_name="Other GPU").save(tmp_path / "other")
+    got = dimension_sweep(
+        [_lowrank("a", 20.0)], device="cpu", dtype="float32", cache_dir=tmp_path, measure=False
+    )
+    assert got.device_name == here and got.sweeps() == ["sdpa_head_dim"]
