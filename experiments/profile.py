@@ -27,6 +27,7 @@ def main(cfg: DictConfig) -> None:
         horizon=c["horizon"],
         figures=bool(c["figures"]),
         table_format=c["table_format"],
+        num_threads=c["threads"],
     )
 
 

@@ -40,6 +40,7 @@ def quick_dir(tmp_path_factory):
 def test_quick_cpu_profile_is_complete(quick_dir):
     prof = HardwareProfile.load(quick_dir)
     assert prof.device_type == "cpu" and prof.meta["quick"] is True
+    assert prof.meta["num_threads"] == 1  # quick CPU runs use one thread
     assert prof.sweeps() == sorted(
         ["sdpa_head_dim", "gemm_M", "gemm_N", "gemm_K", "gemm_tput_K", "gemm_tput_N", "gemv_K", "gemv_N"]
     )

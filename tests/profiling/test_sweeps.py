@@ -39,7 +39,12 @@ TINY_PLAN = SweepPlan.quick(
 
 @pytest.fixture(scope="module")
 def cpu_profile():
-    return run_sweeps("cpu", "float32", TINY_PLAN, TINY)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CI's 2 cores are shared: no OpenMP oversubscription
+    try:
+        return run_sweeps("cpu", "float32", TINY_PLAN, TINY)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_cpu_sweeps_are_well_formed(cpu_profile, tmp_path):
