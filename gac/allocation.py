@@ -8,8 +8,10 @@ generalised to any proxy and any target shape):
     d*_i    = keep_i * |W_i| / params_per_dim_i
 
 * ``s_i`` is the proxy's per-parameter importance, ``s_bar`` the parameter-weighted mean over all targets;
-* ``power`` (default 1: proportional) tempers the spread; ``power = 0`` is the uniform allocation (same ratio
-  everywhere, what ASVD/LLM-Pruner do without a sensitivity search);
+* ``power`` tempers the spread: ``power = 1`` is PaLU's proportional rule, ``power = 0`` the uniform allocation
+  (same ratio everywhere, what ASVD/LLM-Pruner do without a sensitivity search). gac's default is 0.5 (square
+  root): gradient and Fisher scores span several orders of magnitude across weights, and with ``power = 1`` most
+  targets end at a bound (the floor or d_max) instead of at a score-driven d*;
 * ``hi_i = params_per_dim_i * d_max_i / |W_i|`` is the most a target can keep (for low-rank targets the
   break-even rank, see :mod:`gac.compressors.base`); ``lo = min_keep * B / |W|`` (default a quarter of the uniform
   share) stops a low-scored weight from being wiped out;
@@ -46,7 +48,7 @@ def proportional_allocation(
     d_max: Sequence[int],
     scores: Sequence[float],
     budget: int,
-    power: float = 1.0,
+    power: float = 0.5,
     min_keep: float = 0.25,
     weights: Sequence[float] | None = None,
 ) -> list[float]:

@@ -193,7 +193,7 @@ def prepare(
     calibration: Calibration | None = None,
     calib_ids: torch.Tensor | None = None,
     allocation: str = "proportional",
-    power: float = 1.0,
+    power: float = 0.5,
     proxy_seed: int = 0,
     sensitivity_grid=SENSITIVITY_GRID,
     compressor_options: dict | None = None,
@@ -227,6 +227,10 @@ def prepare(
         else:
             cal_json = {"source": "token_ids", "n_samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
     mods = comp.stat_modules(units)
+    for n in mods:
+        w = get_module(model, n).weight
+        if not torch.isfinite(w).all():
+            raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
     t0 = time.perf_counter()
     stats = {}
     if need_act:

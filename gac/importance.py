@@ -160,16 +160,14 @@ def collect_activation_stats(
 
                     def hook(m, args, _n=n):
                         x = args[0]
-                        key = (x.data_ptr(), tuple(x.shape))
-                        if key not in memo:
+                        # q/k/v (and gate/up) receive the same tensor object: compute its statistics once. The memo
+                        # holds the tensor itself, so its memory cannot be reused by a later input while memoised.
+                        hit = next((v for (xx, v) in memo.values() if xx is x), None)
+                        if hit is None:
                             x2 = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
-                            memo[key] = (
-                                x2.shape[0],
-                                (x2 * x2).sum(0),
-                                x2.abs().sum(0),
-                                x2.T @ x2 if xtx else None,
-                            )
-                        t, sq, ab, c = memo[key]
+                            hit = (x2.shape[0], (x2 * x2).sum(0), x2.abs().sum(0), x2.T @ x2 if xtx else None)
+                            memo[len(memo)] = (x, hit)
+                        t, sq, ab, c = hit
                         a = acc[_n]
                         a.tokens += t
                         a.act_sq = sq.clone() if a.act_sq is None else a.act_sq + sq

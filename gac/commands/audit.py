@@ -1,0 +1,22 @@
+"""``gac audit MODEL_OR_CHECKPOINT [--json]``: per-layer dimensions and the alignment rules they break."""
+
+from __future__ import annotations
+
+NAME = "audit"
+HELP = "report which layer dimensions of a model or gac checkpoint break alignment rules (mod 8/16/32, head_dim)"
+
+
+def add_arguments(p):
+    p.add_argument("model", help="'tiny', a Hugging Face hub id, a local HF model directory, or a gac checkpoint directory")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--all", action="store_true", help="list aligned weights too")
+
+
+def run(args) -> int:
+    import json
+
+    from gac.audit import audit, format_audit
+
+    rep = audit(args.model)
+    print(json.dumps(rep, indent=2) if args.json else format_audit(rep, all_weights=args.all))
+    return 0

@@ -1,0 +1,92 @@
+"""Shared fixtures: the embedded ``tiny`` model when it is available (else a tiny-shaped random Llama), a few short
+calibration samples, held-out evaluation ids, and each compressor prepared once per session."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+N_CALIB, CALIB_LEN, EVAL_LEN = 4, 64, 128
+
+
+def small_config(model_type: str = "llama", **kw):
+    from transformers import AutoConfig
+
+    base = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=512, max_position_embeddings=256)
+    base.update(kw)
+    return AutoConfig.for_model(model_type, **base)
+
+
+def small_model(model_type: str = "llama", seed: int = 0, **kw):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(small_config(model_type, **kw)).eval()
+
+
+def _tiny():
+    try:
+        from gac.fixtures.tiny import tiny_dir
+
+        tiny_dir(build_if_missing=False)
+        from gac.models import load_model
+
+        return load_model("tiny", dtype=torch.float32)
+    except Exception:  # not shipped yet: fall back to a tiny-shaped random Llama
+        return None
+
+
+@pytest.fixture(scope="session")
+def base():
+    """(model, tokenizer or None, calibration ids, held-out ids, name)."""
+    got = _tiny()
+    if got is not None:
+        model, tok = got
+        model.eval()
+        from gac.data import calibration_batches
+
+        calib = calibration_batches(tok, "tiny", N_CALIB, CALIB_LEN, seed=0, split="train")
+        held = calibration_batches(tok, "tiny", 4, EVAL_LEN, seed=1, split="test")
+        return model, tok, calib, held, "tiny"
+    model = small_model(hidden_size=256, intermediate_size=688, num_hidden_layers=4, vocab_size=4096, tie_word_embeddings=True)
+    g = torch.Generator().manual_seed(0)
+    calib = torch.randint(0, 4096, (N_CALIB, CALIB_LEN), generator=g)
+    held = torch.randint(0, 4096, (4, EVAL_LEN), generator=g)
+    return model, None, calib, held, "random-tiny-shaped"
+
+
+@torch.no_grad()
+def ppl(model, ids) -> float:
+    from gac.compress import calibration_perplexity
+
+    return calibration_perplexity(model, ids)
+
+
+_PREPARED: dict = {}
+
+
+@pytest.fixture(scope="session")
+def prepared(base):
+    """prepared(compressor, proxy=None) -> Prepared, computed once per session."""
+    from gac.compress import prepare
+
+    model, tok, calib, _, _ = base
+
+    def get(compressor: str, proxy: str | None = None, **opts):
+        key = (compressor, proxy, tuple(sorted(opts.items())))
+        if key not in _PREPARED:
+            _PREPARED[key] = prepare(model, tok, compressor, proxy, calib_ids=calib, compressor_options=opts or None)
+        return _PREPARED[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def base_ppl(base):
+    model, _, _, held, _ = base
+    v = ppl(model, held)
+    assert math.isfinite(v)
+    return v
