@@ -1,0 +1,143 @@
+"""Compressed checkpoints: identical logits after reload, never a silent random initialisation, audit and CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gac.checkpoint import META_FILE, load_checkpoint, read_meta, save_checkpoint
+from gac.errors import GacError
+
+COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, prepared, base):
+    """One gac-aligned checkpoint per compressor (ratio 0.3)."""
+    model, tok, _, held, _ = base
+    out = {}
+    for c in COMPRESSORS:
+        cm, plan, report = prepared(c).compress(0.3, "unaligned" if c == "palu" else "gac")
+        d = tmp_path_factory.mktemp(c) / "ckpt"
+        save_checkpoint(cm, tok, d)
+        with torch.no_grad():
+            logits = cm(held[:2]).logits
+        out[c] = (d, cm, plan, logits)
+    return out
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_reload_identical_logits(saved, base, compressor):
+    _, tok, _, held, _ = base
+    d, cm, plan, logits = saved[compressor]
+    m2, tok2 = load_checkpoint(d)
+    with torch.no_grad():
+        assert torch.equal(m2(held[:2]).logits, logits)
+    assert (tok2 is None) == (tok is None)
+    meta = read_meta(d)
+    assert meta["recipe"]["compressor"] == compressor and meta["recipe"]["ratio"] == 0.3
+    assert meta["recipe"]["calibration"]["n_samples"] == 4 and meta["recipe"]["strategy"] == plan.strategy
+    assert meta["plan"]["dims"] == plan.dims and meta["gac_version"]
+    assert meta["provenance"]["torch"] == torch.__version__
+    # every per-layer dimension is recorded
+    specs = meta["modules"]
+    assert len(specs) == 7 * m2.config.num_hidden_layers
+    assert sum(p.numel() for p in m2.parameters()) == sum(p.numel() for p in cm.parameters())
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_transformers_cannot_silently_random_init(saved, base, compressor):
+    from transformers import AutoModelForCausalLM
+
+    model = base[0]
+    d = saved[compressor][0]
+    assert not (d / "config.json").exists() and not (d / "model.safetensors").exists()
+    with pytest.raises((OSError, ValueError)):
+        AutoModelForCausalLM.from_pretrained(d)
+    with pytest.raises((OSError, ValueError)):
+        AutoModelForCausalLM.from_pretrained(d, config=model.config)
+
+
+def test_load_model_dispatches_to_checkpoint(saved, base):
+    from gac.models import load_model
+
+    _, _, _, held, _ = base
+    d, _, _, logits = saved["llm_pruner"]
+    m, _ = load_model(str(d))
+    with torch.no_grad():
+        assert torch.equal(m(held[:2]).logits, logits)
+
+
+def test_damaged_checkpoint_fails_loudly(saved, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src = saved["asvd"][0]
+    d = tmp_path / "broken"
+    shutil.copytree(src, d)
+    sd = load_file(d / "gac_model.safetensors")
+    key = next(k for k in sd if k.endswith("q_proj.down.weight"))
+    del sd[key]
+    save_file(sd, d / "gac_model.safetensors")
+    with pytest.raises(GacError, match="do not match"):
+        load_checkpoint(d)
+    meta = json.loads((d / META_FILE).read_text())
+    meta["format"] = "something-else"
+    (d / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(GacError, match="not a gac checkpoint"):
+        load_checkpoint(d)
+
+
+def test_refuses_to_overwrite(saved, tmp_path):
+    d, cm, _, _ = saved["llm_pruner"]
+    with pytest.raises(GacError, match="refusing to overwrite"):
+        save_checkpoint(cm, None, d)
+    out = tmp_path / "x"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(GacError, match="not empty"):
+        save_checkpoint(cm, None, out)
+    save_checkpoint(cm, None, out, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / META_FILE).exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    save_checkpoint(cm, None, empty)  # an empty directory is fine
+
+
+def test_audit_checkpoint_and_dense(saved, base, tmp_path, capsys):
+    from gac.audit import audit, audit_model
+    from gac.cli import main
+
+    model = base[0]
+    rep = audit_model(model)
+    assert rep["aligned_fraction"] == 1.0 and rep["head_dim_flash_ok"]
+    d = saved["palu"][0]  # saved with the unaligned strategy: some ranks break mod 8
+    rep = audit(d)
+    assert rep["n_weights"] == 7 * model.config.num_hidden_layers
+    plan = saved["palu"][2]
+    broken = sum(1 for v in plan.dims.values() if v % 8)
+    assert sum(1 for w in rep["weights"] if w["misaligned"]["8"]) == broken > 0
+    rep = audit(saved["asvd"][0])  # gac-aligned
+    assert rep["aligned_fraction"] == 1.0
+    assert main(["audit", str(d), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["aligned_fraction"] < 1.0
+    assert main(["audit", str(d)]) == 0
+    assert "rank" in capsys.readouterr().out
+    model.save_pretrained(tmp_path / "hf")
+    assert audit(tmp_path / "hf")["aligned_fraction"] == 1.0
+    assert main(["audit", str(tmp_path / "nope")]) == 2
+
+
+def test_audit_flags_bad_head_dim():
+    from gac.audit import audit_model
+    from tests.compressors.conftest import small_model
+
+    m = small_model(hidden_size=120, num_attention_heads=4, num_key_value_heads=2, head_dim=30, intermediate_size=100)
+    rep = audit_model(m)
+    assert not rep["head_dim_flash_ok"] and not rep["head_dim_vllm_ok"]
+    # q/o (120 x 120) are 8-aligned; k/v (60 out) and gate/up/down (100) are not
+    assert rep["aligned_fraction"] == pytest.approx(2 / 7)
