@@ -6,10 +6,18 @@ python experiments/profile.py device=cuda out_dir=profiles/h100
 
 from __future__ import annotations
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+import sys
+from pathlib import Path
 
-from gac.profiling import profile_device
+# This file's name shadows the standard library's `profile` (imported by torch via cProfile) when Python puts
+# the script's folder first on sys.path: take it off before anything imports torch.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from gac.profiling import profile_device  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="profile")

@@ -1,0 +1,30 @@
+"""The one job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record.
+
+    python experiments/run.py model=tiny compressor=asvd align=gac ratio=0.15
+    python experiments/run.py -m compressor=asvd,llm_pruner align=unaligned,gac
+    python experiments/run.py -m +experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
+
+The work lives in :mod:`gac.experiment` (a plain function of the config); tests call the same function.
+"""
+
+import sys
+from pathlib import Path
+
+# Python puts this script's folder first on sys.path, where experiments/profile.py would shadow the standard
+# library's `profile` module (imported by torch and transformers). The folder holds entry points only.
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig):
+    from gac.experiment import run_from_hydra
+
+    return run_from_hydra(cfg)
+
+
+if __name__ == "__main__":
+    main()

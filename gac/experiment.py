@@ -1,0 +1,201 @@
+"""The bridge between Hydra configs and the library: run one job from a config, expand and check a sweep.
+
+``experiments/run.py`` calls :func:`run_from_hydra`; tests and notebooks call :func:`run_config` with a plain dict
+(for instance from :func:`compose_config`). :class:`SweepCallback` (enabled in ``conf/config.yaml``) checks every
+point of a multirun before anything is launched — an invalid value anywhere fails the whole sweep up front — and
+prints the sweep's table when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
+    """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
+    from gac.pipeline import run_job, spec_from_config
+    from gac.results import ResultsStore
+    from gac.tracking import build_loggers
+
+    spec = spec_from_config(cfg)
+    if spec.sweep is None and sweep_dir is not None:
+        spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
+    results_dir = Path(os.path.expanduser(str(cfg.get("results_dir", "results")))).resolve()
+    store = ResultsStore(results_dir)
+    loggers = build_loggers(results_dir, (cfg.get("logger") or {}).get("wandb"))
+    save_model = cfg.get("save_model")
+    return run_job(spec, store, config=cfg, overrides=overrides, force=bool(cfg.get("force", False)),
+                   loggers=loggers, save_model=save_model)
+
+
+def run_from_hydra(cfg) -> dict | None:
+    """The body of ``experiments/run.py``: a single run exits 2 with one line on bad input; in a multirun the
+    error propagates so the launcher reports the job as failed (the store has its failure record)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True)
+        record = run_config(container, list(hc.overrides.task), sweep_dir=hc.sweep.dir if multirun else None)
+    except GacError as e:
+        if multirun:
+            raise
+        print(f"experiments/run.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if not multirun:
+        print(format_record(record))
+    return record.get("metrics")
+
+
+def format_record(record: dict) -> str:
+    job = record.get("job", {})
+    head = ", ".join(f"{k}={job[k]}" for k in ("model", "compressor", "proxy", "strategy", "ratio", "gpu")
+                     if job.get(k) is not None)
+    lines = [("skipped (already done): " if record.get("skipped") else "") + head]
+    if record.get("params") is not None:
+        lines.append(f"  params {record['params']:,} / budget {record['budget']:,}, "
+                     f"aligned {100 * record['aligned_fraction']:.1f}%")
+    for k, v in sorted((record.get("metrics") or {}).items()):
+        if isinstance(v, float):
+            lines.append(f"  {k:<24} {v:.4g}")
+    if record.get("_path"):
+        lines.append(f"  record: {record['_path']}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------- sweeps
+
+
+def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None,
+                   return_hydra_config: bool = False):
+    """Compose ``conf/config.yaml`` with ``overrides`` outside any running app (tests, notebooks, status)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    d = str(Path(config_dir or CONF_DIR).resolve())
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        with initialize_config_dir(config_dir=d, version_base="1.3"):
+            return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise GacError(_hydra_message(e, overrides, d)) from None
+
+
+def _hydra_message(e: Exception, overrides: Sequence[str], conf_dir: str) -> str:
+    """Hydra's error plus a close-match suggestion for an unknown group option."""
+    import difflib
+    import re
+
+    msg = str(e).strip().splitlines()[0]
+    m = re.search(r"Could not find '([^/']+)/([^']+)'", str(e))
+    if m:
+        group, option = m.groups()
+        gdir = Path(conf_dir) / group
+        known = sorted(p.stem for p in gdir.glob("*.yaml")) if gdir.is_dir() else []
+        close = difflib.get_close_matches(option, known, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        return f"unknown {group} {option!r}{hint} known {group} options: {', '.join(known)}"
+    return msg
+
+
+def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -> list[list[str]]:
+    """The override list of every job of a multirun (Hydra's basic sweeper semantics: the cartesian product)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (sweeper_params or {}).items()]
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    params = [p for p in params if p.split("=", 1)[0] not in given] + list(overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(params)
+    except Exception as e:
+        raise GacError(f"cannot parse the sweep overrides {params}: {e}") from None
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None) -> list[dict]:
+    """Every point of the sweep ``overrides`` describes (experiment sweeper params included), each validated:
+    ``{"overrides", "config", "spec", "key"}``. Raises :class:`GacError` naming the first bad point."""
+    from omegaconf import OmegaConf
+
+    from gac.pipeline import spec_from_config
+
+    primary = compose_config(overrides=[o for o in overrides if "," not in o.split("=", 1)[-1]],
+                             config_dir=config_dir, return_hydra_config=True)
+    params = OmegaConf.to_container(primary.hydra.sweeper.params) if primary.hydra.sweeper.get("params") else {}
+    points = []
+    for job in expand_sweep(overrides, params):
+        try:
+            cfg = compose_config(job, config_dir=config_dir)
+            container = OmegaConf.to_container(cfg, resolve=True)
+            spec = spec_from_config(container)
+        except GacError as e:
+            raise GacError(f"sweep point [{' '.join(job)}]: {e}") from None
+        points.append({"overrides": job, "config": container, "spec": spec, "key": spec.key})
+    return points
+
+
+try:  # Hydra is a hard dependency, but keep `import gac.experiment` cheap to fail clearly
+    from hydra.experimental.callback import Callback as _Callback
+except ImportError:  # pragma: no cover
+    _Callback = object
+
+
+class SweepCallback(_Callback):
+    """Checks a multirun's every point before launch; prints its results when it ends."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        from omegaconf import OmegaConf
+
+        from gac.pipeline import spec_from_config
+
+        task = list(config.hydra.overrides.task)
+        params = OmegaConf.to_container(config.hydra.sweeper.params) if config.hydra.sweeper.get("params") else {}
+        jobs = expand_sweep(task, params)
+        for job in jobs:
+            try:
+                cfg = compose_config(job)
+                spec_from_config(OmegaConf.to_container(cfg, resolve=True))
+            except GacError as e:
+                print(f"experiments/run.py: error: sweep point [{' '.join(job)}]: {e}\nnothing was launched.",
+                      file=sys.stderr)
+                sys.exit(2)
+        if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
+            import shutil
+
+            if shutil.which("sbatch") is None:
+                print("experiments/run.py: error: a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm "
+                      "here); use hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start",
+                      file=sys.stderr)
+                sys.exit(2)
+        log.info("sweep checked: %d points", len(jobs))
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        try:
+            from gac.analysis import format_table, load_results, table5
+        except ImportError:
+            return
+        results_dir = Path(str(config.get("results_dir", "results"))).resolve()
+        try:
+            df = load_results(results_dir)
+            if config.get("experiment") == "table5" and len(df):
+                print("\n" + format_table(table5(df), fmt="markdown"))
+        except Exception as e:  # a report must never turn a finished sweep into a failure
+            log.warning("could not print the sweep's table: %s", e)

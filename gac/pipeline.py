@@ -1,0 +1,528 @@
+"""One job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record.
+
+:func:`spec_from_config` turns a plain dict (a resolved Hydra config, or one typed by hand) into a validated
+:class:`JobSpec` before any heavy work; :func:`run_job` runs it against a :class:`~gac.results.ResultsStore`.
+Nothing here reads Hydra objects.
+
+Resumption. Every finished stage leaves its output under ``<results_dir>/work/<key>/`` (the plan, each metric
+group); a job that is requeued after a timeout or preemption, or simply launched again, skips what is there.
+Scores and factorizations are cached by content under ``<results_dir>/cache/prepared/`` so the other points of
+a ratio or strategy sweep on the same model, compressor, proxy and calibration re-use them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gac.errors import GacError, unknown_name
+from gac.io import read_json, write_json_atomic
+from gac.results import ResultsStore, config_key
+
+log = logging.getLogger(__name__)
+
+BASELINE = "none"
+DEVICES = ("cpu", "cuda")
+PROFILE_MODES = ("none", "auto", "measure")
+
+
+@dataclass
+class EvalSpec:
+    ppl: bool = True
+    ppl_seq_len: int = 2048
+    tasks: tuple[str, ...] = ("piqa", "hellaswag")
+    limit: int | None = 200
+    batch_size: int = 8
+    latency: bool = True
+    latency_batch: int = 1
+    latency_seq_lens: tuple[int, ...] = (1024,)
+    latency_batches: tuple[tuple[int, int], ...] = ()
+    decode_tokens: int = 0
+    warmup: int | None = None
+    iters: int | None = None
+    trials: int | None = None
+
+
+@dataclass
+class JobSpec:
+    model_name: str
+    model_spec: str
+    compressor: str
+    strategy: str = "gac"
+    ratio: float = 0.15
+    unit: int = 8
+    window: int = 8
+    use_profile: bool = True
+    proxy: str | None = None
+    compressor_options: dict = field(default_factory=dict)
+    allocation: str = "proportional"
+    calibration: dict = field(default_factory=lambda: {"source": "wikitext2", "n_samples": 32, "seq_len": 2048})
+    dtype: str | None = None
+    random_weights: bool = False
+    arch: dict | None = None
+    ppl_source: str | None = "wikitext2"
+    task_files: str | dict | None = None
+    gpu: str = "cpu"
+    device: str = "cpu"
+    profile: str = "none"
+    allow_profile_mismatch: bool = False
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    seq_len: int = 1024
+    seed: int = 0
+    experiment: str = "default"
+    sweep: str | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.compressor == BASELINE
+
+    def identity(self) -> dict:
+        """What determines the result (labels such as experiment/sweep excluded); the baseline ignores
+        compression-only settings, so every sweep shares one baseline record per model, GPU and evaluation."""
+        d = asdict(self)
+        for k in ("experiment", "sweep"):
+            d.pop(k)
+        if self.is_baseline:
+            for k in ("strategy", "ratio", "unit", "window", "use_profile", "proxy", "compressor_options",
+                      "allocation", "calibration"):
+                d.pop(k)
+        return d
+
+    @property
+    def key(self) -> str:
+        return config_key(self.identity())
+
+    def job_fields(self) -> dict:
+        return {
+            "model": self.model_name, "compressor": self.compressor,
+            "proxy": None if self.is_baseline else (self.proxy or _default_proxy(self.compressor)),
+            "strategy": "baseline" if self.is_baseline else self.strategy,
+            "ratio": None if self.is_baseline else self.ratio, "unit": None if self.is_baseline else self.unit,
+            "gpu": self.gpu, "seq_len": self.seq_len, "experiment": self.experiment, "sweep": self.sweep,
+        }
+
+
+def _default_proxy(compressor: str) -> str:
+    from gac.compressors import COMPRESSORS, canonical_name
+
+    return COMPRESSORS[canonical_name(compressor)].default_proxy
+
+
+def _get(d: dict, path: str, default=None):
+    cur = d
+    for p in path.split("."):
+        if not isinstance(cur, dict) or p not in cur:
+            return default
+        cur = cur[p]
+    return cur
+
+
+def _require(d: dict, path: str):
+    v = _get(d, path, _MISSING)
+    if v is _MISSING:
+        raise GacError(f"config: missing key {path!r}")
+    return v
+
+
+_MISSING = object()
+
+
+def spec_from_config(cfg: dict) -> JobSpec:
+    """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
+    from gac.align.strategies import STRATEGIES
+    from gac.allocation import ALLOCATIONS
+    from gac.compressors import COMPRESSORS, canonical_name
+    from gac.evaluation.tasks import TASKS
+    from gac.importance import PROXIES
+    from gac.targets import budget_for_ratio
+
+    comp = str(_require(cfg, "compressor.name"))
+    if comp != BASELINE:
+        if comp.lower() not in COMPRESSORS and comp.lower().replace("-", "_") not in COMPRESSORS:
+            raise unknown_name("compressor (config compressor=...)", comp, [*COMPRESSORS, BASELINE])
+        comp = canonical_name(comp)
+    strategy = str(_require(cfg, "align.strategy"))
+    if strategy not in STRATEGIES:
+        raise unknown_name("strategy (config align.strategy)", strategy, STRATEGIES)
+    proxy = _get(cfg, "proxy.name")
+    if proxy is not None and proxy not in PROXIES:
+        raise unknown_name("importance proxy (config proxy=...)", str(proxy), PROXIES)
+    ratio = _require(cfg, "ratio")
+    budget_for_ratio(10**6, ratio)  # (0, 1) check with the standard message
+    allocation = str(cfg.get("allocation", "proportional"))
+    if allocation not in ALLOCATIONS:
+        raise unknown_name("allocation", allocation, ALLOCATIONS)
+    for k in ("align.unit", "align.window", "seq_len"):
+        v = _require(cfg, k)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise GacError(f"config: {k} must be a positive integer, got {v!r}")
+    device = str(_require(cfg, "gpu.device"))
+    if device.split(":")[0] not in DEVICES:
+        raise GacError(f"config: gpu.device must be one of {DEVICES} (or cuda:N), got {device!r}")
+    profile = str(_get(cfg, "gpu.profile", "none"))
+    if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
+        raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
+    ev = dict(_get(cfg, "eval", {}) or {})
+    tasks = tuple(ev.get("tasks") or ())
+    for t in tasks:
+        if t not in TASKS:
+            raise unknown_name("task (config eval.tasks)", str(t), TASKS)
+    known_eval = set(EvalSpec.__dataclass_fields__)
+    extra = set(ev) - known_eval
+    if extra:
+        raise GacError(f"config: unknown eval key(s) {sorted(extra)}; known: {sorted(known_eval)}")
+    ev["tasks"] = tasks
+    ev["latency_seq_lens"] = tuple(int(s) for s in ev.get("latency_seq_lens") or ())
+    ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
+    options = dict(_get(cfg, "compressor.options", {}) or {})
+    if comp != BASELINE:
+        from gac.compressors import get_compressor
+
+        get_compressor(comp, **options)  # unknown options fail now, with the accepted list
+    calibration = dict(_get(cfg, "calibration", {}) or {})
+    calibration.setdefault("seed", cfg.get("seed", 0))
+    return JobSpec(
+        model_name=str(_require(cfg, "model.name")),
+        model_spec=str(_require(cfg, "model.spec")),
+        compressor=comp,
+        strategy=strategy,
+        ratio=float(ratio),
+        unit=int(_require(cfg, "align.unit")),
+        window=int(_require(cfg, "align.window")),
+        use_profile=bool(_get(cfg, "align.use_profile", True)),
+        proxy=proxy,
+        compressor_options=options,
+        allocation=allocation,
+        calibration=calibration,
+        dtype=_get(cfg, "gpu.dtype") or _get(cfg, "model.dtype"),
+        random_weights=bool(_get(cfg, "model.random_weights", False)),
+        arch=_get(cfg, "model.arch"),
+        ppl_source=_get(cfg, "model.ppl_source"),
+        task_files=_get(cfg, "model.task_files"),
+        gpu=str(_get(cfg, "gpu.name", "cpu")),
+        device=device,
+        profile=profile,
+        allow_profile_mismatch=bool(_get(cfg, "gpu.allow_profile_mismatch", False)),
+        eval=EvalSpec(**ev),
+        seq_len=int(cfg["seq_len"]),
+        seed=int(cfg.get("seed", 0)),
+        experiment=str(cfg.get("experiment", "default")),
+        sweep=cfg.get("sweep"),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- stages
+
+
+class _Work:
+    """Stage outputs of one job under ``<results_dir>/work/<key>/`` (what a requeued job resumes from)."""
+
+    def __init__(self, store: ResultsStore, key: str):
+        self.dir = store.root / "work" / key
+
+    def get(self, name: str):
+        p = self.dir / f"{name}.json"
+        return read_json(p, "stage output") if p.exists() else None
+
+    def put(self, name: str, obj) -> None:
+        write_json_atomic(self.dir / f"{name}.json", obj, overwrite=True)
+
+
+def load_job_model(spec: JobSpec):
+    """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights)."""
+    import torch
+
+    if spec.random_weights:
+        if not spec.arch:
+            raise GacError(f"model {spec.model_name}: random_weights=true needs an `arch` block in the model config")
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from gac.models import resolve_dtype
+
+        arch = dict(spec.arch)
+        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+        dtype = resolve_dtype(spec.dtype) or torch.float32
+        torch.manual_seed(spec.seed)
+        with torch.device(spec.device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return model.eval(), None
+    from gac.models import load_model
+
+    return load_model(spec.model_spec, dtype=spec.dtype, device=spec.device)
+
+
+def _prepared_cache_key(spec: JobSpec) -> str:
+    from gac import __version__
+
+    ident = {k: v for k, v in asdict(spec).items() if k in (
+        "model_spec", "dtype", "random_weights", "arch", "compressor", "compressor_options", "proxy", "allocation",
+        "calibration", "device", "seed")}
+    ident["gac"] = __version__
+    if spec.model_spec in ("tiny", "tiny-untrained"):
+        from gac.fixtures.tiny import recipe_hash
+
+        ident["tiny_recipe"] = recipe_hash()
+    text = json.dumps(ident, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None):
+    """:func:`gac.compress.prepare`, with its scores and factorizations cached by content on disk."""
+    import torch
+
+    from gac.compress import Calibration, Prepared, prepare
+    from gac.compressors import get_compressor
+    from gac.discovery import discover
+
+    cal = Calibration(**{k: v for k, v in spec.calibration.items() if k in Calibration.__dataclass_fields__})
+    path = None
+    if cache_dir is not None:
+        path = cache_dir / "prepared" / f"{_prepared_cache_key(spec)}.pt"
+        if path.exists():
+            t0 = time.perf_counter()
+            try:
+                state = torch.load(path, map_location=spec.device, weights_only=False)
+            except Exception as e:  # a truncated or foreign file: recompute, never trust it
+                log.warning("ignoring unreadable prepared cache %s (%s)", path, e)
+            else:
+                comp = get_compressor(spec.compressor, **spec.compressor_options)
+                layout = discover(model)
+                units = comp.units(model, layout)
+                prepared = Prepared(model, comp, state["proxy"], state["calibration"], state["allocation"],
+                                    state["power"], layout, units, state["scores"], state["factors"],
+                                    dict(state["timings"]), state.get("sensitivity"), list(state.get("notes", [])))
+                prepared.timings["cache_load_s"] = time.perf_counter() - t0
+                prepared.timings["cached"] = True
+                log.info("re-using cached scores and factorizations %s", path.name)
+                return prepared
+    prepared = prepare(model, tokenizer, spec.compressor, spec.proxy, calibration=cal, allocation=spec.allocation,
+                       compressor_options=spec.compressor_options)
+    prepared.timings["cached"] = False
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        torch.save({"proxy": prepared.proxy, "calibration": prepared.calibration, "allocation": prepared.allocation,
+                    "power": prepared.power, "scores": prepared.scores, "factors": prepared.factors,
+                    "timings": prepared.timings, "sensitivity": prepared.sensitivity, "notes": prepared.notes}, tmp)
+        os.replace(tmp, path)
+    return prepared
+
+
+def _candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
+    """Paper Step 2: a hardware profile of the job's device for the targets' kernels, as a candidate filter."""
+    if not spec.use_profile or spec.profile == "none":
+        return None, None
+    from gac.profiling import ProfileFilter, dimension_sweep
+
+    explicit = spec.profile not in PROFILE_MODES
+    profile = dimension_sweep(
+        targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
+        window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles",
+        profile_dir=spec.profile if explicit else None, allow_device_mismatch=spec.allow_profile_mismatch,
+    )
+    filt = ProfileFilter(profile, device=spec.device, allow_device_mismatch=spec.allow_profile_mismatch)
+    return filt, profile
+
+
+def _task_files(spec: JobSpec):
+    if spec.task_files in (None, "hub"):
+        return None
+    if spec.task_files == "tiny":
+        from gac.fixtures import tiny_paths
+
+        return {k: str(v) for k, v in tiny_paths().task_files.items()}
+    if isinstance(spec.task_files, dict):
+        return dict(spec.task_files)
+    raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {spec.task_files!r}")
+
+
+def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict) -> dict:
+    from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
+
+    ev = spec.eval
+    metrics: dict = {}
+    details: dict = {}
+    if ev.ppl and spec.ppl_source:
+        got = work.get("ppl")
+        if got is None:
+            if tokenizer is None:
+                raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
+            t0 = time.perf_counter()
+            got = perplexity(model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len)
+            got["seconds"] = time.perf_counter() - t0
+            work.put("ppl", got)
+        metrics["ppl_wikitext2"] = got["ppl"]
+        details["perplexity"] = got
+        timings["ppl_s"] = got.get("seconds")
+    if ev.tasks:
+        got = work.get("tasks")
+        if got is None:
+            if tokenizer is None:
+                raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
+            t0 = time.perf_counter()
+            got = evaluate_tasks(model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec),
+                                 batch_size=ev.batch_size)
+            got = {"results": got, "seconds": time.perf_counter() - t0}
+            work.put("tasks", got)
+        for t, r in got["results"].items():
+            for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
+                if r.get(m) is not None:
+                    metrics[f"{t}_{m}"] = r[m]
+        details["tasks"] = got["results"]
+        timings["tasks_s"] = got["seconds"]
+    if ev.latency:
+        lat = work.get("latency") or {}
+        t0 = time.perf_counter()
+        points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
+        for b, s in points:
+            name = f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}"
+            if name not in lat:
+                lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
+                                            trials=ev.trials, seed=spec.seed)
+                work.put("latency", lat)
+        if ev.decode_tokens > 0 and "decode" not in lat:
+            lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
+                                           trials=ev.trials, seed=spec.seed)
+            work.put("latency", lat)
+        for name, r in lat.items():
+            if name == "decode":
+                metrics["decode_ms_per_token"] = r["median_ms"]
+            else:
+                metrics[name] = r["median_ms"]
+        main = f"prefill_ms@{spec.seq_len}" if ev.latency_batch == 1 else f"prefill_ms@b{ev.latency_batch}_{spec.seq_len}"
+        if main in lat:
+            metrics["prefill_ms"] = lat[main]["median_ms"]
+            metrics["prefill_ms_spread"] = lat[main].get("spread_pct")
+        details["latency"] = lat
+        timings["latency_s"] = time.perf_counter() - t0
+    for k, v in metrics.items():
+        if v is not None and isinstance(v, float) and not math.isfinite(v):
+            raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
+    return {"metrics": metrics, "details": details}
+
+
+def _provenance(spec: JobSpec) -> dict:
+    from gac.evaluation.report import provenance
+
+    p = provenance(device=spec.device)
+    p["seed"] = spec.seed
+    p["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+    p["slurm_array_task_id"] = os.environ.get("SLURM_ARRAY_TASK_ID")
+    p["slurm_restart_count"] = os.environ.get("SLURM_RESTART_COUNT")
+    try:
+        import torch
+
+        if spec.device.startswith("cuda") and torch.cuda.is_available():
+            p["device_name"] = torch.cuda.get_device_name()
+    except Exception:  # provenance must never fail a job
+        pass
+    return p
+
+
+def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, overrides: Sequence[str] = (),
+            force: bool = False, loggers: Sequence = (), save_model: str | None = None) -> dict:
+    """Run one job end to end and write its record. Returns the record (or the existing one if done).
+
+    A failure is written to the store with its error (``failures/<key>/``) and re-raised.
+    """
+    key = spec.key
+    if store.is_done(key) and not force:
+        log.info("job %s is done (%s); skipping (force=true re-runs it)", key, store.record_path(key))
+        rec = read_json(store.record_path(key), "result record")
+        rec["skipped"] = True
+        return rec
+    work = _Work(store, key)
+    timings: dict = {}
+    t_job = time.perf_counter()
+    base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
+    for lg in loggers:
+        lg.start(key, spec, base["config"])
+    try:
+        t0 = time.perf_counter()
+        model, tokenizer = load_job_model(spec)
+        timings["load_s"] = time.perf_counter() - t0
+        plan_json, report, profile_meta = None, None, None
+        if not spec.is_baseline:
+            t0 = time.perf_counter()
+            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir)
+            timings["compress_prepare_s"] = time.perf_counter() - t0
+            timings["prepare_cached"] = bool(prepared.timings.get("cached"))
+            t0 = time.perf_counter()
+            targets, _ = prepared.targets(spec.ratio, spec.unit)
+            filt, profile = _candidate_filter(spec, targets, store.cache_dir)
+            timings["sweep_s"] = time.perf_counter() - t0
+            if profile is not None:
+                profile_meta = dict(profile.meta)
+            model, plan, report = prepared.compress(spec.ratio, spec.strategy, spec.unit, spec.window, filt,
+                                                    copy_model=False)
+            timings["dp_s"] = report["timings"]["plan_s"]
+            timings["compress_apply_s"] = report["timings"]["apply_s"]
+            plan_json = plan.to_json()
+            plan_json["d_star"] = report["d_star"]
+            if work.get("plan") is None:
+                work.put("plan", plan_json)
+            del prepared
+            if save_model:
+                from gac.checkpoint import save_checkpoint
+
+                save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
+        t0 = time.perf_counter()
+        ev = _evaluate(spec, model, tokenizer, work, timings)
+        timings["evaluate_s"] = time.perf_counter() - t0
+        timings["total_s"] = time.perf_counter() - t_job
+        record = {
+            **base,
+            "metrics": ev["metrics"],
+            "aligned_fraction": plan_json["aligned_fraction"] if plan_json else _model_aligned_fraction(model, spec.unit),
+            "params": plan_json["params"] if plan_json else None,
+            "budget": plan_json["budget"] if plan_json else None,
+            "plan": plan_json,
+            "compression": None if report is None else {k: report[k] for k in (
+                "recipe", "dense_params", "params_counted", "n_targets", "compression_wall_s", "notes")},
+            "evaluation": ev["details"],
+            "profile": profile_meta,
+            "timings": timings,
+            "provenance": _provenance(spec),
+        }
+        path = store.write_record(key, record)
+        record["_path"] = str(path)
+        for lg in loggers:
+            lg.log_record(record)
+        return record
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        store.write_failure(key, {**base, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                                  "timings": timings, "provenance": _safe_provenance(spec)})
+        for lg in loggers:
+            lg.log_failure(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        for lg in loggers:
+            lg.finish()
+
+
+def _safe_provenance(spec):
+    try:
+        return _provenance(spec)
+    except Exception as e:  # never mask the job's own error
+        return {"error": str(e)}
+
+
+def _model_aligned_fraction(model, unit: int) -> float | None:
+    """Aligned fraction of an uncompressed model's Linear dims (the baseline row)."""
+    from torch import nn
+
+    dims = []
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            dims += [m.in_features, m.out_features]
+    return None if not dims else sum(d % unit == 0 for d in dims) / len(dims)
