@@ -1,0 +1,117 @@
+"""``gac evaluate``: WikiText-2 perplexity, zero-shot PiQA/HellaSwag (lm-eval) and prefill/decode latency."""
+
+from __future__ import annotations
+
+NAME = "evaluate"
+HELP = "perplexity, PiQA/HellaSwag accuracy and latency of a model or a gac checkpoint"
+DESCRIPTION = """\
+Evaluate MODEL: 'tiny' (the embedded model, offline), a gac checkpoint directory, a local Hugging Face model
+directory or a hub id. Prints a table; --json writes the full report (metrics, protocol details, provenance).
+Data: for 'tiny' the shipped held-out files are the defaults (no network); for other models WikiText-2 and the
+lm-eval tasks come from the hub unless --ppl-data / --task-file (or --data tiny) point at local files.
+Examples:
+  gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
+  gac evaluate meta-llama/Meta-Llama-3-8B --dtype fp16 --device cuda --ppl --tasks piqa,hellaswag --latency
+  gac evaluate ./llama3 --ppl --ppl-data ./wiki.test.raw --task-file piqa=./piqa_valid.jsonl --tasks piqa
+"""
+
+
+def add_arguments(p):
+    p.add_argument("model", metavar="MODEL", help="'tiny', a gac checkpoint dir, a local HF dir or a hub id")
+    p.add_argument("--ppl", action="store_true", help="WikiText-2 perplexity (non-overlapping windows of --seq-len)")
+    p.add_argument("--ppl-data", metavar="SOURCE",
+                   help="'wikitext2' (hub), 'tiny', or a local .txt/.jsonl/.parquet (default: per --data)")
+    p.add_argument("--tasks", metavar="T1,T2", help="lm-eval tasks, comma-separated: piqa, hellaswag")
+    p.add_argument("--limit", type=int, default=200, help="first N items per task (default 200, as in the paper)")
+    p.add_argument("--task-file", action="append", default=[], metavar="TASK=FILE.jsonl",
+                   help="run TASK's official config on a local JSONL file (repeatable)")
+    p.add_argument("--data", choices=("auto", "tiny", "hub"), default="auto",
+                   help="default data: 'tiny' = the shipped held-out files, 'hub' = WikiText-2 and lm-eval datasets "
+                        "from the hub, 'auto' = tiny's for the tiny model, else the hub (default)")
+    p.add_argument("--latency", action="store_true", help="prefill and decode latency")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="perplexity window and prefill length (default: 2048 for perplexity and 1024 for prefill, "
+                        "capped at the model's maximum)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="batch size for perplexity windows (default 1) and lm-eval (default 16)")
+    p.add_argument("--latency-batch", type=int, default=1, help="prefill/decode batch (default 1)")
+    p.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement (default 128)")
+    p.add_argument("--decode-prompt", type=int, default=128, help="prompt length before decoding (default 128)")
+    p.add_argument("--warmup", type=int, default=None, help="prefill warm-up calls (default 50 on CUDA, 3 on CPU)")
+    p.add_argument("--iters", type=int, default=None, help="prefill measured calls (default 200 on CUDA, 10 on CPU)")
+    p.add_argument("--trials", type=int, default=None, help="trials (default 3)")
+    p.add_argument("--dtype", default=None, help="fp32, fp16, bf16 or auto (default: the model's own; tiny: fp32)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--json", metavar="OUT.json", help="write the report here")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
+
+
+def _task_files(items: list[str]) -> dict[str, str]:
+    from gac.errors import GacError, unknown_name
+    from gac.evaluation.tasks import TASKS
+
+    out = {}
+    for item in items:
+        task, sep, path = item.partition("=")
+        if not sep or not task or not path:
+            raise GacError(f"--task-file {item!r} must be TASK=PATH, e.g. piqa=/data/piqa_valid.jsonl")
+        if task not in TASKS:
+            raise unknown_name("task", task, TASKS)
+        out[task] = path
+    return out
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.evaluation.report import evaluate, format_table, provenance
+    from gac.evaluation.tasks import parse_tasks
+    from gac.io import write_json_atomic
+    from gac.models import BUILTIN, describe, load_model
+
+    tasks = parse_tasks(args.tasks) if args.tasks else []
+    if not (args.ppl or tasks or args.latency):
+        raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
+    if args.json and Path(args.json).exists() and not args.force:
+        raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
+    for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
+                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
+        if v is not None and v < 1:
+            raise GacError(f"{name} must be at least 1 (got {v})")
+    files = _task_files(args.task_file)
+    use_tiny = args.data == "tiny" or (args.data == "auto" and args.model in BUILTIN)
+    ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")
+    if use_tiny:
+        from gac.fixtures import tiny_paths
+
+        files = {**{t: str(p) for t, p in tiny_paths().task_files.items() if t in tasks}, **files}
+
+    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
+    if tokenizer is None and (args.ppl or tasks):
+        raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer with "
+                       f"the checkpoint, or run only --latency")
+    info = describe(model)
+    report = evaluate(
+        model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
+        ppl_batch_size=args.batch_size or 1, tasks=tasks, limit=args.limit, task_files=files,
+        task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
+        latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
+        warmup=args.warmup, iters=args.iters, trials=args.trials,
+    )
+    print(format_table(report, info))
+    if args.json:
+        doc = {
+            "model": args.model,
+            "model_info": info,
+            "metrics": report["metrics"],
+            "perplexity": report["perplexity"],
+            "tasks": report["tasks"],
+            "latency": report["latency"],
+            "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+            "provenance": provenance(device=args.device),
+        }
+        write_json_atomic(args.json, json.loads(json.dumps(doc, default=str)), overwrite=args.force)
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,192 @@
+"""Text sources for evaluation and calibration.
+
+One function reads text, whatever its origin:
+
+* ``"wikitext2"`` (aliases ``"wikitext-2"``, ``"wikitext2-raw"``, ``"Salesforce/wikitext"``): the Hugging Face hub
+  dataset ``Salesforce/wikitext``, config ``wikitext-2-raw-v1``, the split asked for (``test`` for perplexity,
+  ``train`` for calibration);
+* ``"tiny"``: the held-out Shakespeare text shipped with the embedded ``tiny`` model (splits train, validation, test);
+* a local file: ``.txt`` (read line by line exactly as the hub's wikitext loader reads ``wiki.test.raw``: one row per
+  line, whitespace-only lines become empty rows), ``.jsonl`` (one object per line with a ``"text"`` field) or
+  ``.parquet`` (a ``text`` column, e.g. the hub's own ``test-00000-of-00001.parquet``).
+
+Rows are joined with ``"\\n\\n"``, the protocol the compression papers use for WikiText-2 (GPTQ, SparseGPT, ASVD,
+SVD-LLM): a local copy of ``wiki.test.raw`` gives the same text, hence the same perplexity, as the hub dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from gac.errors import GacError, unknown_name
+
+log = logging.getLogger(__name__)
+
+WIKITEXT2_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
+_WIKITEXT2_ALIASES = ("wikitext2", "wikitext-2", "wikitext2-raw", "wikitext-2-raw-v1", "Salesforce/wikitext", "wikitext")
+_TINY_ALIASES = ("tiny",)
+SPLITS = ("train", "validation", "test")
+_SUFFIXES = (".txt", ".raw", ".jsonl", ".parquet")
+JOIN = "\n\n"
+
+
+def known_sources() -> list[str]:
+    """The named sources :func:`load_text` accepts (besides local file paths)."""
+    return [*_WIKITEXT2_ALIASES, *_TINY_ALIASES]
+
+
+def is_named_source(source: str) -> bool:
+    return source in _WIKITEXT2_ALIASES or source in _TINY_ALIASES
+
+
+def looks_like_source(x: object) -> bool:
+    """True when ``x`` names a text source (a named source or a file path) rather than being the text itself."""
+    if isinstance(x, os.PathLike):
+        return True
+    if not isinstance(x, str):
+        return False
+    if is_named_source(x) or (len(x) < 4096 and "\n" not in x and _is_file(x)):
+        return True
+    # a single token with no whitespace reads as a name or a path, never as text to score
+    return len(x) < 1024 and not any(c.isspace() for c in x)
+
+
+def _is_file(x: str) -> bool:
+    try:
+        return Path(x).expanduser().is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: not a file
+        return False
+
+
+def load_rows(source: str | os.PathLike, split: str = "test") -> list[str]:
+    """The rows of a text source, before joining (see the module docstring for the sources)."""
+    if split not in SPLITS:
+        raise unknown_name("split", split, SPLITS)
+    if isinstance(source, str) and source in _WIKITEXT2_ALIASES:
+        return _hub_wikitext2_rows(split)
+    if isinstance(source, str) and source in _TINY_ALIASES:
+        from gac.fixtures import tiny_paths
+
+        return _file_rows(tiny_paths().wikitext[split])
+    path = Path(source).expanduser()
+    if path.is_file():
+        return _file_rows(path)
+    if path.is_dir():
+        raise GacError(
+            f"text source {str(source)!r} is a directory; pass one file (.txt, .jsonl or .parquet), e.g. "
+            f"{path / 'wiki.test.raw'}"
+        )
+    looks_like_path = os.sep in str(source) or str(source).endswith(_SUFFIXES)
+    if looks_like_path:
+        raise GacError(f"text file {str(source)!r} does not exist; check the path")
+    err = unknown_name("text source", str(source), known_sources())
+    raise GacError(f"{err}; or pass a path to a local .txt, .jsonl or .parquet file")
+
+
+def load_text(source: str | os.PathLike, split: str = "test") -> str:
+    """The text of ``source`` with its rows joined by ``"\\n\\n"`` (the WikiText-2 perplexity protocol).
+
+    ``split`` chooses the split of a named source (``"test"`` for perplexity, ``"train"`` for calibration); a local
+    file is read whole, whatever ``split`` says.
+    """
+    rows = load_rows(source, split)
+    text = JOIN.join(rows)
+    if not text.strip():
+        raise GacError(
+            f"text source {str(source)!r} ({split}) is empty; point at a file that holds the evaluation text "
+            f"(.txt, or .jsonl with a 'text' field)"
+        )
+    return text
+
+
+def _file_rows(path: Path) -> list[str]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); each line must be an object") from None
+                if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                    raise GacError(f'{path}:{i} has no string field "text"; each line must be {{"text": "..."}}')
+                rows.append(obj["text"])
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        if "text" not in table.column_names:
+            raise GacError(f"{path} has no 'text' column (columns: {', '.join(table.column_names)})")
+        rows = [r if r is not None else "" for r in table.column("text").to_pylist()]
+    else:
+        # the hub's wikitext loader: one row per line, newline kept, whitespace-only lines become ""
+        with open(path, encoding="utf-8") as f:
+            rows = [line if line.strip() else "" for line in f]
+    if not any(r.strip() for r in rows):
+        raise GacError(
+            f"text file {path} is empty; it must hold the evaluation text (.txt: raw text such as wiki.test.raw; "
+            f'.jsonl: one {{"text": ...}} per line)'
+        )
+    return rows
+
+
+def _hub_wikitext2_rows(split: str) -> list[str]:
+    name, config = WIKITEXT2_HUB
+    hint = (
+        f"to use a local copy, download {name} ({config}) where the hub is reachable and pass the file instead of "
+        f"'wikitext2': the raw text (wiki.{'valid' if split == 'validation' else split}.raw), its parquet file "
+        f"({config}/{split}-00000-of-00001.parquet) or a .jsonl with a 'text' field, e.g. "
+        f"`gac evaluate MODEL --ppl --ppl-data /path/wiki.{split}.raw`"
+    )
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # no network, offline mode, missing cache: all end here
+        raise GacError(f"could not load WikiText-2 ({name}, {config}, {split}) from the hub ({_short(e)}); {hint}") from None
+    return list(ds["text"])
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+def tokenize_text(tokenizer, text: str):
+    """Token ids of ``text`` as one 1-D LongTensor, tokenized once (special tokens as the tokenizer adds them)."""
+    import torch
+
+    enc = tokenizer(text, return_attention_mask=False, verbose=False)
+    ids = enc["input_ids"]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def calibration_batches(tokenizer, source: str | os.PathLike = "wikitext2", n_samples: int = 128, seq_len: int = 2048,
+                        seed: int = 0, split: str = "train"):
+    """``n_samples`` random windows of ``seq_len`` tokens from the calibration text, as a LongTensor ``[n, seq_len]``.
+
+    The GPTQ / ASVD / SVD-LLM protocol: the whole split is tokenized once and each sample starts at a uniformly
+    random offset (a ``torch.Generator`` seeded with ``seed``, so the same arguments give the same batches).
+    """
+    import torch
+
+    if n_samples < 1 or seq_len < 1:
+        raise GacError(f"calibration needs n_samples >= 1 and seq_len >= 1 (got {n_samples}, {seq_len})")
+    ids = tokenize_text(tokenizer, load_text(source, split))
+    if ids.numel() < seq_len + 1:
+        raise GacError(
+            f"calibration text {str(source)!r} ({split}) has {ids.numel()} tokens, fewer than one window of "
+            f"seq_len={seq_len}; use a smaller seq_len or a longer text"
+        )
+    g = torch.Generator().manual_seed(int(seed))
+    starts = torch.randint(0, ids.numel() - seq_len, (n_samples,), generator=g)
+    batch = torch.stack([ids[s : s + seq_len] for s in starts.tolist()])
+    log.debug("calibration: %d x %d tokens from %s (%s), seed %d", n_samples, seq_len, source, split, seed)
+    return batch

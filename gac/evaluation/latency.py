@@ -1,0 +1,250 @@
+"""Prefill and decode latency of a causal LM.
+
+Protocol (the paper's, on CUDA): CUDA events around every measured call, 50 warm-up calls, 200 measured calls,
+3 trials; the result is the median over trials of each trial's median, with the spread across trials. On CPU the
+same harness falls back to wall-clock (``time.perf_counter``) with fewer iterations (defaults below).
+
+* prefill: one forward pass over ``batch x seq_len`` random tokens (``model(input_ids, use_cache=False)``, full
+  logits), default batch 1, S=1024.
+* decode: ms per generated token with a KV cache: an untimed prefill of ``prompt_len`` tokens, then ``new_tokens``
+  greedy steps of one token each (``DynamicCache``), timed as a whole and divided by ``new_tokens``.
+
+Every result records the device name, dtype, attention implementation and the SDPA backend actually used (read from
+a profiler trace of one extra, untimed call with the same shapes: flash, efficient, cudnn or math).
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+DEFAULTS = {
+    # kind -> device type -> (warmup, iters, trials)
+    "prefill": {"cuda": (50, 200, 3), "cpu": (3, 10, 3)},
+    "decode": {"cuda": (5, 20, 3), "cpu": (1, 3, 3)},
+}
+
+# profiler op name -> SDPA backend (first match in this order wins per call)
+_SDPA_OPS = (
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "flash (cpu)"),
+    ("aten::_scaled_dot_product_flash_attention", "flash"),
+    ("aten::_scaled_dot_product_efficient_attention", "efficient"),
+    ("aten::_scaled_dot_product_cudnn_attention", "cudnn"),
+    ("aten::_scaled_dot_product_fused_attention_overrideable", "overrideable"),
+    ("aten::_scaled_dot_product_attention_math", "math"),
+)
+
+
+def _device_of(model):
+    import torch
+
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def device_name(device) -> str:
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def sdpa_backends(fn: Callable[[], object], attn_implementation: str | None) -> list[str]:
+    """The SDPA kernels ``fn`` actually runs, read from a profiler trace of one call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    names = {e.key for e in prof.key_averages()}
+    found = []
+    for op, backend in _SDPA_OPS:
+        if op in names and backend not in found:
+            if backend == "flash" and "flash (cpu)" in found:
+                continue
+            found.append(backend)
+    if not found:
+        sdpa_called = any("scaled_dot_product" in n for n in names)
+        found = ["unknown (sdpa called)"] if sdpa_called else [f"none ({attn_implementation or 'custom'} attention)"]
+    return found
+
+
+def _resolve(kind: str, device, warmup, iters, trials) -> tuple[int, int, int]:
+    dw, di, dt = DEFAULTS[kind]["cuda" if device.type == "cuda" else "cpu"]
+    warmup, iters, trials = (dw if warmup is None else int(warmup), di if iters is None else int(iters),
+                             dt if trials is None else int(trials))
+    if warmup < 0 or iters < 1 or trials < 1:
+        raise GacError(f"latency needs warmup >= 0, iters >= 1, trials >= 1 (got {warmup}, {iters}, {trials})")
+    return warmup, iters, trials
+
+
+def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters: int, trials: int) -> dict:
+    """Time ``timed`` calls: ``step()`` does untimed setup and returns the callable to time.
+
+    On CUDA every measured call sits between two CUDA events (read after the trial's synchronize); on CPU it is timed
+    with ``perf_counter``. Returns per-trial medians and all samples (ms).
+    """
+    import torch
+
+    cuda = device.type == "cuda"
+    trial_samples: list[list[float]] = []
+    for _ in range(trials):
+        for _ in range(warmup):
+            step()()
+        if cuda:
+            torch.cuda.synchronize(device)
+            pairs = []
+            for _ in range(iters):
+                timed = step()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                timed()
+                end.record()
+                pairs.append((start, end))
+            torch.cuda.synchronize(device)
+            samples = [s.elapsed_time(e) for s, e in pairs]
+        else:
+            samples = []
+            for _ in range(iters):
+                timed = step()
+                t0 = time.perf_counter()
+                timed()
+                samples.append((time.perf_counter() - t0) * 1e3)
+        trial_samples.append(samples)
+    medians = [statistics.median(s) for s in trial_samples]
+    flat = sorted(x for s in trial_samples for x in s)
+    q = statistics.quantiles(flat, n=4) if len(flat) >= 2 else [flat[0]] * 3
+    med = statistics.median(medians)
+    return {
+        "median_ms": med,
+        "trial_medians_ms": medians,
+        "min_trial_ms": min(medians),
+        "max_trial_ms": max(medians),
+        "spread_pct": (max(medians) - min(medians)) / med * 100 if med > 0 else 0.0,
+        "p25_ms": q[0],
+        "p75_ms": q[2],
+        "n_samples": len(flat),
+        "timer": "cuda_events" if cuda else "perf_counter",
+    }
+
+
+def _context(model, device) -> dict:
+    import torch
+
+    dtype = next(model.parameters()).dtype
+    cfg = getattr(model, "config", None)
+    return {
+        "device": str(device),
+        "device_name": device_name(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "attn_implementation": getattr(cfg, "_attn_implementation", None),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+    }
+
+
+def _check_len(model, n: int, what: str) -> None:
+    from gac.evaluation.perplexity import model_max_length
+
+    limit = model_max_length(model)
+    if limit is not None and n > limit:
+        raise GacError(f"{what}={n} is above the model's maximum sequence length ({limit}); use at most {limit}")
+
+
+def _random_ids(model, batch: int, n: int, seed: int, device):
+    import torch
+
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 32000
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, n), generator=g).to(device)
+
+
+def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | None = None, iters: int | None = None,
+                    trials: int | None = None, seed: int = 0, detect_backend: bool = True) -> dict:
+    """Prefill latency (ms) of one forward over ``batch x seq_len`` tokens; see the module docstring.
+
+    ``warmup/iters/trials`` default to 50/200/3 on CUDA and 3/10/3 on CPU.
+    """
+    import torch
+
+    if batch < 1 or seq_len < 1:
+        raise GacError(f"prefill needs batch >= 1 and seq_len >= 1 (got {batch}, {seq_len})")
+    _check_len(model, seq_len, "seq_len")
+    device = _device_of(model)
+    warmup, iters, trials = _resolve("prefill", device, warmup, iters, trials)
+    x = _random_ids(model, batch, seq_len, seed, device)
+    model.eval()
+
+    def call():
+        return model(input_ids=x, use_cache=False)
+
+    with torch.inference_mode():
+        res = measure(lambda: call, device, warmup, iters, trials)
+        ctx = _context(model, device)
+        ctx["sdpa_backend"] = sdpa_backends(call, ctx["attn_implementation"]) if detect_backend else None
+    out = {"kind": "prefill", "batch": batch, "seq_len": seq_len, "warmup": warmup, "iters": iters, "trials": trials,
+           **res, **ctx, "tokens_per_s": batch * seq_len / (res["median_ms"] / 1e3)}
+    log.info("prefill b=%d S=%d: %.3f ms median (spread %.1f%%, %s, %s, sdpa %s)", batch, seq_len, out["median_ms"],
+             out["spread_pct"], out["device_name"], out["dtype"], out["sdpa_backend"])
+    return out
+
+
+def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int = 128, warmup: int | None = None,
+                   iters: int | None = None, trials: int | None = None, seed: int = 0,
+                   detect_backend: bool = True) -> dict:
+    """Decode latency: ms per new token with a KV cache over ``new_tokens`` greedy steps after a ``prompt_len`` prefill.
+
+    One iteration = an untimed prefill plus ``new_tokens`` timed steps; ``warmup/iters/trials`` count iterations and
+    default to 5/20/3 on CUDA and 1/3/3 on CPU. ``median_ms`` is per token.
+    """
+    import torch
+
+    if batch < 1 or prompt_len < 1 or new_tokens < 1:
+        raise GacError(f"decode needs batch, prompt_len, new_tokens >= 1 (got {batch}, {prompt_len}, {new_tokens})")
+    _check_len(model, prompt_len + new_tokens, "prompt_len + new_tokens")
+    device = _device_of(model)
+    warmup, iters, trials = _resolve("decode", device, warmup, iters, trials)
+    prompt = _random_ids(model, batch, prompt_len, seed, device)
+    model.eval()
+
+    def step():
+        out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+        state = {"cache": out.past_key_values, "tok": out.logits[:, -1:].argmax(-1)}
+
+        def generate():
+            for _ in range(new_tokens):
+                o = model(input_ids=state["tok"], past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
+                state["cache"], state["tok"] = o.past_key_values, o.logits[:, -1:].argmax(-1)
+
+        return generate
+
+    with torch.inference_mode():
+        res = measure(step, device, warmup, iters, trials)
+        ctx = _context(model, device)
+        ctx["sdpa_backend"] = sdpa_backends(step(), ctx["attn_implementation"]) if detect_backend else None
+    per_tok = {k: (v / new_tokens if k.endswith("_ms") and isinstance(v, float) else v) for k, v in res.items()}
+    per_tok["trial_medians_ms"] = [v / new_tokens for v in res["trial_medians_ms"]]
+    out = {"kind": "decode", "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "warmup": warmup,
+           "iters": iters, "trials": trials, **per_tok, **ctx, "unit": "ms per token",
+           "tokens_per_s": batch / (per_tok["median_ms"] / 1e3), "cache": "DynamicCache"}
+    log.info("decode b=%d prompt=%d new=%d: %.3f ms/token median (%s, %s)", batch, prompt_len, new_tokens,
+             out["median_ms"], out["device_name"], out["dtype"])
+    return out

@@ -1,0 +1,154 @@
+"""Load a model and its tokenizer from one spec string.
+
+``spec`` may be:
+
+* ``"tiny"`` — the embedded Llama trained by :mod:`gac.fixtures.tiny` (shipped, no network); ``"tiny-untrained"``
+  is the same architecture at its seeded initialisation (a baseline);
+* a gac compressed-checkpoint directory (it holds ``gac_checkpoint.json``): rebuilt by
+  :func:`gac.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
+* a local Hugging Face model directory (it holds ``config.json``);
+* a Hugging Face hub id (``meta-llama/Meta-Llama-3-8B``), downloaded or read from the local HF cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from gac.errors import GacError, unknown_name
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_MARKER = "gac_checkpoint.json"
+BUILTIN = ("tiny", "tiny-untrained")
+_DTYPES = {
+    "auto": "auto",
+    "fp32": "float32", "float32": "float32", "float": "float32",
+    "fp16": "float16", "float16": "float16", "half": "float16",
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+}
+
+
+def resolve_dtype(dtype):
+    """A ``torch.dtype`` (or ``"auto"``/None) from a dtype or a name such as ``"fp16"``, ``"bfloat16"``."""
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        name = _DTYPES.get(dtype.lower())
+        if name is None:
+            raise unknown_name("dtype", dtype, _DTYPES)
+        return name if name == "auto" else getattr(torch, name)
+    raise GacError(f"dtype must be a torch.dtype or a name like 'fp16', not {type(dtype).__name__}")
+
+
+def _check_device(device) -> str:
+    import torch
+
+    device = str(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise GacError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise GacError(f"device {device!r} requested but CUDA is not available here; use --device cpu")
+    return device
+
+
+def model_kind(spec: str | os.PathLike) -> str:
+    """``"builtin"``, ``"checkpoint"``, ``"local"`` or ``"hub"`` (raises for a local path that does not exist)."""
+    s = str(spec)
+    if s in BUILTIN:
+        return "builtin"
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if (p / CHECKPOINT_MARKER).is_file():
+            return "checkpoint"
+        if (p / "config.json").is_file():
+            return "local"
+        raise GacError(
+            f"{s!r} is a directory but neither a gac checkpoint ({CHECKPOINT_MARKER}) nor a Hugging Face model "
+            f"(config.json); point at the directory that holds one of them"
+        )
+    if p.exists():
+        raise GacError(f"{s!r} is a file; pass a model directory, a hub id or 'tiny'")
+    if s.startswith((".", "/", "~")) or s.count("/") > 1 or os.sep == "\\" and "\\" in s:
+        raise GacError(f"model directory {s!r} does not exist; check the path (or pass a hub id or 'tiny')")
+    return "hub"
+
+
+def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu"):
+    """``(model, tokenizer)`` for ``spec`` (see the module docstring), in eval mode on ``device``.
+
+    ``dtype``: a ``torch.dtype`` or a name (``"fp16"``, ``"bf16"``, ``"fp32"``, ``"auto"``); None keeps the loader's
+    default (float32 for ``tiny``, the checkpoint's own dtype for ``from_pretrained``).
+    """
+    dtype = resolve_dtype(dtype)
+    device = _check_device(device)
+    kind = model_kind(spec)
+    s = str(spec)
+    if kind == "builtin":
+        from gac.fixtures import load_tiny
+
+        return load_tiny(dtype=None if dtype == "auto" else dtype, device=device, trained=s == "tiny")
+    if kind == "checkpoint":
+        try:
+            from gac.checkpoint import load_checkpoint
+        except ImportError:
+            raise GacError(
+                f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.checkpoint); update gac"
+            ) from None
+        loaded = load_checkpoint(s, dtype=dtype, device=device)
+        if isinstance(loaded, tuple) and len(loaded) == 2:
+            model, tokenizer = loaded
+        else:
+            model, tokenizer = loaded, _tokenizer_from(Path(s).expanduser())
+        return model.eval(), tokenizer
+    return _load_hf(s, kind, dtype, device)
+
+
+def _tokenizer_from(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as e:
+        raise GacError(f"no tokenizer in {path} ({type(e).__name__}); save the tokenizer beside the weights") from None
+
+
+def _load_hf(spec: str, kind: str, dtype, device: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec)
+        model = AutoModelForCausalLM.from_pretrained(spec, **kwargs)
+    except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
+        msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        if kind == "hub":
+            raise GacError(
+                f"could not load {spec!r} from the Hugging Face hub ({msg}); without network, download it where the "
+                f"hub is reachable (`huggingface-cli download {spec} --local-dir DIR`) and pass DIR, or set HF_HOME "
+                f"to a cache that holds it; `tiny` works offline"
+            ) from None
+        raise GacError(f"could not load the model in {spec!r} ({msg}); is it a complete Hugging Face model dir?") from None
+    return model.to(device).eval(), tokenizer
+
+
+def describe(model) -> dict:
+    """A few facts about a loaded model for result records."""
+    cfg = getattr(model, "config", None)
+    params = sum(p.numel() for p in model.parameters())
+    return {
+        "name": getattr(cfg, "name_or_path", None) or type(model).__name__,
+        "architecture": type(model).__name__,
+        "params": int(params),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "max_position_embeddings": getattr(cfg, "max_position_embeddings", None),
+        "attn_implementation": getattr(cfg, "_attn_implementation", None),
+    }
+
+
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "describe", "load_model", "model_kind", "resolve_dtype"]
