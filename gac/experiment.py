@@ -195,7 +195,7 @@ class SweepCallback(_Callback):
         results_dir = Path(str(config.get("results_dir", "results"))).resolve()
         try:
             df = load_results(results_dir)
-            if config.get("experiment") == "table5" and len(df):
+            if config.get("experiment_name") == "table5" and len(df):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)

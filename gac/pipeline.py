@@ -214,7 +214,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         eval=EvalSpec(**ev),
         seq_len=int(cfg["seq_len"]),
         seed=int(cfg.get("seed", 0)),
-        experiment=str(cfg.get("experiment", "default")),
+        experiment=str(cfg.get("experiment_name", "default")),
         sweep=cfg.get("sweep"),
     )
 

@@ -1,0 +1,46 @@
+"""``gac launch``: a sweep's status from the results store, and the loopback Slurm cluster."""
+
+from __future__ import annotations
+
+NAME = "launch"
+HELP = "sweep status (done / failed / running / pending) and the local Slurm cluster"
+DESCRIPTION = """\
+gac launch status [--results-dir DIR] OVERRIDES...   every point of the sweep the overrides describe (the same
+                                                     overrides as `experiments/run.py -m ...`), with its state
+gac launch cluster start|stop [--dir D]              the loopback single-node Slurm cluster (root)
+"""
+
+
+def add_arguments(p):
+    sub = p.add_subparsers(dest="launch_cmd", metavar="ACTION", required=True)
+    s = sub.add_parser("status", help="list a sweep's points as done, failed, running or pending")
+    s.add_argument("overrides", nargs="*", help="sweep overrides, e.g. +experiment=table5 or ratio=0.1,0.2")
+    s.add_argument("--results-dir", default=None, help="the store (default: the config's results_dir)")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    c = sub.add_parser("cluster", help="start or stop the loopback Slurm cluster used by the integration tests")
+    c.add_argument("action", choices=["install", "start", "stop"])
+    c.add_argument("--dir", default=None)
+
+
+def run(args) -> int:
+    if args.launch_cmd == "cluster":
+        from gac.launch import local_cluster
+
+        argv = [args.action] + (["--dir", args.dir] if args.dir else [])
+        return local_cluster.main(argv)
+    import json
+
+    from gac.launch.status import sweep_status
+
+    rows = sweep_status(args.overrides, results_dir=args.results_dir)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    counts: dict[str, int] = {}
+    width = max([len(" ".join(r["overrides"])) for r in rows] + [9])
+    print(f"{'state':<8} {'key':<16}  {'point':<{width}}  detail")
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+        print(f"{r['state']:<8} {r['key']:<16}  {' '.join(r['overrides']):<{width}}  {r.get('detail') or ''}")
+    print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" (of {len(rows)})")
+    return 0

@@ -1,0 +1,138 @@
+"""Every shipped config and experiment composes and validates, without loading any weights."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from gac.errors import GacError
+from gac.experiment import CONF_DIR, compose_config, expand_sweep, sweep_points
+from gac.pipeline import spec_from_config
+
+GROUPS = ["model", "compressor", "proxy", "align", "gpu", "eval", "logger"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _options(group):
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _spec(overrides):
+    return spec_from_config(OmegaConf.to_container(compose_config(overrides), resolve=True))
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_group_option_validates(group):
+    opts = _options(group)
+    assert opts, group
+    for opt in opts:
+        extra = ["gpu=cpu"] if group != "gpu" else []
+        spec = _spec([f"{group}={opt}", *extra])
+        assert spec.key and len(spec.key) == 16
+
+
+def test_gpu_configs_select_cuda_and_a_profile():
+    for g in ("a100", "h100", "h200"):
+        spec = _spec([f"gpu={g}"])
+        assert spec.device == "cuda" and spec.profile == "auto" and spec.dtype == "float16"
+
+
+def test_model_specialisation_applies():
+    spec = _spec(["model=llama3_8b", "compressor=llm_pruner"])
+    assert spec.compressor_options == {"layers": [3, 31]}
+    assert _spec(["model=tiny", "compressor=llm_pruner"]).compressor_options == {"layers": None}
+
+
+@pytest.mark.parametrize("exp", _options("experiment"))
+def test_every_experiment_expands_to_valid_points(exp):
+    points = sweep_points([f"+experiment={exp}"])
+    assert len(points) >= 2
+    assert {p["config"]["experiment_name"] for p in points} == {exp}
+
+
+def test_table5_points_share_one_baseline():
+    points = sweep_points(["+experiment=table5"])
+    assert len(points) == 6
+    keys = [p["key"] for p in points]
+    assert len(set(keys)) == 5  # the baseline ignores the alignment strategy
+
+
+def test_keys_ignore_labels_and_results_dir_but_not_semantics():
+    a = _spec(["experiment_name=x", "results_dir=/tmp/a"]).key
+    assert a == _spec(["experiment_name=y", "results_dir=/tmp/b"]).key
+    assert a != _spec(["ratio=0.2"]).key
+    assert a != _spec(["align=unaligned"]).key
+
+
+def test_expand_sweep_is_the_cartesian_product():
+    jobs = expand_sweep(["ratio=0.1,0.2"], {"align": "unaligned,gac"})
+    assert len(jobs) == 4
+    assert ["align=unaligned", "ratio=0.1"] in [sorted(j) for j in jobs]
+    # a command-line value replaces the experiment's sweep of the same key
+    assert len(expand_sweep(["align=gac"], {"align": "unaligned,gac"})) == 1
+
+
+@pytest.mark.parametrize(
+    "overrides,msg",
+    [
+        (["compressor=asdv"], "unknown compressor 'asdv'; did you mean 'asvd'"),
+        (["align=gca"], "did you mean 'gac'"),
+        (["model=llama3-8b"], "did you mean 'llama3_8b'"),
+        (["proxy=fisherr"], "did you mean 'fisher'"),
+    ],
+)
+def test_unknown_group_option_suggests(overrides, msg):
+    with pytest.raises(GacError, match=msg):
+        compose_config(overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides,msg",
+    [
+        (["ratio=1.3"], r"in \(0, 1\)"),
+        (["ratio=0"], r"in \(0, 1\)"),
+        (["align.unit=0"], "align.unit must be a positive integer"),
+        (["align.strategy=best"], "unknown strategy"),
+        (["compressor.name=asdv"], "did you mean 'asvd'"),
+        (["proxy.name=fishr"], "did you mean 'fisher'"),
+        (["+compressor.options.alhpa=1"], "unknown option for compressor 'asvd' 'alhpa'"),
+        (["eval.tasks=[piqa,hellaswg]"], "did you mean 'hellaswag'"),
+        (["gpu.device=tpu"], "gpu.device must be one of"),
+        (["gpu.profile=/nonexistent/profile"], "gpu.profile must be one of"),
+        (["allocation=greedy"], "unknown allocation"),
+    ],
+)
+def test_invalid_values_fail_validation(overrides, msg):
+    with pytest.raises(GacError, match=msg):
+        _spec(overrides)
+
+
+def _run(args, **kw):
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), *args], capture_output=True,
+                          text=True, cwd=kw.pop("cwd", ROOT), timeout=300, **kw)
+
+
+def test_invalid_sweep_point_fails_before_anything_runs(tmp_path):
+    r = _run(["-m", "ratio=0.1,1.3", "eval=none", f"results_dir={tmp_path}/res",
+              f"hydra.sweep.dir={tmp_path}/multirun"])
+    assert r.returncode == 2, r.stderr
+    assert "sweep point [ratio=1.3 " in r.stderr and "nothing was launched" in r.stderr
+    assert not (tmp_path / "res").exists()
+    assert not (tmp_path / "multirun" / "0").exists()
+
+
+def test_single_run_bad_value_is_one_line(tmp_path):
+    r = _run(["ratio=1.3", f"results_dir={tmp_path}/res", f"hydra.run.dir={tmp_path}/out"])
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("experiments/run.py: error: compression ratio")
+    assert "Traceback" not in r.stderr
+
+
+def test_slurm_launcher_without_sbatch_says_so(tmp_path):
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    r = _run(["-m", "hydra/launcher=slurm_a100", "eval=none", f"results_dir={tmp_path}/res",
+              f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
+    assert r.returncode == 2
+    assert "`sbatch` is not on PATH" in r.stderr
