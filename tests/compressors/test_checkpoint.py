@@ -141,3 +141,39 @@ def test_audit_flags_bad_head_dim():
     assert not rep["head_dim_flash_ok"] and not rep["head_dim_vllm_ok"]
     # q/o (120 x 120) are 8-aligned; k/v (60 out) and gate/up/down (100) are not
     assert rep["aligned_fraction"] == pytest.approx(2 / 7)
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "qwen2", "qwen3"])
+def test_other_families_roundtrip(model_type, tmp_path):
+    """GQA families with biases (Qwen2) and per-head norms (Qwen3): compress, align, save, reload identically."""
+    from gac.compress import prepare
+    from tests.compressors.conftest import small_model
+
+    m = small_model(model_type, num_attention_heads=8, num_key_value_heads=4, head_dim=16)
+    ids = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    for comp in ("asvd", "palu", "llm_pruner"):
+        cm, plan, report = prepare(m, None, comp, calib_ids=ids, compressor_options={"group_size": 2} if comp == "palu"
+                                   else None).compress(0.3, "gac")
+        assert plan.aligned_fraction == 1.0 and plan.params <= plan.budget
+        save_checkpoint(cm, None, tmp_path / comp)
+        m2, _ = load_checkpoint(tmp_path / comp)
+        with torch.no_grad():
+            a, b = cm(ids).logits, m2(ids).logits
+        assert torch.isfinite(a).all() and torch.equal(a, b)
+    if model_type == "qwen2":
+        assert m2.model.layers[0].self_attn.k_proj.bias is not None
+
+
+def test_compress_cli(tmp_path, base):
+    from gac.cli import main
+
+    if base[4] != "tiny":
+        pytest.skip("the gac compress CLI test needs the embedded tiny model (its tokenizer and calibration text)")
+    out = tmp_path / "ck"
+    rc = main(["compress", "tiny", "--compressor", "llm_pruner", "--ratio", "0.2", "--calib", "tiny",
+               "--calib-samples", "2", "--calib-seq-len", "64", "-o", str(out)])
+    assert rc == 0 and (out / META_FILE).exists()
+    assert main(["compress", "tiny", "--compressor", "llm_pruner", "--ratio", "0.2", "-o", str(out)]) == 2  # not empty
+    assert main(["compress", "tiny", "--compressor", "asvd", "--ratio", "1.2", "-o", str(tmp_path / "y")]) == 2
+    meta = read_meta(out)
+    assert meta["recipe"]["strategy"] == "gac" and meta["plan"]["aligned_fraction"] == 1.0
