@@ -320,7 +320,7 @@ def compress_model(
     """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
     later calls on the same model, which then return compressed copies."""
-    budget_for_ratio(1, ratio) if not (isinstance(ratio, (int, float)) and 0 < ratio < 1) else None  # validate early
+    budget_for_ratio(1_000_000, ratio)  # validate the ratio before any calibration work
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
     key = None

@@ -88,9 +88,14 @@ class _StopForward(Exception):
     pass
 
 
-def _capture_layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor):
-    """Run ``model`` on one sample with every decoder layer short-circuited; return layer 0's input and each layer's kwargs."""
-    kwargs_per_layer: list[dict] = [None] * len(layers)  # type: ignore[list-item]
+def _capture_layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor, all_kwargs: bool = True):
+    """Layer 0's input for ``ids`` and (with ``all_kwargs``) every layer's keyword arguments (masks, rotary embeddings).
+
+    Decoder layers are short-circuited to the identity and the forward stops at the last layer needed, so this costs
+    the embedding lookup only (never the LM head).
+    """
+    n = len(layers) if all_kwargs else 1
+    kwargs_per_layer: list[dict] = [None] * n  # type: ignore[list-item]
     first_input: list[torch.Tensor] = []
     handles = []
 
@@ -100,23 +105,27 @@ def _capture_layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Te
             if i == 0:
                 first_input.append(h.detach())
             kwargs_per_layer[i] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+            if i == n - 1:
+                raise _StopForward
             return None
 
         return hook
 
-    originals = []
-    for i, layer in enumerate(layers):
-        handles.append(layer.register_forward_pre_hook(make_hook(i), with_kwargs=True))
-        originals.append(layer.forward)
-        layer.forward = lambda *a, **k: a[0] if a else k["hidden_states"]  # identity: only the kwargs are wanted
+    for i in range(n):
+        handles.append(layers[i].register_forward_pre_hook(make_hook(i), with_kwargs=True))
+        layers[i].forward = lambda *a, **k: a[0] if a else k["hidden_states"]  # identity: only the kwargs are wanted
     try:
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
+    except _StopForward:
+        pass
     finally:
-        for layer in layers:
-            del layer.forward  # back to the class method
+        for i in range(n):
+            del layers[i].forward  # back to the class method
         for h in handles:
             h.remove()
+    if not first_input:
+        raise GacError("calibration could not capture the decoder layers' inputs; is this a supported decoder model?")
     for kw in kwargs_per_layer:
         kw.pop("past_key_values", None)
         kw["use_cache"] = False
@@ -147,7 +156,7 @@ def collect_activation_stats(
             h0, kw = _capture_layer_inputs(model, layers, calib_ids[:1].to(dev))
             hidden = []
             for s in range(calib_ids.shape[0]):
-                hs, _ = (h0, None) if s == 0 else _capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev))
+                hs = h0 if s == 0 else _capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev), all_kwargs=False)[0]
                 hidden.append(hs)
             for li in layout.layers:
                 layer = layers[li.index]

@@ -167,3 +167,19 @@ def test_pruner_default_layer_range_scales_paper():
     m = small_model(num_hidden_layers=32, hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1)
     units = get_compressor("llm_pruner").units(m, discover(m))
     assert [u.meta["layer"] for u in units] == list(range(3, 32))  # the paper's layers 3-31
+
+
+def test_calibration_runs_each_layer_once_per_sample_and_never_the_head():
+    m = small_model(num_hidden_layers=3)
+    ids = torch.randint(0, 512, (3, 16))
+    calls = {"head": 0, "layers": [0, 0, 0]}
+    hs = [m.lm_head.register_forward_hook(lambda *a: calls.__setitem__("head", calls["head"] + 1))]
+    for i, layer in enumerate(m.model.layers):
+        # count real layer computations (the MLP), not the identity short-circuit used to capture layer kwargs
+        hs.append(layer.mlp.register_forward_hook(lambda *a, _i=i: calls["layers"].__setitem__(_i, calls["layers"][_i] + 1)))
+    lay = discover(m)
+    collect_activation_stats(m, lay, ids, lay.linear_names())
+    for h in hs:
+        h.remove()
+    assert calls["head"] == 0  # no [n, seq, vocab] logits are ever materialised
+    assert calls["layers"] == [3, 3, 3]
