@@ -303,8 +303,13 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None):
                 prepared.timings["cached"] = True
                 log.info("re-using cached scores and factorizations %s", path.name)
                 return prepared
-    prepared = prepare(model, tokenizer, spec.compressor, spec.proxy, calibration=cal, allocation=spec.allocation,
-                       compressor_options=spec.compressor_options)
+    calib_ids = None
+    if spec.calibration.get("source") == "random":  # random tokens: enough for latency studies on random weights
+        g = torch.Generator().manual_seed(int(spec.calibration.get("seed", spec.seed)))
+        vocab = int(model.config.vocab_size)
+        calib_ids = torch.randint(0, vocab, (int(cal.n_samples), int(cal.seq_len)), generator=g)
+    prepared = prepare(model, tokenizer, spec.compressor, spec.proxy, calibration=cal, calib_ids=calib_ids,
+                       allocation=spec.allocation, compressor_options=spec.compressor_options)
     prepared.timings["cached"] = False
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -350,9 +355,12 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict) -> di
     ev = spec.eval
     metrics: dict = {}
     details: dict = {}
+    resumed = timings.setdefault("resumed_stages", [])
     if ev.ppl and spec.ppl_source:
         got = work.get("ppl")
-        if got is None:
+        if got is not None:
+            resumed.append("ppl")
+        else:
             if tokenizer is None:
                 raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
             t0 = time.perf_counter()
@@ -364,7 +372,9 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict) -> di
         timings["ppl_s"] = got.get("seconds")
     if ev.tasks:
         got = work.get("tasks")
-        if got is None:
+        if got is not None:
+            resumed.append("tasks")
+        else:
             if tokenizer is None:
                 raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
             t0 = time.perf_counter()
@@ -380,6 +390,7 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict) -> di
         timings["tasks_s"] = got["seconds"]
     if ev.latency:
         lat = work.get("latency") or {}
+        resumed += [f"latency:{k}" for k in lat]
         t0 = time.perf_counter()
         points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
         for b, s in points:

@@ -71,10 +71,12 @@ class WandbLogger:
         self.dir = Path(results_dir)
         self.project, self.entity, self.mode, self.tags = project, entity, mode, list(tags or [])
         self.run = None
+        self.failed = False
 
     def start(self, key, spec, config) -> None:
         import wandb
 
+        self.failed = False
         self.dir.mkdir(parents=True, exist_ok=True)
         job = spec.job_fields()
         name = "-".join(str(x) for x in (job["model"], job["compressor"], job["strategy"],
@@ -112,12 +114,13 @@ class WandbLogger:
             self.run.log_artifact(art)
 
     def log_failure(self, error) -> None:
+        self.failed = True
         if self.run is not None:
             self.run.summary["error"] = error
 
     def finish(self) -> None:
         if self.run is not None:
-            self.run.finish(exit_code=1 if "error" in self.run.summary.keys() else 0)
+            self.run.finish(exit_code=1 if self.failed else 0)
             self.run = None
 
 
@@ -128,3 +131,48 @@ def build_loggers(results_dir: str | os.PathLike, wandb_cfg: dict | None) -> lis
                                    entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode", "offline"),
                                    tags=wandb_cfg.get("tags") or ()))
     return loggers
+
+
+def read_offline_run(run_dir: str | os.PathLike) -> dict:
+    """History rows, summary and config of an OFFLINE W&B run directory (``.../wandb/offline-run-*``), read from
+    its ``run-*.wandb`` log without syncing — for checks and for analysis on machines that never go online."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    files = sorted(Path(run_dir).glob("run-*.wandb"))
+    if not files:
+        raise GacError(f"no run-*.wandb file in {run_dir}; is it an offline W&B run directory?")
+    data = files[0].read_bytes()
+    block, pos, chunks, buf = 32768, 7, [], b""  # 7-byte file header: ':W&B', magic, version
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            break
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            chunks.append(chunk)
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+        elif kind == 4:
+            chunks.append(buf + chunk)
+            buf = b""
+    out: dict = {"history": [], "summary": {}, "config": {}}
+    for c in chunks:
+        r = pb.Record()
+        r.ParseFromString(c)
+        kind = r.WhichOneof("record_type")
+        if kind == "history":
+            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
+        elif kind == "summary":
+            out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.summary.update})
+        elif kind == "config":
+            out["config"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.config.update})
+    return out

@@ -14,6 +14,7 @@ is needed: without slurmdbd, submitit cannot learn the state of a job that died 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -242,10 +243,8 @@ def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> N
                 pass
             time.sleep(0.1)
         else:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     if (d / "pids.json").exists():
         (d / "pids.json").unlink()
 

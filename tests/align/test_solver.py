@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 from gac.align import candidate_sets, solve_mckp
+from gac.align.reference import brute_force, milp_reference
 from gac.align.synthetic import lowrank_problem
 from gac.errors import InfeasibleBudgetError
-
-from gac.align.reference import brute_force, milp_reference
 
 
 def _random_problem(rng: random.Random, linear: bool):

@@ -1,0 +1,112 @@
+"""Sweeps through a REAL single-node Slurm cluster on loopback (started and stopped by these tests).
+
+Opt in: ``python -m pytest -m slurm`` (root, with slurm-wlm, munge, slurmdbd and mariadb-server installed:
+``python -m gac.launch.local_cluster install``). .ci/run installs them and runs these tests.
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gac.launch import local_cluster
+from gac.results import ResultsStore
+
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64",
+         "eval=quick", "eval.limit=10", "eval.ppl_seq_len=128", "eval.latency_seq_lens=[64]", "eval.tasks=[]"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    missing = local_cluster.missing_binaries()
+    assert not missing, f"Slurm is not installed ({missing}); run: python -m gac.launch.local_cluster install"
+    d = tmp_path_factory.mktemp("slurm")
+    c = local_cluster.start(d / "cluster")
+    try:
+        yield c
+    finally:
+        local_cluster.stop(c.dir)
+
+
+def _multirun(cluster, tmp, overrides, timeout=600, background=False):
+    args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local", *QUICK,
+            f"results_dir={tmp}/results", f"hydra.sweep.dir={tmp}/multirun", *overrides]
+    env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
+    if background:
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _status(tmp, overrides):
+    r = subprocess.run([sys.executable, "-m", "gac.cli", "launch", "status", "--json", "--results-dir",
+                        f"{tmp}/results", *QUICK, *overrides], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_2x2_sweep_lands_4_records(cluster, tmp_path):
+    sweep = ["compressor=asvd,llm_pruner", "align=unaligned,gac"]
+    r = _multirun(cluster, tmp_path, sweep)
+    assert r.returncode == 0, r.stdout + r.stderr
+    records = list(ResultsStore(tmp_path / "results").iter_records())
+    assert len(records) == 4
+    assert {(x["job"]["compressor"], x["job"]["strategy"]) for x in records} == {
+        ("asvd", "unaligned"), ("asvd", "gac"), ("llm_pruner", "unaligned"), ("llm_pruner", "gac")}
+    assert all(x["provenance"]["slurm_job_id"] for x in records)
+    assert all(x["aligned_fraction"] == 1.0 for x in records if x["job"]["strategy"] == "gac")
+    assert all(x["metrics"]["ppl_wikitext2"] > 1 for x in records)
+    assert [row["state"] for row in _status(tmp_path, sweep)] == ["done"] * 4
+    # re-launching the sweep skips every done point
+    r = _multirun(cluster, tmp_path, sweep)
+    assert r.returncode == 0
+    assert len(list(ResultsStore(tmp_path / "results").iter_records())) == 4
+
+
+def test_failing_job_is_recorded_and_reported(cluster, tmp_path):
+    sweep = ["compressor=asvd", "align=unaligned,gac", "model.spec=/nonexistent/model"]
+    r = _multirun(cluster, tmp_path, sweep)
+    assert r.returncode != 0
+    store = ResultsStore(tmp_path / "results")
+    failures = list(store.iter_records(include_failures=True))
+    assert len(failures) == 2 and all(f["status"] == "failed" for f in failures)
+    assert all("/nonexistent/model" in f["error"] for f in failures)
+    rows = _status(tmp_path, sweep)
+    assert [row["state"] for row in rows] == ["failed", "failed"]
+    assert "/nonexistent/model" in rows[0]["detail"]
+
+
+def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path):
+    # one job whose latency stage is long; requeue it (as a preemption would) once its perplexity stage is done
+    sweep = ["compressor=asvd", "align=gac", "eval.iters=400", "eval.trials=3", "eval.warmup=0",
+             "eval.latency_seq_lens=[64,65,66]"]
+    proc = _multirun(cluster, tmp_path, sweep, background=True)
+    results = tmp_path / "results"
+    deadline = time.time() + 300
+    job_id = None
+    while time.time() < deadline:
+        ppl = list(results.glob("work/*/ppl.json"))
+        events = list(results.glob("runs/*.jsonl"))
+        if ppl and events:
+            job_id = json.loads(events[0].read_text().splitlines()[0])["slurm_job_id"]
+            break
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.5)
+    assert job_id, "the job never finished its perplexity stage"
+    ppl_mtime = ppl[0].stat().st_mtime_ns
+    rq = subprocess.run(["scontrol", "requeue", str(job_id)], env=cluster.env, capture_output=True, text=True)
+    assert rq.returncode == 0, rq.stderr
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    records = list(ResultsStore(results).iter_records())
+    assert len(records) == 1
+    rec = records[0]
+    assert rec["provenance"]["slurm_restart_count"] == "1"
+    assert "ppl" in rec["timings"]["resumed_stages"]
+    assert ppl[0].stat().st_mtime_ns == ppl_mtime
+    started = [json.loads(x) for x in events[0].read_text().splitlines() if '"started"' in x]
+    assert len(started) == 2
