@@ -24,11 +24,14 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--compressors", nargs="+", default=["asvd", "llm_pruner"])
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
-    ap.add_argument("--strategies", nargs="+", default=["unaligned", "round_nearest", "rebalance", "gac"])
+    ap.add_argument("--strategies", nargs="+", default=["unaligned", "round_nearest", "rebalance", "gac", "gac:8"],
+                    help="strategy[:window]; the window defaults to gac.compress.COMPRESS_WINDOW")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=512)
     ap.add_argument("--eval-seq-len", type=int, default=512)
     ap.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows")
+    ap.add_argument("--calib-text", default=None, help="calibration source (default: tiny for tiny, else wikitext2)")
+    ap.add_argument("--eval-text", default=None, help="evaluation source (default: tiny for tiny, else wikitext2)")
     ap.add_argument("--unit", type=int, default=8)
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -36,7 +39,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gac.compress import Calibration, calibration_perplexity, prepare
+    from gac.compress import COMPRESS_WINDOW, Calibration, calibration_perplexity, prepare
 
     torch.manual_seed(0)
     if args.model == "random":
@@ -55,17 +58,18 @@ def main(argv=None) -> int:
         from gac.models import load_model
 
         model, tok = load_model(args.model, dtype=torch.float32)
-        calib_ids = Calibration("tiny" if args.model == "tiny" else "wikitext2", args.calib_samples,
-                                args.calib_seq_len).token_ids(tok)
+        default = "tiny" if args.model == "tiny" else "wikitext2"
+        calib_ids = Calibration(args.calib_text or default, args.calib_samples, args.calib_seq_len).token_ids(tok)
 
         def evaluate(m):
-            return perplexity(m, tok, "tiny" if args.model == "tiny" else "wikitext2", seq_len=args.eval_seq_len,
+            return perplexity(m, tok, args.eval_text or default, seq_len=args.eval_seq_len,
                               max_windows=args.eval_windows)["ppl"]
 
     model.eval()
     base = evaluate(model)
     rows = [{"compressor": "baseline", "ratio": 0.0, "strategy": "-", "ppl": base}]
-    print(f"model {args.model}: baseline perplexity {base:.3f}; torch threads {torch.get_num_threads()}")
+    print(f"model {args.model}: baseline perplexity {base:.3f}; torch threads {torch.get_num_threads()}; "
+          f"candidate window {COMPRESS_WINDOW} unit(s) unless ':w' is given")
     hdr = f"{'compressor':<11} {'ratio':>5} {'strategy':<13} {'ppl':>9} {'aligned%':>8} {'params':>10} {'budget':>10} {'params/B':>8} {'wall_s':>7}"
     for comp in args.compressors:
         t0 = time.perf_counter()
@@ -75,9 +79,12 @@ def main(argv=None) -> int:
               f"prepare {t_prep:.1f}s (calibration {prep.timings['calibration_s']:.1f}s, factorize {prep.timings['factorize_s']:.1f}s)")
         print(hdr)
         for ratio in args.ratios:
-            for strategy in args.strategies:
+            for spec in args.strategies:
+                strategy, _, w = spec.partition(":")
+                window = int(w) if w else COMPRESS_WINDOW
                 t1 = time.perf_counter()
-                cm, plan, report = prep.compress(ratio, strategy, unit=args.unit)
+                cm, plan, report = prep.compress(ratio, strategy, unit=args.unit, window=window)
+                strategy = spec
                 wall = t_prep + time.perf_counter() - t1
                 p = evaluate(cm)
                 row = {"compressor": comp, "ratio": ratio, "strategy": strategy, "ppl": p,

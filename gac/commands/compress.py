@@ -14,7 +14,8 @@ def add_arguments(p):
     p.add_argument("--proxy", default=None, help="importance proxy: magnitude, activation, gradient, fisher, random")
     p.add_argument("--allocation", default="proportional", help="proportional (default), uniform, sensitivity")
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
-    p.add_argument("--window", type=int, default=8, help="candidate window in units around d* (default 8)")
+    p.add_argument("--window", type=int, default=1,
+                   help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
     p.add_argument("--calib", default="wikitext2", help="calibration text: wikitext2, tiny or a local file")
     p.add_argument("--calib-samples", type=int, default=32)
     p.add_argument("--calib-seq-len", type=int, default=2048)
