@@ -5,6 +5,7 @@ Layout of a checkpoint directory::
     gac_checkpoint.json      format, gac version, base HF config, every projection's spec (shape, rank, width),
                              recipe (compressor, options, proxy, ratio, strategy, calibration), plan, provenance
     gac_model.safetensors    all weights (shared / tied tensors stored once)
+    gac_buffers.safetensors  non-persistent buffers (rotary inv_freq) exactly as they were, dtype included
     tokenizer files          when a tokenizer was given (tokenizer.json, tokenizer_config.json, ...)
 
 Why not ``save_pretrained``: transformers rebuilds the *original* architecture and silently random-initialises
@@ -42,6 +43,12 @@ FORMAT = "gac-checkpoint"
 FORMAT_VERSION = 1
 META_FILE = "gac_checkpoint.json"
 WEIGHTS_FILE = "gac_model.safetensors"
+BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
+
+
+def _nonpersistent_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    persistent = set(model.state_dict().keys())
+    return {n: b.detach().contiguous() for n, b in model.named_buffers() if n not in persistent}
 
 
 def is_checkpoint(path: str | os.PathLike) -> bool:
@@ -105,6 +112,11 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
     try:
         save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "gac_version": __version__})
         digest = hashlib.sha256((tmp / WEIGHTS_FILE).read_bytes()).hexdigest()
+        buffers = _nonpersistent_buffers(model)
+        if buffers:
+            from safetensors.torch import save_file
+
+            save_file({k: v.cpu() for k, v in buffers.items()}, str(tmp / BUFFERS_FILE))
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         meta = {
             "format": FORMAT,
@@ -116,7 +128,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "modules": specs,
             "recipe": recipe,
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
-            "weights": {"file": WEIGHTS_FILE, "sha256": digest},
+            "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None},
             "provenance": provenance(),
         }
         if tokenizer is not None:
@@ -198,6 +210,17 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu"):
         raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure: {str(e)[:500]}") from None
     if missing or unexpected:  # strict=True raises first; kept as a belt-and-braces guard
         raise GacError(f"checkpoint {str(p)!r}: missing {missing[:5]} unexpected {unexpected[:5]}")
+    bfile = meta["weights"].get("buffers")
+    if bfile:
+        from safetensors.torch import load_file
+
+        own = dict(model.named_buffers())
+        for n, t in load_file(str(p / bfile), device=str(device)).items():
+            if n not in own:
+                raise GacError(f"checkpoint {str(p)!r}: saved buffer {n!r} has no place in the rebuilt model")
+            parent, _, leaf = n.rpartition(".")
+            mod = model.get_submodule(parent) if parent else model
+            mod._buffers[leaf] = t  # same values and dtype as when saved
     if dtype is not None:
         model = model.to(_dtype(dtype))
     model.eval()

@@ -177,3 +177,19 @@ def test_compress_cli(tmp_path, base):
     assert main(["compress", "tiny", "--compressor", "asvd", "--ratio", "1.2", "-o", str(tmp_path / "y")]) == 2
     meta = read_meta(out)
     assert meta["recipe"]["strategy"] == "gac" and meta["plan"]["aligned_fraction"] == 1.0
+
+
+def test_bf16_cast_model_reloads_identically(tmp_path):
+    """A model cast with .to(bfloat16) has bf16 rotary buffers that from_config would rebuild in fp32: the checkpoint
+    stores non-persistent buffers too, so logits still match bit for bit."""
+    from gac.compress import prepare
+    from tests.compressors.conftest import small_model
+
+    m = small_model().to(torch.bfloat16)
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    cm, _, _ = prepare(m, None, "svd_llm", calib_ids=ids).compress(0.2, "gac")
+    save_checkpoint(cm, None, tmp_path / "bf16")
+    m2, _ = load_checkpoint(tmp_path / "bf16")
+    assert next(m2.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        assert torch.equal(cm(ids).logits, m2(ids).logits)
