@@ -37,7 +37,8 @@ PROFILE_MODES = ("none", "auto", "measure")
 @dataclass
 class EvalSpec:
     ppl: bool = True
-    ppl_seq_len: int = 2048
+    ppl_seq_len: int | None = None  # None: 2048 capped at the model's maximum (the papers' protocol)
+    ppl_max_windows: int | None = None  # None: the whole test text
     tasks: tuple[str, ...] = ("piqa", "hellaswag")
     limit: int | None = 200
     batch_size: int = 8
@@ -364,7 +365,8 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict) -> di
             if tokenizer is None:
                 raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
             t0 = time.perf_counter()
-            got = perplexity(model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len)
+            got = perplexity(model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
+                             max_windows=ev.ppl_max_windows)
             got["seconds"] = time.perf_counter() - t0
             work.put("ppl", got)
         metrics["ppl_wikitext2"] = got["ppl"]
@@ -451,6 +453,10 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         rec["skipped"] = True
         return rec
     work = _Work(store, key)
+    if force and work.dir.exists():  # a forced re-run measures everything again
+        import shutil
+
+        shutil.rmtree(work.dir)
     timings: dict = {}
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
@@ -504,6 +510,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
             "provenance": _provenance(spec),
         }
         path = store.write_record(key, record)
+        record = read_json(path, "result record")  # exactly what was stored (schema, key, created added)
         record["_path"] = str(path)
         for lg in loggers:
             lg.log_record(record)

@@ -175,4 +175,7 @@ def read_offline_run(run_dir: str | os.PathLike) -> dict:
             out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.summary.update})
         elif kind == "config":
             out["config"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.config.update})
+        elif kind == "run":  # the run record carries the initial config
+            out["config"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                  for i in r.run.config.update})
     return out

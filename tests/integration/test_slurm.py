@@ -18,7 +18,7 @@ from gac.results import ResultsStore
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64",
-         "eval=quick", "eval.limit=10", "eval.ppl_seq_len=128", "eval.latency_seq_lens=[64]", "eval.tasks=[]"]
+         "eval=quick", "eval.limit=10", "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "eval.latency_seq_lens=[64]", "eval.tasks=[]"]
 
 
 @pytest.fixture(scope="module")
