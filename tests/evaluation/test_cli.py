@@ -1,0 +1,82 @@
+"""`gac evaluate` and `gac fixtures` end to end, and their answers to bad input (exit code 2, one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gac.cli import main
+
+
+def test_gac_evaluate_tiny_ppl_and_tasks_writes_json(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    rc = main(["evaluate", "tiny", "--ppl", "--tasks", "piqa,hellaswag", "--limit", "50", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    m = doc["metrics"]
+    assert set(m) == {"ppl", "piqa_acc", "piqa_acc_norm", "hellaswag_acc", "hellaswag_acc_norm"}
+    assert 1 < m["ppl"] < 1000
+    assert doc["tasks"]["piqa"]["n"] == 50 and doc["tasks"]["hellaswag"]["n"] == 50
+    assert doc["perplexity"]["seq_len"] == 1024  # 2048 capped at tiny's maximum
+    assert doc["provenance"]["packages"]["lm_eval"] and doc["model_info"]["params"] > 1e6
+    table = capsys.readouterr().out
+    assert "piqa acc_norm" in table and "hellaswag acc" in table and "ppl [tiny (test), S=1024]" in table
+    # results are never overwritten silently
+    assert main(["evaluate", "tiny", "--ppl", "--json", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_gac_evaluate_latency(tmp_path, capsys):
+    out = tmp_path / "lat.json"
+    rc = main(["evaluate", "tiny", "--latency", "--seq-len", "64", "--warmup", "1", "--iters", "2", "--trials", "1",
+               "--decode-tokens", "4", "--decode-prompt", "8", "--json", str(out)])
+    assert rc == 0
+    lat = json.loads(out.read_text())["latency"]
+    assert lat["prefill"]["seq_len"] == 64 and lat["prefill"]["median_ms"] > 0
+    assert lat["decode"]["new_tokens"] == 4 and lat["decode"]["median_ms"] > 0
+    assert "SDPA backend" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tasks", "piqa,hellaswg"], "unknown task 'hellaswg'; did you mean 'hellaswag'"),
+    (["--ppl", "--seq-len", "4096"], "seq_len=4096 is above the model's maximum sequence length (1024"),
+    (["--ppl", "--ppl-data", "wikitext2"], "to use a local copy"),
+    (["--ppl", "--ppl-data", "wikitxt-2"], "did you mean"),
+    (["--task-file", "piqa"], "must be TASK=PATH"),
+    ([], "nothing to evaluate"),
+])
+def test_gac_evaluate_bad_input(argv, message, capsys):
+    assert main(["evaluate", "tiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_gac_evaluate_empty_eval_file(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["evaluate", "tiny", "--ppl", "--ppl-data", str(empty)]) == 2
+    assert "is empty" in capsys.readouterr().err
+    empty_jsonl = tmp_path / "piqa.jsonl"
+    empty_jsonl.write_text("")
+    assert main(["evaluate", "tiny", "--tasks", "piqa", "--task-file", f"piqa={empty_jsonl}"]) == 2
+    assert "is empty" in capsys.readouterr().err
+
+
+def test_gac_fixtures_info(capsys):
+    assert main(["fixtures"]) == 0
+    out = capsys.readouterr().out
+    assert "val ppl" in out and "piqa.jsonl" in out
+
+
+def test_the_gac_command_runs_offline_in_a_fresh_process(tmp_path, tiny_files):
+    text = tmp_path / "few.txt"
+    text.write_text("".join(tiny_files.wikitext["test"].read_text().splitlines(keepends=True)[:400]))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    res = subprocess.run([sys.executable, "-m", "gac.cli", "evaluate", "tiny", "--ppl", "--ppl-data", str(text),
+                          "--seq-len", "256"], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"ppl [{text}, S=256]" in res.stdout
