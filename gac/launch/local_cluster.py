@@ -175,6 +175,10 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
         shutil.rmtree(d)  # job ids restart at 1 with fresh state; stale state would confuse submitit
     d.mkdir(parents=True)
     d.chmod(0o755)
+    for parent in d.resolve().parents:  # munge and mysql run as their own users: they must reach the directory
+        if not parent.stat().st_mode & 0o001:
+            raise GacError(f"{parent} is not searchable by other users (mode {oct(parent.stat().st_mode & 0o777)}); "
+                           f"the munge and mysql daemons cannot reach {d}: choose a directory under /tmp")
     for sub in ("state", "spool"):
         (d / sub).mkdir()
     host = socket.gethostname().split(".")[0]
@@ -194,9 +198,11 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
             _wait(lambda: _ok(["sh", "-c", "munge -n | unmunge"]), 20, "munged", d / "munged.out")
         # 2. MariaDB, files inside its own datadir
         my = d / "mysql"
-        subprocess.run([_bin("mariadb-install-db"), "--user=mysql", f"--datadir={my}",
-                        "--auth-root-authentication-method=socket", "--skip-test-db"],
-                       check=True, capture_output=True)
+        r = subprocess.run([_bin("mariadb-install-db"), "--user=mysql", f"--datadir={my}",
+                            "--auth-root-authentication-method=socket", "--skip-test-db"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise GacError(f"mariadb-install-db failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}")
         Path("/run/mysqld").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/mysqld", "mysql", "mysql")
         sock = "/run/mysqld/mysqld.sock"

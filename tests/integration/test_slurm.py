@@ -5,8 +5,10 @@ Opt in: ``python -m pytest -m slurm`` (root, with slurm-wlm, munge, slurmdbd and
 """
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,12 +27,14 @@ QUICK = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_le
 def cluster(tmp_path_factory):
     missing = local_cluster.missing_binaries()
     assert not missing, f"Slurm is not installed ({missing}); run: python -m gac.launch.local_cluster install"
-    d = tmp_path_factory.mktemp("slurm")
+    d = Path(tempfile.mkdtemp(prefix="gac-slurm-"))  # under /tmp: the munge and mysql users must reach it
+    d.chmod(0o755)
     c = local_cluster.start(d / "cluster")
     try:
         yield c
     finally:
         local_cluster.stop(c.dir)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _multirun(cluster, tmp, overrides, timeout=600, background=False):
@@ -82,8 +86,8 @@ def test_failing_job_is_recorded_and_reported(cluster, tmp_path):
 
 def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path):
     # one job whose latency stage is long; requeue it (as a preemption would) once its perplexity stage is done
-    sweep = ["compressor=asvd", "align=gac", "eval.iters=400", "eval.trials=3", "eval.warmup=0",
-             "eval.latency_seq_lens=[64,65,66]"]
+    sweep = ["compressor=asvd", "align=gac", "eval.iters=150", "eval.trials=3", "eval.warmup=0",
+             "eval.latency_seq_lens=[64,65]"]
     proc = _multirun(cluster, tmp_path, sweep, background=True)
     results = tmp_path / "results"
     deadline = time.time() + 300
