@@ -72,6 +72,7 @@ def run(args) -> int:
     from gac.models import BUILTIN, describe, load_model
 
     tasks = parse_tasks(args.tasks) if args.tasks else []
+    files = _task_files(args.task_file)
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
     if args.json and Path(args.json).exists() and not args.force:
@@ -80,7 +81,6 @@ def run(args) -> int:
                     ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
-    files = _task_files(args.task_file)
     use_tiny = args.data == "tiny" or (args.data == "auto" and args.model in BUILTIN)
     ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")
     if use_tiny:

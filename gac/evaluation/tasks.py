@@ -12,6 +12,7 @@ paper uses 200).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -102,16 +103,32 @@ def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory:
     return names
 
 
-def _set_offline_env() -> None:
-    """Local files need no hub: say so before ``datasets`` is imported (and to it, if it already is)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+@contextlib.contextmanager
+def _offline():
+    """No hub while local files load: the env vars (for a first import) and the already-imported flags, restored after.
+
+    Without this, ``datasets`` makes a network round trip (a DNS lookup, or a timeout) per local JSON load.
+    """
     import sys
 
-    if "datasets" in sys.modules and os.environ["HF_DATASETS_OFFLINE"] == "1":
-        import datasets
-
-        datasets.config.HF_HUB_OFFLINE = True
+    saved_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    flags = []
+    for mod, attr in (("datasets.config", "HF_HUB_OFFLINE"), ("huggingface_hub.constants", "HF_HUB_OFFLINE")):
+        m = sys.modules.get(mod)
+        if m is not None and hasattr(m, attr):
+            flags.append((m, attr, getattr(m, attr)))
+            setattr(m, attr, True)
+    try:
+        yield
+    finally:
+        for m, attr, old in flags:
+            setattr(m, attr, old)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hellaswag"), limit: int | None = 200,
@@ -133,9 +150,13 @@ def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hell
     local_files = {t: p for t, p in local_files.items() if t in names}
     if limit is not None and int(limit) < 1:
         raise GacError(f"limit={limit}; use a positive number of items (the paper uses 200) or None for all")
-    if local_files:
-        _set_offline_env()
+    with _offline() if local_files and len(local_files) == len(names) else contextlib.nullcontext():
+        return _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot, bootstrap_iters,
+                    seed, log_samples)
 
+
+def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot, bootstrap_iters, seed,
+         log_samples) -> dict:
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
