@@ -24,8 +24,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--compressors", nargs="+", default=["asvd", "llm_pruner"])
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
-    ap.add_argument("--strategies", nargs="+", default=["unaligned", "round_nearest", "rebalance", "gac", "gac:8"],
-                    help="strategy[:window]; the window defaults to gac.compress.COMPRESS_WINDOW")
+    ap.add_argument("--strategies", nargs="+",
+                    default=["unaligned", "round_nearest", "rebalance", "gac", "gac::marginal", "gac:8"],
+                    help="strategy[:window[:knapsack_score]], e.g. gac:8 or gac::marginal; the window defaults to "
+                         "gac.compress.COMPRESS_WINDOW, the knapsack score to 'proxy'")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=512)
     ap.add_argument("--eval-seq-len", type=int, default=512)
@@ -80,10 +82,12 @@ def main(argv=None) -> int:
         print(hdr)
         for ratio in args.ratios:
             for spec in args.strategies:
-                strategy, _, w = spec.partition(":")
+                strategy, _, rest = spec.partition(":")
+                w, _, ks = rest.partition(":")
                 window = int(w) if w else COMPRESS_WINDOW
                 t1 = time.perf_counter()
-                cm, plan, report = prep.compress(ratio, strategy, unit=args.unit, window=window)
+                cm, plan, report = prep.compress(ratio, strategy, unit=args.unit, window=window,
+                                                 knapsack_score=ks or "proxy")
                 strategy = spec
                 wall = t_prep + time.perf_counter() - t1
                 p = evaluate(cm)

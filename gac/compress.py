@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 # unit): gac then decides exactly which targets round up and which round down under the budget. Pass window=8
 # for the paper's +-8-step candidate sets.
 COMPRESS_WINDOW = 1
+KNAPSACK_SCORES = ("proxy", "marginal")
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,15 @@ class Prepared:
     def budget(self, ratio: float) -> int:
         return budget_for_ratio(self.dense_params, ratio)
 
-    def targets(self, ratio: float, unit: int = DEFAULT_UNIT) -> tuple[list[Target], int]:
-        """The gac targets (d* from the allocation) and the budget B for ``ratio``."""
+    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = "proxy") -> tuple[list[Target], int]:
+        """The gac targets (d* from the allocation) and the budget B for ``ratio``.
+
+        ``knapsack_score`` is the per-parameter s_i handed to Eq. 4: ``"proxy"`` (the paper: the importance proxy's
+        score) or ``"marginal"`` (the compressor's own error per parameter of the aligned step bracketing d* —
+        squared singular values for low rank, ranked channel energy for pruning — times ``(s_i / s_bar) ** power``).
+        """
+        if knapsack_score not in KNAPSACK_SCORES:
+            raise unknown_name("knapsack score", knapsack_score, KNAPSACK_SCORES)
         budget = self.budget(ratio)
         dense = [u.dense_params for u in self.units]
         ppd = [u.params_per_dim for u in self.units]
@@ -114,6 +122,17 @@ class Prepared:
             power = 0.0 if self.allocation == "uniform" else self.power
             d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power)
             score_of = self.scores
+        if knapsack_score == "marginal":
+            total = sum(dense)
+            sbar = math.fsum(score_of[u.name] * u.dense_params for u in self.units) / total
+            rel = {u.name: (score_of[u.name] / sbar) ** self.power if sbar > 0 else 1.0 for u in self.units}
+            margin = {}
+            for u, d in zip(self.units, d_star):
+                m = self.compressor.marginal_score(u, d, self.factors, unit)
+                if m is None:
+                    raise GacError(f"{self.compressor.name} has no error curve for {u.name}; use knapsack_score='proxy'")
+                margin[u.name] = max(m, 0.0) * rel[u.name]
+            score_of = margin
         targets = [
             Target(u.name, float(min(d, dm)), float(score_of[u.name]), u.params_per_dim, d_max=dm, kind=u.kind,
                    meta={"d_full": u.d_full, "dense_params": u.dense_params})
@@ -122,10 +141,10 @@ class Prepared:
         return targets, budget
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
-             candidate_filter: CandidateFilter | None = None) -> tuple[Plan, list[Target]]:
+             candidate_filter: CandidateFilter | None = None, knapsack_score: str = "proxy") -> tuple[Plan, list[Target]]:
         if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
-        targets, budget = self.targets(ratio, unit)
+        targets, budget = self.targets(ratio, unit, knapsack_score)
         return align(targets, budget, strategy, unit, window, candidate_filter), targets
 
     def compress(
@@ -136,13 +155,14 @@ class Prepared:
         window: int = COMPRESS_WINDOW,
         candidate_filter: CandidateFilter | None = None,
         copy_model: bool = True,
+        knapsack_score: str = "proxy",
     ) -> tuple[nn.Module, Plan, dict]:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
         in place (saves memory; the Prepared object cannot be reused afterwards)."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
         t0 = time.perf_counter()
-        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter)
+        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score)
         t_plan = time.perf_counter() - t0
         t1 = time.perf_counter()
         model = copy.deepcopy(self.model) if copy_model else self.model
@@ -163,6 +183,7 @@ class Prepared:
             "strategy": strategy,
             "unit": unit,
             "window": window,
+            "knapsack_score": knapsack_score,
             "candidate_filter": None if candidate_filter is None else repr(candidate_filter),
             "calibration": self.calibration,
         }

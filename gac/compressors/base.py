@@ -99,6 +99,29 @@ class Compressor:
         """Swap the modules of the units in ``dims``; return the replaced modules by name (to undo a probe)."""
         raise NotImplementedError
 
+    def error_curve(self, unit: Unit, factors: dict):
+        """Per-dimension error of dropping dimension k (descending), in the compressor's own metric, or None.
+
+        Low rank: the squared singular values ``sigma_k^2`` of the (scaled / whitened) weight, read from the balanced
+        factors (``||A[:, k]||^2 = sigma_k``). Pruning overrides this with the ranked channel energies.
+        """
+        f = factors.get(unit.name, {})
+        A = f.get("A")
+        if A is None:
+            return None
+        return A.double().pow(2).sum(0).pow(2)
+
+    def marginal_score(self, unit: Unit, d_star: float, factors: dict, align_unit: int) -> float | None:
+        """Error per parameter of the aligned step that brackets d*: mean error of dimensions
+        ``[floor_u(d*), floor_u(d*) + u)`` divided by ``params_per_dim``."""
+        curve = self.error_curve(unit, factors)
+        if curve is None or curve.numel() == 0:
+            return None
+        lo = int(d_star // align_unit) * align_unit
+        hi = min(lo + align_unit, curve.numel())
+        lo = max(0, min(lo, hi - 1))
+        return float(curve[lo:hi].mean()) / unit.params_per_dim
+
     def stat_modules(self, units: list[Unit]) -> list[str]:
         return sorted({m for u in units for m in u.modules})
 

@@ -75,8 +75,13 @@ class LLMPruner(Compressor):
                 + proxy.row_energy(un, get_module(model, un).weight, stats.get(un))
                 + proxy.col_energy(dn, get_module(model, dn).weight, stats.get(dn))
             )
-            out[u.name] = {"order": channel_order(e.double().cpu(), u.name)}
+            e = e.double().cpu()
+            order = channel_order(e, u.name)
+            out[u.name] = {"order": order, "energy": e[order]}
         return out
+
+    def error_curve(self, unit, factors):
+        return factors.get(unit.name, {}).get("energy")
 
     def apply(self, model, units, dims, factors):
         old = {}

@@ -106,3 +106,13 @@ def test_compress_model_cache(base):
     assert p1.params <= p1.budget and p2.params <= p2.budget
     with torch.no_grad():
         assert torch.isfinite(m2(held[:1]).logits).all()
+
+
+@pytest.mark.parametrize("compressor", COMPRESSORS)
+def test_marginal_knapsack_scores(prepared, compressor):
+    p = prepared(compressor)
+    plan, targets = p.plan(0.3, "gac", knapsack_score="marginal")
+    assert plan.aligned_fraction == 1.0 and plan.params <= plan.budget
+    assert all(t.score >= 0 for t in targets) and len({t.score for t in targets}) > 1
+    with pytest.raises(Exception, match="did you mean 'marginal'"):
+        p.plan(0.3, "gac", knapsack_score="marginl")
