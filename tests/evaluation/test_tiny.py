@@ -92,6 +92,7 @@ def _truncate_rank(model, rank: int):
     return m
 
 
+@pytest.mark.slow  # ~35-70 s on a loaded 2-core machine
 def test_perplexity_degrades_monotonically_as_ranks_are_cut(tiny):
     model, tok = tiny
     ranks = (256, 128, 64, 32, 8)  # 256 = full rank of every projection
