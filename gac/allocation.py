@@ -74,15 +74,12 @@ def proportional_allocation(
     lo = [max(min(lo_frac, h), p / w) for h, p, w in zip(hi, params_per_dim, dense)]  # at least d = 1
     if weights is None:
         sbar = math.fsum(s * w for s, w in zip(scores, dense)) / total
-        if sbar <= 0 or power == 0:
-            weights = [1.0] * n
-        else:
-            weights = [(s / sbar) ** power for s in scores]
-    if sum(l * w for l, w in zip(lo, dense)) > budget:  # the floor alone overspends: drop it to d = 1
+        weights = [1.0] * n if sbar <= 0 or power == 0 else [(s / sbar) ** power for s in scores]
+    if sum(f * w for f, w in zip(lo, dense)) > budget:  # the floor alone overspends: drop it to d = 1
         lo = [p / w for p, w in zip(params_per_dim, dense)]
 
     def spend(lam):
-        return math.fsum(min(max(lam * x, l), h) * w for x, l, h, w in zip(weights, lo, hi, dense))
+        return math.fsum(min(max(lam * x, f), h) * w for x, f, h, w in zip(weights, lo, hi, dense))
 
     a, b = 0.0, 1.0
     while spend(b) < budget:
@@ -95,7 +92,7 @@ def proportional_allocation(
             a = m
         else:
             b = m
-    keep = [min(max(a * x, l), h) for x, l, h in zip(weights, lo, hi)]
+    keep = [min(max(a * x, f), h) for x, f, h in zip(weights, lo, hi)]
     d = [k * w / p for k, w, p in zip(keep, dense, params_per_dim)]
     return [min(max(x, 1.0), float(dm)) for x, dm in zip(d, d_max)]
 

@@ -19,7 +19,6 @@ every parameter comes from the file (a missing or unexpected tensor is an error)
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import platform

@@ -167,7 +167,7 @@ def collect_activation_stats(
                 for n in names:
                     mod = model.get_submodule(n)
 
-                    def hook(m, args, _n=n):
+                    def hook(m, args, _n=n, memo=memo, acc=acc):
                         x = args[0]
                         # q/k/v (and gate/up) receive the same tensor object: compute its statistics once. The memo
                         # holds the tensor itself, so its memory cannot be reused by a later input while memoised.
