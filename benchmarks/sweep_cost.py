@@ -40,7 +40,7 @@ def main():
     sweep_score = sum(r["timings"]["compress_prepare_s"] for r in sweep)
     one_total = one["timings"]["total_s"]
     sweep_total = sum(r["timings"]["total_s"] for r in sweep)
-    cached = sum(bool(r["timings"]["prepare_cached"]) for r in sweep)
+    cached = sum(bool(r["stages"]["prepare_cached"]) for r in sweep)
     print(f"tiny, {args.compressor}, calibration {args.n_samples} x {args.calib_seq_len}, evaluation off\n")
     print("| run | jobs | scoring s (compress_prepare) | whole jobs s | scoring vs one job |")
     print("|---|---|---|---|---|")

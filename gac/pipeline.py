@@ -350,13 +350,12 @@ def _task_files(spec: JobSpec):
     raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {spec.task_files!r}")
 
 
-def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict) -> dict:
+def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list) -> dict:
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
 
     ev = spec.eval
     metrics: dict = {}
     details: dict = {}
-    resumed = timings.setdefault("resumed_stages", [])
     if ev.ppl and spec.ppl_source:
         got = work.get("ppl")
         if got is not None:
@@ -457,7 +456,8 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         import shutil
 
         shutil.rmtree(work.dir)
-    timings: dict = {}
+    timings: dict = {}  # seconds per stage (numbers only)
+    stages: dict = {"resumed": [], "prepare_cached": None}  # what a resumed job or a warm cache saved
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
     for lg in loggers:
@@ -471,7 +471,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
             t0 = time.perf_counter()
             prepared = prepare_cached(spec, model, tokenizer, store.cache_dir)
             timings["compress_prepare_s"] = time.perf_counter() - t0
-            timings["prepare_cached"] = bool(prepared.timings.get("cached"))
+            stages["prepare_cached"] = bool(prepared.timings.get("cached"))
             t0 = time.perf_counter()
             targets, _ = prepared.targets(spec.ratio, spec.unit)
             filt, profile = _candidate_filter(spec, targets, store.cache_dir)
@@ -492,7 +492,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
 
                 save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
         t0 = time.perf_counter()
-        ev = _evaluate(spec, model, tokenizer, work, timings)
+        ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"])
         timings["evaluate_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_job
         record = {
@@ -507,6 +507,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
             "evaluation": ev["details"],
             "profile": profile_meta,
             "timings": timings,
+            "stages": stages,
             "provenance": _provenance(spec),
         }
         path = store.write_record(key, record)

@@ -16,7 +16,7 @@ from gac.errors import GacError
 from gac.targets import Target
 
 DEFAULT_UNIT = 8
-DEFAULT_WINDOW = 8
+DEFAULT_WINDOW = 1  # the aligned dims that bracket d*; see the README ("Candidate window")
 
 
 @runtime_checkable

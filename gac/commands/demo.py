@@ -12,12 +12,13 @@ aligned fraction, the Eq. 4 objective and solve time. Shapes are real; scores ar
 
 
 def add_arguments(p):
+    from gac.align.candidates import DEFAULT_WINDOW
     from gac.align.synthetic import SHAPES
 
     p.add_argument("--shape", default="llama3_8b", choices=SHAPES)
     p.add_argument("--ratio", type=float, default=0.15, help="compression ratio rho (default 0.15, as Table 5)")
     p.add_argument("--unit", type=int, default=8)
-    p.add_argument("--window", type=int, default=8)
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-allocation", metavar="PATH", help="also write the allocation JSON (input of `gac align`)")
 

@@ -21,7 +21,7 @@ Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
                                     # hellaswag_acc_norm, prefill_ms, decode_ms_per_token (missing = not run)
      "aligned_fraction": float, "params": int, "budget": int,
      "plan": {...Plan.to_json()...} | null,
-     "timings": {stage: seconds},
+     "timings": {stage: seconds}, "stages": {"resumed": [stage], "prepare_cached": bool | null},
      "config": {...resolved config...}, "overrides": [str],
      "provenance": {"git_commit", "git_dirty", "packages": {name: version}, "device", "seed", "date",
                     "slurm_job_id", "hostname", "gac_version"}}

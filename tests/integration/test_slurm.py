@@ -110,7 +110,7 @@ def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path)
     assert len(records) == 1
     rec = records[0]
     assert rec["provenance"]["slurm_restart_count"] == "1"
-    assert "ppl" in rec["timings"]["resumed_stages"]
+    assert "ppl" in rec["stages"]["resumed"]
     assert ppl[0].stat().st_mtime_ns == ppl_mtime
     started = [json.loads(x) for x in events[0].read_text().splitlines() if '"started"' in x]
     assert len(started) == 2

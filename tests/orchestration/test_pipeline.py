@@ -53,7 +53,7 @@ def test_done_points_are_skipped_and_force_never_overwrites(make_cfg, shared_res
 def test_sweep_points_reuse_scores_and_factorizations(make_cfg, shared_results):
     a = run_config(make_cfg("compressor=asvd", "align=unaligned", "ratio=0.3", "eval=none", results_dir=shared_results))
     b = run_config(make_cfg("compressor=asvd", "align=gac", "ratio=0.3", "eval=none", results_dir=shared_results))
-    assert b["timings"]["prepare_cached"] is True
+    assert b["stages"]["prepare_cached"] is True
     assert a["aligned_fraction"] < 0.5 and b["aligned_fraction"] == 1.0
     assert a["budget"] == b["budget"] and a["params"] <= a["budget"] and b["params"] <= b["budget"]
 
@@ -89,7 +89,7 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
     monkeypatch.setattr(ev, "evaluate_tasks", real)
     rec = run_config(cfg)
     assert store.status(key) == "done"
-    assert "ppl" in rec["timings"]["resumed_stages"]
+    assert "ppl" in rec["stages"]["resumed"]
     assert ppl_file.stat().st_mtime_ns == before
     assert rec["metrics"]["ppl_wikitext2"] == json.loads(ppl_file.read_text())["ppl"]
 
