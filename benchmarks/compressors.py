@@ -25,9 +25,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compressors", nargs="+", default=["asvd", "llm_pruner"])
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
     ap.add_argument("--strategies", nargs="+",
-                    default=["unaligned", "round_nearest", "rebalance", "gac", "gac::marginal", "gac:8"],
+                    default=["unaligned", "round_nearest", "rebalance", "gac", "gac::proxy", "gac:8"],
                     help="strategy[:window[:knapsack_score]], e.g. gac:8 or gac::marginal; the window defaults to "
-                         "gac.compress.COMPRESS_WINDOW, the knapsack score to 'proxy'")
+                         "gac.compress.COMPRESS_WINDOW, the knapsack score to gac.compress.DEFAULT_KNAPSACK_SCORE")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=512)
     ap.add_argument("--eval-seq-len", type=int, default=512)
@@ -41,7 +41,13 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gac.compress import COMPRESS_WINDOW, Calibration, calibration_perplexity, prepare
+    from gac.compress import (
+        COMPRESS_WINDOW,
+        DEFAULT_KNAPSACK_SCORE,
+        Calibration,
+        calibration_perplexity,
+        prepare,
+    )
 
     torch.manual_seed(0)
     if args.model == "random":
@@ -87,7 +93,7 @@ def main(argv=None) -> int:
                 window = int(w) if w else COMPRESS_WINDOW
                 t1 = time.perf_counter()
                 cm, plan, report = prep.compress(ratio, strategy, unit=args.unit, window=window,
-                                                 knapsack_score=ks or "proxy")
+                                                 knapsack_score=ks or DEFAULT_KNAPSACK_SCORE)
                 strategy = spec
                 wall = t_prep + time.perf_counter() - t1
                 p = evaluate(cm)

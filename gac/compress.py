@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # for the paper's +-8-step candidate sets.
 COMPRESS_WINDOW = 1
 KNAPSACK_SCORES = ("proxy", "marginal")
+# Eq. 4's per-parameter score: "marginal" (the compressor's own error of the aligned step at d*, weighted by the
+# proxy) measured no worse than "proxy" on tiny in every benchmark cell (docs/compressors.md); "proxy" is the paper's.
+DEFAULT_KNAPSACK_SCORE = "marginal"
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,11 @@ class Prepared:
     def budget(self, ratio: float) -> int:
         return budget_for_ratio(self.dense_params, ratio)
 
-    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = "proxy") -> tuple[list[Target], int]:
+    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[list[Target], int]:
         """The gac targets (d* from the allocation) and the budget B for ``ratio``.
 
         ``knapsack_score`` is the per-parameter s_i handed to Eq. 4: ``"proxy"`` (the paper: the importance proxy's
-        score) or ``"marginal"`` (the compressor's own error per parameter of the aligned step bracketing d* —
+        score) or ``"marginal"`` (default; the compressor's own error per parameter of the aligned step bracketing d* —
         squared singular values for low rank, ranked channel energy for pruning — times ``(s_i / s_bar) ** power``).
         """
         if knapsack_score not in KNAPSACK_SCORES:
@@ -141,7 +144,7 @@ class Prepared:
         return targets, budget
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
-             candidate_filter: CandidateFilter | None = None, knapsack_score: str = "proxy") -> tuple[Plan, list[Target]]:
+             candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[Plan, list[Target]]:
         if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
         targets, budget = self.targets(ratio, unit, knapsack_score)
@@ -155,7 +158,7 @@ class Prepared:
         window: int = COMPRESS_WINDOW,
         candidate_filter: CandidateFilter | None = None,
         copy_model: bool = True,
-        knapsack_score: str = "proxy",
+        knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
     ) -> tuple[nn.Module, Plan, dict]:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
         in place (saves memory; the Prepared object cannot be reused afterwards)."""
@@ -345,6 +348,7 @@ def compress_model(
     cache: dict | None = None,
     allocation: str = "proportional",
     compressor_options: dict | None = None,
+    knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
 ) -> tuple[nn.Module, Plan, dict]:
     """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
@@ -363,4 +367,5 @@ def compress_model(
                            compressor_options=compressor_options)
         if cache is not None:
             cache[key] = prepared
-    return prepared.compress(ratio, strategy, unit, window, candidate_filter, copy_model=cache is not None)
+    return prepared.compress(ratio, strategy, unit, window, candidate_filter, copy_model=cache is not None,
+                             knapsack_score=knapsack_score)

@@ -16,6 +16,7 @@ def add_arguments(p):
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
     p.add_argument("--window", type=int, default=1,
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
+    p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
     p.add_argument("--calib", default="wikitext2", help="calibration text: wikitext2, tiny or a local file")
     p.add_argument("--calib-samples", type=int, default=32)
     p.add_argument("--calib-seq-len", type=int, default=2048)
@@ -47,7 +48,7 @@ def run(args) -> int:
     model, plan, report = compress_model(
         model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit, window=args.window,
         calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
-        allocation=args.allocation, compressor_options=opts,
+        allocation=args.allocation, compressor_options=opts, knapsack_score=args.knapsack_score,
     )
     save_checkpoint(model, tok, out, overwrite=args.force)
     logging.getLogger(__name__).info("saved %s", out)

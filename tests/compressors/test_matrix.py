@@ -70,7 +70,7 @@ def test_unaligned_dims_follow_d_star(prepared):
 
 def test_allocation_spends_budget_and_prefers_important(prepared):
     p = prepared("asvd")
-    targets, budget = p.targets(0.3)
+    targets, budget = p.targets(0.3, knapsack_score="proxy")  # Target.score = the proxy's (what the allocation used)
     spent = sum(t.params_star for t in targets)
     assert spent == pytest.approx(budget, rel=1e-6)
     # among same-shaped targets, a higher score never keeps a smaller d*
