@@ -23,7 +23,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, candidate_sets, check_unit, check_window
+from gac.align.candidates import (
+    DEFAULT_UNIT,
+    DEFAULT_WINDOW,
+    CandidateFilter,
+    candidate_sets,
+    check_unit,
+    check_window,
+)
 from gac.align.plan import Plan, make_plan
 from gac.align.solver import solve_mckp
 from gac.errors import GacError, InfeasibleBudgetError, unknown_name
