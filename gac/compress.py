@@ -138,10 +138,20 @@ class Prepared:
             score_of = margin
         targets = [
             Target(u.name, float(min(d, dm)), float(score_of[u.name]), u.params_per_dim, d_max=dm, kind=u.kind,
-                   meta={"d_full": u.d_full, "dense_params": u.dense_params})
+                   meta=self._kernel_meta(u))
             for u, d, dm in zip(self.units, d_star, dmax)
         ]
         return targets, budget
+
+    def _kernel_meta(self, u: Unit) -> dict:
+        """What the hardware profile needs to measure a target's own kernels (gac.profiling.sweeps.target_shape)."""
+        meta = {"d_full": u.d_full, "dense_params": u.dense_params, "hidden_size": self.layout.hidden_size,
+                "num_heads": self.layout.num_heads}
+        if u.kind == "lowrank" and len(u.modules) == 1:
+            mod = get_module(self.model, u.modules[0])
+            if isinstance(mod, nn.Linear) and mod.in_features + mod.out_features == u.params_per_dim:
+                meta.update(in_features=mod.in_features, out_features=mod.out_features)
+        return meta
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
              candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[Plan, list[Target]]:

@@ -62,6 +62,7 @@ class JobSpec:
     unit: int = 8
     window: int = 8
     use_profile: bool = True
+    knapsack_score: str = "marginal"  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
     proxy: str | None = None
     compressor_options: dict = field(default_factory=dict)
     allocation: str = "proportional"
@@ -92,7 +93,7 @@ class JobSpec:
         for k in ("experiment", "sweep"):
             d.pop(k)
         if self.is_baseline:
-            for k in ("strategy", "ratio", "unit", "window", "use_profile", "proxy", "compressor_options",
+            for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
                       "allocation", "calibration"):
                 d.pop(k)
         return d
@@ -153,6 +154,11 @@ def spec_from_config(cfg: dict) -> JobSpec:
     strategy = str(_require(cfg, "align.strategy"))
     if strategy not in STRATEGIES:
         raise unknown_name("strategy (config align.strategy)", strategy, STRATEGIES)
+    from gac.compress import KNAPSACK_SCORES
+
+    knapsack_score = str(_get(cfg, "align.knapsack_score", "marginal"))
+    if knapsack_score not in KNAPSACK_SCORES:
+        raise unknown_name("knapsack score (config align.knapsack_score)", knapsack_score, KNAPSACK_SCORES)
     proxy = _get(cfg, "proxy.name")
     if proxy is not None and proxy not in PROXIES:
         raise unknown_name("importance proxy (config proxy=...)", str(proxy), PROXIES)
@@ -199,6 +205,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         unit=int(_require(cfg, "align.unit")),
         window=int(_require(cfg, "align.window")),
         use_profile=bool(_get(cfg, "align.use_profile", True)),
+        knapsack_score=knapsack_score,
         proxy=proxy,
         compressor_options=options,
         allocation=allocation,
@@ -473,13 +480,13 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
             timings["compress_prepare_s"] = time.perf_counter() - t0
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
             t0 = time.perf_counter()
-            targets, _ = prepared.targets(spec.ratio, spec.unit)
+            targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
             filt, profile = _candidate_filter(spec, targets, store.cache_dir)
             timings["sweep_s"] = time.perf_counter() - t0
             if profile is not None:
                 profile_meta = dict(profile.meta)
             model, plan, report = prepared.compress(spec.ratio, spec.strategy, spec.unit, spec.window, filt,
-                                                    copy_model=False)
+                                                    copy_model=False, knapsack_score=spec.knapsack_score)
             timings["dp_s"] = report["timings"]["plan_s"]
             timings["compress_apply_s"] = report["timings"]["apply_s"]
             plan_json = plan.to_json()
