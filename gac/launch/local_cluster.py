@@ -243,10 +243,8 @@ def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> N
                 os.kill(pid, 0)
             except ProcessLookupError:
                 break
-            try:  # reap if it is our child
+            with contextlib.suppress(ChildProcessError):  # reap if it is our child
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
             time.sleep(0.1)
         else:
             with contextlib.suppress(ProcessLookupError):
