@@ -29,7 +29,7 @@ from torch import nn
 
 from gac import __version__
 from gac.align import STRATEGIES, Plan, align
-from gac.align.candidates import DEFAULT_UNIT, CandidateFilter
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
 from gac.allocation import ALLOCATIONS, SENSITIVITY_GRID, proportional_allocation, sensitivity_allocation
 from gac.compressors import Compressor, Unit, get_compressor
 from gac.discovery import ModelLayout, discover
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # see docs/compressors.md). window = 1 keeps the aligned dimensions that bracket d* (plus d_max when within one
 # unit): gac then decides exactly which targets round up and which round down under the budget. Pass window=8
 # for the paper's +-8-step candidate sets.
-COMPRESS_WINDOW = 1
+COMPRESS_WINDOW = DEFAULT_WINDOW  # one default for the library and the pipeline (1: the dims bracketing d*)
 KNAPSACK_SCORES = ("proxy", "marginal")
 # Eq. 4's per-parameter score: "marginal" (the compressor's own error of the aligned step at d*, weighted by the
 # proxy) measured no worse than "proxy" on tiny in every benchmark cell (docs/compressors.md); "proxy" is the paper's.
