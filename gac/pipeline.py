@@ -357,6 +357,19 @@ def _task_files(spec: JobSpec):
     raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {spec.task_files!r}")
 
 
+def _stage(work: _Work, name: str, resumed: list, compute) -> dict:
+    """A stage's output from the work dir if a previous attempt finished it, else computed (timed) and saved."""
+    got = work.get(name)
+    if got is not None:
+        resumed.append(name)
+        return got
+    t0 = time.perf_counter()
+    got = compute()
+    got["seconds"] = time.perf_counter() - t0
+    work.put(name, got)
+    return got
+
+
 def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list) -> dict:
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
 
@@ -364,32 +377,19 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
     metrics: dict = {}
     details: dict = {}
     if ev.ppl and spec.ppl_source:
-        got = work.get("ppl")
-        if got is not None:
-            resumed.append("ppl")
-        else:
-            if tokenizer is None:
-                raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
-            t0 = time.perf_counter()
-            got = perplexity(model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
-                             max_windows=ev.ppl_max_windows)
-            got["seconds"] = time.perf_counter() - t0
-            work.put("ppl", got)
+        if tokenizer is None and work.get("ppl") is None:
+            raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
+        got = _stage(work, "ppl", resumed, lambda: perplexity(
+            model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
+            max_windows=ev.ppl_max_windows))
         metrics["ppl_wikitext2"] = got["ppl"]
         details["perplexity"] = got
         timings["ppl_s"] = got.get("seconds")
     if ev.tasks:
-        got = work.get("tasks")
-        if got is not None:
-            resumed.append("tasks")
-        else:
-            if tokenizer is None:
-                raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
-            t0 = time.perf_counter()
-            got = evaluate_tasks(model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec),
-                                 batch_size=ev.batch_size)
-            got = {"results": got, "seconds": time.perf_counter() - t0}
-            work.put("tasks", got)
+        if tokenizer is None and work.get("tasks") is None:
+            raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
+        got = _stage(work, "tasks", resumed, lambda: {"results": evaluate_tasks(
+            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)})
         for t, r in got["results"].items():
             for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
                 if r.get(m) is not None:
