@@ -36,7 +36,7 @@ from gac.discovery import ModelLayout, discover
 from gac.errors import GacError, unknown_name
 from gac.importance import collect_activation_stats, collect_gradient_stats, get_proxy
 from gac.modules import get_module, weight_params
-from gac.targets import Target, budget_for_ratio
+from gac.targets import Target, budget_for_ratio, check_ratio
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +363,7 @@ def compress_model(
     """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
     later calls on the same model, which then return compressed copies."""
-    budget_for_ratio(1_000_000, ratio)  # validate the ratio before any calibration work
+    check_ratio(ratio)  # before any calibration work
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
     key = None

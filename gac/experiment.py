@@ -130,18 +130,23 @@ def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -
     return [list(job) for batch in batches for job in batch]
 
 
-def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None) -> list[dict]:
+def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None,
+                 sweeper_params: dict | None = None) -> list[dict]:
     """Every point of the sweep ``overrides`` describes (experiment sweeper params included), each validated:
-    ``{"overrides", "config", "spec", "key"}``. Raises :class:`GacError` naming the first bad point."""
+    ``{"overrides", "config", "spec", "key"}``. Raises :class:`GacError` naming the first bad point.
+
+    ``sweeper_params``: the sweep's ``hydra.sweeper.params`` when the caller has them (a running app); otherwise
+    they are read from the config the non-swept overrides compose to."""
     from omegaconf import OmegaConf
 
     from gac.pipeline import spec_from_config
 
-    primary = compose_config(overrides=[o for o in overrides if "," not in o.split("=", 1)[-1]],
-                             config_dir=config_dir, return_hydra_config=True)
-    params = OmegaConf.to_container(primary.hydra.sweeper.params) if primary.hydra.sweeper.get("params") else {}
+    if sweeper_params is None:
+        primary = compose_config(overrides=[o for o in overrides if "," not in o.split("=", 1)[-1]],
+                                 config_dir=config_dir, return_hydra_config=True)
+        sweeper_params = _sweeper_params(primary)
     points = []
-    for job in expand_sweep(overrides, params):
+    for job in expand_sweep(overrides, sweeper_params):
         try:
             cfg = compose_config(job, config_dir=config_dir)
             container = OmegaConf.to_container(cfg, resolve=True)
@@ -150,6 +155,12 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
             raise GacError(f"sweep point [{' '.join(job)}]: {e}") from None
         points.append({"overrides": job, "config": container, "spec": spec, "key": spec.key})
     return points
+
+
+def _sweeper_params(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
 
 
 try:  # Hydra is a hard dependency, but keep `import gac.experiment` cheap to fail clearly
@@ -162,21 +173,11 @@ class SweepCallback(_Callback):
     """Checks a multirun's every point before launch; prints its results when it ends."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        from omegaconf import OmegaConf
-
-        from gac.pipeline import spec_from_config
-
-        task = list(config.hydra.overrides.task)
-        params = OmegaConf.to_container(config.hydra.sweeper.params) if config.hydra.sweeper.get("params") else {}
-        jobs = expand_sweep(task, params)
-        for job in jobs:
-            try:
-                cfg = compose_config(job)
-                spec_from_config(OmegaConf.to_container(cfg, resolve=True))
-            except GacError as e:
-                print(f"experiments/run.py: error: sweep point [{' '.join(job)}]: {e}\nnothing was launched.",
-                      file=sys.stderr)
-                sys.exit(2)
+        try:
+            points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))
+        except GacError as e:
+            print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
+            sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
             import shutil
 
@@ -185,7 +186,7 @@ class SweepCallback(_Callback):
                       "here); use hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start",
                       file=sys.stderr)
                 sys.exit(2)
-        log.info("sweep checked: %d points", len(jobs))
+        log.info("sweep checked: %d points", len(points))
 
     def on_multirun_end(self, config, **kwargs) -> None:
         try:

@@ -115,15 +115,21 @@ def check_unique(targets: Sequence[Target]) -> None:
         seen.add(t.name)
 
 
+def check_ratio(ratio) -> float:
+    """A compression ratio rho in (0, 1), or a GacError that says so."""
+    if _is_bool(ratio) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or not 0 < ratio < 1:
+        raise GacError(
+            f"compression ratio must be a number in (0, 1) (the fraction of parameters removed, e.g. 0.15), got {ratio!r}"
+        )
+    return float(ratio)
+
+
 def budget_for_ratio(total_params: int, ratio: float) -> int:
     """The parameter budget B = floor((1 - ratio) * |W|) of the paper's Eq. 1.
 
     ``ratio`` is the compression ratio rho: the fraction of the parameters to remove, in (0, 1).
     """
-    if _is_bool(ratio) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or not 0 < ratio < 1:
-        raise GacError(
-            f"compression ratio must be a number in (0, 1) (the fraction of parameters removed, e.g. 0.15), got {ratio!r}"
-        )
+    check_ratio(ratio)
     if total_params <= 0:
         raise GacError(f"total parameter count must be positive, got {total_params}")
     return int(math.floor((1.0 - ratio) * total_params))
