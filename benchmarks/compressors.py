@@ -3,7 +3,7 @@
     python benchmarks/compressors.py                      # tiny, ASVD + LLM-Pruner, ratios 0.15 0.30
     python benchmarks/compressors.py --compressors asvd svd_llm llm_pruner palu --json out.json
 
-Each compressor is scored and factorised once (``gac.compress.prepare``); every (ratio, strategy) row re-uses that
+Each compressor is scored and factorised once (``gac.compression.compress.prepare``); every (ratio, strategy) row re-uses that
 state, so "wall" is the one-off preparation plus that row's allocation, alignment and layer swap. Perplexity is
 token perplexity on tiny's held-out test plays (``gac.evaluation.perplexity``). ``--model random`` runs a random
 tiny-shaped Llama on random tokens (a smoke test; its perplexities mean nothing).
@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", nargs="+",
                     default=["unaligned", "round_nearest", "rebalance", "gac", "gac::proxy", "gac:8"],
                     help="strategy[:window[:knapsack_score]], e.g. gac:8 or gac::marginal; the window defaults to "
-                         "gac.compress.COMPRESS_WINDOW, the knapsack score to gac.compress.DEFAULT_KNAPSACK_SCORE")
+                         "gac.compression.compress.COMPRESS_WINDOW, the knapsack score to gac.compression.compress.DEFAULT_KNAPSACK_SCORE")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=512)
     ap.add_argument("--eval-seq-len", type=int, default=512)
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gac.compress import (
+    from gac.compression.compress import (
         COMPRESS_WINDOW,
         DEFAULT_KNAPSACK_SCORE,
         Calibration,
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     if args.model == "random":
         sys.path.insert(0, ".")
-        from tests.compressors.conftest import small_model
+        from tests.compression.conftest import small_model
 
         model, tok = small_model(hidden_size=256, intermediate_size=688, num_hidden_layers=4, vocab_size=4096), None
         g = torch.Generator().manual_seed(0)

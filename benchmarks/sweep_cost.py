@@ -1,6 +1,6 @@
 """Benchmark: what a 5-ratio x 2-strategy sweep costs against one job, with scores and factorizations cached.
 
-Runs the real job function (``gac.experiment.run_config``) on ``tiny`` with evaluation off, first as one job in a
+Runs the real job function (``gac.jobs.experiment.run_config``) on ``tiny`` with evaluation off, first as one job in a
 fresh store, then as the 10-point sweep in another fresh store, and prints the scoring time (calibration,
 importance scores, factorization; ``compress_prepare_s``) and the whole-job time.
 
@@ -14,7 +14,7 @@ import tempfile
 
 from omegaconf import OmegaConf
 
-from gac.experiment import compose_config, run_config
+from gac.jobs.experiment import compose_config, run_config
 
 RATIOS = (0.1, 0.15, 0.2, 0.3, 0.4)
 STRATEGIES = ("unaligned", "gac")

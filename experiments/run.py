@@ -4,7 +4,7 @@
     python experiments/run.py -m compressor=asvd,llm_pruner align=unaligned,gac
     python experiments/run.py -m +experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
 
-The work lives in :mod:`gac.experiment` (a plain function of the config); tests call the same function.
+The work lives in :mod:`gac.jobs.experiment` (a plain function of the config); tests call the same function.
 """
 
 import sys
@@ -21,7 +21,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig):
-    from gac.experiment import run_from_hydra
+    from gac.jobs.experiment import run_from_hydra
 
     return run_from_hydra(cfg)
 

@@ -1,3 +1,14 @@
-"""gac — GPU-Aligned Compression."""
+"""gac — GPU-Aligned Compression.
 
-__version__ = "0.1.0"
+Packages, from the pure core up: ``align`` (targets, candidate sets, the exact solver, strategies) ->
+``compression`` (discovery, importance, allocation, compressors, the layer swap, checkpoints, prepared state) ->
+``models`` / ``evaluation`` / ``profiling`` -> ``results`` (the store; depends on nothing above ``io``) ->
+``analysis`` (reads the store) -> ``jobs`` (the one job, its Hydra bridge, run loggers) -> ``launch`` ->
+``commands`` / ``cli``. A package never imports one above it; ``tests/test_layering.py`` checks every import.
+"""
+
+__version__ = "0.2.0"
+
+from gac import _moved  # noqa: E402
+
+_moved.install()  # old paths (gac.compress, gac.pipeline, ...) keep working: see gac/_moved.py

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
+from gac.align.targets import Target, check_unique
 from gac.errors import GacError
 from gac.io import read_json
-from gac.targets import Target, check_unique
 
 _TOP = {"budget", "unit", "window", "targets"}
 _TARGET_REQUIRED = ("name", "d_star", "score", "params_per_dim")

@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from gac.align.targets import Target
 from gac.errors import GacError
-from gac.targets import Target
 
 DEFAULT_UNIT = 8
 DEFAULT_WINDOW = 1  # the aligned dims that bracket d*; see the README ("Candidate window")

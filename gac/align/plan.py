@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from gac.targets import Target
+from gac.align.targets import Target
 
 REPORT_UNITS = (8, 16, 32)
 

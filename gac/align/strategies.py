@@ -33,8 +33,8 @@ from gac.align.candidates import (
 )
 from gac.align.plan import Plan, make_plan
 from gac.align.solver import solve_mckp
+from gac.align.targets import Target, check_unique
 from gac.errors import GacError, InfeasibleBudgetError, unknown_name
-from gac.targets import Target, check_unique
 
 Strategy = Callable[[Sequence[Target], Sequence[tuple[int, ...]], int], tuple[list[int], list[str], dict]]
 

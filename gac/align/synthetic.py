@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gac.targets import Target
+from gac.align.targets import Target
 
 # name -> (layers, [(projection, out, in)])
 _SHAPES = {

@@ -15,7 +15,7 @@ def add_arguments(p):
 def run(args) -> int:
     import json
 
-    from gac.audit import audit, format_audit
+    from gac.compression.audit import audit, format_audit
 
     rep = audit(args.model)
     print(json.dumps(rep, indent=2) if args.json else format_audit(rep, all_weights=args.all))

@@ -33,11 +33,11 @@ def run(args) -> int:
     import logging
     from pathlib import Path
 
-    from gac.checkpoint import save_checkpoint
-    from gac.compress import Calibration, compress_model
+    from gac.align.targets import budget_for_ratio
+    from gac.compression.checkpoint import save_checkpoint
+    from gac.compression.compress import Calibration, compress_model
     from gac.errors import GacError
     from gac.models import load_model
-    from gac.targets import budget_for_ratio
 
     budget_for_ratio(1_000_000, args.ratio)  # fail fast on a bad ratio
     out = Path(args.output)

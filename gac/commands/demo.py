@@ -26,9 +26,9 @@ def add_arguments(p):
 def run(args) -> int:
     from gac.align.allocation_io import Allocation, allocation_to_json
     from gac.align.synthetic import lowrank_problem
+    from gac.align.targets import check_ratio
     from gac.commands.align import format_comparison
     from gac.io import write_json_atomic
-    from gac.targets import check_ratio
 
     check_ratio(args.ratio)  # before any work
     prob = lowrank_problem(args.shape, args.ratio, seed=args.seed)

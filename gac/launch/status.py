@@ -22,7 +22,7 @@ def _last_event(store: ResultsStore, key: str) -> dict | None:
 
 def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> list[dict]:
     """One row per point of the sweep: its overrides, key and state (with the failure's error or the host)."""
-    from gac.experiment import sweep_points
+    from gac.jobs.experiment import sweep_points
 
     points = sweep_points(overrides)
     rows, seen = [], set()

@@ -5,7 +5,7 @@
 * ``"tiny"`` — the embedded Llama trained by :mod:`gac.fixtures.tiny` (shipped, no network); ``"tiny-untrained"``
   is the same architecture at its seeded initialisation (a baseline);
 * a gac compressed-checkpoint directory (it holds ``gac_checkpoint.json``): rebuilt by
-  :func:`gac.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
+  :func:`gac.compression.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
 * a local Hugging Face model directory (it holds ``config.json``);
 * a Hugging Face hub id (``meta-llama/Meta-Llama-3-8B``), downloaded or read from the local HF cache.
 """
@@ -95,10 +95,10 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu"):
         return load_tiny(dtype=None if dtype == "auto" else dtype, device=device, trained=s == "tiny")
     if kind == "checkpoint":
         try:
-            from gac.checkpoint import load_checkpoint
+            from gac.compression.checkpoint import load_checkpoint
         except ImportError:
             raise GacError(
-                f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.checkpoint); update gac"
+                f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.compression.checkpoint); update gac"
             ) from None
         loaded = load_checkpoint(s, dtype=dtype, device=device)
         if isinstance(loaded, tuple) and len(loaded) == 2:

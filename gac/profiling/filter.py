@@ -27,10 +27,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from gac.align.targets import Target
 from gac.profiling.cliffs import DEFAULT_HORIZON, DEFAULT_TOLERANCE, SweepAnalysis, analyze
 from gac.profiling.profile import HardwareProfile
 from gac.profiling.sweeps import context_key, target_shape
-from gac.targets import Target
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rule_candidates
+from gac.align.targets import Target
 from gac.errors import GacError
 from gac.profiling.device import device_info, dtype_name, resolve_device, resolve_dtype, stack_key
 from gac.profiling.profile import META_FILE, HardwareProfile, load_profile
 from gac.profiling.sweeps import context_key, measure_for_targets, target_shape
 from gac.profiling.timing import TimingProtocol
-from gac.targets import Target
 
 log = logging.getLogger(__name__)
 

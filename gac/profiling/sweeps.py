@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from gac.align.targets import Target
 from gac.errors import GacError
 from gac.profiling.device import device_info, dtype_name, resolve_device, resolve_dtype
 from gac.profiling.kernels import (
@@ -42,7 +43,6 @@ from gac.profiling.kernels import (
 )
 from gac.profiling.profile import COLUMNS, HardwareProfile, empty_table
 from gac.profiling.timing import TimingProtocol, time_op
-from gac.targets import Target
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 import pytest
 
 from gac.align import candidate_set, rule_candidates
+from gac.align.targets import Target
 from gac.errors import GacError
-from gac.targets import Target
 
 
 def T(**kw):

@@ -7,8 +7,8 @@ import pytest
 
 from gac.align import BUDGET_FREE, STRATEGIES, align, candidate_sets
 from gac.align.synthetic import lowrank_problem
+from gac.align.targets import Target, budget_for_ratio
 from gac.errors import GacError, InfeasibleBudgetError
-from gac.targets import Target, budget_for_ratio
 
 
 @pytest.fixture(scope="module")

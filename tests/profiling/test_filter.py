@@ -6,9 +6,9 @@ import pytest
 
 from gac.align.candidates import candidate_set, rule_candidates
 from gac.align.strategies import align
+from gac.align.targets import Target
 from gac.errors import GacError
 from gac.profiling import ProfileFilter
-from gac.targets import Target
 from tests.profiling.synthetic import gemm_rows, profile_of, rows_for, sdpa_rows, tc_k16
 
 

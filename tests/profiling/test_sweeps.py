@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from gac.align.targets import Target
 from gac.errors import GacError
 from gac.profiling import (
     HardwareProfile,
@@ -18,7 +19,6 @@ from gac.profiling import (
 )
 from gac.profiling.kernels import SDPA_BACKENDS, kernel_tier, mma_instruction
 from gac.profiling.timing import buffer_count, time_op
-from gac.targets import Target
 from tests.profiling.synthetic import profile_of, sdpa_rows
 
 TINY = TimingProtocol(warmup=1, iters=2, trials=3, flush_bytes=1 << 20, max_buffers=3)

@@ -13,7 +13,7 @@ generalised to any proxy and any target shape):
   root): gradient and Fisher scores span several orders of magnitude across weights, and with ``power = 1`` most
   targets end at a bound (the floor or d_max) instead of at a score-driven d*;
 * ``hi_i = params_per_dim_i * d_max_i / |W_i|`` is the most a target can keep (for low-rank targets the
-  break-even rank, see :mod:`gac.compressors.base`); ``lo = min_keep * B / |W|`` (default a quarter of the uniform
+  break-even rank, see :mod:`gac.compression.compressors.base`); ``lo = min_keep * B / |W|`` (default a quarter of the uniform
   share) stops a low-scored weight from being wiped out;
 * ``lambda`` is found by bisection so that ``sum_i params_per_dim_i * d*_i = B`` (to float precision); when even
   ``hi`` everywhere spends less than B, every target sits at its ``d_max`` and the plan is under budget.

@@ -7,8 +7,8 @@ import logging
 import pytest
 import torch
 
-from gac.compressors.lowrank_math import asvd_factors, svd_factors, svdllm_factors, whitening
-from gac.compressors.pruning_math import channel_order, kept_channels
+from gac.compression.compressors.lowrank_math import asvd_factors, svd_factors, svdllm_factors, whitening
+from gac.compression.compressors.pruning_math import channel_order, kept_channels
 from gac.errors import GacError
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from gac.checkpoint import META_FILE, load_checkpoint, read_meta, save_checkpoint
+from gac.compression.checkpoint import META_FILE, load_checkpoint, read_meta, save_checkpoint
 from gac.errors import GacError
 
 COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu")
@@ -108,8 +108,8 @@ def test_refuses_to_overwrite(saved, tmp_path):
 
 
 def test_audit_checkpoint_and_dense(saved, base, tmp_path, capsys):
-    from gac.audit import audit, audit_model
     from gac.cli import main
+    from gac.compression.audit import audit, audit_model
 
     model = base[0]
     rep = audit_model(model)
@@ -133,8 +133,8 @@ def test_audit_checkpoint_and_dense(saved, base, tmp_path, capsys):
 
 
 def test_audit_flags_bad_head_dim():
-    from gac.audit import audit_model
-    from tests.compressors.conftest import small_model
+    from gac.compression.audit import audit_model
+    from tests.compression.conftest import small_model
 
     m = small_model(hidden_size=120, num_attention_heads=4, num_key_value_heads=2, head_dim=30, intermediate_size=100)
     rep = audit_model(m)
@@ -146,8 +146,8 @@ def test_audit_flags_bad_head_dim():
 @pytest.mark.parametrize("model_type", ["mistral", "qwen2", "qwen3"])
 def test_other_families_roundtrip(model_type, tmp_path):
     """GQA families with biases (Qwen2) and per-head norms (Qwen3): compress, align, save, reload identically."""
-    from gac.compress import prepare
-    from tests.compressors.conftest import small_model
+    from gac.compression.compress import prepare
+    from tests.compression.conftest import small_model
 
     m = small_model(model_type, num_attention_heads=8, num_key_value_heads=4, head_dim=16)
     ids = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
@@ -182,8 +182,8 @@ def test_compress_cli(tmp_path, base):
 def test_bf16_cast_model_reloads_identically(tmp_path):
     """A model cast with .to(bfloat16) has bf16 rotary buffers that from_config would rebuild in fp32: the checkpoint
     stores non-persistent buffers too, so logits still match bit for bit."""
-    from gac.compress import prepare
-    from tests.compressors.conftest import small_model
+    from gac.compression.compress import prepare
+    from tests.compression.conftest import small_model
 
     m = small_model().to(torch.bfloat16)
     ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))

@@ -3,7 +3,7 @@
 Each K and V projection is split into groups of ``group_size`` KV heads (the largest divisor of the KV head count
 not above ``group_size``; PaLU's G-LRD uses 4); every group gets its own rank, allocated by Fisher importance by
 default and aligned by gac. A group ``W_g`` (group_size * head_dim x hidden) is factorised by truncated SVD; the
-compressed projection is a :class:`~gac.modules.GroupedLowRankLinear` (one shared down-projection to the latent,
+compressed projection is a :class:`~gac.compression.modules.GroupedLowRankLinear` (one shared down-projection to the latent,
 one up-projection per group), so ``params(r_g) = r_g * (hidden + group_size * head_dim)``.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gac.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
-from gac.compressors.lowrank_math import svd_factors
-from gac.discovery import ModelLayout
+from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
+from gac.compression.compressors.lowrank_math import svd_factors
+from gac.compression.discovery import ModelLayout
+from gac.compression.importance import Proxy, check_score
+from gac.compression.modules import GroupedLowRankLinear, get_module, replace_module
 from gac.errors import GacError
-from gac.importance import Proxy, check_score
-from gac.modules import GroupedLowRankLinear, get_module, replace_module
 
 
 class PaLU(Compressor):

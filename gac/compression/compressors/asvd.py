@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gac.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
-from gac.compressors.lowrank_math import asvd_factors
-from gac.discovery import PROJECTIONS, ModelLayout
+from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
+from gac.compression.compressors.lowrank_math import asvd_factors
+from gac.compression.discovery import PROJECTIONS, ModelLayout
+from gac.compression.importance import Proxy, WeightStats, check_score
+from gac.compression.modules import LowRankLinear, get_module, replace_module
 from gac.errors import GacError
-from gac.importance import Proxy, WeightStats, check_score
-from gac.modules import LowRankLinear, get_module, replace_module
 
 
 class LowRankCompressor(Compressor):

@@ -6,8 +6,9 @@ Nothing here reads Hydra objects.
 
 Resumption. Every finished stage leaves its output under ``<results_dir>/work/<key>/`` (the plan, each metric
 group); a job that is requeued after a timeout or preemption, or simply launched again, skips what is there.
-Scores and factorizations are cached by content under ``<results_dir>/cache/prepared/`` so the other points of
-a ratio or strategy sweep on the same model, compressor, proxy and calibration re-use them.
+Scores and factorizations are cached under ``<results_dir>/cache/prepared/`` (safetensors + JSON, keyed by the
+model, compressor, proxy, calibration and the code that computes them) so the other points of a ratio or strategy
+sweep re-use them; ``force=true`` recomputes them.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class JobSpec:
 
 
 def _default_proxy(compressor: str) -> str:
-    from gac.compressors import COMPRESSORS, canonical_name
+    from gac.compression.compressors import COMPRESSORS, canonical_name
 
     return COMPRESSORS[canonical_name(compressor)].default_proxy
 
@@ -140,11 +141,11 @@ _MISSING = object()
 def spec_from_config(cfg: dict) -> JobSpec:
     """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
     from gac.align.strategies import STRATEGIES
-    from gac.allocation import ALLOCATIONS
-    from gac.compressors import COMPRESSORS, canonical_name
+    from gac.align.targets import check_ratio
+    from gac.compression.allocation import ALLOCATIONS
+    from gac.compression.compressors import COMPRESSORS, canonical_name
+    from gac.compression.importance import PROXIES
     from gac.evaluation.tasks import TASKS
-    from gac.importance import PROXIES
-    from gac.targets import check_ratio
 
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
@@ -154,7 +155,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     strategy = str(_require(cfg, "align.strategy"))
     if strategy not in STRATEGIES:
         raise unknown_name("strategy (config align.strategy)", strategy, STRATEGIES)
-    from gac.compress import KNAPSACK_SCORES
+    from gac.compression.compress import KNAPSACK_SCORES
 
     knapsack_score = str(_get(cfg, "align.knapsack_score", "marginal"))
     if knapsack_score not in KNAPSACK_SCORES:
@@ -191,7 +192,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
     options = dict(_get(cfg, "compressor.options", {}) or {})
     if comp != BASELINE:
-        from gac.compressors import get_compressor
+        from gac.compression.compressors import get_compressor
 
         get_compressor(comp, **options)  # unknown options fail now, with the accepted list
     calibration = dict(_get(cfg, "calibration", {}) or {})
@@ -268,12 +269,12 @@ def load_job_model(spec: JobSpec):
 
 
 def _prepared_cache_key(spec: JobSpec) -> str:
-    from gac import __version__
+    from gac.compression.prepared_io import code_fingerprint
 
     ident = {k: v for k, v in asdict(spec).items() if k in (
         "model_spec", "dtype", "random_weights", "arch", "compressor", "compressor_options", "proxy", "allocation",
         "calibration", "device", "seed")}
-    ident["gac"] = __version__
+    ident["code"] = code_fingerprint()  # any change to the code that scores or factorises invalidates the cache
     if spec.model_spec in ("tiny", "tiny-untrained"):
         from gac.fixtures.tiny import recipe_hash
 
@@ -282,31 +283,28 @@ def _prepared_cache_key(spec: JobSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None):
-    """:func:`gac.compress.prepare`, with its scores and factorizations cached by content on disk."""
+def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False):
+    """:func:`gac.compression.prepare`, with its scores and factorizations cached by content on disk.
+
+    The cache file is data (:mod:`gac.compression.prepared_io`: safetensors + JSON), keyed by the job's model,
+    compressor, proxy, calibration and the code that produced it. ``refresh`` (``force=true``) ignores an existing
+    entry and writes a fresh one. An unreadable or mismatching entry is reported and recomputed, never trusted.
+    """
     import torch
 
-    from gac.compress import Calibration, Prepared, prepare
-    from gac.compressors import get_compressor
-    from gac.discovery import discover
+    from gac.compression.compress import Calibration, Prepared, prepare
 
     cal = Calibration(**{k: v for k, v in spec.calibration.items() if k in Calibration.__dataclass_fields__})
     path = None
     if cache_dir is not None:
-        path = cache_dir / "prepared" / f"{_prepared_cache_key(spec)}.pt"
-        if path.exists():
+        path = cache_dir / "prepared" / f"{_prepared_cache_key(spec)}.safetensors"
+        if path.exists() and not refresh:
             t0 = time.perf_counter()
             try:
-                state = torch.load(path, map_location=spec.device, weights_only=False)
-            except Exception as e:  # a truncated or foreign file: recompute, never trust it
-                log.warning("ignoring unreadable prepared cache %s (%s)", path, e)
+                prepared = Prepared.load(path, model, spec.compressor, spec.compressor_options, device="cpu")
+            except GacError as e:
+                log.warning("ignoring the prepared cache entry: %s", e)
             else:
-                comp = get_compressor(spec.compressor, **spec.compressor_options)
-                layout = discover(model)
-                units = comp.units(model, layout)
-                prepared = Prepared(model, comp, state["proxy"], state["calibration"], state["allocation"],
-                                    state["power"], layout, units, state["scores"], state["factors"],
-                                    dict(state["timings"]), state.get("sensitivity"), list(state.get("notes", [])))
                 prepared.timings["cache_load_s"] = time.perf_counter() - t0
                 prepared.timings["cached"] = True
                 log.info("re-using cached scores and factorizations %s", path.name)
@@ -320,12 +318,7 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None):
                        allocation=spec.allocation, compressor_options=spec.compressor_options)
     prepared.timings["cached"] = False
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save({"proxy": prepared.proxy, "calibration": prepared.calibration, "allocation": prepared.allocation,
-                    "power": prepared.power, "scores": prepared.scores, "factors": prepared.factors,
-                    "timings": prepared.timings, "sensitivity": prepared.sensitivity, "notes": prepared.notes}, tmp)
-        os.replace(tmp, path)
+        prepared.save(path)
     return prepared
 
 
@@ -476,7 +469,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         plan_json, report, profile_meta = None, None, None
         if not spec.is_baseline:
             t0 = time.perf_counter()
-            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir)
+            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force)
             timings["compress_prepare_s"] = time.perf_counter() - t0
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
             t0 = time.perf_counter()
@@ -495,7 +488,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
                 work.put("plan", plan_json)
             del prepared
             if save_model:
-                from gac.checkpoint import save_checkpoint
+                from gac.compression.checkpoint import save_checkpoint
 
                 save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
         t0 = time.perf_counter()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gac.experiment import run_config
+from gac.jobs.experiment import run_config
 from gac.results import ResultsStore
 
 
@@ -77,7 +77,7 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
     monkeypatch.setattr(ev, "evaluate_tasks", boom)
     with pytest.raises(RuntimeError, match="node lost"):
         run_config(cfg)
-    from gac.pipeline import spec_from_config
+    from gac.jobs.pipeline import spec_from_config
 
     key = spec_from_config(cfg).key
     assert store.status(key) == "failed"
@@ -96,7 +96,7 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
 
 def test_wandb_offline_run_holds_the_metrics(make_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
-    from gac.tracking import read_offline_run
+    from gac.jobs.tracking import read_offline_run
 
     cfg = make_cfg("compressor=asvd", "align=gac", "ratio=0.3", "eval.tasks=[]", "logger=wandb")
     assert cfg["logger"]["wandb"]["mode"] == "offline"
@@ -109,3 +109,28 @@ def test_wandb_offline_run_holds_the_metrics(make_cfg, tmp_path, monkeypatch):
     assert logged["aligned_fraction"] == 1.0
     assert run["config"]["key"] == rec["key"]
     assert run["config"]["job"]["compressor"] == "asvd"
+
+
+def test_a_planted_cache_file_is_never_executed_and_force_bypasses_the_cache(make_cfg, tmp_path, monkeypatch):
+    import os
+    import pickle
+
+    class Planted:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'PLANTED_RAN'}",))
+
+    results = tmp_path / "r"
+    first = run_config(make_cfg("compressor=asvd", "align=unaligned", "eval=none", results_dir=results))
+    assert first["stages"]["prepare_cached"] is False
+    entries = list((results / "cache" / "prepared").glob("*.safetensors"))
+    assert len(entries) == 1
+    entries[0].write_bytes(pickle.dumps(Planted()))
+    (entries[0].with_suffix(".pt")).write_bytes(pickle.dumps(Planted()))  # where gac 0.1 looked
+    second = run_config(make_cfg("compressor=asvd", "align=gac", "eval=none", results_dir=results))
+    assert second["stages"]["prepare_cached"] is False  # recomputed, not trusted
+    assert not (tmp_path / "PLANTED_RAN").exists()
+    third = run_config(make_cfg("compressor=asvd", "align=round_up", "eval=none", results_dir=results))
+    assert third["stages"]["prepare_cached"] is True  # the recomputed entry replaced the planted file
+    forced = run_config({**make_cfg("compressor=asvd", "align=round_up", "eval=none", results_dir=results),
+                         "force": True})
+    assert forced["stages"]["prepare_cached"] is False

@@ -18,14 +18,14 @@ from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
-    from gac.pipeline import run_job, spec_from_config
+    from gac.jobs.pipeline import run_job, spec_from_config
+    from gac.jobs.tracking import build_loggers
     from gac.results import ResultsStore
-    from gac.tracking import build_loggers
 
     spec = spec_from_config(cfg)
     if spec.sweep is None and sweep_dir is not None:
@@ -139,7 +139,7 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
     they are read from the config the non-swept overrides compose to."""
     from omegaconf import OmegaConf
 
-    from gac.pipeline import spec_from_config
+    from gac.jobs.pipeline import spec_from_config
 
     if sweeper_params is None:
         primary = compose_config(overrides=[o for o in overrides if "," not in o.split("=", 1)[-1]],
@@ -163,7 +163,7 @@ def _sweeper_params(cfg) -> dict:
     return OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
 
 
-try:  # Hydra is a hard dependency, but keep `import gac.experiment` cheap to fail clearly
+try:  # Hydra is a hard dependency, but keep `import gac.jobs.experiment` cheap to fail clearly
     from hydra.experimental.callback import Callback as _Callback
 except ImportError:  # pragma: no cover
     _Callback = object

@@ -30,13 +30,18 @@ from torch import nn
 from gac import __version__
 from gac.align import STRATEGIES, Plan, align
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
-from gac.allocation import ALLOCATIONS, SENSITIVITY_GRID, proportional_allocation, sensitivity_allocation
-from gac.compressors import Compressor, Unit, get_compressor
-from gac.discovery import ModelLayout, discover
+from gac.align.targets import Target, budget_for_ratio, check_ratio
+from gac.compression.allocation import (
+    ALLOCATIONS,
+    SENSITIVITY_GRID,
+    proportional_allocation,
+    sensitivity_allocation,
+)
+from gac.compression.compressors import Compressor, Unit, get_compressor
+from gac.compression.discovery import ModelLayout, discover
+from gac.compression.importance import collect_activation_stats, collect_gradient_stats, get_proxy
+from gac.compression.modules import get_module, weight_params
 from gac.errors import GacError, unknown_name
-from gac.importance import collect_activation_stats, collect_gradient_stats, get_proxy
-from gac.modules import get_module, weight_params
-from gac.targets import Target, budget_for_ratio, check_ratio
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +104,20 @@ class Prepared:
     @property
     def dense_params(self) -> int:
         return sum(u.dense_params for u in self.units)
+
+    def save(self, path) -> None:
+        """Write the scored state (not the model) to ``path``: safetensors + JSON, see :mod:`.prepared_io`."""
+        from gac.compression.prepared_io import save_prepared
+
+        save_prepared(self, path)
+
+    @classmethod
+    def load(cls, path, model: nn.Module, compressor: str | Compressor, compressor_options: dict | None = None,
+             device: str = "cpu") -> Prepared:
+        """The state :meth:`save` wrote, for ``model`` (checked against its units and factor shapes)."""
+        from gac.compression.prepared_io import load_prepared
+
+        return load_prepared(path, model, get_compressor(compressor, **(compressor_options or {})), device=device)
 
     def budget(self, ratio: float) -> int:
         return budget_for_ratio(self.dense_params, ratio)
@@ -217,7 +236,7 @@ class Prepared:
             "notes": list(self.notes) + list(plan.notes),
             "gac_version": __version__,
         }
-        model._gac_recipe = recipe  # picked up by gac.checkpoint.save_checkpoint
+        model._gac_recipe = recipe  # picked up by gac.compression.checkpoint.save_checkpoint
         model._gac_plan = plan
         return model, plan, report
 
@@ -244,7 +263,7 @@ def prepare(
 
     ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
     PaLU: fisher). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
-    ``proportional`` (Eq. 2 rule, see :mod:`gac.allocation`), ``uniform``, or ``sensitivity`` (ASVD's search).
+    ``proportional`` (Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``, or ``sensitivity`` (ASVD's search).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
@@ -322,7 +341,7 @@ def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
 
 def sensitivity_table(model, comp: Compressor, units: list[Unit], factors: dict, calib_ids: torch.Tensor, grid) -> dict:
     """ASVD's sensitivity: calibration perplexity with one unit at a time truncated to each kept fraction in ``grid``."""
-    from gac.modules import replace_module
+    from gac.compression.modules import replace_module
 
     was = model.training
     model.eval()

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gac.align import BUDGET_FREE, STRATEGIES
-from gac.compress import compressed_weight_params
-from tests.compressors.conftest import ppl
+from gac.compression.compress import compressed_weight_params
+from tests.compression.conftest import ppl
 
 COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu")
 
@@ -96,7 +96,7 @@ def test_factorizations_reused_across_ratios(prepared, monkeypatch):
 
 
 def test_compress_model_cache(base):
-    from gac.compress import compress_model
+    from gac.compression.compress import compress_model
 
     model, tok, calib, held, _ = base
     cache: dict = {}

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import inspect
 
-from gac.compressors.asvd import ASVD
-from gac.compressors.base import Compressor, Unit
-from gac.compressors.llm_pruner import LLMPruner
-from gac.compressors.palu import PaLU
-from gac.compressors.svd_llm import SVDLLM
+from gac.compression.compressors.asvd import ASVD
+from gac.compression.compressors.base import Compressor, Unit
+from gac.compression.compressors.llm_pruner import LLMPruner
+from gac.compression.compressors.palu import PaLU
+from gac.compression.compressors.svd_llm import SVDLLM
 from gac.errors import GacError, unknown_name
 
 COMPRESSORS: dict[str, type[Compressor]] = {

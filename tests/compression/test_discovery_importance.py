@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from gac.compress import compress_model, prepare
-from gac.discovery import SUPPORTED_MODEL_TYPES, discover
+from gac.compression.compress import compress_model, prepare
+from gac.compression.discovery import SUPPORTED_MODEL_TYPES, discover
+from gac.compression.importance import PROXIES, collect_activation_stats, collect_gradient_stats
 from gac.errors import GacError, InfeasibleBudgetError
-from gac.importance import PROXIES, collect_activation_stats, collect_gradient_stats
-from tests.compressors.conftest import small_model
+from tests.compression.conftest import small_model
 
 
 @pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
@@ -141,7 +141,7 @@ def test_nan_weight_names_the_weight():
 
 
 def test_nan_score_rejected():
-    from gac.importance import check_score
+    from gac.compression.importance import check_score
 
     with pytest.raises(GacError, match="layers.3.q_proj"):
         check_score(float("nan"), "layers.3.q_proj", "gradient")
@@ -162,7 +162,7 @@ def test_sensitivity_allocation_asvd():
 
 
 def test_pruner_default_layer_range_scales_paper():
-    from gac.compressors import get_compressor
+    from gac.compression.compressors import get_compressor
 
     m = small_model(num_hidden_layers=32, hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1)
     units = get_compressor("llm_pruner").units(m, discover(m))

@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from gac import __version__
+from gac.compression.modules import build_module, get_module, module_spec, replace_module
 from gac.errors import GacError
 from gac.io import read_json, write_json_atomic
-from gac.modules import build_module, get_module, module_spec, replace_module
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,14 @@ def is_checkpoint(path: str | os.PathLike) -> bool:
 
 def projection_specs(model: nn.Module) -> dict[str, dict]:
     """The spec of every q/k/v/o/gate/up/down projection in the decoder layers."""
-    from gac.discovery import PROJECTIONS, discover
+    from gac.compression.discovery import PROJECTIONS, discover
 
     layout = discover(model)
     return {n: module_spec(get_module(model, n)) for n in layout.linear_names(PROJECTIONS)}
 
 
 def _git_info() -> dict:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,

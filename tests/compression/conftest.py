@@ -60,7 +60,7 @@ def base():
 
 @torch.no_grad()
 def ppl(model, ids) -> float:
-    from gac.compress import calibration_perplexity
+    from gac.compression.compress import calibration_perplexity
 
     return calibration_perplexity(model, ids)
 
@@ -71,7 +71,7 @@ _PREPARED: dict = {}
 @pytest.fixture(scope="session")
 def prepared(base):
     """prepared(compressor, proxy=None) -> Prepared, computed once per session."""
-    from gac.compress import prepare
+    from gac.compression.compress import prepare
 
     model, tok, calib, _, _ = base
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gac.compressors.base import Compressor, Unit, parse_layers
-from gac.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
-from gac.discovery import ModelLayout
+from gac.compression.compressors.base import Compressor, Unit, parse_layers
+from gac.compression.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
+from gac.compression.discovery import ModelLayout
+from gac.compression.importance import Proxy, check_score
+from gac.compression.modules import get_module, replace_module
 from gac.errors import GacError
-from gac.importance import Proxy, check_score
-from gac.modules import get_module, replace_module
 
 
 def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gac.compressors.asvd import LowRankCompressor
-from gac.compressors.lowrank_math import svdllm_factors
-from gac.discovery import PROJECTIONS
+from gac.compression.compressors.asvd import LowRankCompressor
+from gac.compression.compressors.lowrank_math import svdllm_factors
+from gac.compression.discovery import PROJECTIONS
 from gac.errors import GacError
 
 

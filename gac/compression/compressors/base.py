@@ -2,11 +2,11 @@
 
 A compressor is a small class (this module) plus pure tensor math in a sibling module:
 
-1. ``units(model, layout)`` — the compressible units (one gac :class:`~gac.targets.Target` each, ratio-free);
+1. ``units(model, layout)`` — the compressible units (one gac :class:`~gac.align.targets.Target` each, ratio-free);
 2. ``score(model, units, stats, proxy)`` — per-parameter importance ``s_i`` of each unit under a proxy;
 3. ``factorize(model, units, stats, proxy)`` — whatever makes *any* dimension cheap to apply later (SVD factors,
    a channel order); computed once, reused for every ratio and strategy;
-4. ``apply(model, dims, factors)`` — swap the layers for the chosen dimensions (through :func:`gac.modules.replace_module`).
+4. ``apply(model, dims, factors)`` — swap the layers for the chosen dimensions (through :func:`gac.compression.modules.replace_module`).
 
 Low-rank units cap ``d_max`` at the *break-even rank*: the largest rank whose factors ``r * (out + in)`` hold no
 more parameters than the dense ``out * in`` weight, rounded down to a multiple of the alignment unit (a rank-d_max
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from gac.discovery import ModelLayout
+from gac.compression.discovery import ModelLayout
+from gac.compression.importance import Proxy, WeightStats
 from gac.errors import GacError
-from gac.importance import Proxy, WeightStats
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from torch import nn
 
+from gac.compression.modules import get_module, module_spec
 from gac.errors import GacError
-from gac.modules import get_module, module_spec
 
 AUDIT_UNITS = (8, 16, 32)
 VLLM_HEAD_SIZES = (64, 80, 96, 112, 128, 256)
@@ -56,7 +56,7 @@ def audit_specs(specs: dict[str, dict], head_dim: int, model_type: str = "", sou
 
 
 def audit_model(model: nn.Module, source: str = "") -> dict:
-    from gac.discovery import PROJECTIONS, discover
+    from gac.compression.discovery import PROJECTIONS, discover
 
     layout = discover(model)
     specs = {n: module_spec(get_module(model, n)) for n in layout.linear_names(PROJECTIONS)}
@@ -68,14 +68,14 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
     import torch
 
     p = Path(spec)
-    from gac.checkpoint import build_skeleton, is_checkpoint, read_meta
+    from gac.compression.checkpoint import build_skeleton, is_checkpoint, read_meta
 
     if p.is_dir() and is_checkpoint(p):
         return build_skeleton(read_meta(p), meta_device=True)
-    if str(spec) == "tiny":
-        from gac.models import load_model
+    if str(spec) in ("tiny", "tiny-untrained"):
+        from gac.fixtures import load_tiny
 
-        return load_model("tiny")[0]
+        return load_tiny(trained=str(spec) == "tiny")[0]
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:

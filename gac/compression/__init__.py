@@ -1,0 +1,29 @@
+"""Compression: target discovery, importance proxies, allocation (d*), the compressors, the layer swap, checkpoints.
+
+>>> from gac.compression import Calibration, compress_model, prepare, load_checkpoint, save_checkpoint
+>>> prepared = prepare(model, tok, "asvd", calibration=Calibration("tiny", 32, 256))   # score + factorise once
+>>> model_c, plan, report = prepared.compress(0.15, "gac")                            # any ratio / strategy
+
+A compressor is a thin class plus pure tensor math (``compressors/``); :mod:`.modules` holds the only layer swap;
+:mod:`.prepared_io` saves and loads a :class:`Prepared` state (safetensors + JSON, never pickles).
+"""
+
+from gac.compression.checkpoint import load_checkpoint, save_checkpoint
+from gac.compression.compress import Calibration, Prepared, compress_model, prepare
+from gac.compression.compressors import COMPRESSORS, Compressor, Unit, get_compressor
+from gac.compression.discovery import ModelLayout, discover
+
+__all__ = [
+    "COMPRESSORS",
+    "Calibration",
+    "Compressor",
+    "ModelLayout",
+    "Prepared",
+    "Unit",
+    "compress_model",
+    "discover",
+    "get_compressor",
+    "load_checkpoint",
+    "prepare",
+    "save_checkpoint",
+]

@@ -1,0 +1,188 @@
+"""Save and load a :class:`~gac.compression.compress.Prepared` state: one safetensors file, never a pickle.
+
+A prepared state (scores, factorizations, sensitivity table) is what a ratio or strategy sweep re-uses, and it
+lives in shared results directories that other people can write to. It is therefore stored as *data*:
+
+* tensors (low-rank factors, channel orders and energies) as safetensors entries named ``<unit>/<field>``;
+* everything else (proxy, calibration, allocation, power, scores, timings, sensitivity table, notes, the
+  non-tensor factor fields such as the whitening path) as JSON in the safetensors header metadata.
+
+Reading uses :func:`safetensors.torch.load_file`, which parses a JSON header and raw buffers and executes nothing:
+a planted pickle (or any other file) at the path is rejected with a :class:`~gac.errors.GacError`, never run.
+:func:`load_prepared` also checks the file against the model it is loaded for (unit names, factor shapes), so a
+state written for another model or another compressor configuration is refused instead of silently applied.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from gac.errors import GacError
+
+FORMAT = "gac-prepared"
+FORMAT_VERSION = 1
+_META_KEY = "gac_prepared"
+
+
+def save_prepared(prepared, path: str | os.PathLike) -> Path:
+    """Write ``prepared`` to ``path`` atomically (a temp file in the same directory, then a rename)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    tensors: dict[str, torch.Tensor] = {}
+    factor_meta: dict[str, dict] = {}
+    for unit, fields in prepared.factors.items():
+        if "/" in unit:
+            raise GacError(f"unit name {unit!r} contains '/'; cannot store its factors")
+        meta = {}
+        for k, v in fields.items():
+            if isinstance(v, torch.Tensor):
+                tensors[f"{unit}/{k}"] = v.detach().to("cpu").contiguous()
+            elif v is None or isinstance(v, (str, bool, int, float)):
+                meta[k] = v
+            else:
+                raise GacError(f"factor field {unit}/{k} is a {type(v).__name__}; only tensors and JSON scalars are stored")
+        factor_meta[unit] = meta
+    state = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "compressor": prepared.compressor.name,
+        "compressor_options": prepared.compressor.options(),
+        "units": [u.name for u in prepared.units],
+        "proxy": prepared.proxy,
+        "calibration": prepared.calibration,
+        "allocation": prepared.allocation,
+        "power": prepared.power,
+        "scores": prepared.scores,
+        "factor_meta": factor_meta,
+        "timings": {k: v for k, v in prepared.timings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        "sensitivity": prepared.sensitivity,
+        "notes": list(prepared.notes),
+    }
+    text = json.dumps(state, allow_nan=False, default=_jsonable)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata={_META_KEY: text})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _jsonable(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (tuple, set)):
+        return list(o)
+    raise TypeError(f"cannot store {type(o).__name__} in a prepared state")
+
+
+def read_prepared(path: str | os.PathLike, device: str = "cpu") -> tuple[dict, dict[str, torch.Tensor]]:
+    """The JSON state and the tensors of a prepared-state file. Raises :class:`GacError` for anything that is not
+    a gac prepared state (a pickle, a truncated file, another format)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
+    except Exception as e:  # safetensors raises SafetensorError / OSError / ValueError for a foreign file
+        raise GacError(f"{str(path)!r} is not a gac prepared state (safetensors could not read it: "
+                       f"{str(e).splitlines()[0][:200]}); it was not loaded") from None
+    try:
+        state = json.loads(meta[_META_KEY], parse_constant=_reject)
+    except (KeyError, ValueError) as e:
+        raise GacError(f"{str(path)!r} has no valid gac prepared-state header ({e}); it was not loaded") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise GacError(f"{str(path)!r} is not a gac prepared state (format != {FORMAT!r})")
+    if int(state.get("format_version", 0)) != FORMAT_VERSION:
+        raise GacError(f"{str(path)!r} has prepared-state format {state.get('format_version')}, this gac reads "
+                       f"{FORMAT_VERSION}")
+    return state, tensors
+
+
+def _reject(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units=None, device: str = "cpu"):
+    """Rebuild a :class:`Prepared` for ``model`` from ``path``.
+
+    ``compressor`` is the built compressor (its name and options must match the file's); ``units`` default to
+    ``compressor.units(model, layout)``. Every unit must have its factors with the shapes the model implies.
+    """
+    from gac.compression.compress import Prepared
+    from gac.compression.discovery import discover
+
+    state, tensors = read_prepared(path, device="cpu")
+    where = str(path)
+    if state["compressor"] != compressor.name or state["compressor_options"] != json.loads(
+            json.dumps(compressor.options(), default=_jsonable)):
+        raise GacError(f"{where}: prepared for {state['compressor']} {state['compressor_options']}, not for "
+                       f"{compressor.name} {compressor.options()}")
+    layout = layout or discover(model)
+    units = units if units is not None else compressor.units(model, layout)
+    names = [u.name for u in units]
+    if state["units"] != names:
+        raise GacError(f"{where}: its units ({len(state['units'])}) are not this model's ({len(names)}); it was "
+                       f"prepared for another model or layer selection")
+    factors: dict[str, dict] = {n: dict(state["factor_meta"].get(n, {})) for n in names}
+    for key, t in tensors.items():
+        unit, _, field = key.rpartition("/")
+        if unit not in factors:
+            raise GacError(f"{where}: tensor {key!r} belongs to no unit of this model")
+        factors[unit][field] = t.to(device) if device != "cpu" else t
+    for u in units:
+        _check_factors(u, factors[u.name], where)
+    scores = {k: float(v) for k, v in state["scores"].items()}
+    if set(scores) != set(names) or not all(math.isfinite(v) and v >= 0 for v in scores.values()):
+        raise GacError(f"{where}: scores do not cover this model's units with finite non-negative values")
+    return Prepared(model, compressor, state["proxy"], state["calibration"], state["allocation"], float(state["power"]),
+                    layout, units, scores, factors, dict(state["timings"]), state.get("sensitivity"),
+                    list(state.get("notes", [])))
+
+
+def _check_factors(u, f: dict, where: str) -> None:
+    """Shapes a unit's factors must have (low rank: A out x k, B k x in with k <= d_cap; pruning: a permutation)."""
+    if "A" in f or "B" in f:
+        A, B = f.get("A"), f.get("B")
+        if A is None or B is None or A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+            raise GacError(f"{where}: factors of {u.name} are incomplete or do not chain")
+        if A.shape[1] < u.d_cap or A.shape[0] * B.shape[1] != u.dense_params:
+            raise GacError(f"{where}: factors of {u.name} have shapes {tuple(A.shape)} x {tuple(B.shape)}, which do "
+                           f"not fit the unit (dense {u.dense_params}, cap {u.d_cap})")
+    if "order" in f:
+        order = f["order"]
+        if order.ndim != 1 or order.numel() != u.d_full or not torch.equal(order.sort().values, torch.arange(u.d_full)):
+            raise GacError(f"{where}: the channel order of {u.name} is not a permutation of its {u.d_full} channels")
+
+
+_CODE_PARTS = ("compression", "data.py", "models", "fixtures")  # what a prepared state depends on
+_code_fingerprint: str | None = None
+
+
+def code_fingerprint() -> str:
+    """A hash of the gac sources that produce a prepared state (compression, data, model loading, fixtures).
+
+    Caches keyed by it are invalidated by any code change there, released or not (a fix of a scoring bug must
+    never keep serving the old scores)."""
+    import hashlib
+
+    global _code_fingerprint
+    if _code_fingerprint is None:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for part in _CODE_PARTS:
+            p = root / part
+            for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+        _code_fingerprint = h.hexdigest()[:16]
+    return _code_fingerprint
