@@ -189,6 +189,8 @@ class SweepCallback(_Callback):
         log.info("sweep checked: %d points", len(points))
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        if (config.get("bench") or {}).get("after_sweep"):
+            _bench_after_sweep(config)
         try:
             from gac.analysis import format_table, load_results, table5
         except ImportError:
@@ -200,3 +202,19 @@ class SweepCallback(_Callback):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)
+
+
+def _bench_after_sweep(config) -> None:
+    """``bench.after_sweep: true``: measure the sweep's points side by side now that every job has ended
+    (:func:`gac.jobs.bench.bench_after_sweep`). A failed bench is reported, never turned into a failed sweep."""
+    from gac.jobs.bench import bench_after_sweep
+
+    try:
+        keys = [p["key"] for p in sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))]
+        bench_after_sweep(config, keys)
+    except GacError as e:
+        print(f"experiments/run.py: the after-sweep bench did not run: {e}", file=sys.stderr)
+    except Exception as e:  # the sweep's records are safe; say what went wrong and how to re-run it
+        log.exception("the after-sweep bench failed")
+        print(f"experiments/run.py: the after-sweep bench failed ({type(e).__name__}: {e}); re-run it with "
+              f"`gac bench {config.get('results_dir', 'results')}`", file=sys.stderr)

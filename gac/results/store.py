@@ -5,6 +5,8 @@ Layout under ``results_dir``::
     records/<key>.json               one per COMPLETED job; created atomically, never replaced
     failures/<key>/<utc-time>.json   one per FAILED attempt (the error and traceback); never replaced
     cache/                           content-addressed artefacts (scores, factorizations) — see gac.results.cache
+    bench/<key>.json                 one per side-by-side latency bench (gac bench; gac.jobs.bench): never replaced,
+                                     a forced re-measure goes beside it as bench/<key>.rerun-<utc-time>.json
 
 ``key`` is a hash of the resolved job config with the keys that do not change the result removed
 (``results_dir``, ``force``, logger and launcher settings). A point is *done* if its record exists, *failed*
@@ -123,3 +125,34 @@ class ResultsStore:
                 raise GacError(f"result record {str(p)!r} is not a gac record (no 'key'); move it out of {self.root}")
             rec.setdefault("_path", str(p))
             yield rec
+
+    # ------------------------------------------------------------------------------------------ bench records
+    @property
+    def bench_dir(self) -> Path:
+        return self.root / "bench"
+
+    def bench_path(self, key: str) -> Path:
+        return self.bench_dir / f"{key}.json"
+
+    def write_bench(self, key: str, doc: dict) -> Path:
+        """Write a bench record atomically; never replaces one (a forced re-measure goes beside it)."""
+        doc = {**doc, "key": key, "created": doc.get("created") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        doc.pop("_path", None)
+        doc.pop("skipped", None)
+        path = self.bench_path(key)
+        if path.exists():
+            path = self.bench_dir / f"{key}.rerun-{_utc_stamp()}.json"
+        try:
+            return write_json_atomic(path, doc)
+        except GacError:
+            return write_json_atomic(self.bench_dir / f"{key}.rerun-{_utc_stamp()}.json", doc)
+
+    def iter_bench(self) -> Iterator[dict]:
+        """Every bench record (re-measures included), in file-name order; each with ``_path``."""
+        paths = sorted(self.bench_dir.glob("*.json")) if self.bench_dir.is_dir() else []
+        for p in paths:
+            doc = read_json(p, "bench record")
+            if not isinstance(doc, dict) or doc.get("kind") != "bench" or "variants" not in doc:
+                raise GacError(f"bench record {str(p)!r} is not a gac bench record; move it out of {self.bench_dir}")
+            doc.setdefault("_path", str(p))
+            yield doc

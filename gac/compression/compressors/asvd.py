@@ -50,6 +50,16 @@ class LowRankCompressor(Compressor):
             out[u.name] = {"A": A.cpu(), "B": B.cpu(), **info}
         return out
 
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        out = {}
+        for u in units:
+            if u.name in dims:
+                mod = get_module(model, u.name)
+                out[u.name] = {"type": "lowrank", "in": mod.in_features, "out": mod.out_features,
+                               "rank": int(dims[u.name]), "bias": mod.bias is not None}
+        return out
+
     def apply(self, model, units, dims, factors):
         old = {}
         for u in units:

@@ -83,6 +83,18 @@ class LLMPruner(Compressor):
     def error_curve(self, unit, factors):
         return factors.get(unit.name, {}).get("energy")
 
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        out = {}
+        for u in units:
+            if u.name in dims:
+                w = int(dims[u.name])
+                g, up, d = (get_module(model, n) for n in u.modules)
+                out[u.modules[0]] = {"type": "linear", "in": g.in_features, "out": w, "bias": g.bias is not None}
+                out[u.modules[1]] = {"type": "linear", "in": up.in_features, "out": w, "bias": up.bias is not None}
+                out[u.modules[2]] = {"type": "linear", "in": w, "out": d.out_features, "bias": d.bias is not None}
+        return out
+
     def apply(self, model, units, dims, factors):
         old = {}
         for u in units:

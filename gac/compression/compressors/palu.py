@@ -73,6 +73,25 @@ class PaLU(Compressor):
             out[u.name] = {"A": A, "B": B}
         return out
 
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        by_module: dict[str, list[Unit]] = {}
+        for u in units:
+            by_module.setdefault(u.meta["module"], []).append(u)
+        out = {}
+        for m, us in by_module.items():
+            chosen = [u for u in us if u.name in dims]
+            if not chosen:
+                continue
+            if len(chosen) != len(us):
+                raise GacError(f"PaLU applies a whole projection at once: {m} needs a rank for each of its {len(us)} groups")
+            us = sorted(us, key=lambda u: u.meta["group"])
+            mod = get_module(model, m)
+            out[m] = {"type": "grouped_lowrank", "in": mod.in_features,
+                      "outs": [u.meta["rows"][1] - u.meta["rows"][0] for u in us],
+                      "ranks": [int(dims[u.name]) for u in us], "bias": mod.bias is not None}
+        return out
+
     def apply(self, model, units, dims, factors):
         by_module: dict[str, list[Unit]] = {}
         for u in units:
