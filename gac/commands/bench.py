@@ -60,6 +60,9 @@ def add_arguments(p):
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--memory", choices=("auto", "resident", "swap"), default="auto",
                    help="keep all variants on the device, or move each there for its visit (default: auto)")
+    p.add_argument("--timer", choices=("auto", "wall", "cpu"), default="auto",
+                   help="CPU timer: the thread's CPU time (cpu; the default with 1 thread) or wall clock; GPUs use "
+                        "CUDA events")
     p.add_argument("--no-profile", action="store_true", help="skip the kernel trace")
     p.add_argument("--json", metavar="OUT.json", help="also write the bench document here")
     p.add_argument("--force", action="store_true", help="measure again even if stored (beside it); overwrite --json")
@@ -87,7 +90,7 @@ def run(args) -> int:
         model=args.model, compressor=args.compressor, options=options, device=args.device, dtype=args.dtype,
         points=args.point or None, rounds=args.rounds, warmup=args.warmup, iters=args.iters,
         decode_tokens=args.decode_tokens, decode_prompt=args.decode_prompt, threads=args.threads, seed=args.seed,
-        bootstrap=args.bootstrap, memory=args.memory, profile=not args.no_profile, force=args.force,
+        bootstrap=args.bootstrap, memory=args.memory, timer=args.timer, profile=not args.no_profile, force=args.force,
         json_out=args.json, json_force=args.force)
     print(describe(doc))
     if args.json:

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 DEFAULTS = {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1, "decode_iters": 3, "threads": None},
             "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}}
 MEMORY_MODES = ("auto", "resident", "swap")
+TIMERS = ("auto", "wall", "cpu")
+TIMER_WORDS = {"cuda_events": "CUDA events", "perf_counter": "wall clock (perf_counter)",
+               "thread_time": "the thread's CPU time (wall clock recorded beside it)"}
 MEMORY_FRACTION = 0.8  # variants stay resident when their estimate fits in this share of the free device memory
 CPU_NOTE = ("this is a CPU: CPU latency says nothing about GPUs (no Tensor Cores, FlashAttention head-dim templates "
             "or cuBLAS tile choices here); any alignment effect, or its absence, is a CPU measurement only")
@@ -83,6 +86,7 @@ class Protocol:
     memory: str = "auto"
     profile: bool = True
     top: int = 5
+    timer: str = "auto"  # auto: CUDA events on a GPU; on a CPU thread CPU time with 1 thread, else wall clock
 
     def resolved(self, device_type: str) -> dict:
         d = DEFAULTS["cuda" if device_type == "cuda" else "cpu"]
@@ -105,13 +109,28 @@ class Protocol:
                 raise GacError(f"bench {k} must be an integer >= {lo}, got {out[k]!r}")
         if out["threads"] is not None and (not isinstance(out["threads"], int) or out["threads"] < 1):
             raise GacError(f"bench threads must be a positive integer or null, got {out['threads']!r}")
+        if self.timer not in TIMERS:
+            raise GacError(f"bench timer {self.timer!r} is not one of {', '.join(TIMERS)}")
+        timer = self.timer
+        if device_type == "cuda":
+            if timer == "cpu":
+                raise GacError("timer=cpu measures CPU work; on a GPU the bench times with CUDA events (timer=auto)")
+            timer = "cuda_events"
+        elif timer == "auto":
+            timer = "thread_time" if out["threads"] == 1 else "perf_counter"
+        elif timer == "cpu":
+            if out["threads"] != 1:
+                raise GacError("timer=cpu (thread CPU time) needs threads=1: with more threads it would sum their work")
+            timer = "thread_time"
+        else:
+            timer = "perf_counter"
         if self.memory not in MEMORY_MODES:
             raise GacError(f"bench memory mode {self.memory!r} is not one of {', '.join(MEMORY_MODES)}")
         if int(self.bootstrap) < 100:
             raise GacError(f"bench bootstrap needs at least 100 resamples, got {self.bootstrap}")
         if int(self.decode_tokens) < 0 or int(self.decode_prompt) < 1:
             raise GacError("bench decode_tokens must be >= 0 and decode_prompt >= 1")
-        return {**out, "points": points, "decode_tokens": int(self.decode_tokens),
+        return {**out, "points": points, "timer": timer, "decode_tokens": int(self.decode_tokens),
                 "decode_prompt": int(self.decode_prompt), "seed": int(self.seed), "bootstrap": int(self.bootstrap),
                 "memory": self.memory, "profile": bool(self.profile), "top": int(self.top)}
 
@@ -357,12 +376,13 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         inputs = {pt: _random_ids(models[0], pt[0], pt[1], p["seed"], dev) for pt in p["points"]}
         prompt = _random_ids(models[0], 1, p["decode_prompt"], p["seed"], dev) if p["decode_tokens"] else None
         samples = [{pt: [] for pt in p["points"]} for _ in variants]
+        wall = [{pt: [] for pt in p["points"]} for _ in variants]
         decode = [[] for _ in variants]
         orders = round_orders(len(variants), p["rounds"], p["seed"])
         t0 = time.perf_counter()
         for r, order in enumerate(orders):
             for i in order:
-                _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i])
+                _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
             log.info("bench round %d/%d done (%.0f s)", r + 1, len(orders), time.perf_counter() - t0)
         measure_s = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -375,7 +395,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         del models
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    doc = _report(variants, p, samples, decode, kernels)
+    doc = _report(variants, p, samples, decode, kernels, wall)
     doc.update(
         device=info,
         dtype=str(base.dtype).removeprefix("torch."),
@@ -388,7 +408,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
                   "order": "every round visits every variant once, in a fresh shuffle (seeded)",
                   "sample": "median of a visit's timed calls",
                   "statistic": "median over rounds; ratios of medians with a paired bootstrap 95% CI over rounds",
-                  "timer": "cuda_events" if dev.type == "cuda" else "perf_counter",
+                  "timer": p["timer"],
                   "memory_mode": mode, "memory_note": memory_note,
                   "memory_estimate_bytes": {"weights": est["weights"], "activations": est["activations"]},
                   "peak_memory_bytes": peak},
@@ -398,11 +418,13 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     return doc
 
 
-def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list) -> None:
+def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list, wall: dict) -> None:
     """One visit: (swap in), per point warm-up + timed calls -> the median, (decode), (swap out)."""
     import torch
 
     from gac.evaluation.latency import decode_step, time_calls
+
+    clock = time.thread_time if p["timer"] == "thread_time" else None
 
     if mode == "swap":
         model.to(dev)
@@ -414,12 +436,15 @@ def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list) -
 
             for _ in range(p["warmup"]):
                 call()
-            out[pt].append(statistics.median(time_calls(lambda call=call: call, dev, p["iters"])))
+            w: list = []
+            ms = time_calls(lambda call=call: call, dev, p["iters"], clock=clock, wall=w)
+            out[pt].append(statistics.median(ms))
+            wall[pt].append(statistics.median(w) if w else None)
         if prompt is not None:
             step = decode_step(model, prompt, p["decode_tokens"])
             for _ in range(p["decode_warmup"]):
                 step()()
-            ms = time_calls(step, dev, p["decode_iters"])
+            ms = time_calls(step, dev, p["decode_iters"], clock=clock)
             decode.append(statistics.median(ms) / p["decode_tokens"])
     if mode == "swap":
         model.to(host)
@@ -446,7 +471,7 @@ def _kernels(model, inputs, p, dev, mode, host) -> dict:
     return out
 
 
-def _report(variants, p, samples, decode, kernels) -> dict:
+def _report(variants, p, samples, decode, kernels, wall) -> dict:
     from gac.evaluation.flops import CONVENTION, prefill_flops
 
     labels = [v.label for v in variants]
@@ -465,6 +490,7 @@ def _report(variants, p, samples, decode, kernels) -> dict:
             r, lo, hi = paired_ratio_ci(a, samples[0][pt], B, seed)
             fr = flops[i][pt]["total"] / flops[0][pt]["total"]
             e = {"batch": pt[0], "seq_len": pt[1], "median_ms": med, "samples_ms": list(a),
+                 "wall_samples_ms": None if p["timer"] != "thread_time" else list(wall[i][pt]),
                  "iqr_pct": 100.0 * (q3 - q1) / med if med > 0 else None,
                  "ratio_to_baseline": r, "ratio_ci95": [lo, hi],
                  "flops": flops[i][pt], "flops_ratio": fr, "alignment_efficiency": fr / r,
@@ -519,8 +545,8 @@ def format_bench(doc: dict) -> str:
     lines.append(f"Side-by-side latency on {where}, {doc['dtype']}: {len(doc['variants'])} variants, "
                  f"{prot['rounds']} rounds, each variant once per round in a shuffled order (seed {prot['seed']}); a "
                  f"visit = {prot['warmup']} warm-up + {prot['iters']} timed calls per point, its sample the median; "
-                 f"memory: {prot['memory_mode']}; ratios with paired bootstrap 95% CI over rounds "
-                 f"({doc['bootstrap']['resamples']} resamples).")
+                 f"timer: {TIMER_WORDS.get(prot['timer'], prot['timer'])}; memory: {prot['memory_mode']}; ratios "
+                 f"with paired bootstrap 95% CI over rounds ({doc['bootstrap']['resamples']} resamples).")
     if dev["type"] == "cpu":
         lines.append(f"NOTE: {CPU_NOTE}.")
     for pt in doc["points"]:

@@ -138,11 +138,14 @@ def _resolve(kind: str, device, warmup, iters, trials) -> tuple[int, int, int]:
     return warmup, iters, trials
 
 
-def time_calls(step: Callable[[], Callable[[], object]], device, n: int) -> list[float]:
+def time_calls(step: Callable[[], Callable[[], object]], device, n: int, clock: Callable[[], float] | None = None,
+               wall: list | None = None) -> list[float]:
     """``n`` timed calls (ms): ``step()`` does untimed setup and returns the callable to time.
 
     On CUDA every call sits between two CUDA events, read after one synchronize at the end (and one before the
-    first, so earlier queued work is not counted); on CPU each call is timed with ``perf_counter``.
+    first, so earlier queued work is not counted); on CPU each call is timed with ``clock`` (default
+    ``perf_counter``; ``time.thread_time`` counts only this thread's CPU time), and ``wall`` (a list) also receives
+    each call's ``perf_counter`` time.
     """
     import torch
 
@@ -158,12 +161,16 @@ def time_calls(step: Callable[[], Callable[[], object]], device, n: int) -> list
             pairs.append((start, end))
         torch.cuda.synchronize(device)
         return [s.elapsed_time(e) for s, e in pairs]
+    clock = clock or time.perf_counter
     samples = []
     for _ in range(n):
         timed = step()
-        t0 = time.perf_counter()
+        w0, t0 = time.perf_counter(), clock()
         timed()
-        samples.append((time.perf_counter() - t0) * 1e3)
+        t1, w1 = clock(), time.perf_counter()
+        samples.append((t1 - t0) * 1e3)
+        if wall is not None:
+            wall.append((w1 - w0) * 1e3)
     return samples
 
 

@@ -314,7 +314,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
                 device: str | None = None, dtype: str | None = None, points=None, rounds: int | None = None,
                 warmup: int | None = None, iters: int | None = None, decode_tokens: int = 0, decode_prompt: int = 128,
                 threads: int | None = None, seed: int = 0, bootstrap: int = 2000, memory: str = "auto",
-                profile: bool = True, force: bool = False, json_out: str | os.PathLike | None = None,
+                timer: str = "auto", profile: bool = True, force: bool = False, json_out: str | os.PathLike | None = None,
                 json_force: bool = False) -> dict:
     """Select, validate, measure and record one bench; returns the bench document (``skipped`` when it was done)."""
     import torch
@@ -354,7 +354,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
         points = [(1, s) for s in seqs] or [(1, min(1024, variants[0].structure.max_length or 1024))]
     protocol = Protocol(points=tuple(tuple(p) for p in points), rounds=rounds, warmup=warmup, iters=iters,
                         decode_tokens=decode_tokens, decode_prompt=decode_prompt, seed=seed, bootstrap=bootstrap,
-                        threads=threads, memory=memory, profile=profile)
+                        threads=threads, memory=memory, profile=profile, timer=timer)
     resolved = protocol.resolved(dev.type)
     limit = variants[0].structure.max_length
     for _, s in resolved["points"]:
@@ -364,7 +364,8 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
 
     dev_id = {"type": dev.type, "name": device_name(dev)}
     key_protocol = {k: resolved[k] for k in ("points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt",
-                                             "decode_warmup", "decode_iters", "seed", "bootstrap", "threads", "profile")}
+                                             "decode_warmup", "decode_iters", "seed", "bootstrap", "threads", "timer",
+                                             "profile")}
     key_protocol["points"] = [list(p) for p in resolved["points"]]
     key = bench_key(measured, ident, dtype, dev_id, key_protocol)
     if store is not None and store.bench_path(key).exists() and not force:
@@ -413,7 +414,7 @@ def bench_from_config(cfg: dict) -> dict:
     """Run :func:`bench_store` from a plain config (``conf/bench.yaml`` resolved); print the table; return the doc."""
     known = {"results_dir", "where", "sweep", "experiment", "keys", "plans", "model", "compressor", "options", "device",
              "dtype", "points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt", "threads", "seed",
-             "bootstrap", "memory", "profile", "force", "json"}
+             "bootstrap", "memory", "timer", "profile", "force", "json"}
     extra = sorted(set(cfg) - known - {"hydra"})
     if extra:
         raise GacError(f"bench config: unknown key(s) {extra}; known: {sorted(known)}")
@@ -425,6 +426,7 @@ def bench_from_config(cfg: dict) -> dict:
         iters=cfg.get("iters"), decode_tokens=int(cfg.get("decode_tokens") or 0),
         decode_prompt=int(cfg.get("decode_prompt") or 128), threads=cfg.get("threads"), seed=int(cfg.get("seed") or 0),
         bootstrap=int(cfg.get("bootstrap") or 2000), memory=str(cfg.get("memory") or "auto"),
+        timer=str(cfg.get("timer") or "auto"),
         profile=bool(cfg.get("profile", True)), force=bool(cfg.get("force", False)), json_out=cfg.get("json"),
         json_force=bool(cfg.get("force", False)))
     print(describe(doc))
