@@ -119,6 +119,7 @@ class Structure:
     dims: dict = field(default_factory=dict)
     specs: dict = field(init=False, default_factory=dict)  # module name -> module spec the compressor installs
     targets: int = field(init=False, default=0)  # the compressor's unit count on this architecture
+    planned: tuple = field(init=False, default=())  # the modules of the plan's targets (compressed or kept dense)
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
@@ -136,7 +137,9 @@ class Structure:
         meta = _skeleton(self.config, self.dtype, "meta")
         units = comp.units(meta, discover(meta))
         self.targets = len(units)
-        self.specs = comp.module_specs(meta, units, {str(k): v for k, v in dict(self.dims).items()})
+        dims = {str(k): v for k, v in dict(self.dims).items()}
+        self.specs = comp.module_specs(meta, units, dims)
+        self.planned = tuple(sorted({m for u in units if u.name in dims for m in u.modules}))
 
     @property
     def is_baseline(self) -> bool:
@@ -148,14 +151,19 @@ class Structure:
         return int(n) if isinstance(n, int) and n > 0 else None
 
     def compressed_params(self) -> int:
-        """Weight parameters of the modules the plan installs (biases excluded): the plan's ``params``."""
-        from gac.compression.modules import build_module, weight_params
+        """Weight parameters of the modules of the plan's targets (biases excluded): the plan's ``params``."""
+        from gac.compression.modules import get_module, weight_params
 
-        return sum(weight_params(build_module(s, dtype=self.dtype, device="meta")) for s in self.specs.values())
+        if not self.planned:
+            return 0
+        sk = self.skeleton()
+        return sum(weight_params(get_module(sk, m)) for m in self.planned)
 
     def skeleton(self) -> nn.Module:
-        """The structure on the ``meta`` device: shapes only, no memory."""
-        return self._apply_specs(_skeleton(self.config, self.dtype, "meta"), "meta")
+        """The structure on the ``meta`` device: shapes only, no memory (built once, shared: read it, don't change it)."""
+        if getattr(self, "_meta", None) is None:
+            self._meta = self._apply_specs(_skeleton(self.config, self.dtype, "meta"), "meta")
+        return self._meta
 
     def _apply_specs(self, model: nn.Module, device) -> nn.Module:
         from gac.compression.modules import build_module, replace_module

@@ -301,6 +301,10 @@ def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
         if need > free:
             raise GacError(f"the variants need about {gb(need)} resident but {dev} has {gb(free)} free; use memory=swap")
         return "resident", f"all variants resident on {dev}: {gb(need)} estimated of {gb(free)} free", est
+    avail = _host_available()
+    if avail is not None and est["weights"] > avail:
+        raise GacError(f"the variants need about {gb(est['weights'])} on the host to take turns on {dev}, but the host "
+                       f"has {gb(avail)} available; bench fewer variants at a time (--where ...)")
     one = est["largest_model"] + est["activations"]
     if one > free:
         raise GacError(f"one variant needs about {gb(one)} on {dev} but only {gb(free)} is free; use a smaller dtype, "

@@ -489,7 +489,6 @@ def bench_after_sweep(config, keys: Sequence[str]) -> dict | None:
     """
     from omegaconf import OmegaConf
 
-    container = OmegaConf.to_container(config, resolve=False)
     results_dir = str(Path(str(config.get("results_dir", "results"))).expanduser().resolve())
     store = ResultsStore(results_dir)
     done = [k for k in keys if store.is_done(k)]
@@ -500,7 +499,7 @@ def bench_after_sweep(config, keys: Sequence[str]) -> dict | None:
     if not [k for k in done if not _is_baseline_key(store, k)]:
         log.warning("after-sweep bench: no compressed record to bench")
         return None
-    bench = (container.get("bench") or {}) if isinstance(container, dict) else {}
+    bench = OmegaConf.to_container(config.bench, resolve=True) if config.get("bench") else {}
     overrides = [f"results_dir={results_dir}", f"keys=[{','.join(sorted(set(done)))}]",
                  *[str(o) for o in (bench.get("overrides") or [])]]
     cfg = compose_bench(overrides)

@@ -85,3 +85,14 @@ def test_an_8b_architecture_is_laid_out_on_meta_without_memory():
     assert s.compressed_params() == 29 * 12288 * 3 * 4096
     assert sk.model.layers[0].mlp.down_proj.in_features == 14336
     assert s.max_length == 8192
+
+
+def test_a_low_rank_target_at_its_full_rank_stays_a_dense_linear():
+    """How plans write an ASVD target left unfactorised (the dense candidate): its dim is min(out, in)."""
+    config = architecture("tiny")
+    dims = {"model.layers.0.self_attn.q_proj": 256, "model.layers.0.self_attn.k_proj": 64}
+    s = Structure(config, "float32", "asvd", {}, dims)
+    assert set(s.specs) == {"model.layers.0.self_attn.k_proj"}
+    sk = s.skeleton()
+    assert type(sk.model.layers[0].self_attn.q_proj) is torch.nn.Linear
+    assert s.compressed_params() == 256 * 256 + 64 * (128 + 256)

@@ -106,8 +106,10 @@ class Compressor:
         raise GacError(f"compressor {self.name!r} cannot describe its modules from a plan (no module_specs); "
                        f"implement {type(self).__name__}.module_specs to build its structure from shapes")
 
-    def check_dims(self, units: list[Unit], dims: dict[str, int]) -> None:
-        """A plan's ``dims`` name only these units, each an integer in ``1..d_cap`` (the range :meth:`apply` accepts)."""
+    def check_dims(self, units: list[Unit], dims: dict[str, int], dense_ok: bool = False) -> None:
+        """A plan's ``dims`` name only these units, each an integer in ``1..d_cap`` (the range :meth:`apply` accepts);
+        with ``dense_ok`` a low-rank unit may also sit at ``d_full`` = min(out, in): its weight kept unfactorised (how
+        plans write a dense candidate)."""
         by_name = {u.name: u for u in units}
         unknown = [n for n in dims if n not in by_name]
         if unknown:
@@ -118,7 +120,8 @@ class Compressor:
                 f"compressor or compressor options — bench it with the model and options it was made for")
         for n, d in dims.items():
             u = by_name[n]
-            if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= u.d_cap:
+            dense = dense_ok and u.kind == "lowrank" and d == u.d_full
+            if isinstance(d, bool) or not isinstance(d, int) or not (1 <= d <= u.d_cap or dense):
                 raise GacError(f"plan dim {d!r} for {n} is outside its valid range 1..{u.d_cap} ({u.kind}); the plan "
                                f"does not fit this architecture")
 
