@@ -12,7 +12,9 @@ def add_arguments(p):
     p.add_argument("--ratio", type=float, required=True, help="fraction of the compressed weights' parameters removed, in (0, 1)")
     p.add_argument("--strategy", default="gac", help="gac (default), unaligned, round_nearest, round_up, round_down, rebalance")
     p.add_argument("--proxy", default=None, help="importance proxy: magnitude, activation, gradient, fisher, random")
-    p.add_argument("--allocation", default="proportional", help="proportional (default), uniform, sensitivity")
+    p.add_argument("--allocation", default="default",
+                   help="d* rule: default (the compressor's reference: LLM-Pruner uniform, PaLU fisher_uniform), "
+                        "proportional, uniform, sensitivity, fisher_uniform")
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
     p.add_argument("--window", type=int, default=1,
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")

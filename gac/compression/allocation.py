@@ -20,6 +20,21 @@ generalised to any proxy and any target shape):
 
 More important weights (higher s_i) keep a larger fraction; equal scores give the uniform allocation.
 
+``"uniform"`` (``power = 0``) keeps the same fraction of every target: LLM-Pruner's reference default (each pruned
+layer loses the same share of its MLP channels, ``ch_sparsity`` without ``--global_pruning``).
+
+``"fisher_uniform"`` is PaLU's default rank search (``rank_search.py``, ``--search_method fisher_uniform``): one score
+per *projection* (the parameter-weighted mean of its head groups' scores; with PaLU's proxy ``fisher_rms`` the mean
+over the projection's weights of ``sqrt(mean g^2)``), the projection's total rank proportional to that score,
+capped at its full rank, and split evenly over its head groups:
+
+    r_p = lambda * F_p,   d*_g = min(r_p / G_p, d_max_g)   for each of the G_p groups g of projection p
+
+with ``lambda`` found by bisection so that the parameters ``sum_g params_per_dim_g * d*_g`` equal B (PaLU states its
+target in ranks, ``param_ratio_target * sum of full ranks``; for projections of one shape the two are the same
+constraint). What PaLU does after that, rounding each group's rank to the nearest multiple of 32 (at least 32), is
+an alignment rule: ``round_nearest`` with ``unit=32``.
+
 ``"sensitivity"`` is ASVD's own search: the calibration perplexity of the model with *one* target truncated to each
 kept fraction of a grid (:func:`sensitivity_table`), then a bisection on a perplexity threshold: each target keeps
 the smallest grid fraction whose perplexity stays under the threshold, the threshold chosen as the lowest whose
@@ -38,7 +53,20 @@ from gac.errors import GacError, InfeasibleBudgetError
 
 log = logging.getLogger(__name__)
 
-ALLOCATIONS = ("proportional", "uniform", "sensitivity")
+ALLOCATIONS = ("proportional", "uniform", "sensitivity", "fisher_uniform")
+DEFAULT = "default"  # the compressor's own rule (Compressor.default_allocation): what its reference does
+ALLOCATION_CHOICES = (DEFAULT, *ALLOCATIONS)
+
+
+def resolve_allocation(name: str | None, compressor) -> str:
+    """``None`` / ``"default"`` -> the compressor's own rule; any other name must be one of :data:`ALLOCATIONS`."""
+    from gac.errors import unknown_name
+
+    if name is None or name == DEFAULT:
+        return compressor.default_allocation
+    if name not in ALLOCATIONS:
+        raise unknown_name("allocation", str(name), ALLOCATION_CHOICES)
+    return name
 SENSITIVITY_GRID = (0.2, 0.4, 0.6, 0.8)
 
 
@@ -141,3 +169,34 @@ def sensitivity_allocation(
         scores.append(max(sum(incs) / len(incs), 1e-12))
     d = proportional_allocation(dense, params_per_dim, d_max, scores, budget, weights=chosen, min_keep=0.0)
     return d, scores
+
+
+def fisher_uniform_allocation(
+    dense: Sequence[int],
+    params_per_dim: Sequence[int],
+    d_max: Sequence[int],
+    scores: Sequence[float],
+    groups: Sequence,
+    budget: int,
+) -> list[float]:
+    """PaLU's ``fisher_uniform`` rank search (module docstring). ``groups[i]``: the projection target i belongs to
+    (targets with equal keys are that projection's head groups; give every target its own key for a plain
+    rank-proportional-to-score rule)."""
+    n = len(dense)
+    if len(groups) != n:
+        raise GacError("fisher_uniform needs one projection key per target")
+    for s in scores:
+        if not math.isfinite(s) or s < 0:
+            raise GacError(f"allocation got a non-finite or negative score ({s}); scores must be finite and >= 0")
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    weights = [0.0] * n
+    for idx in members.values():
+        f = math.fsum(scores[i] * dense[i] for i in idx) / math.fsum(dense[i] for i in idx)  # the projection's score
+        for i in idx:
+            # d*_i = lambda * F_p / G_p, written as a kept fraction of target i's dense parameters
+            weights[i] = f / len(idx) * params_per_dim[i] / dense[i]
+    if not any(w > 0 for w in weights):
+        weights = [p / w for p, w in zip(params_per_dim, dense)]  # all scores zero: the same rank everywhere
+    return proportional_allocation(dense, params_per_dim, d_max, scores, budget, min_keep=0.0, weights=weights)
