@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calib-seq-len", type=int, default=256)
     ap.add_argument("--eval-seq-len", type=int, default=1024)
     ap.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows (quick looks)")
+    ap.add_argument("--no-before", action="store_true",
+                    help="skip the 'gac before #13' column (PaLU: svd + fisher + proportional + break-even cap; "
+                         "LLM-Pruner: gradient + proportional)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -69,6 +72,26 @@ def main(argv=None) -> int:
         ref_mod = _load_ref(name)
         prep = prepare(model, tok, name, calib_ids=calib)
         print(f"\n{name}: gac defaults proxy={prep.proxy} allocation={prep.allocation} options={prep.compressor.options()}")
+        before = None
+        if not args.no_before:
+            old_opts = {"decomposition": "svd", "rank_cap": "break_even"} if name == "palu" else None
+            before = prepare(model, tok, name, "fisher" if name == "palu" else "gradient", calib_ids=calib,
+                             allocation="proportional", compressor_options=old_opts)
+        if name == "palu":
+            fr = {k: float(v.mean()) for k, v in ref_mod.fisher_info(__import__("copy").deepcopy(model), calib).items()}
+            f1 = {k: float(v.mean()) for k, v in
+                  ref_mod.fisher_info(__import__("copy").deepcopy(model), calib, double_shift=False).items()}
+            fg = {}
+            for u in prep.units:
+                fg.setdefault(u.meta["module"], []).append(prep.scores[u.name])
+            fg = {k: sum(v) / len(v) for k, v in fg.items()}
+            ks = sorted(fg)
+            dev = max(abs(fg[k] / f1[k] - 1) for k in ks)
+            rho_q = float(spearmanr([fg[k] for k in ks], [fr[k] for k in ks])[0])
+            print(f"Fisher per projection: gac fisher_rms vs the reference's procedure with the ordinary loss: max "
+                  f"relative difference {dev:.2e}; vs the reference's double-shifted loss: Spearman {rho_q:.4f}, ratios "
+                  + ", ".join(f"{fg[k] / fr[k]:.2f}" for k in ks))
+            extra.append({"compressor": name, "fisher_gac": fg, "fisher_ref": fr, "fisher_ref_plain_loss": f1})
         if name == "llm_pruner":
             imp = ref_mod.channel_importance(__import__("copy").deepcopy(model), calib,
                                              [u.meta["layer"] for u in prep.units])
@@ -96,27 +119,36 @@ def main(argv=None) -> int:
             if plan_u.budget != kept:
                 raise SystemExit(f"budget {plan_u.budget} != reference kept {kept}")
             p_u, p_g = ppl(cu), ppl(cg)
+            p_b = None
+            if before is not None:
+                cb, plan_b, _ = before.compress(r_gac, "unaligned")
+                p_b = ppl(cb)
+                del cb
             row = {"compressor": name, "rho": rho, "dense": prep.dense_params, "kept": kept,
                    "kept_frac": kept / prep.dense_params, "ref_ppl": p_ref, "unaligned_ppl": p_u,
                    "unaligned_params": plan_u.params, "unaligned_vs_ref_pct": 100 * (p_u / p_ref - 1),
                    "unaligned_aligned_frac": plan_u.aligned_fraction, "gac_ppl": p_g, "gac_params": plan_g.params,
                    "gac_vs_unaligned_pct": 100 * (p_g / p_u - 1), "gac_aligned_frac": plan_g.aligned_fraction,
+                   "before_ppl": p_b, "before_vs_ref_pct": None if p_b is None else 100 * (p_b / p_ref - 1),
                    "ref_s": t_ref, "ref_notes": ref["notes"], "unaligned_dims": plan_u.dims, "gac_dims": plan_g.dims}
             rows.append(row)
             print(f"rho={rho}: reference kept {kept} / {prep.dense_params} ({row['kept_frac']:.4f}) PPL {p_ref:.3f}; "
                   f"gac unaligned {p_u:.3f} ({row['unaligned_vs_ref_pct']:+.3f}%); gac aligned {p_g:.3f} "
                   f"({row['gac_vs_unaligned_pct']:+.3f}% vs unaligned)")
+            if p_b is not None:
+                print(f"  gac before #13 (unaligned, same budget): {p_b:.3f} ({row['before_vs_ref_pct']:+.3f}% vs ref)")
             print(f"  reference: {ref['notes']}")
             print(f"  gac unaligned dims: {dict(plan_u.dims)}")
             print(f"  gac aligned dims:   {dict(plan_g.dims)}")
             del ref, cu, cg
     load1 = os.getloadavg()
-    print(f"\n| compressor | rho | kept / dense | reference PPL | gac unaligned PPL (vs ref) | gac aligned PPL "
-          f"(vs unaligned) | aligned (unaligned -> gac) |")
-    print("|:---|---:|---:|---:|---:|---:|---:|")
+    print("\n| compressor | rho | kept / dense | reference PPL | gac before #13 (vs ref) | gac unaligned PPL (vs ref) | "
+          "gac aligned PPL (vs unaligned) | aligned (unaligned -> gac) |")
+    print("|:---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        b = "-" if r["before_ppl"] is None else f"{r['before_ppl']:.2f} ({r['before_vs_ref_pct']:+.2f}%)"
         print(f"| {r['compressor']} | {r['rho']:.2f} | {r['kept']:,} / {r['dense']:,} ({100 * r['kept_frac']:.1f}%) | "
-              f"{r['ref_ppl']:.2f} | {r['unaligned_ppl']:.2f} ({r['unaligned_vs_ref_pct']:+.2f}%) | "
+              f"{r['ref_ppl']:.2f} | {b} | {r['unaligned_ppl']:.2f} ({r['unaligned_vs_ref_pct']:+.2f}%) | "
               f"{r['gac_ppl']:.2f} ({r['gac_vs_unaligned_pct']:+.2f}%) | "
               f"{100 * r['unaligned_aligned_frac']:.0f}% -> {100 * r['gac_aligned_frac']:.0f}% |")
     wall = time.perf_counter() - t_start
