@@ -11,7 +11,8 @@ def add_arguments(p):
     p.add_argument("--compressor", required=True, help="asvd, svd_llm, llm_pruner or palu")
     p.add_argument("--ratio", type=float, required=True, help="fraction of the compressed weights' parameters removed, in (0, 1)")
     p.add_argument("--strategy", default="gac", help="gac (default), unaligned, round_nearest, round_up, round_down, rebalance")
-    p.add_argument("--proxy", default=None, help="importance proxy: magnitude, activation, gradient, fisher, random")
+    p.add_argument("--proxy", default=None, help="importance proxy (default: the compressor's): magnitude, activation, gradient, fisher, "
+                        "taylor, fisher_rms, random")
     p.add_argument("--allocation", default="default",
                    help="d* rule: default (the compressor's reference: LLM-Pruner uniform, PaLU fisher_uniform), "
                         "proportional, uniform, sensitivity, fisher_uniform")

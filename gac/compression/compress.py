@@ -266,7 +266,7 @@ def prepare(
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
-    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
+    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: taylor,
     PaLU: fisher_rms). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
     ``None``/``"default"`` (the compressor's own, what its reference does: LLM-Pruner ``uniform``, PaLU
     ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``,
