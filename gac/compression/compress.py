@@ -32,9 +32,10 @@ from gac.align import STRATEGIES, Plan, align
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
-    ALLOCATIONS,
     SENSITIVITY_GRID,
+    fisher_uniform_allocation,
     proportional_allocation,
+    resolve_allocation,
     sensitivity_allocation,
 )
 from gac.compression.compressors import Compressor, Unit, get_compressor
@@ -139,6 +140,10 @@ class Prepared:
             s = self.sensitivity
             d_star, scores = sensitivity_allocation(dense, ppd, dmax, s["table"], s["grid"], s["base_ppl"], budget)
             score_of = dict(zip([u.name for u in self.units], scores))
+        elif self.allocation == "fisher_uniform":
+            sc = [self.scores[u.name] for u in self.units]
+            d_star = fisher_uniform_allocation(dense, ppd, dmax, sc, [u.modules for u in self.units], budget)
+            score_of = self.scores
         else:
             sc = [self.scores[u.name] for u in self.units]
             power = 0.0 if self.allocation == "uniform" else self.power
@@ -253,7 +258,7 @@ def prepare(
     proxy: str | None = None,
     calibration: Calibration | None = None,
     calib_ids: torch.Tensor | None = None,
-    allocation: str = "proportional",
+    allocation: str | None = None,
     power: float = 0.5,
     proxy_seed: int = 0,
     sensitivity_grid=SENSITIVITY_GRID,
@@ -261,16 +266,17 @@ def prepare(
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
-    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
-    PaLU: fisher). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
-    ``proportional`` (Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``, or ``sensitivity`` (ASVD's search).
+    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: taylor,
+    PaLU: fisher_rms). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
+    ``None``/``"default"`` (the compressor's own, what its reference does: LLM-Pruner ``uniform``, PaLU
+    ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``,
+    ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's rank search).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
     proxy_name = proxy or comp.default_proxy
     prox = get_proxy(proxy_name, seed=proxy_seed)
-    if allocation not in ALLOCATIONS:
-        raise unknown_name("allocation", allocation, ALLOCATIONS)
+    allocation = resolve_allocation(allocation, comp)
     if allocation == "sensitivity" and not comp.supports_sensitivity:
         raise GacError(f"the sensitivity allocation is not available for {comp.name}; use 'proportional' or 'uniform'")
     layout = discover(model)
@@ -297,7 +303,7 @@ def prepare(
     if need_act:
         stats = collect_activation_stats(model, layout, calib_ids, mods, xtx=comp.needs_xtx)
     if need_grad:
-        g = collect_gradient_stats(model, calib_ids, mods)
+        g = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise)
         for n, st in g.items():
             if n in stats:
                 stats[n].merge(st)
@@ -375,7 +381,7 @@ def compress_model(
     calib_ids: torch.Tensor | None = None,
     candidate_filter: CandidateFilter | None = None,
     cache: dict | None = None,
-    allocation: str = "proportional",
+    allocation: str | None = None,
     compressor_options: dict | None = None,
     knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
 ) -> tuple[nn.Module, Plan, dict]:

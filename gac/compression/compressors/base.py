@@ -80,6 +80,8 @@ class Compressor:
     needs_act: bool = False  # factorisation needs per-channel activation statistics
     needs_xtx: bool = False  # factorisation needs X^T X
     supports_sensitivity: bool = True
+    # the d* rule that reproduces the method's reference implementation (gac.compression.allocation.ALLOCATIONS)
+    default_allocation: str = "proportional"
 
     def options(self) -> dict:
         """The constructor arguments, for the checkpoint recipe."""
