@@ -570,10 +570,13 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         raise GacError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
     key = spec.key
     _preflight(spec, store, save_model)
+    lock = store.lock(key)
     if store.is_done(key) and not force:
         log.info("job %s is done (%s); skipping (force=true re-runs it)", key, store.record_path(key))
-        return _skipped(store, key)
-    lock = store.lock(key)
+        rec = _skipped(store, key)
+        if lock.try_acquire():  # breaks the stale lock of a job killed after publishing its record
+            lock.release()
+        return rec
     t_request = time.time()
     if not lock.try_acquire():
         from gac.results.lock import describe_holder
