@@ -29,7 +29,7 @@ from torch import nn
 
 from gac import __version__
 from gac.align import STRATEGIES, Plan, align
-from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, check_unit, check_window
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
     SENSITIVITY_GRID,
@@ -43,6 +43,7 @@ from gac.compression.discovery import ModelLayout, discover
 from gac.compression.importance import collect_activation_stats, collect_gradient_stats, get_proxy
 from gac.compression.modules import get_module, weight_params
 from gac.errors import GacError, unknown_name
+from gac.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,7 @@ def prepare(
         w = get_module(model, n).weight
         if not torch.isfinite(w).all():
             raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
+    fault_point("calibration")
     t0 = time.perf_counter()
     stats = {}
     if need_act:
@@ -310,9 +312,11 @@ def prepare(
             else:
                 stats[n] = st
     t_cal = time.perf_counter() - t0
+    fault_point("scoring")
     t0 = time.perf_counter()
     scores = comp.score(model, units, stats, prox)
     t_score = time.perf_counter() - t0
+    fault_point("factorize")
     t0 = time.perf_counter()
     factors = comp.factorize(model, units, stats, prox)
     t_fact = time.perf_counter() - t0
@@ -389,6 +393,8 @@ def compress_model(
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
     later calls on the same model, which then return compressed copies."""
     check_ratio(ratio)  # before any calibration work
+    check_unit(unit)
+    check_window(window)
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
     key = None
