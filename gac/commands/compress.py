@@ -40,7 +40,7 @@ def validate(args) -> None:
     from gac.align.candidates import check_unit, check_window
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import ALLOCATIONS
+    from gac.compression.allocation import resolve_allocation
     from gac.compression.checkpoint import check_output_dir
     from gac.compression.compress import KNAPSACK_SCORES
     from gac.compression.compressors import get_compressor
@@ -58,13 +58,15 @@ def validate(args) -> None:
     opts = parse_options(args.option)
     if args.layers:
         opts["layers"] = args.layers
-    get_compressor(args.compressor, **opts)  # an unknown compressor or option fails before the model loads
+    comp = get_compressor(args.compressor, **opts)  # an unknown compressor or option fails before the model loads
     if args.strategy not in STRATEGIES:
         raise unknown_name("strategy (--strategy)", args.strategy, STRATEGIES)
     if args.proxy is not None and args.proxy not in PROXIES:
         raise unknown_name("importance proxy (--proxy)", args.proxy, PROXIES)
-    if args.allocation not in ALLOCATIONS:
-        raise unknown_name("allocation (--allocation)", args.allocation, ALLOCATIONS)
+    try:
+        resolve_allocation(args.allocation, comp)
+    except GacError as e:
+        raise GacError(f"--allocation: {e}") from None
     if args.knapsack_score not in KNAPSACK_SCORES:
         raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
     if args.calib_samples < 1 or args.calib_seq_len < 2:

@@ -32,7 +32,7 @@ def test_a_gac_checkpoint_directory_goes_to_the_checkpoint_loader(tmp_path, monk
     assert model_kind(tmp_path) == "checkpoint"
     calls = []
 
-    def fake_load_checkpoint(path, dtype=None, device="cpu"):
+    def fake_load_checkpoint(path, dtype=None, device="cpu", verify=True):
         calls.append((path, dtype, device))
         return load_model("tiny-untrained")
 
