@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gac.errors import GacError
+from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -384,10 +385,11 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         decode = [[] for _ in variants]
         orders = round_orders(len(variants), p["rounds"], p["seed"])
         t0 = time.perf_counter()
-        for r, order in enumerate(orders):
-            for i in order:
-                _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
-            log.info("bench round %d/%d done (%.0f s)", r + 1, len(orders), time.perf_counter() - t0)
+        with progress(len(orders), "bench", "rounds") as bar:
+            for order in orders:
+                for i in order:
+                    _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
+                bar.update()
         measure_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         kernels = [_kernels(m, inputs, p, dev, mode, host) if p["profile"] else {} for m in models]

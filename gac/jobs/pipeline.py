@@ -27,6 +27,8 @@ from pathlib import Path
 
 from gac.errors import GacError, unknown_name
 from gac.io import read_json, write_json_atomic
+from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric, prefill_point
+from gac.progress import progress
 from gac.results import ResultsStore, config_key
 
 log = logging.getLogger(__name__)
@@ -452,7 +454,7 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         got = _stage(work, "ppl", resumed, lambda: perplexity(
             model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
             max_windows=ev.ppl_max_windows), timings, hook)
-        metrics["ppl_wikitext2"] = got["ppl"]
+        metrics[ppl_metric(got.get("source") or spec.ppl_source)] = got["ppl"]
         details["perplexity"] = got
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:
@@ -470,28 +472,31 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         resumed += [f"latency:{k}" for k in lat]
         t0 = time.perf_counter()
         points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
-        todo = [(b, s) for b, s in points if (f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}") not in lat]
+        todo = [(b, s) for b, s in points if prefill_point(b, s) not in lat]
         if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
             hook("latency")
-        for b, s in points:
-            name = f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}"
-            if name not in lat:
-                lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
-                                            trials=ev.trials, seed=spec.seed)
-                work.put("latency", lat)
+        with progress(len(todo), "latency", unit="points") as bar:
+            for b, s in points:
+                name = prefill_point(b, s)
+                if name not in lat:
+                    lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
+                                                trials=ev.trials, seed=spec.seed)
+                    work.put("latency", lat)
+                    bar.update()
         if ev.decode_tokens > 0 and "decode" not in lat:
             lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
                                            trials=ev.trials, seed=spec.seed)
             work.put("latency", lat)
+        main = prefill_point(ev.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
         for name, r in lat.items():
             if name == "decode":
-                metrics["decode_ms_per_token"] = r["median_ms"]
+                metrics[DECODE] = r["median_ms"]
+            elif name == main:
+                metrics[PREFILL] = r["median_ms"]
+                if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
+                    metrics[PREFILL_SPREAD] = r["spread_pct"]
             else:
                 metrics[name] = r["median_ms"]
-        main = f"prefill_ms@{spec.seq_len}" if ev.latency_batch == 1 else f"prefill_ms@b{ev.latency_batch}_{spec.seq_len}"
-        if main in lat:
-            metrics["prefill_ms"] = lat[main]["median_ms"]
-            metrics["prefill_ms_spread"] = lat[main].get("spread_pct")
         details["latency"] = lat
         if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in resumed):
             timings["latency_s"] = time.perf_counter() - t0
