@@ -70,6 +70,17 @@ def prefill_point(batch: int, seq_len: int) -> str:
     return f"{PREFILL}@{int(seq_len)}" if int(batch) == 1 else f"{PREFILL}@b{int(batch)}_{int(seq_len)}"
 
 
+def own_prefill_point(record: Mapping) -> str | None:
+    """The point name of a record's own prefill measurement (``prefill_ms`` in its metrics): its ``seq_len`` at
+    ``config.eval.latency_batch`` (default 1), e.g. ``prefill_ms@1024``; None without a ``seq_len``."""
+    seq_len = _path(record, "job", "seq_len")
+    batch = _path(record, "config", "eval", "latency_batch") or 1
+    try:
+        return prefill_point(int(batch), int(seq_len))
+    except (TypeError, ValueError):
+        return None
+
+
 def task_metric(task: str, metric_filter: str) -> str | None:
     """lm-eval's ``"acc,none"`` of ``task`` -> ``"<task>_acc"``; ``"exact_match,strict-match"`` ->
     ``"<task>_exact_match_strict_match"``; ``"alias"`` and other non-metric keys -> None."""
@@ -100,16 +111,9 @@ def upgrade_metrics(record: Mapping) -> dict:
             if new != old:
                 value = metrics.pop(old)
                 metrics.setdefault(new, value)
-    job = record.get("job") if isinstance(record.get("job"), Mapping) else {}
-    seq_len = job.get("seq_len")
-    if PREFILL in metrics and seq_len is not None:
-        batch = _path(record, "config", "eval", "latency_batch") or 1
-        try:
-            dup = prefill_point(int(batch), int(seq_len))
-        except (TypeError, ValueError):
-            dup = None
-        if dup in metrics and metrics[dup] == metrics[PREFILL]:
-            metrics.pop(dup)
+    dup = own_prefill_point(record)
+    if PREFILL in metrics and dup in metrics and metrics[dup] == metrics[PREFILL]:
+        metrics.pop(dup)
     if PREFILL_SPREAD in metrics:
         lat = (ev or {}).get("latency") if isinstance(ev, Mapping) else None
         trials = {r.get("trials") for r in (lat or {}).values() if isinstance(r, Mapping)}

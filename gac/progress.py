@@ -175,17 +175,19 @@ def stage(desc: str):
         yield p
 
 
-def quiet_libraries(verbose: bool = False) -> None:
-    """Keep lm-eval's warnings and the profiler's chatter out of the output unless ``verbose``; with
-    :func:`is_quiet`, also the progress bars of ``datasets`` and ``transformers``."""
+def quiet_libraries(verbose: bool = False, stream=None) -> None:
+    """Keep other libraries' chatter out of gac's output unless ``verbose``: lm-eval's warnings, the profiler's
+    ``USDT: profiler_start`` lines, and (when quiet, or off a terminal where gac's own lines say the same in one
+    line per stage) the progress bars of ``datasets``, ``transformers`` and lm-eval. Call it before those libraries
+    are imported (the environment variables are read at import)."""
     for name in ("lm_eval", "lm-eval"):  # lm-eval's loggers (every module's is a child of "lm_eval")
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
-    if not verbose:
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler's "STAGE:..." lines on stderr
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if is_quiet():
+    if verbose:
+        return
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above kineto's highest level (USDT = 5): its lines go
+    if is_quiet() or not _on_terminal(sys.stderr if stream is None else stream):
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-        os.environ["TQDM_DISABLE"] = "1"  # lm-eval's request bars (tqdm >= 4.66 reads it)
+        os.environ["TQDM_DISABLE"] = "1"  # tqdm >= 4.66 reads it: lm-eval's request bars (gac's own use no tqdm here)
         for mod, fn in (("datasets", "disable_progress_bars"), ("transformers.utils.logging", "disable_progress_bar")):
             m = sys.modules.get(mod)
             if m is not None and hasattr(m, fn):

@@ -148,7 +148,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.compression.allocation import ALLOCATION_CHOICES
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
-    from gac.evaluation.tasks import TASKS
+    from gac.evaluation.tasks import check_task_names
 
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
@@ -191,10 +191,13 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
         raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
     ev = dict(_get(cfg, "eval", {}) or {})
-    tasks = tuple(ev.get("tasks") or ())
-    for t in tasks:
-        if t not in TASKS:
-            raise unknown_name("task (config eval.tasks)", str(t), TASKS)
+    tasks = tuple(str(t) for t in ev.get("tasks") or ())
+    if tasks:
+        local = _task_files_of(_get(cfg, "model.task_files")) or {}
+        try:
+            check_task_names(tasks, local)
+        except GacError as e:
+            raise GacError(f"config eval.tasks: {e}") from None
     known_eval = set(EvalSpec.__dataclass_fields__)
     extra = set(ev) - known_eval
     if extra:
@@ -414,15 +417,19 @@ def _candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
 
 
 def _task_files(spec: JobSpec):
-    if spec.task_files in (None, "hub"):
+    return _task_files_of(spec.task_files)
+
+
+def _task_files_of(task_files):
+    if task_files in (None, "hub"):
         return None
-    if spec.task_files == "tiny":
+    if task_files == "tiny":
         from gac.fixtures import tiny_paths
 
         return {k: str(v) for k, v in tiny_paths().task_files.items()}
-    if isinstance(spec.task_files, dict):
-        return dict(spec.task_files)
-    raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {spec.task_files!r}")
+    if isinstance(task_files, dict):
+        return dict(task_files)
+    raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {task_files!r}")
 
 
 def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=None) -> dict:
@@ -442,6 +449,11 @@ def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=N
     return got
 
 
+def _results_of(res: dict) -> dict:
+    """:func:`evaluate_tasks` with ``layout=True`` as the tasks stage stores it."""
+    return {"results": res["tasks"], "metrics": res["metrics"], "lm_eval": res["lm_eval"]}
+
+
 def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list, hook=None) -> dict:
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
 
@@ -459,14 +471,19 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:
             raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
-        got = _stage(work, "tasks", resumed, lambda: {"results": evaluate_tasks(
-            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)},
-            timings, hook)
-        for t, r in got["results"].items():
-            for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
-                if r.get(m) is not None:
-                    metrics[f"{t}_{m}"] = r[m]
+        got = _stage(work, "tasks", resumed, lambda: _results_of(evaluate_tasks(
+            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size,
+            layout=True)), timings, hook)
+        if "metrics" in got:
+            metrics.update(got["metrics"])
+        else:  # a work dir from before lm-eval's layout was kept: its per-task rows
+            for t, r in got["results"].items():
+                for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
+                    if r.get(m) is not None:
+                        metrics[f"{t}_{m}"] = r[m]
         details["tasks"] = got["results"]
+        if got.get("lm_eval") is not None:
+            details["lm_eval"] = got["lm_eval"]
     if ev.latency:
         lat = work.get("latency") or {}
         resumed += [f"latency:{k}" for k in lat]
