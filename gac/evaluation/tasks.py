@@ -196,8 +196,9 @@ def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory:
             "training_split": None,
             "validation_split": split if split == "validation" else None,
             "test_split": split if split != "validation" else None,
-            "fewshot_split": None,
         }
+        if task not in TASKS and (_registry().task_index[task].cfg or {}).get("fewshot_split"):
+            cfg["fewshot_split"] = None  # the local file holds one split: few-shot examples come from it
         (directory / f"{name}.yaml").write_text(json.dumps(cfg, indent=2) + "\n")
         names[task] = name
     return names
