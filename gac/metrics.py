@@ -94,15 +94,15 @@ def task_metric(task: str, metric_filter: str) -> str | None:
 def upgrade_metrics(record: Mapping) -> dict:
     """A record's metrics under today's names (a new dict; the record is not changed).
 
-    * ``ppl_wikitext2`` (every record before per-dataset names, whatever text was scored) and ``ppl`` (``gac
-      evaluate``'s old name) -> ``ppl_<dataset>`` of the source the record says it scored
-      (``evaluation.perplexity.source``, else ``config.model.ppl_source``, else ``wikitext2``);
+    * ``ppl_wikitext2`` (every record before per-dataset names, whatever text was scored) -> ``ppl_<dataset>`` of
+      the source the record says it scored (``evaluation.perplexity.source``, else ``config.model.ppl_source``, else
+      ``wikitext2``);
     * the duplicate of ``prefill_ms`` at the job's own point (``prefill_ms@<seq_len>``) is dropped;
     * ``prefill_ms_spread`` from a single trial (always 0) is dropped.
     """
     metrics = dict(record.get("metrics") or {})
     ev = record.get("evaluation") if isinstance(record.get("evaluation"), Mapping) else {}
-    for old in ("ppl_wikitext2", "ppl"):
+    for old in ("ppl_wikitext2",):
         if old in metrics:
             source = ((ev or {}).get("perplexity") or {}).get("source") if isinstance(ev, Mapping) else None
             if source is None:
