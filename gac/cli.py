@@ -50,16 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
-    from gac.progress import quiet_libraries, set_quiet
+    from gac.progress import is_quiet, quiet_libraries, quiet_scope
 
-    if args.quiet:
-        set_quiet(True)
-    quiet_libraries(verbose=args.verbose)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        with quiet_scope(args.quiet or is_quiet()):
+            quiet_libraries(verbose=args.verbose)
+            return int(args._run(args) or 0)
     except GacError as e:
         print(f"{args._prog}: error: {e}", file=sys.stderr)
         return 2

@@ -42,6 +42,22 @@ def set_quiet(quiet: bool = True) -> None:
     os.environ["GAC_QUIET"] = "1" if quiet else "0"  # subprocesses and Slurm jobs started from here inherit it
 
 
+@contextlib.contextmanager
+def quiet_scope(quiet: bool):
+    """``set_quiet(quiet)`` for the block, the previous setting (and ``GAC_QUIET``) restored after."""
+    global _quiet
+    saved, saved_env = _quiet, os.environ.get("GAC_QUIET")
+    set_quiet(quiet)
+    try:
+        yield
+    finally:
+        _quiet = saved
+        if saved_env is None:
+            os.environ.pop("GAC_QUIET", None)
+        else:
+            os.environ["GAC_QUIET"] = saved_env
+
+
 def is_quiet() -> bool:
     if _quiet is not None:
         return _quiet
