@@ -191,17 +191,35 @@ def stage(desc: str):
         yield p
 
 
+_library_bars: bool | None = None  # set by quiet_libraries; None: a terminal and not quiet
+
+
+def library_bars() -> bool:
+    """Whether other libraries (lm-eval) may draw their own progress bars: not quiet, and verbose or a terminal."""
+    if is_quiet():
+        return False
+    return _on_terminal(sys.stderr) if _library_bars is None else _library_bars
+
+
+def stage_done(desc: str, seconds: float, detail: str = "") -> None:
+    """The closing line of a stage timed elsewhere: ``load: 2.1 s`` (``detail`` in parentheses after the name)."""
+    if not is_quiet():
+        log.info(done_line(f"{desc} ({detail})" if detail else desc, 0, "", seconds))
+
+
 def quiet_libraries(verbose: bool = False, stream=None) -> None:
     """Keep other libraries' chatter out of gac's output unless ``verbose``: lm-eval's warnings, the profiler's
     ``USDT: profiler_start`` lines, and (when quiet, or off a terminal where gac's own lines say the same in one
     line per stage) the progress bars of ``datasets``, ``transformers`` and lm-eval. Call it before those libraries
     are imported (the environment variables are read at import)."""
+    global _library_bars
     for name in ("lm_eval", "lm-eval"):  # lm-eval's loggers (every module's is a child of "lm_eval")
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    _library_bars = not is_quiet() and (verbose or _on_terminal(sys.stderr if stream is None else stream))
     if verbose:
         return
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above kineto's highest level (USDT = 5): its lines go
-    if is_quiet() or not _on_terminal(sys.stderr if stream is None else stream):
+    if not _library_bars:
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
         os.environ["TQDM_DISABLE"] = "1"  # tqdm >= 4.66 reads it: lm-eval's request bars (gac's own use no tqdm here)
         for mod, fn in (("datasets", "disable_progress_bars"), ("transformers.utils.logging", "disable_progress_bar")):

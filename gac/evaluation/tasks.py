@@ -341,10 +341,29 @@ def _layout(res: Mapping, back: Mapping[str, str], sources: Mapping[str, str]) -
     })
 
 
+def _hflm():
+    """lm-eval's HFLM whose request bars follow :func:`gac.progress.library_bars` (hidden when quiet or off a
+    terminal, where gac's stage line says the same in one line)."""
+    from lm_eval.models.huggingface import HFLM
+
+    from gac.progress import library_bars
+
+    class QuietHFLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm or not library_bars())
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm or not library_bars())
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return super().generate_until(requests, disable_tqdm=disable_tqdm or not library_bars())
+
+    return QuietHFLM
+
+
 def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot, bootstrap_iters, seed,
          log_samples) -> tuple[dict, dict]:
     import lm_eval
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     with tempfile.TemporaryDirectory(prefix="gac-tasks-") as tmp:
@@ -362,7 +381,7 @@ def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fe
                 f"the hub, pass local JSONL files (`--task-file piqa=/path/piqa.jsonl`, or local_files={{...}} in "
                 f"Python); `gac evaluate tiny` uses the shipped ones"
             ) from None
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
+        lm = _hflm()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
         res = lm_eval.simple_evaluate(
             model=lm, tasks=list(run_names.values()), task_manager=tm, num_fewshot=num_fewshot, limit=limit,
             bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,

@@ -28,7 +28,7 @@ from pathlib import Path
 from gac.errors import GacError, unknown_name
 from gac.io import read_json, write_json_atomic
 from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric, prefill_point
-from gac.progress import progress
+from gac.progress import progress, stage_done
 from gac.results import ResultsStore, config_key
 
 log = logging.getLogger(__name__)
@@ -445,6 +445,8 @@ def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=N
     got = compute()
     got["seconds"] = time.perf_counter() - t0
     timings[f"{name}_s"] = got["seconds"]
+    if name in STAGE_NAMES:  # perplexity's own progress already closed with its time
+        stage_done(STAGE_NAMES[name], got["seconds"])
     work.put(name, got)
     return got
 
@@ -542,6 +544,7 @@ def _provenance(spec: JobSpec) -> dict:
 
 
 ON_BUSY = ("wait", "skip")
+STAGE_NAMES = {"tasks": "lm-eval tasks"}
 
 
 def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None) -> None:
@@ -665,6 +668,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         t0 = time.perf_counter()
         model, tokenizer = load_job_model(spec)
         timings["load_s"] = time.perf_counter() - t0
+        stage_done("load", timings["load_s"], spec.model_name)
         plan_json, report, profile_meta = None, None, None
         if not spec.is_baseline:
             hook("prepare")  # calibration, scoring, factorization (or the shared cache entry)
@@ -673,6 +677,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                                       on_wait=lambda h: append_event(store.root, key, "waiting", what="scoring",
                                                                      holder=h))
             timings["compress_prepare_s"] = time.perf_counter() - t0
+            stage_done("prepare", timings["compress_prepare_s"],
+                       "cached scores" if prepared.timings.get("cached") else "calibration, scores, factorization")
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
             hook("plan")
             t0 = time.perf_counter()
@@ -685,6 +691,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                                                     copy_model=False, knapsack_score=spec.knapsack_score)
             timings["dp_s"] = report["timings"]["plan_s"]
             timings["compress_apply_s"] = report["timings"]["apply_s"]
+            stage_done("plan and apply", timings["sweep_s"] + timings["dp_s"] + timings["compress_apply_s"],
+                       f"{spec.strategy}, ratio {spec.ratio:g}")
             plan_json = plan.to_json()
             plan_json["d_star"] = report["d_star"]
             if work.get("plan") is None:
@@ -698,6 +706,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"], hook)
         timings["evaluate_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_job
+        stage_done("job", timings["total_s"], key)
         end_attempt("completed")
         record = {
             **base,
