@@ -16,7 +16,7 @@ import pandas as pd
 
 from gac.analysis.load import parse_seq_metric, plan_dims
 from gac.errors import GacError
-from gac.metrics import is_ppl
+from gac.metrics import is_ppl, prefill_point
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def pick_bench(bench: Sequence[Mapping] | None, keys: Sequence[str], model, batc
     record in ``keys`` at (``batch``, ``seq_len``): ``(summary, point)``, or None."""
     if not bench or not keys or seq_len is None:
         return None
-    name = f"prefill_ms@{int(seq_len)}" if batch == 1 else f"prefill_ms@b{batch}_{int(seq_len)}"
+    name = prefill_point(batch, seq_len)
     hits = [b for b in bench if (b.get("model") is None or str(b.get("model")) == str(model))
             and name in (b.get("points") or {}) and set(keys) <= set(b["points"][name]["variants"])]
     if not hits:

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gac.errors import GacError
+from gac.metrics import prefill_point
 from gac.progress import progress
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class Protocol:
 
 def point_name(batch: int, seq_len: int) -> str:
     """The metric name of a prefill point, as records use it: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
-    return f"prefill_ms@{seq_len}" if batch == 1 else f"prefill_ms@b{batch}_{seq_len}"
+    return prefill_point(batch, seq_len)
 
 
 # ---------------------------------------------------------------------------------------------- order, statistics
