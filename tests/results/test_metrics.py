@@ -4,7 +4,14 @@ import json
 
 import pytest
 
-from gac.metrics import dataset_name, own_prefill_point, ppl_metric, prefill_point, task_metric, upgrade_metrics
+from gac.metrics import (
+    dataset_name,
+    own_prefill_point,
+    ppl_metric,
+    prefill_point,
+    task_metric,
+    upgrade_metrics,
+)
 from gac.results import ResultsStore
 
 
