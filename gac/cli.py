@@ -32,7 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gac", description="GPU-Aligned Compression: aligned dimensions under an exact parameter budget."
     )
     parser.add_argument("--version", action="version", version=f"gac {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at DEBUG level, lm-eval's warnings and the profiler's lines included")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bars, periodic progress lines or stage times (GAC_QUIET=1 does the same)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
@@ -47,11 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    from gac.progress import is_quiet, quiet_libraries, quiet_scope
+
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        with quiet_scope(args.quiet or is_quiet()):
+            quiet_libraries(verbose=args.verbose)
+            return int(args._run(args) or 0)
     except GacError as e:
         print(f"{args._prog}: error: {e}", file=sys.stderr)
         return 2

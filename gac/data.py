@@ -22,12 +22,13 @@ import os
 from pathlib import Path
 
 from gac.errors import GacError, unknown_name
+from gac.metrics import TINY_ALIASES, WIKITEXT2_ALIASES
 
 log = logging.getLogger(__name__)
 
 WIKITEXT2_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
-_WIKITEXT2_ALIASES = ("wikitext2", "wikitext-2", "wikitext2-raw", "wikitext-2-raw-v1", "Salesforce/wikitext", "wikitext")
-_TINY_ALIASES = ("tiny",)
+_WIKITEXT2_ALIASES = WIKITEXT2_ALIASES
+_TINY_ALIASES = TINY_ALIASES
 SPLITS = ("train", "validation", "test")
 _SUFFIXES = (".txt", ".raw", ".jsonl", ".parquet")
 JOIN = "\n\n"

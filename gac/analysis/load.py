@@ -9,8 +9,10 @@ Columns of the frame :func:`load_results` returns (any column may hold NaN/None 
 ``aligned_fraction, params, budget``
     the record's top-level numbers
 ``<metric>``
-    one column per metric name in ``record["metrics"]`` (``ppl_wikitext2``, ``piqa_acc``, ``prefill_ms``,
-    ``prefill_ms@1024``, ``prefill_ms@b4_1024``, ...); a metric a record did not run is NaN
+    one column per metric name in ``record["metrics"]`` (:mod:`gac.metrics`: ``ppl_wikitext2`` or ``ppl_tiny``,
+    ``piqa_acc``, ``prefill_ms``, ``prefill_ms@512``, ``prefill_ms@b4_1024``, ...); a metric a record did not run
+    is NaN. In a record that measured several points, the job's own one (``prefill_ms`` in the record) is also
+    its ``prefill_ms@<seq_len>`` column here, so a sweep over S sees every point
 ``plan_strategy, plan_objective, plan_budget_met, n_targets, aligned_8, aligned_16, aligned_32, dims``
     from ``record["plan"]`` (``dims`` is the ``{target name: dim}`` dict, kept as an object column;
     :func:`plan_dims` expands it into one row per target)
@@ -33,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from gac.errors import GacError
+from gac.metrics import PREFILL, own_prefill_point
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +153,9 @@ def _record_row(rec: Mapping) -> dict:
         raise GacError(f"result record {where} has 'metrics' of type {type(metrics).__name__}, expected an object")
     for name, value in metrics.items():
         row[_metric_column(name)] = _number(value, f"metric {name!r} of {where}")
+    own = own_prefill_point(rec)  # a sweep over S: the job's own point (`prefill_ms`) is one of its points
+    if own is not None and PREFILL in metrics and own not in metrics and any(parse_seq_metric(m) for m in metrics):
+        row[own] = row[PREFILL]
     row.update(_plan_columns(rec.get("plan"), where))
     if row["aligned_fraction"] is None and row.get("plan_aligned") is not None:
         row["aligned_fraction"] = row["plan_aligned"]

@@ -158,8 +158,9 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
 
 def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
     comp = g[~T.baseline_mask(g)]
-    measured = comp[[m for m in ("ppl_wikitext2", "prefill_ms") if m in comp.columns]].notna().any(axis=1) \
-        if any(m in comp.columns for m in ("ppl_wikitext2", "prefill_ms")) else pd.Series(False, index=comp.index)
+    quality = [T.ppl_column(comp), "prefill_ms"]
+    measured = comp[[m for m in quality if m in comp.columns]].notna().any(axis=1) \
+        if any(m in comp.columns for m in quality) else pd.Series(False, index=comp.index)
     counts = comp[measured].groupby("compressor")["ratio"].nunique()
     if counts.empty or counts.max() < 2:
         rep.skipped.append(f"ratio sweep for {model} on {gpu}: no compressor was run at 2+ ratios")

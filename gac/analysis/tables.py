@@ -16,6 +16,7 @@ import pandas as pd
 
 from gac.analysis.load import parse_seq_metric, plan_dims
 from gac.errors import GacError
+from gac.metrics import is_ppl, prefill_point
 
 log = logging.getLogger(__name__)
 
@@ -23,17 +24,27 @@ COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "
                      "palu": "PaLU"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
                    "round_down": "round-down", "rebalance": "rebalance"}
-METRIC_LABELS = {"ppl_wikitext2": "PPL", "piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
+METRIC_LABELS = {"ppl_wikitext2": "PPL", "ppl_tiny": "PPL", "piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
                  "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
                  "decode_ms_per_token": "Decode (ms/token)"}
+#: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column
+PPL = "ppl"
 #: Table 5's metric columns: (column label, metric name)
-TABLE5_METRICS = (("PPL", "ppl_wikitext2"), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
+TABLE5_METRICS = (("PPL", PPL), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
                   ("HSwag", "hellaswag_acc"), ("HSwag (norm)", "hellaswag_acc_norm"))
 ALIGN_COL, LAT_COL, DELTA_COL = "Align (%)", "Prefill (ms)", "vs. baseline (%)"
 CI_LO_COL, CI_HI_COL = "CI95 low (%)", "CI95 high (%)"  # only when latency comes from a side-by-side bench
 TABLE5_FORMATS = {ALIGN_COL: "{:.0f}%", "PPL": "{:.2f}", "PiQA": "{:.3f}", "PiQA (norm)": "{:.3f}",
                   "HSwag": "{:.3f}", "HSwag (norm)": "{:.3f}", LAT_COL: "{:.1f}", DELTA_COL: "{:+.0f}%",
                   CI_LO_COL: "{:+.1f}%", CI_HI_COL: "{:+.1f}%"}
+
+
+def ppl_column(df: pd.DataFrame) -> str:
+    """The perplexity column of ``df`` (``ppl_wikitext2``, ``ppl_tiny``, ...): the one with the most values."""
+    cols = [c for c in df.columns if is_ppl(c)]
+    if not cols:
+        return PPL
+    return max(sorted(cols), key=lambda c: int(df[c].notna().sum()))
 
 
 def compressor_label(name) -> str:
@@ -147,6 +158,7 @@ def table5(
     df, model = resolve(df, "model", model, what)
     df, gpu = resolve(df, "gpu", gpu, what)
     df, seq_len = resolve(df, "seq_len", seq_len, what)
+    ppl = ppl_column(df)
     base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]
     if compressors is not None:
@@ -189,7 +201,7 @@ def table5(
         align = _get(rec, f"aligned_{unit}") if unit is not None else _get(rec, "aligned_fraction")
         r = {ALIGN_COL: 100.0 * align}
         for col, metric in TABLE5_METRICS:
-            r[col] = _get(rec, metric)
+            r[col] = _get(rec, ppl if metric == PPL else metric)
         if hit is not None:
             pt = hit[1]
             v = None if label == "Baseline" else pt["variants"][str(rec["key"])]
@@ -212,6 +224,8 @@ def table5(
     if ratio is not None:
         parts.append(f"at ratio {float(ratio):g}")
     lat_where = f"{latency}, seq_len {int(seq_len)}" if seq_len is not None else latency
+    if ppl != PPL:
+        lat_where = f"{ppl}; {lat_where}"
     if hit is not None:
         lat_where += "; " + bench_source(hit[0])
     elif table[LAT_COL].notna().any():
@@ -227,7 +241,7 @@ def pick_bench(bench: Sequence[Mapping] | None, keys: Sequence[str], model, batc
     record in ``keys`` at (``batch``, ``seq_len``): ``(summary, point)``, or None."""
     if not bench or not keys or seq_len is None:
         return None
-    name = f"prefill_ms@{int(seq_len)}" if batch == 1 else f"prefill_ms@b{batch}_{int(seq_len)}"
+    name = prefill_point(batch, seq_len)
     hits = [b for b in bench if (b.get("model") is None or str(b.get("model")) == str(model))
             and name in (b.get("points") or {}) and set(keys) <= set(b["points"][name]["variants"])]
     if not hits:
@@ -347,13 +361,14 @@ def ratio_sweep(
     compressor: str | Sequence[str] | None = None,
     proxy: str | Mapping[str, str] | None = None,
     strategies: Sequence[str] | None = None,
-    metrics: Sequence[str] = ("ppl_wikitext2", "prefill_ms"),
+    metrics: Sequence[str] = (PPL, "prefill_ms"),
 ) -> pd.DataFrame:
     """PPL and latency against ratio per strategy: a long frame
     ``model, gpu, compressor, proxy, strategy, method, ratio, metric, value`` (baseline rows have strategy
     ``baseline`` and ratio 0). Records measuring none of ``metrics`` are left out (allocation-only runs)."""
     what = "ratio sweep"
     df = completed(df)
+    metrics = [ppl_column(df) if m == PPL else m for m in metrics]
     df, model = resolve(df, "model", model, what)
     df, gpu = resolve(df, "gpu", gpu, what)
     df = df[df[[m for m in metrics if m in df.columns]].notna().any(axis=1)] if any(m in df.columns for m in metrics) else df.iloc[0:0]

@@ -1,12 +1,14 @@
-"""``gac evaluate``: WikiText-2 perplexity, zero-shot PiQA/HellaSwag (lm-eval) and prefill/decode latency."""
+"""``gac evaluate``: perplexity, any lm-eval task (zero-shot) and prefill/decode latency."""
 
 from __future__ import annotations
 
 NAME = "evaluate"
-HELP = "perplexity, PiQA/HellaSwag accuracy and latency of a model or a gac checkpoint"
+HELP = "perplexity, lm-eval task scores and latency of a model or a gac checkpoint"
 DESCRIPTION = """\
 Evaluate MODEL: 'tiny' (the embedded model, offline), a gac checkpoint directory, a local Hugging Face model
-directory or a hub id. Prints a table; --json writes the full report (metrics, protocol details, provenance).
+directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
+<task>_<metric>, prefill_ms, decode_ms_per_token); --json writes the full report (metrics, lm-eval's own results
+layout, protocol details, provenance). Tasks are lm-eval's registry names; an unknown name exits 2 with suggestions.
 Data: for 'tiny' the shipped held-out files are the defaults (no network); for other models WikiText-2 and the
 lm-eval tasks come from the hub unless --ppl-data / --task-file (or --data tiny) point at local files.
 Examples:
@@ -21,7 +23,9 @@ def add_arguments(p):
     p.add_argument("--ppl", action="store_true", help="WikiText-2 perplexity (non-overlapping windows of --seq-len)")
     p.add_argument("--ppl-data", metavar="SOURCE",
                    help="'wikitext2' (hub), 'tiny', or a local .txt/.jsonl/.parquet (default: per --data)")
-    p.add_argument("--tasks", metavar="T1,T2", help="lm-eval tasks, comma-separated: piqa, hellaswag")
+    p.add_argument("--tasks", metavar="T1,T2",
+                   help="lm-eval tasks, groups or tags by their registry names, comma-separated (piqa,hellaswag; "
+                        "arc_easy, mmlu, ... from the hub); tiny's piqa/hellaswag run offline on shipped files")
     p.add_argument("--limit", type=int, default=200, help="first N items per task (default 200, as in the paper)")
     p.add_argument("--task-file", action="append", default=[], metavar="TASK=FILE.jsonl",
                    help="run TASK's official config on a local JSONL file (repeatable)")
@@ -49,17 +53,16 @@ def add_arguments(p):
 
 
 def _task_files(items: list[str]) -> dict[str, str]:
-    from gac.errors import GacError, unknown_name
-    from gac.evaluation.tasks import TASKS
+    from gac.errors import GacError
+    from gac.evaluation.tasks import check_task_names
 
     out = {}
     for item in items:
         task, sep, path = item.partition("=")
         if not sep or not task or not path:
             raise GacError(f"--task-file {item!r} must be TASK=PATH, e.g. piqa=/data/piqa_valid.jsonl")
-        if task not in TASKS:
-            raise unknown_name("task", task, TASKS)
         out[task] = path
+    check_task_names(list(out))
     return out
 
 
@@ -73,8 +76,8 @@ def run(args) -> int:
     from gac.io import write_json_atomic
     from gac.models import BUILTIN, describe, load_model
 
-    tasks = parse_tasks(args.tasks) if args.tasks else []
     files = _task_files(args.task_file)
+    tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
     if args.json and Path(args.json).exists() and not args.force:
@@ -119,6 +122,7 @@ def run(args) -> int:
             "metrics": report["metrics"],
             "perplexity": report["perplexity"],
             "tasks": report["tasks"],
+            "lm_eval": report["lm_eval"],
             "latency": report["latency"],
             "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
             "provenance": provenance(device=args.device),

@@ -44,6 +44,7 @@ from gac.compression.importance import collect_activation_stats, collect_gradien
 from gac.compression.modules import get_module, weight_params
 from gac.errors import GacError, unknown_name
 from gac.faults import fault_point
+from gac.progress import stage, track
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,8 @@ def prepare(
     t_cal = time.perf_counter() - t0
     fault_point("scoring")
     t0 = time.perf_counter()
-    scores = comp.score(model, units, stats, prox)
+    with stage("scoring"):
+        scores = comp.score(model, units, stats, prox)
     t_score = time.perf_counter() - t0
     fault_point("factorize")
     t0 = time.perf_counter()
@@ -357,7 +359,7 @@ def sensitivity_table(model, comp: Compressor, units: list[Unit], factors: dict,
     model.eval()
     base = calibration_perplexity(model, calib_ids)
     table = []
-    for u in units:
+    for u in track(units, "sensitivity table", "units"):
         row = []
         for g in grid:
             d = max(1, min(u.d_cap, int(round(g * u.dense_params / u.params_per_dim))))

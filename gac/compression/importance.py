@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from gac.errors import GacError, unknown_name
+from gac.progress import track
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def collect_activation_stats(
             for s in range(calib_ids.shape[0]):
                 hs = h0 if s == 0 else _capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev), all_kwargs=False)[0]
                 hidden.append(hs)
-            for li in layout.layers:
+            for li in track(layout.layers, "calibration", "layers"):
                 layer = layers[li.index]
                 names = [n for n in wanted if n.startswith(li.prefix + ".")]
                 acc = {n: WeightStats() for n in names}
@@ -279,7 +280,7 @@ def collect_gradient_stats(
         for n, p in params.items():
             p.requires_grad_(True)
             handles.append(p.register_post_accumulate_grad_hook(make_hook(n)))
-        for s in range(calib_ids.shape[0]):
+        for s in track(range(calib_ids.shape[0]), "calibration (gradients)", "samples"):
             ids = calib_ids[s : s + 1].to(dev)
             with torch.enable_grad():
                 out = model(input_ids=ids, labels=ids, use_cache=False)

@@ -8,10 +8,11 @@
 
 from gac.evaluation.latency import decode_latency, prefill_latency
 from gac.evaluation.perplexity import model_max_length, perplexity, perplexity_of_ids, resolve_seq_len
-from gac.evaluation.tasks import TASKS, evaluate_tasks, parse_tasks
+from gac.evaluation.tasks import TASKS, check_task_names, evaluate_tasks, parse_tasks
 
 __all__ = [
     "TASKS",
+    "check_task_names",
     "decode_latency",
     "evaluate_tasks",
     "model_max_length",

@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gac.errors import GacError
+from gac.metrics import prefill_point
+from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +139,7 @@ class Protocol:
 
 def point_name(batch: int, seq_len: int) -> str:
     """The metric name of a prefill point, as records use it: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
-    return f"prefill_ms@{seq_len}" if batch == 1 else f"prefill_ms@b{batch}_{seq_len}"
+    return prefill_point(batch, seq_len)
 
 
 # ---------------------------------------------------------------------------------------------- order, statistics
@@ -384,10 +386,11 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         decode = [[] for _ in variants]
         orders = round_orders(len(variants), p["rounds"], p["seed"])
         t0 = time.perf_counter()
-        for r, order in enumerate(orders):
-            for i in order:
-                _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
-            log.info("bench round %d/%d done (%.0f s)", r + 1, len(orders), time.perf_counter() - t0)
+        with progress(len(orders), "bench", "rounds") as bar:
+            for order in orders:
+                for i in order:
+                    _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
+                bar.update()
         measure_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         kernels = [_kernels(m, inputs, p, dev, mode, host) if p["profile"] else {} for m in models]

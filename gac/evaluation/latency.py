@@ -195,7 +195,8 @@ def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters
         "trial_medians_ms": medians,
         "min_trial_ms": min(medians),
         "max_trial_ms": max(medians),
-        "spread_pct": (max(medians) - min(medians)) / med * 100 if med > 0 else 0.0,
+        # across trials: None from a single trial (no spread to speak of, not "0.0%")
+        "spread_pct": None if len(medians) < 2 else (max(medians) - min(medians)) / med * 100 if med > 0 else 0.0,
         "p25_ms": q[0],
         "p75_ms": q[2],
         "n_samples": len(flat),
@@ -260,8 +261,9 @@ def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | No
         ctx["sdpa_backend"] = sdpa_backends(call, ctx["attn_implementation"]) if detect_backend else None
     out = {"kind": "prefill", "batch": batch, "seq_len": seq_len, "warmup": warmup, "iters": iters, "trials": trials,
            **res, **ctx, "tokens_per_s": batch * seq_len / (res["median_ms"] / 1e3)}
-    log.info("prefill b=%d S=%d: %.3f ms median (spread %.1f%%, %s, %s, sdpa %s)", batch, seq_len, out["median_ms"],
-             out["spread_pct"], out["device_name"], out["dtype"], out["sdpa_backend"])
+    spread = "n=1 trial" if out["spread_pct"] is None else f"spread {out['spread_pct']:.1f}% over {trials} trials"
+    log.info("prefill b=%d S=%d: %.3f ms median (%s, %s, %s, sdpa %s)", batch, seq_len, out["median_ms"], spread,
+             out["device_name"], out["dtype"], out["sdpa_backend"])
     return out
 
 

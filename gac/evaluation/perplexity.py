@@ -18,6 +18,7 @@ import os
 import time
 
 from gac.errors import GacError
+from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +88,14 @@ def perplexity_of_ids(model, ids, seq_len: int | None = None, batch_size: int = 
     total = 0.0
     t0 = time.perf_counter()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), progress(n_windows, "perplexity", "windows") as bar:
             for i in range(0, n_windows, batch_size):
                 x = windows[i : i + batch_size].to(device)
                 logits = model(input_ids=x, use_cache=False).logits
                 nll = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
                                       reduction="sum")
                 total += float(nll)
-                log.debug("perplexity: window %d/%d", min(i + batch_size, n_windows), n_windows)
+                bar.update(min(i + batch_size, n_windows) - i)
     finally:
         if was_training:
             model.train()

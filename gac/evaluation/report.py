@@ -60,24 +60,25 @@ def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, s
 
     ``warmup/iters/trials`` are the prefill protocol (None: 50/200/3 on CUDA, fewer on CPU); ``decode_warmup`` and
     ``decode_iters`` count whole generations of ``decode_tokens`` tokens (trials shared).
-    Returns ``{"perplexity", "tasks", "latency", "metrics"}`` where ``metrics`` is flat (``ppl``, ``piqa_acc``,
-    ``piqa_acc_norm``, ..., ``prefill_ms``, ``decode_ms_per_token``), the names the results store uses.
+    Returns ``{"perplexity", "tasks", "lm_eval", "latency", "metrics"}`` where ``metrics`` is flat, with the names
+    the results store uses (:mod:`gac.metrics`: ``ppl_<dataset>``, ``piqa_acc``, ``piqa_acc_norm``, ...,
+    ``prefill_ms``, ``decode_ms_per_token``) and ``lm_eval`` is lm-eval's own results layout.
     """
     from gac.evaluation.latency import decode_latency, prefill_latency
     from gac.evaluation.perplexity import model_max_length, perplexity
     from gac.evaluation.tasks import evaluate_tasks, parse_tasks
+    from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric
 
-    out: dict = {"perplexity": None, "tasks": None, "latency": None, "metrics": {}}
+    out: dict = {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {}}
     names = parse_tasks(tasks) if tasks else []
     if ppl_source is not None:
         out["perplexity"] = perplexity(model, tokenizer, ppl_source, seq_len=seq_len, batch_size=ppl_batch_size)
-        out["metrics"]["ppl"] = out["perplexity"]["ppl"]
+        out["metrics"][ppl_metric(out["perplexity"]["source"])] = out["perplexity"]["ppl"]
     if names:
-        out["tasks"] = evaluate_tasks(model, tokenizer, names, limit=limit, local_files=task_files,
-                                      batch_size=task_batch_size)
-        for t, r in out["tasks"].items():
-            out["metrics"][f"{t}_acc"] = r["acc"]
-            out["metrics"][f"{t}_acc_norm"] = r["acc_norm"]
+        res = evaluate_tasks(model, tokenizer, names, limit=limit, local_files=task_files, batch_size=task_batch_size,
+                             layout=True)
+        out["tasks"], out["lm_eval"] = res["tasks"], res["lm_eval"]
+        out["metrics"].update(res["metrics"])
     if latency:
         s = latency_seq_len
         if s is None:
@@ -87,13 +88,24 @@ def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, s
         dec = decode_latency(model, batch=latency_batch, prompt_len=decode_prompt_len, new_tokens=decode_tokens,
                              warmup=decode_warmup, iters=decode_iters, trials=trials)
         out["latency"] = {"prefill": pre, "decode": dec}
-        out["metrics"]["prefill_ms"] = pre["median_ms"]
-        out["metrics"]["decode_ms_per_token"] = dec["median_ms"]
+        out["metrics"][PREFILL] = pre["median_ms"]
+        if pre.get("trials", 1) > 1 and pre.get("spread_pct") is not None:
+            out["metrics"][PREFILL_SPREAD] = pre["spread_pct"]
+        out["metrics"][DECODE] = dec["median_ms"]
     return out
 
 
+def spread_note(r: dict) -> str:
+    """``"trials 3, spread 4.1% across trials"``, or ``"n=1 trial (no spread)"`` from a single trial."""
+    if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
+        return f"trials {r['trials']}, spread {r['spread_pct']:.1f}% across trials"
+    return "n=1 trial (no spread)"
+
+
 def format_table(report: dict, model_info: dict | None = None) -> str:
-    """A plain-text table of a report from :func:`evaluate`."""
+    """A plain-text table of a report from :func:`evaluate`; rows are named as the records name metrics."""
+    from gac.metrics import DECODE, PREFILL, ppl_metric
+
     lines = []
     if model_info:
         lines.append(f"model {model_info['name']} ({model_info['architecture']}, {model_info['params'] / 1e6:.2f}M "
@@ -101,21 +113,25 @@ def format_table(report: dict, model_info: dict | None = None) -> str:
     lines.append(f"{'metric':<34} {'value':>12} {'stderr':>9} {'n':>8}")
     p = report.get("perplexity")
     if p:
-        lines.append(f"{'ppl [' + p['source'] + ', S=' + str(p['seq_len']) + ']':<34} {p['ppl']:>12.3f} "
-                     f"{'':>9} {p['n_windows']:>8}")
+        lines.append(f"{ppl_metric(p['source']):<34} {p['ppl']:>12.3f} {'':>9} {p['n_windows']:>8}")
+        lines.append(f"  perplexity on {p['source']}, windows of S={p['seq_len']}")
+    metrics = report.get("metrics") or {}
     for t, r in (report.get("tasks") or {}).items():
-        for k in ("acc", "acc_norm"):
-            se = r.get(f"{k}_stderr")
-            lines.append(f"{t + ' ' + k:<34} {r[k]:>12.4f} {'' if se is None else f'{se:.4f}':>9} {r['n']:>8}")
+        for name, value in r.get("metrics", {}).items():
+            se = r.get("metrics", {}).get(f"{name}_stderr") if not name.endswith("_stderr") else None
+            if name.endswith("_stderr"):
+                continue
+            flat = f"{t}_{name}"
+            value = metrics.get(flat, value)
+            lines.append(f"{flat:<34} {value:>12.4f} {'' if se is None else f'{se:.4f}':>9} "
+                         f"{'' if r.get('n') is None else r['n']:>8}")
     lat = report.get("latency")
     if lat:
         pre, dec = lat["prefill"], lat["decode"]
-        lines.append(f"{'prefill ms [b=' + str(pre['batch']) + ', S=' + str(pre['seq_len']) + ']':<34} "
-                     f"{pre['median_ms']:>12.3f} {'':>9} {pre['n_samples']:>8}")
-        lines.append(f"{'decode ms/token [' + str(dec['new_tokens']) + ' new]':<34} {dec['median_ms']:>12.3f} "
-                     f"{'':>9} {dec['n_samples']:>8}")
+        lines.append(f"{PREFILL:<34} {pre['median_ms']:>12.3f} {'':>9} {pre['n_samples']:>8}")
+        lines.append(f"{DECODE:<34} {dec['median_ms']:>12.3f} {'':>9} {dec['n_samples']:>8}")
+        lines.append(f"  prefill at batch {pre['batch']}, S={pre['seq_len']}; decode {dec['new_tokens']} new tokens")
         lines.append(f"  latency on {pre['device_name']} ({pre['device']}), {pre['dtype']}, attention "
                      f"{pre['attn_implementation']}, SDPA backend {', '.join(pre['sdpa_backend'] or ['?'])}; "
-                     f"{pre['timer']}, warm-up {pre['warmup']}, iters {pre['iters']}, trials {pre['trials']}, "
-                     f"spread {pre['spread_pct']:.1f}%")
+                     f"{pre['timer']}, warm-up {pre['warmup']}, iters {pre['iters']}, {spread_note(pre)}")
     return "\n".join(lines)

@@ -1,9 +1,16 @@
-"""Zero-shot PiQA and HellaSwag through ``lm_eval.simple_evaluate`` on an in-memory model.
+"""Any lm-eval task, zero-shot by default, through ``lm_eval.simple_evaluate`` on an in-memory model.
 
-The prompts and metrics are lm-eval's OFFICIAL task configs, unchanged. With the hub, the tasks load their datasets
-(``baber/piqa``, ``Rowan/hellaswag``) as lm-eval does. Offline, ``local_files={"piqa": "piqa.jsonl", ...}`` runs the
-same configs on local files: a generated YAML ``include:``-s the official one and only swaps the data source
-(``dataset_path: json``, the file as its validation split), so prompt, choices, processing and metrics stay lm-eval's.
+The prompts and metrics are lm-eval's OFFICIAL task configs, unchanged. A task is named as lm-eval names it (a task,
+a group such as ``mmlu`` or a tag); names are checked against lm-eval's task registry
+(``lm_eval.tasks.TaskManager``) before any model is loaded, with close-match suggestions for a typo
+(:func:`check_task_names`). With the hub, the tasks load their datasets as lm-eval does. Offline,
+``local_files={"piqa": "piqa.jsonl", ...}`` runs the same configs on local files: a generated YAML ``include:``-s
+the official one and only swaps the data source (``dataset_path: json``, the file as the split the task evaluates
+on), so prompt, choices, processing and metrics stay lm-eval's.
+
+Results: flat metrics named ``<task>_<metric>`` (filter ``none``) or ``<task>_<metric>_<filter>``
+(:func:`gac.metrics.task_metric`), and lm-eval's own layout beside them (``results`` task -> ``"metric,filter"``,
+``versions``, ``n-samples``, ``higher_is_better``, the configs' key fields), see :func:`evaluate_tasks`.
 
 PiQA rows: ``goal``, ``sol1``, ``sol2``, ``label`` (the integer 0 or 1). HellaSwag rows: ``activity_label``, ``ctx_a``,
 ``ctx_b``, ``endings`` (exactly 4 strings), ``label`` ("0".."3" or 0..3). Local files are checked row by row against
@@ -14,6 +21,8 @@ paper uses 200).
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
 import json
 import logging
 import os
@@ -21,7 +30,8 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from gac.errors import GacError, unknown_name
+from gac.errors import GacError
+from gac.metrics import task_metric
 
 log = logging.getLogger(__name__)
 
@@ -33,23 +43,66 @@ TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
 LOCAL_PREFIX = "gac_local_"
 
 
-def parse_tasks(tasks: str | Iterable[str]) -> list[str]:
-    """Task names from ``"piqa,hellaswag"`` or a list, checked (unknown names get close-match suggestions)."""
+def parse_tasks(tasks: str | Iterable[str], check: bool = True, local: Iterable[str] = ()) -> list[str]:
+    """Task names from ``"piqa,hellaswag"`` or a list, de-duplicated; with ``check``, validated against lm-eval's
+    registry (:func:`check_task_names`; ``local``: tasks that will run on local files)."""
     names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks)]
     names = [t.lower() if t.lower() in TASKS else t for t in names if t]
     if not names:
-        raise GacError(f"no task given; choose from {', '.join(TASKS)}")
-    for t in names:
-        if t not in TASKS:
-            raise unknown_name("task", t, TASKS)
-    return list(dict.fromkeys(names))
+        raise GacError(f"no task given; name lm-eval tasks, e.g. {', '.join(TASKS)}")
+    names = list(dict.fromkeys(names))
+    if check:
+        check_task_names(names, local)
+    return names
+
+
+@functools.lru_cache(maxsize=1)
+def _registry():
+    """lm-eval's task index (every built-in task, group and tag); built once per process (~6 s)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_defaults=True)
+
+
+def registry_names() -> list[str]:
+    """Every name lm-eval's registry knows (tasks, groups, tags)."""
+    return list(_registry().all_tasks)
+
+
+def check_task_names(names: Iterable[str], local: Iterable[str] = ()) -> None:
+    """Every name is a task, group or tag in lm-eval's registry; an unknown one raises :class:`GacError` with
+    close matches. The tasks gac knows the configs of (:data:`TASKS`) need no registry lookup (no 6 s index)."""
+    todo = [t for t in names if t not in TASKS]
+    if not todo:
+        return
+    known = set(registry_names())
+    for t in todo:
+        if t not in known:
+            close = difflib.get_close_matches(t, sorted(known), n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            raise GacError(f"unknown lm-eval task {t!r}; {hint}({len(known)} tasks, groups and tags are registered: "
+                           f"`lm-eval ls tasks` lists them)")
 
 
 def official_config(task: str) -> Path:
     """The path of lm-eval's own YAML for ``task``."""
     import lm_eval
 
-    return Path(lm_eval.__file__).resolve().parent / "tasks" / TASKS[task][0]
+    if task in TASKS:
+        return Path(lm_eval.__file__).resolve().parent / "tasks" / TASKS[task][0]
+    entry = _registry().task_index.get(task)
+    if entry is None or entry.yaml_path is None:
+        raise GacError(f"lm-eval task {task!r} has no YAML config to run on a local file (a group, a tag or a Python "
+                       f"task); name its tasks one by one")
+    return Path(entry.yaml_path)
+
+
+def _eval_split(task: str) -> str:
+    """The split ``task``'s official config evaluates on (``test_split``, else ``validation_split``)."""
+    if task in TASKS:
+        return "validation"
+    cfg = _registry().task_index[task].cfg or {}
+    return str(cfg.get("test_split") or cfg.get("validation_split") or "test")
 
 
 def _is_int(x) -> bool:
@@ -89,9 +142,10 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
     """``path`` exists, is non-empty JSONL, and every row matches the task's schema (fields, types, the number of
     choices, the label's range); the first bad row is named with its line number."""
     path = Path(path).expanduser().resolve()
-    fields = TASKS[task][1]
+    fields = TASKS[task][1] if task in TASKS else ()
     if not path.is_file():
-        raise GacError(f"{task} file {path} does not exist; pass a JSONL file with fields {', '.join(fields)}")
+        want = f"fields {', '.join(fields)}" if fields else "the fields of the task's dataset"
+        raise GacError(f"{task} file {path} does not exist; pass a JSONL file with {want}")
     n = 0
     try:
         lines = path.read_text(encoding="utf-8").split("\n")  # JSONL: newline only (U+2028 may sit in a string)
@@ -104,15 +158,19 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); {task} files are JSONL, one row per line") from None
-        missing = [k for k in fields if not isinstance(row, dict) or k not in row]
+        if not isinstance(row, dict):
+            raise GacError(f"{path}:{i} is a {type(row).__name__}, not a JSON object; {task} files hold one object per "
+                           f"line")
+        missing = [k for k in fields if k not in row]
         if missing:
             raise GacError(f"{path}:{i} lacks {', '.join(missing)}; {task} rows need {', '.join(fields)}")
-        problem = ROW_CHECKS[task](row)
+        problem = ROW_CHECKS[task](row) if task in ROW_CHECKS else None
         if problem:
             raise GacError(f"{path}:{i}: {problem}; fix the row (or drop it) and run again")
         n += 1
     if n == 0:
-        raise GacError(f"{task} file {path} is empty; it needs at least one JSONL row with {', '.join(fields)}")
+        raise GacError(f"{task} file {path} is empty; it needs at least one JSONL row"
+                       + (f" with {', '.join(fields)}" if fields else ""))
     return path
 
 
@@ -124,21 +182,23 @@ def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory:
     directory = Path(directory)
     names = {}
     for task, path in local_files.items():
-        if task not in TASKS:
-            raise unknown_name("task", task, TASKS)
+        check_task_names([task])
         path = check_local_file(task, path)
         name = f"{LOCAL_PREFIX}{task}"
+        split = _eval_split(task)
         # JSON is valid YAML: no quoting surprises in paths
         cfg = {
             "include": str(official_config(task)),
             "task": name,
             "dataset_path": "json",
             "dataset_name": None,
-            "dataset_kwargs": {"data_files": {"validation": str(path)}},
+            "dataset_kwargs": {"data_files": {split: str(path)}},
             "training_split": None,
-            "validation_split": "validation",
-            "test_split": None,
+            "validation_split": split if split == "validation" else None,
+            "test_split": split if split != "validation" else None,
         }
+        if task not in TASKS and (_registry().task_index[task].cfg or {}).get("fewshot_split"):
+            cfg["fewshot_split"] = None  # the local file holds one split: few-shot examples come from it
         (directory / f"{name}.yaml").write_text(json.dumps(cfg, indent=2) + "\n")
         names[task] = name
     return names
@@ -175,40 +235,145 @@ def _offline():
 def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hellaswag"), limit: int | None = 200,
                    local_files: Mapping[str, str | os.PathLike] | None = None, batch_size: int = 16,
                    device: str | None = None, num_fewshot: int = 0, bootstrap_iters: int = 100_000,
-                   seed: int = 1234, log_samples: bool = False) -> dict:
-    """Zero-shot accuracy of an in-memory model on lm-eval's official PiQA / HellaSwag.
+                   seed: int = 1234, log_samples: bool = False, layout: bool = False) -> dict:
+    """Zero-shot (or ``num_fewshot``) scores of an in-memory model on lm-eval tasks, by their registry names.
 
     ``local_files`` maps task names to local JSONL files (the offline variant); tasks not in it load from the hub.
-    Returns ``{task: {"acc", "acc_stderr", "acc_norm", "acc_norm_stderr", "n", "source", "version"[, "samples"]}}``
-    (stderr is the standard error of the mean over items).
+    Returns ``{task: row}``, one row per evaluated task (a group's subtasks each get one): ``metrics`` (lm-eval's
+    ``"metric,filter"`` as ``metric`` for filter ``none``, else ``metric_filter``; ``*_stderr`` is the standard error
+    of the mean over items), the same keys flat at the top for filter ``none`` (``acc``, ``acc_stderr``, ``acc_norm``,
+    ...), ``n``, ``source``, ``version``, ``num_fewshot``, ``limit`` (and ``samples``). With ``layout``:
+    ``{"tasks": rows, "metrics": {<task>_<metric>: value}, "lm_eval": lm-eval's own layout}`` where the layout is
+    ``results`` (task -> ``{"metric,filter": value, "alias"}``), ``groups``, ``group_subtasks``, ``versions``,
+    ``n-samples``, ``higher_is_better``, ``configs`` (task -> num_fewshot, output_type, metric_list, dataset),
+    ``sources`` (task -> ``"hub"`` or the local file); local tasks appear under their own names.
     """
-    names = parse_tasks(tasks)
     local_files = dict(local_files or {})
+    names = parse_tasks(tasks, local=local_files)
     unused = [t for t in local_files if t not in names]
-    for t in unused:
-        if t not in TASKS:
-            raise unknown_name("task", t, TASKS)
+    check_task_names(unused)
     local_files = {t: p for t, p in local_files.items() if t in names}
     if limit is not None and int(limit) < 1:
         raise GacError(f"limit={limit}; use a positive number of items (the paper uses 200) or None for all")
     with _offline() if local_files and len(local_files) == len(names) else contextlib.nullcontext():
-        return _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot, bootstrap_iters,
-                    seed, log_samples)
+        res, run_names = _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot,
+                              bootstrap_iters, seed, log_samples)
+    back = {run: task for task, run in run_names.items()}  # gac_local_piqa -> piqa
+    lm_layout = _layout(res, back, {t: str(local_files[t]) if t in local_files else "hub" for t in names})
+    rows, flat = {}, {}
+    groups = set(lm_layout["groups"])
+    for task, r in lm_layout["results"].items():
+        if task in groups:
+            continue
+        row_metrics = {}
+        for key, value in r.items():
+            name = task_metric("", key)
+            v = _num(value)
+            if name is None or v is None:
+                continue
+            row_metrics[name.lstrip("_")] = v
+            flat[task_metric(task, key)] = v
+        n = (lm_layout["n-samples"].get(task) or {}).get("effective")
+        row = {k: row_metrics[k] for k in _PLAIN if k in row_metrics}
+        sources = lm_layout["sources"]
+        row.update(metrics=row_metrics, n=int(n) if n is not None else None,
+                   source=sources.get(task) or sources.get(_root(task, lm_layout)) or "hub",
+                   version=lm_layout["versions"].get(task), num_fewshot=num_fewshot, limit=limit)
+        if log_samples:
+            row["samples"] = res.get("samples", {}).get(run_names.get(task, task))
+        rows[task] = row
+        log.info("%s: %s over %s items", task, ", ".join(f"{k} {v:.4f}" for k, v in row_metrics.items()
+                                                          if not k.endswith("_stderr")), row["n"])
+    for task, r in lm_layout["results"].items():  # a group's aggregate (mmlu's acc) is a flat metric too
+        if task in groups:
+            for key, value in r.items():
+                name, v = task_metric(task, key), _num(value)
+                if name is not None and v is not None:
+                    flat[name] = v
+    if layout:
+        return {"tasks": rows, "metrics": flat, "lm_eval": lm_layout}
+    return rows
+
+
+_PLAIN = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
+
+
+def _root(task: str, lm_layout: dict) -> str:
+    for g, subs in lm_layout.get("group_subtasks", {}).items():
+        if task in subs:
+            return g
+    return task
+
+
+def _rename(d, back: Mapping[str, str]):
+    """lm-eval's per-task dicts with gac's local task names (``gac_local_piqa``) turned back into ``piqa``."""
+    if not isinstance(d, Mapping):
+        return d
+    return {back.get(k, k): v for k, v in d.items()}
+
+
+def _layout(res: Mapping, back: Mapping[str, str], sources: Mapping[str, str]) -> dict:
+    """lm-eval's own results layout (JSON-ready), keyed by the names the user gave."""
+    import json as _json
+
+    def clean(x):
+        return _json.loads(_json.dumps(x, default=str))
+
+    results = {}
+    for name, r in (res.get("results") or {}).items():
+        results[back.get(name, name)] = {k: (v if k != "alias" else back.get(v, v)) for k, v in r.items()}
+    configs = {}
+    for name, c in (res.get("configs") or {}).items():
+        configs[back.get(name, name)] = {k: c.get(k) for k in ("task", "dataset_path", "dataset_name", "output_type",
+                                                              "num_fewshot", "metric_list", "test_split",
+                                                              "validation_split", "metadata") if k in c}
+    return clean({
+        "results": results,
+        "groups": _rename(res.get("groups") or {}, back),
+        "group_subtasks": {back.get(g, g): [back.get(t, t) for t in subs]
+                           for g, subs in (res.get("group_subtasks") or {}).items()},
+        "versions": _rename(res.get("versions") or {}, back),
+        "n-samples": _rename(res.get("n-samples") or {}, back),
+        "higher_is_better": _rename(res.get("higher_is_better") or {}, back),
+        "configs": configs,
+        "sources": dict(sources),
+        "lm_eval_version": (res.get("lm_eval_version") or None),
+    })
+
+
+def _hflm():
+    """lm-eval's HFLM whose request bars follow :func:`gac.progress.library_bars` (hidden when quiet or off a
+    terminal, where gac's stage line says the same in one line)."""
+    from lm_eval.models.huggingface import HFLM
+
+    from gac.progress import library_bars
+
+    class QuietHFLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm or not library_bars())
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm or not library_bars())
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return super().generate_until(requests, disable_tqdm=disable_tqdm or not library_bars())
+
+    return QuietHFLM
 
 
 def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot, bootstrap_iters, seed,
-         log_samples) -> dict:
+         log_samples) -> tuple[dict, dict]:
     import lm_eval
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     with tempfile.TemporaryDirectory(prefix="gac-tasks-") as tmp:
         local_names = write_local_configs(local_files, tmp)
         hub = [t for t in names if t not in local_names]
-        tm = TaskManager(include_path=tmp if local_names else None, include_defaults=bool(hub))
-        run_names = [local_names.get(t, t) for t in names]
+        tm = _registry() if hub and not local_names else TaskManager(include_path=tmp if local_names else None,
+                                                                     include_defaults=bool(hub))
+        run_names = {t: local_names.get(t, t) for t in names}
         try:
-            loaded = tm.load(run_names)["tasks"]
+            loaded = tm.load(list(run_names.values()))["tasks"]
         except Exception as e:  # the datasets library raises many kinds when the hub is unreachable
             where = ("the hub: " + ", ".join(hub)) if hub else "local files"
             raise GacError(
@@ -216,33 +381,19 @@ def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fe
                 f"the hub, pass local JSONL files (`--task-file piqa=/path/piqa.jsonl`, or local_files={{...}} in "
                 f"Python); `gac evaluate tiny` uses the shipped ones"
             ) from None
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
+        lm = _hflm()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
         res = lm_eval.simple_evaluate(
-            model=lm, tasks=[loaded[n] for n in run_names], num_fewshot=num_fewshot, limit=limit,
+            model=lm, tasks=list(run_names.values()), task_manager=tm, num_fewshot=num_fewshot, limit=limit,
+            bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
+            torch_random_seed=seed, fewshot_random_seed=seed,
+        ) if len(loaded) != len(run_names) else lm_eval.simple_evaluate(
+            model=lm, tasks=[loaded[n] for n in run_names.values()], num_fewshot=num_fewshot, limit=limit,
             bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
             torch_random_seed=seed, fewshot_random_seed=seed,
         )
-    out = {}
-    for task, name in zip(names, run_names, strict=True):
-        r = res["results"][name]
-        n = res.get("n-samples", {}).get(name, {}).get("effective")
-        row = {
-            "acc": float(r["acc,none"]),
-            "acc_stderr": _num(r.get("acc_stderr,none")),
-            "acc_norm": float(r["acc_norm,none"]),
-            "acc_norm_stderr": _num(r.get("acc_norm_stderr,none")),
-            "n": int(n) if n is not None else None,
-            "source": str(local_files[task]) if task in local_files else "hub",
-            "version": res.get("versions", {}).get(name),
-            "num_fewshot": num_fewshot,
-            "limit": limit,
-        }
-        if log_samples:
-            row["samples"] = res["samples"][name]
-        out[task] = row
-        log.info("%s: acc %.4f (+-%.4f) acc_norm %.4f over %s items", task, row["acc"], row["acc_stderr"] or 0.0,
-                 row["acc_norm"], row["n"])
-    return out
+    if res is None:
+        raise GacError("lm-eval returned no results (a non-zero rank of a distributed run?)")
+    return res, run_names
 
 
 def _num(x) -> float | None:

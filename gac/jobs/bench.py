@@ -414,10 +414,15 @@ def bench_from_config(cfg: dict) -> dict:
     """Run :func:`bench_store` from a plain config (``conf/bench.yaml`` resolved); print the table; return the doc."""
     known = {"results_dir", "where", "sweep", "experiment", "keys", "plans", "model", "compressor", "options", "device",
              "dtype", "points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt", "threads", "seed",
-             "bootstrap", "memory", "timer", "profile", "force", "json"}
+             "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose"}
     extra = sorted(set(cfg) - known - {"hydra"})
     if extra:
         raise GacError(f"bench config: unknown key(s) {extra}; known: {sorted(known)}")
+    from gac.progress import quiet_libraries, set_quiet
+
+    if cfg.get("quiet") is not None:
+        set_quiet(bool(cfg["quiet"]))
+    quiet_libraries(verbose=bool(cfg.get("verbose", False)))
     doc = bench_store(
         cfg.get("results_dir"), where=cfg.get("where"), sweep=cfg.get("sweep"), experiment=cfg.get("experiment"),
         keys=cfg.get("keys") or None, plans=cfg.get("plans") or (), model=cfg.get("model"),

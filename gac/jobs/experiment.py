@@ -26,8 +26,12 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
     from gac.jobs.pipeline import run_job, spec_from_config
     from gac.jobs.tracking import build_loggers
+    from gac.progress import quiet_libraries, set_quiet
     from gac.results import ResultsStore
 
+    if cfg.get("quiet") is not None:
+        set_quiet(bool(cfg["quiet"]))
+    quiet_libraries(verbose=bool(cfg.get("verbose", False)))
     spec = spec_from_config(cfg)
     if spec.sweep is None and sweep_dir is not None:
         spec.sweep = "/".join(Path(sweep_dir).parts[-2:])

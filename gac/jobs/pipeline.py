@@ -27,6 +27,8 @@ from pathlib import Path
 
 from gac.errors import GacError, unknown_name
 from gac.io import read_json, write_json_atomic
+from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric, prefill_point
+from gac.progress import progress, stage_done
 from gac.results import ResultsStore, config_key
 
 log = logging.getLogger(__name__)
@@ -146,7 +148,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.compression.allocation import ALLOCATION_CHOICES
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
-    from gac.evaluation.tasks import TASKS
+    from gac.evaluation.tasks import check_task_names
 
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
@@ -189,10 +191,13 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
         raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
     ev = dict(_get(cfg, "eval", {}) or {})
-    tasks = tuple(ev.get("tasks") or ())
-    for t in tasks:
-        if t not in TASKS:
-            raise unknown_name("task (config eval.tasks)", str(t), TASKS)
+    tasks = tuple(str(t) for t in ev.get("tasks") or ())
+    if tasks:
+        local = _task_files_of(_get(cfg, "model.task_files")) or {}
+        try:
+            check_task_names(tasks, local)
+        except GacError as e:
+            raise GacError(f"config eval.tasks: {e}") from None
     known_eval = set(EvalSpec.__dataclass_fields__)
     extra = set(ev) - known_eval
     if extra:
@@ -412,15 +417,19 @@ def _candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
 
 
 def _task_files(spec: JobSpec):
-    if spec.task_files in (None, "hub"):
+    return _task_files_of(spec.task_files)
+
+
+def _task_files_of(task_files):
+    if task_files in (None, "hub"):
         return None
-    if spec.task_files == "tiny":
+    if task_files == "tiny":
         from gac.fixtures import tiny_paths
 
         return {k: str(v) for k, v in tiny_paths().task_files.items()}
-    if isinstance(spec.task_files, dict):
-        return dict(spec.task_files)
-    raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {spec.task_files!r}")
+    if isinstance(task_files, dict):
+        return dict(task_files)
+    raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {task_files!r}")
 
 
 def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=None) -> dict:
@@ -436,8 +445,15 @@ def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=N
     got = compute()
     got["seconds"] = time.perf_counter() - t0
     timings[f"{name}_s"] = got["seconds"]
+    if name in STAGE_NAMES:  # perplexity's own progress already closed with its time
+        stage_done(STAGE_NAMES[name], got["seconds"])
     work.put(name, got)
     return got
+
+
+def _results_of(res: dict) -> dict:
+    """:func:`evaluate_tasks` with ``layout=True`` as the tasks stage stores it."""
+    return {"results": res["tasks"], "metrics": res["metrics"], "lm_eval": res["lm_eval"]}
 
 
 def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list, hook=None) -> dict:
@@ -452,46 +468,54 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         got = _stage(work, "ppl", resumed, lambda: perplexity(
             model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
             max_windows=ev.ppl_max_windows), timings, hook)
-        metrics["ppl_wikitext2"] = got["ppl"]
+        metrics[ppl_metric(got.get("source") or spec.ppl_source)] = got["ppl"]
         details["perplexity"] = got
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:
             raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
-        got = _stage(work, "tasks", resumed, lambda: {"results": evaluate_tasks(
-            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)},
-            timings, hook)
-        for t, r in got["results"].items():
-            for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
-                if r.get(m) is not None:
-                    metrics[f"{t}_{m}"] = r[m]
+        got = _stage(work, "tasks", resumed, lambda: _results_of(evaluate_tasks(
+            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size,
+            layout=True)), timings, hook)
+        if "metrics" in got:
+            metrics.update(got["metrics"])
+        else:  # a work dir from before lm-eval's layout was kept: its per-task rows
+            for t, r in got["results"].items():
+                for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
+                    if r.get(m) is not None:
+                        metrics[f"{t}_{m}"] = r[m]
         details["tasks"] = got["results"]
+        if got.get("lm_eval") is not None:
+            details["lm_eval"] = got["lm_eval"]
     if ev.latency:
         lat = work.get("latency") or {}
         resumed += [f"latency:{k}" for k in lat]
         t0 = time.perf_counter()
         points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
-        todo = [(b, s) for b, s in points if (f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}") not in lat]
+        todo = [(b, s) for b, s in points if prefill_point(b, s) not in lat]
         if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
             hook("latency")
-        for b, s in points:
-            name = f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}"
-            if name not in lat:
-                lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
-                                            trials=ev.trials, seed=spec.seed)
-                work.put("latency", lat)
+        with progress(len(todo), "latency", unit="points") as bar:
+            for b, s in points:
+                name = prefill_point(b, s)
+                if name not in lat:
+                    lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
+                                                trials=ev.trials, seed=spec.seed)
+                    work.put("latency", lat)
+                    bar.update()
         if ev.decode_tokens > 0 and "decode" not in lat:
             lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
                                            trials=ev.trials, seed=spec.seed)
             work.put("latency", lat)
+        main = prefill_point(ev.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
         for name, r in lat.items():
             if name == "decode":
-                metrics["decode_ms_per_token"] = r["median_ms"]
+                metrics[DECODE] = r["median_ms"]
+            elif name == main:
+                metrics[PREFILL] = r["median_ms"]
+                if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
+                    metrics[PREFILL_SPREAD] = r["spread_pct"]
             else:
                 metrics[name] = r["median_ms"]
-        main = f"prefill_ms@{spec.seq_len}" if ev.latency_batch == 1 else f"prefill_ms@b{ev.latency_batch}_{spec.seq_len}"
-        if main in lat:
-            metrics["prefill_ms"] = lat[main]["median_ms"]
-            metrics["prefill_ms_spread"] = lat[main].get("spread_pct")
         details["latency"] = lat
         if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in resumed):
             timings["latency_s"] = time.perf_counter() - t0
@@ -520,6 +544,7 @@ def _provenance(spec: JobSpec) -> dict:
 
 
 ON_BUSY = ("wait", "skip")
+STAGE_NAMES = {"tasks": "lm-eval tasks"}
 
 
 def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None) -> None:
@@ -643,6 +668,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         t0 = time.perf_counter()
         model, tokenizer = load_job_model(spec)
         timings["load_s"] = time.perf_counter() - t0
+        stage_done("load", timings["load_s"], spec.model_name)
         plan_json, report, profile_meta = None, None, None
         if not spec.is_baseline:
             hook("prepare")  # calibration, scoring, factorization (or the shared cache entry)
@@ -651,6 +677,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                                       on_wait=lambda h: append_event(store.root, key, "waiting", what="scoring",
                                                                      holder=h))
             timings["compress_prepare_s"] = time.perf_counter() - t0
+            stage_done("prepare", timings["compress_prepare_s"],
+                       "cached scores" if prepared.timings.get("cached") else "calibration, scores, factorization")
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
             hook("plan")
             t0 = time.perf_counter()
@@ -663,6 +691,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                                                     copy_model=False, knapsack_score=spec.knapsack_score)
             timings["dp_s"] = report["timings"]["plan_s"]
             timings["compress_apply_s"] = report["timings"]["apply_s"]
+            stage_done("plan and apply", timings["sweep_s"] + timings["dp_s"] + timings["compress_apply_s"],
+                       f"{spec.strategy}, ratio {spec.ratio:g}")
             plan_json = plan.to_json()
             plan_json["d_star"] = report["d_star"]
             if work.get("plan") is None:
@@ -676,6 +706,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"], hook)
         timings["evaluate_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_job
+        stage_done("job", timings["total_s"], key)
         end_attempt("completed")
         record = {
             **base,

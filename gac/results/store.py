@@ -26,8 +26,15 @@ Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
     {"schema": 1, "key": str, "status": "completed", "created": iso-time,
      "job": {"model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu", "seq_len", "experiment",
              "sweep"},             # flat identifiers; compressor "none" and strategy "baseline" for the original
-     "metrics": {name: float},      # e.g. ppl_wikitext2, piqa_acc, piqa_acc_norm, hellaswag_acc,
-                                    # hellaswag_acc_norm, prefill_ms, decode_ms_per_token (missing = not run)
+     "metrics": {name: float},      # flat, named by gac.metrics: ppl_<dataset> (ppl_wikitext2, ppl_tiny),
+                                    # <task>_<metric>[_<filter>] (piqa_acc, piqa_acc_norm, piqa_acc_stderr, ...),
+                                    # prefill_ms (the job's own point), prefill_ms@<S> / prefill_ms@b<B>_<S> (other
+                                    # points), prefill_ms_spread (trials > 1 only), decode_ms_per_token;
+                                    # missing = not run. Older names are mapped on reading (upgrade_metrics).
+     "evaluation": {"perplexity": {...}, "tasks": {task: {...}}, "latency": {point: {...}},
+                    "lm_eval": {"results": {task: {"metric,filter": value, "alias"}}, "versions": {task: v},
+                                "n-samples": {task: {"original", "effective"}}, "higher_is_better": {...},
+                                "configs": {task: {"num_fewshot", "output_type", ...}}, "sources": {task: "hub" | file}}},
      "aligned_fraction": float, "params": int, "budget": int,
      "plan": {...Plan.to_json()...} | null,
      "timings": {stage: seconds},   # measured by the attempt that wrote the record (every stage <= total_s)
@@ -50,6 +57,7 @@ from pathlib import Path
 
 from gac.errors import GacError
 from gac.io import check_writable, clean_temp_files, read_json, write_json_atomic
+from gac.metrics import upgrade_record
 
 SCHEMA_VERSION = 1
 MARKER = ".gac-store.json"
@@ -178,7 +186,7 @@ class ResultsStore:
             problem = "is not a completed gac record (status / job missing)"
         if problem:
             raise CorruptRecord(f"result record {str(p)!r} {problem}; {fix}")
-        return rec
+        return upgrade_record(rec)
 
     def status(self, key: str) -> str:
         """``done``, ``corrupt`` (a record that cannot be read), ``failed`` or ``pending``."""
@@ -239,7 +247,7 @@ class ResultsStore:
             if not isinstance(rec, dict) or "key" not in rec:
                 raise GacError(f"result record {str(p)!r} is not a gac record (no 'key'); move it out of {self.root}")
             rec.setdefault("_path", str(p))
-            yield rec
+            yield upgrade_record(rec)
 
     # ------------------------------------------------------------------------------------------ bench records
     @property

@@ -18,13 +18,19 @@ def test_gac_evaluate_tiny_ppl_and_tasks_writes_json(tmp_path, capsys):
     assert rc == 0
     doc = json.loads(out.read_text())
     m = doc["metrics"]
-    assert set(m) == {"ppl", "piqa_acc", "piqa_acc_norm", "hellaswag_acc", "hellaswag_acc_norm"}
-    assert 1 < m["ppl"] < 1000
+    # named as records name them: the perplexity by the text scored (tiny's), lm-eval's metrics with stderr
+    assert set(m) == {"ppl_tiny", "piqa_acc", "piqa_acc_norm", "hellaswag_acc", "hellaswag_acc_norm",
+                      "piqa_acc_stderr", "piqa_acc_norm_stderr", "hellaswag_acc_stderr", "hellaswag_acc_norm_stderr"}
+    assert 1 < m["ppl_tiny"] < 1000
+    lm = doc["lm_eval"]  # lm-eval's own layout beside the flat columns, under the names asked for
+    assert lm["results"]["piqa"]["acc,none"] == m["piqa_acc"] and lm["versions"]["piqa"] is not None
+    assert lm["n-samples"]["hellaswag"]["effective"] == 50 and lm["sources"]["piqa"].endswith("piqa.jsonl")
     assert doc["tasks"]["piqa"]["n"] == 50 and doc["tasks"]["hellaswag"]["n"] == 50
     assert doc["perplexity"]["seq_len"] == 1024  # 2048 capped at tiny's maximum
     assert doc["provenance"]["packages"]["lm_eval"] and doc["model_info"]["params"] > 1e6
     table = capsys.readouterr().out
-    assert "piqa acc_norm" in table and "hellaswag acc" in table and "ppl [tiny (test), S=1024]" in table
+    assert "piqa_acc_norm" in table and "hellaswag_acc " in table and "ppl_tiny " in table
+    assert "perplexity on tiny (test), windows of S=1024" in table
     # results are never overwritten silently
     assert main(["evaluate", "tiny", "--ppl", "--json", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
@@ -42,7 +48,7 @@ def test_gac_evaluate_latency(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--tasks", "piqa,hellaswg"], "unknown task 'hellaswg'; did you mean 'hellaswag'"),
+    (["--tasks", "piqa,hellaswg"], "unknown lm-eval task 'hellaswg'; did you mean 'hellaswag'"),
     (["--ppl", "--seq-len", "4096"], "seq_len=4096 is above the model's maximum sequence length (1024"),
     (["--ppl", "--ppl-data", "wikitext2"], "to use a local copy"),
     (["--ppl", "--ppl-data", "wikitxt-2"], "did you mean"),
@@ -79,4 +85,4 @@ def test_the_gac_command_runs_offline_in_a_fresh_process(tmp_path, tiny_files):
     res = subprocess.run([sys.executable, "-m", "gac.cli", "evaluate", "tiny", "--ppl", "--ppl-data", str(text),
                           "--seq-len", "256"], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert f"ppl [{text}, S=256]" in res.stdout
+    assert "ppl_few " in res.stdout and f"perplexity on {text}, windows of S=256" in res.stdout

@@ -72,7 +72,7 @@ def test_local_config_only_swaps_the_data_source(tmp_path, tiny_files):
 
 @pytest.mark.parametrize(("name", "suggestion"), [("hellaswg", "hellaswag"), ("hella", "hellaswag"), ("piqa2", "piqa")])
 def test_unknown_task_name_suggests_close_matches(name, suggestion):
-    with pytest.raises(GacError, match=f"unknown task '{name}'; did you mean '{suggestion}'"):
+    with pytest.raises(GacError, match=f"unknown lm-eval task '{name}'; did you mean [^?]*'{suggestion}'"):
         parse_tasks(f"piqa,{name}")
 
 
@@ -93,3 +93,42 @@ def test_task_file_with_missing_fields_is_an_error(tmp_path, tiny):
 def test_hub_task_without_network_says_how_to_use_local_files(tiny):
     with pytest.raises(GacError, match="--task-file piqa="):
         evaluate_tasks(*tiny, ("piqa",), limit=5)
+
+
+# ------------------------------------------------------------------------------------------------ any lm-eval task
+
+
+def _arc_rows(n=6):
+    """ARC-format rows (the hub's allenai/ai2_arc): a question, labelled choices, the answer's label."""
+    rows = []
+    for i in range(n):
+        right = f"the king speaks {i}"
+        rows.append({"id": f"q{i}", "question": f"Who speaks in act {i}?",
+                     "choices": {"text": [right, f"{i} speaks king the"], "label": ["A", "B"]}, "answerKey": "A"})
+    return rows
+
+
+def test_any_registry_task_runs_offline_on_a_local_file_with_lm_evals_layout(tmp_path, tiny):
+    """arc_easy is not one gac ships a schema for: it is found in lm-eval's registry, its official config runs on
+    the local file as the split it evaluates on (test), and lm-eval's own layout is kept beside the flat columns."""
+    path = tmp_path / "arc.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _arc_rows()))
+    res = evaluate_tasks(*tiny, ["arc_easy"], limit=6, local_files={"arc_easy": path}, batch_size=8,
+                         bootstrap_iters=0, layout=True)
+    lm = res["lm_eval"]
+    assert set(lm["results"]) == {"arc_easy"}  # the name asked for, not gac's local alias
+    acc = lm["results"]["arc_easy"]["acc,none"]
+    assert res["metrics"]["arc_easy_acc"] == acc and "arc_easy_acc_norm" in res["metrics"]
+    assert lm["versions"]["arc_easy"] == 1.0 and lm["n-samples"]["arc_easy"]["effective"] == 6
+    assert lm["sources"]["arc_easy"] == str(path) and lm["configs"]["arc_easy"]["output_type"] == "multiple_choice"
+    row = res["tasks"]["arc_easy"]
+    assert row["acc"] == acc and row["n"] == 6 and row["metrics"]["acc_norm"] == res["metrics"]["arc_easy_acc_norm"]
+    json.dumps(lm)  # JSON-ready, as a record needs
+
+
+def test_registry_names_are_checked_before_any_work(tiny):
+    with pytest.raises(GacError, match=r"unknown lm-eval task 'arc_eazy'; did you mean [^?]*'arc_easy'"):
+        parse_tasks("piqa,arc_eazy")
+    assert parse_tasks("arc_easy, piqa,arc_easy") == ["arc_easy", "piqa"]  # known, de-duplicated, in order
+    with pytest.raises(GacError, match="no YAML config to run on a local file"):
+        official_config("ai2_arc")  # a tag: its tasks have configs, it has none

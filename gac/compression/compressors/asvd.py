@@ -11,6 +11,7 @@ from gac.compression.discovery import PROJECTIONS, ModelLayout
 from gac.compression.importance import Proxy, WeightStats, check_score
 from gac.compression.modules import LowRankLinear, get_module, replace_module
 from gac.errors import GacError
+from gac.progress import track
 
 
 class LowRankCompressor(Compressor):
@@ -44,7 +45,7 @@ class LowRankCompressor(Compressor):
 
     def factorize(self, model, units, stats, proxy):
         out = {}
-        for u in units:
+        for u in track(units, "factorization (SVD)", "units"):
             W = get_module(model, u.name).weight
             A, B, info = self._factors(W, stats.get(u.name), u)
             out[u.name] = {"A": A.cpu(), "B": B.cpu(), **info}

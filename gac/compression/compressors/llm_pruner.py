@@ -36,6 +36,7 @@ from gac.compression.discovery import ModelLayout
 from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import get_module, replace_module
 from gac.errors import GacError, unknown_name
+from gac.progress import track
 
 
 def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -105,7 +106,7 @@ class LLMPruner(Compressor):
 
     def factorize(self, model, units, stats, proxy: Proxy):
         out = {}
-        for u in units:
+        for u in track(units, "channel ranking", "units"):
             gn, un, dn = u.modules
             e = (
                 proxy.row_energy(gn, get_module(model, gn).weight, stats.get(gn))

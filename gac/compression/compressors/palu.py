@@ -43,6 +43,7 @@ from gac.compression.discovery import ModelLayout
 from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import GroupedLowRankLinear, get_module, replace_module
 from gac.errors import GacError, unknown_name
+from gac.progress import track
 
 DECOMPOSITIONS = ("whiten", "svd")
 RANK_CAPS = ("full", "break_even")
@@ -118,7 +119,7 @@ class PaLU(Compressor):
     def factorize(self, model, units, stats, proxy):
         out = {}
         roots: dict[str, tuple[torch.Tensor, str]] = {}
-        for u in units:
+        for u in track(units, "factorization (SVD)", "units"):
             m = u.meta["module"]
             W = get_module(model, m).weight
             a, b = u.meta["rows"]

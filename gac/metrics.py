@@ -1,0 +1,137 @@
+"""Metric names: one name per quantity, the same in records, CLI output, W&B, tables and reports.
+
+* ``ppl_<dataset>``: perplexity on the text actually scored (``ppl_wikitext2``, ``ppl_tiny``; a local file gives its
+  stem, ``./wiki.test.raw`` -> ``ppl_wiki_test``);
+* ``<task>_<metric>`` (``piqa_acc``, ``hellaswag_acc_norm``, ``piqa_acc_stderr``): lm-eval's metric with filter
+  ``none``; another filter is appended (``gsm8k_exact_match_strict_match``);
+* ``prefill_ms``: the job's own prefill point (its ``seq_len``, at ``eval.latency_batch``); further points of a
+  sweep over S or batch are ``prefill_ms@<S>`` / ``prefill_ms@b<B>_<S>``, never the job's own point again;
+  ``prefill_ms_spread`` only when there was more than one trial;
+* ``decode_ms_per_token``.
+
+Records written before these names were settled still load: :func:`upgrade_metrics` maps them when a record is
+read (``ResultsStore.read_record`` / ``iter_records``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import PurePath
+
+PPL_PREFIX = "ppl_"
+PREFILL = "prefill_ms"
+PREFILL_SPREAD = "prefill_ms_spread"
+DECODE = "decode_ms_per_token"
+
+#: the names ``"wikitext2"`` goes by (the hub's ``Salesforce/wikitext``, config ``wikitext-2-raw-v1``)
+WIKITEXT2_ALIASES = ("wikitext2", "wikitext-2", "wikitext2-raw", "wikitext-2-raw-v1", "Salesforce/wikitext", "wikitext")
+TINY_ALIASES = ("tiny",)
+_SPLIT_NOTE = re.compile(r"\s*\((train|validation|test)\)\s*$")
+_NOT_WORD = re.compile(r"[^a-z0-9]+")
+
+
+def dataset_name(source) -> str:
+    """The short name of a perplexity text source: ``"wikitext2"``, ``"tiny"``, a local file's stem (lower case,
+    ``[a-z0-9_]``), ``"text"`` for an inline text. Accepts what :func:`gac.evaluation.perplexity` records as
+    ``source`` too (``"tiny (test)"``)."""
+    s = _SPLIT_NOTE.sub("", str(source)).strip()
+    if s in WIKITEXT2_ALIASES or s.lower() in WIKITEXT2_ALIASES:
+        return "wikitext2"
+    if s in TINY_ALIASES:
+        return "tiny"
+    if s in ("", "<text>"):
+        return "text"
+    name = PurePath(s).name
+    for suffix in (".parquet", ".jsonl", ".json", ".txt", ".raw"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    name = _NOT_WORD.sub("_", name.lower()).strip("_")
+    return name or "text"
+
+
+def ppl_metric(source) -> str:
+    """``"wikitext2"`` -> ``"ppl_wikitext2"``, ``"tiny"`` -> ``"ppl_tiny"`` (see :func:`dataset_name`)."""
+    return PPL_PREFIX + dataset_name(source)
+
+
+def is_ppl(name: str) -> bool:
+    return str(name).startswith(PPL_PREFIX) and not str(name).endswith("_stderr")
+
+
+def ppl_metrics(names: Iterable[str]) -> list[str]:
+    """The perplexity metrics among ``names`` (in order)."""
+    return [n for n in names if is_ppl(n)]
+
+
+def prefill_point(batch: int, seq_len: int) -> str:
+    """The name of one prefill point: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
+    return f"{PREFILL}@{int(seq_len)}" if int(batch) == 1 else f"{PREFILL}@b{int(batch)}_{int(seq_len)}"
+
+
+def own_prefill_point(record: Mapping) -> str | None:
+    """The point name of a record's own prefill measurement (``prefill_ms`` in its metrics): its ``seq_len`` at
+    ``config.eval.latency_batch`` (default 1), e.g. ``prefill_ms@1024``; None without a ``seq_len``."""
+    seq_len = _path(record, "job", "seq_len")
+    batch = _path(record, "config", "eval", "latency_batch") or 1
+    try:
+        return prefill_point(int(batch), int(seq_len))
+    except (TypeError, ValueError):
+        return None
+
+
+def task_metric(task: str, metric_filter: str) -> str | None:
+    """lm-eval's ``"acc,none"`` of ``task`` -> ``"<task>_acc"``; ``"exact_match,strict-match"`` ->
+    ``"<task>_exact_match_strict_match"``; ``"alias"`` and other non-metric keys -> None."""
+    metric, sep, filt = str(metric_filter).partition(",")
+    if not sep:
+        return None
+    name = f"{task}_{metric}" if filt in ("none", "") else f"{task}_{metric}_{filt}"
+    return re.sub(r"[^A-Za-z0-9_]+", "_", name)
+
+
+def upgrade_metrics(record: Mapping) -> dict:
+    """A record's metrics under today's names (a new dict; the record is not changed).
+
+    * ``ppl_wikitext2`` (every record before per-dataset names, whatever text was scored) -> ``ppl_<dataset>`` of
+      the source the record says it scored (``evaluation.perplexity.source``, else ``config.model.ppl_source``, else
+      ``wikitext2``);
+    * the duplicate of ``prefill_ms`` at the job's own point (``prefill_ms@<seq_len>``) is dropped;
+    * ``prefill_ms_spread`` from a single trial (always 0) is dropped.
+    """
+    metrics = dict(record.get("metrics") or {})
+    ev = record.get("evaluation") if isinstance(record.get("evaluation"), Mapping) else {}
+    for old in ("ppl_wikitext2",):
+        if old in metrics:
+            source = ((ev or {}).get("perplexity") or {}).get("source") if isinstance(ev, Mapping) else None
+            if source is None:
+                source = _path(record, "config", "model", "ppl_source") or "wikitext2"
+            new = ppl_metric(source)
+            if new != old:
+                value = metrics.pop(old)
+                metrics.setdefault(new, value)
+    dup = own_prefill_point(record)
+    if PREFILL in metrics and dup in metrics and metrics[dup] == metrics[PREFILL]:
+        metrics.pop(dup)
+    if PREFILL_SPREAD in metrics:
+        lat = (ev or {}).get("latency") if isinstance(ev, Mapping) else None
+        trials = {r.get("trials") for r in (lat or {}).values() if isinstance(r, Mapping)}
+        if trials == {1}:
+            metrics.pop(PREFILL_SPREAD)
+    return metrics
+
+
+def upgrade_record(record: dict) -> dict:
+    """``record`` with :func:`upgrade_metrics` applied in place (returned for chaining)."""
+    if isinstance(record, dict) and isinstance(record.get("metrics"), Mapping):
+        record["metrics"] = upgrade_metrics(record)
+    return record
+
+
+def _path(d, *keys):
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
