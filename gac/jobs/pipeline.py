@@ -268,6 +268,64 @@ def load_job_model(spec: JobSpec):
     return load_model(spec.model_spec, dtype=spec.dtype, device=spec.device)
 
 
+MEMORY_CHECK_ENV = "GAC_SKIP_MEMORY_CHECK"  # =1 skips check_job_fits (when its estimate is known to be wrong)
+
+
+def job_model_config(spec: JobSpec):
+    """The job's model config without loading any weights, or None when it cannot be had offline (a hub model
+    that is not in the local cache, a gac checkpoint)."""
+    from gac.models import model_kind
+
+    if spec.random_weights and spec.arch:
+        from transformers import AutoConfig
+
+        arch = dict(spec.arch)
+        return AutoConfig.for_model(arch.pop("model_type"), **arch)
+    try:
+        kind = model_kind(spec.model_spec)
+    except GacError:
+        return None  # load_job_model reports a bad path with its own message
+    if kind == "builtin":
+        from gac.fixtures.tiny import tiny_config
+
+        return tiny_config()
+    if kind in ("local", "hub"):
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(spec.model_spec, local_files_only=True)
+        except Exception:  # not cached / not readable: loading will say what is wrong
+            return None
+    return None
+
+
+def check_job_fits(spec: JobSpec):
+    """Estimate the job's peak memory from its model config (:mod:`gac.compression.footprint`) and raise a
+    :class:`GacError` naming the estimate and what to change when it exceeds what the device (and, on a GPU, the
+    host) has free. Returns the estimate (None when there is nothing to check: the baseline, no offline config, or
+    ``GAC_SKIP_MEMORY_CHECK=1``)."""
+    if spec.is_baseline or os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+        return None
+    config = job_model_config(spec)
+    if config is None:
+        return None
+    from gac.compression.footprint import check_fits, estimate_footprint
+    from gac.compression.resources import device_memory
+
+    dtype = spec.dtype or ("float32" if spec.random_weights or spec.model_spec in ("tiny", "tiny-untrained")
+                           else str(getattr(config, "dtype", None) or "float32"))
+    cal = spec.calibration
+    fp = estimate_footprint(config, spec.compressor, dtype=str(dtype).removeprefix("torch."), device=spec.device,
+                            n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)),
+                            proxy=spec.proxy, compressor_options=spec.compressor_options)
+    host = device_memory("cpu")["available_mb"]
+    check_fits(fp, device_memory(spec.device), host_available_mb=host,
+               what=f"{spec.compressor} on {spec.model_name} ({fp.params / 1e9:.2f}B parameters, {fp.dtype}, "
+                    f"{spec.device})")
+    log.info("memory estimate for %s: %s", spec.model_name, fp.summary())
+    return fp
+
+
 def _prepared_cache_key(spec: JobSpec) -> str:
     from gac.compression.prepared_io import code_fingerprint
 
@@ -363,8 +421,13 @@ def _stage(work: _Work, name: str, resumed: list, compute) -> dict:
     return got
 
 
-def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list) -> dict:
+def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list, meter=None) -> dict:
+    import contextlib
+
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
+
+    def measured(name):
+        return meter.stage(name) if meter is not None else contextlib.nullcontext()
 
     ev = spec.eval
     metrics: dict = {}
@@ -372,17 +435,19 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
     if ev.ppl and spec.ppl_source:
         if tokenizer is None and work.get("ppl") is None:
             raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
-        got = _stage(work, "ppl", resumed, lambda: perplexity(
-            model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
-            max_windows=ev.ppl_max_windows))
+        with measured("ppl"):
+            got = _stage(work, "ppl", resumed, lambda: perplexity(
+                model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
+                max_windows=ev.ppl_max_windows))
         metrics["ppl_wikitext2"] = got["ppl"]
         details["perplexity"] = got
         timings["ppl_s"] = got.get("seconds")
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:
             raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
-        got = _stage(work, "tasks", resumed, lambda: {"results": evaluate_tasks(
-            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)})
+        with measured("tasks"):
+            got = _stage(work, "tasks", resumed, lambda: {"results": evaluate_tasks(
+                model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)})
         for t, r in got["results"].items():
             for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
                 if r.get(m) is not None:
@@ -390,31 +455,32 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         details["tasks"] = got["results"]
         timings["tasks_s"] = got["seconds"]
     if ev.latency:
-        lat = work.get("latency") or {}
-        resumed += [f"latency:{k}" for k in lat]
-        t0 = time.perf_counter()
-        points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
-        for b, s in points:
-            name = f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}"
-            if name not in lat:
-                lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
-                                            trials=ev.trials, seed=spec.seed)
+        with measured("latency"):
+            lat = work.get("latency") or {}
+            resumed += [f"latency:{k}" for k in lat]
+            t0 = time.perf_counter()
+            points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
+            for b, s in points:
+                name = f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}"
+                if name not in lat:
+                    lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
+                                                trials=ev.trials, seed=spec.seed)
+                    work.put("latency", lat)
+            if ev.decode_tokens > 0 and "decode" not in lat:
+                lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
+                                               trials=ev.trials, seed=spec.seed)
                 work.put("latency", lat)
-        if ev.decode_tokens > 0 and "decode" not in lat:
-            lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
-                                           trials=ev.trials, seed=spec.seed)
-            work.put("latency", lat)
-        for name, r in lat.items():
-            if name == "decode":
-                metrics["decode_ms_per_token"] = r["median_ms"]
-            else:
-                metrics[name] = r["median_ms"]
-        main = f"prefill_ms@{spec.seq_len}" if ev.latency_batch == 1 else f"prefill_ms@b{ev.latency_batch}_{spec.seq_len}"
-        if main in lat:
-            metrics["prefill_ms"] = lat[main]["median_ms"]
-            metrics["prefill_ms_spread"] = lat[main].get("spread_pct")
-        details["latency"] = lat
-        timings["latency_s"] = time.perf_counter() - t0
+            for name, r in lat.items():
+                if name == "decode":
+                    metrics["decode_ms_per_token"] = r["median_ms"]
+                else:
+                    metrics[name] = r["median_ms"]
+            main = f"prefill_ms@{spec.seq_len}" if ev.latency_batch == 1 else f"prefill_ms@b{ev.latency_batch}_{spec.seq_len}"
+            if main in lat:
+                metrics["prefill_ms"] = lat[main]["median_ms"]
+                metrics["prefill_ms_spread"] = lat[main].get("spread_pct")
+            details["latency"] = lat
+            timings["latency_s"] = time.perf_counter() - t0
     for k, v in metrics.items():
         if v is not None and isinstance(v, float) and not math.isfinite(v):
             raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
@@ -458,23 +524,34 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         shutil.rmtree(work.dir)
     timings: dict = {}  # seconds per stage (numbers only)
     stages: dict = {"resumed": [], "prepare_cached": None}  # what a resumed job or a warm cache saved
+    from gac.compression.resources import ResourceMeter
+
+    meter = ResourceMeter(spec.device)  # wall time and peak memory per stage -> record["memory"] (_resources)
+    sub_memory: dict = {}  # the stages inside prepare / compress (calibration, score, factorize, plan, apply, ...)
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
     for lg in loggers:
         lg.start(key, spec, base["config"])
     try:
+        check_job_fits(spec)  # before anything is loaded: a clear error if weights + working set exceed the device
         t0 = time.perf_counter()
-        model, tokenizer = load_job_model(spec)
+        with meter.stage("load"):
+            model, tokenizer = load_job_model(spec)
         timings["load_s"] = time.perf_counter() - t0
         plan_json, report, profile_meta = None, None, None
         if not spec.is_baseline:
             t0 = time.perf_counter()
-            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force)
+            with meter.stage("prepare"):
+                prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force)
             timings["compress_prepare_s"] = time.perf_counter() - t0
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
+            if not stages["prepare_cached"]:
+                timings.update({k: v for k, v in prepared.timings.items() if k in PREPARE_STAGE_TIMINGS})
+                sub_memory.update(prepared.memory)
             t0 = time.perf_counter()
-            targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
-            filt, profile = _candidate_filter(spec, targets, store.cache_dir)
+            with meter.stage("sweep"):
+                targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
+                filt, profile = _candidate_filter(spec, targets, store.cache_dir)
             timings["sweep_s"] = time.perf_counter() - t0
             if profile is not None:
                 profile_meta = dict(profile.meta)
@@ -482,6 +559,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
                                                     copy_model=False, knapsack_score=spec.knapsack_score)
             timings["dp_s"] = report["timings"]["plan_s"]
             timings["compress_apply_s"] = report["timings"]["apply_s"]
+            sub_memory.update({k: v for k, v in report["memory"].items() if k in ("plan", "apply")})
             plan_json = plan.to_json()
             plan_json["d_star"] = report["d_star"]
             if work.get("plan") is None:
@@ -492,7 +570,8 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
 
                 save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
         t0 = time.perf_counter()
-        ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"])
+        with meter.stage("evaluate"):
+            ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"], meter)
         timings["evaluate_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_job
         record = {
@@ -507,6 +586,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
             "evaluation": ev["details"],
             "profile": profile_meta,
             "timings": timings,
+            "memory": _resources(meter, sub_memory, spec),
             "stages": stages,
             "provenance": _provenance(spec),
         }
@@ -520,13 +600,32 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         if isinstance(e, KeyboardInterrupt):
             raise
         store.write_failure(key, {**base, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                  "timings": timings, "provenance": _safe_provenance(spec)})
+                                  "timings": timings, "memory": _resources(meter, sub_memory, spec),
+                                  "provenance": _safe_provenance(spec)})
         for lg in loggers:
             lg.log_failure(f"{type(e).__name__}: {e}")
         raise
     finally:
         for lg in loggers:
             lg.finish()
+
+
+PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s")
+
+
+def _resources(meter, sub_memory: dict, spec: JobSpec) -> dict:
+    """The record's ``memory`` block: peak host RSS (and GPU memory on CUDA) per stage, in MiB.
+
+    ``stages`` holds the job's own stages (load, prepare, sweep, evaluate, ppl, tasks, latency) and those measured
+    inside prepare / compress (calibration, gradients, score, factorize, sensitivity, plan, apply); each has
+    ``peak_rss_mb`` (the highest resident set size while it ran), ``start_rss_mb``, ``end_rss_mb`` and, on a CUDA
+    device, ``gpu_peak_mb`` (``torch.cuda.max_memory_allocated``, reset at the stage's start)."""
+    stages = {**meter.memory(), **sub_memory}
+    out = {"device": spec.device, "peak_rss_mb": meter.peak_mb(), "stages": stages}
+    gpu = [v["gpu_peak_mb"] for v in stages.values() if "gpu_peak_mb" in v]
+    if gpu:
+        out["gpu_peak_mb"] = max(gpu)
+    return out
 
 
 def _safe_provenance(spec):
