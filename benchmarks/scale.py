@@ -85,6 +85,7 @@ def one_job(args) -> int:
     arch = shape_arch(args.shape)
     cfg = {"compressor": {"name": args.compressor, "options": ({"svd": args.svd} if args.svd else {})},
            "align": {"strategy": "gac", "unit": 8, "window": 1, "use_profile": False}, "ratio": 0.15, "seq_len": 256,
+           "allocation": "proportional",  # the sensitivity search is measured on its own (docs/scale.md)
            "gpu": {"device": args.device, "profile": "none"}, "seed": 0,
            "model": {"name": args.shape, "spec": args.shape, "random_weights": True, "arch": arch},
            "calibration": {"source": "random", "n_samples": args.samples, "seq_len": args.calib_len},
