@@ -29,12 +29,13 @@ from torch import nn
 
 from gac import __version__
 from gac.align import STRATEGIES, Plan, align
-from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, check_unit, check_window
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
-    ALLOCATIONS,
     SENSITIVITY_GRID,
+    fisher_uniform_allocation,
     proportional_allocation,
+    resolve_allocation,
     sensitivity_allocation,
 )
 from gac.compression.compressors import Compressor, Unit, get_compressor
@@ -43,6 +44,7 @@ from gac.compression.importance import collect_gradient_stats, get_proxy, iter_a
 from gac.compression.modules import get_module, weight_params
 from gac.compression.resources import ResourceMeter
 from gac.errors import GacError, unknown_name
+from gac.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,10 @@ class Prepared:
             s = self.sensitivity
             d_star, scores = sensitivity_allocation(dense, ppd, dmax, s["table"], s["grid"], s["base_ppl"], budget)
             score_of = dict(zip([u.name for u in self.units], scores))
+        elif self.allocation == "fisher_uniform":
+            sc = [self.scores[u.name] for u in self.units]
+            d_star = fisher_uniform_allocation(dense, ppd, dmax, sc, [u.modules for u in self.units], budget)
+            score_of = self.scores
         else:
             sc = [self.scores[u.name] for u in self.units]
             power = 0.0 if self.allocation == "uniform" else self.power
@@ -294,7 +300,7 @@ def prepare(
     proxy: str | None = None,
     calibration: Calibration | None = None,
     calib_ids: torch.Tensor | None = None,
-    allocation: str = "proportional",
+    allocation: str | None = None,
     power: float = 0.5,
     proxy_seed: int = 0,
     sensitivity_grid=SENSITIVITY_GRID,
@@ -304,9 +310,11 @@ def prepare(
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
-    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
-    PaLU: fisher). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
-    ``proportional`` (Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``, or ``sensitivity`` (ASVD's search).
+    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: taylor,
+    PaLU: fisher_rms). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
+    ``None``/``"default"`` (the compressor's own, what its reference does: LLM-Pruner ``uniform``, PaLU
+    ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``,
+    ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's rank search).
 
     Streaming (``stream=True``, the default): gradient statistics (row/column sums, small) are collected first; then
     the activation statistics of one decoder layer at a time (:func:`~gac.compression.importance.iter_activation_stats`),
@@ -322,8 +330,7 @@ def prepare(
     comp = get_compressor(compressor, **(compressor_options or {}))
     proxy_name = proxy or comp.default_proxy
     prox = get_proxy(proxy_name, seed=proxy_seed)
-    if allocation not in ALLOCATIONS:
-        raise unknown_name("allocation", allocation, ALLOCATIONS)
+    allocation = resolve_allocation(allocation, comp)
     if allocation == "sensitivity" and not comp.supports_sensitivity:
         raise GacError(f"the sensitivity allocation is not available for {comp.name}; use 'proportional' or 'uniform'")
     layout = discover(model)
@@ -349,6 +356,7 @@ def prepare(
     scores: dict[str, float] = {}
     factors: dict = {}
     grad_stats: dict = {}
+    fault_point("calibration")
     notes = []
     if need_grad:
         if grad_checkpoint is None:
@@ -356,11 +364,18 @@ def prepare(
             if grad_checkpoint:
                 notes.append(f"gradient pass used activation checkpointing ({why})")
         with meter.stage("gradients"):
-            grad_stats = collect_gradient_stats(model, calib_ids, mods, checkpoint=grad_checkpoint, layout=layout)
+            grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
+                                                checkpoint=grad_checkpoint, layout=layout)
+    first = [True]
 
     def score_and_factorize(us: list[Unit], st: dict) -> None:
+        if first[0]:  # the fault points of the two stages fire once, at the first layer's scores and factors
+            fault_point("scoring")
         with meter.stage("score"):
             scores.update(comp.score(model, us, st, prox))
+        if first[0]:
+            fault_point("factorize")
+            first[0] = False
         with meter.stage("factorize"):
             factors.update(comp.factorize(model, us, st, prox))
 
@@ -458,7 +473,7 @@ def compress_model(
     calib_ids: torch.Tensor | None = None,
     candidate_filter: CandidateFilter | None = None,
     cache: dict | None = None,
-    allocation: str = "proportional",
+    allocation: str | None = None,
     compressor_options: dict | None = None,
     knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
 ) -> tuple[nn.Module, Plan, dict]:
@@ -466,6 +481,8 @@ def compress_model(
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
     later calls on the same model, which then return compressed copies."""
     check_ratio(ratio)  # before any calibration work
+    check_unit(unit)
+    check_window(window)
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
     key = None

