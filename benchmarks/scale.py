@@ -85,7 +85,7 @@ def one_job(args) -> int:
     arch = shape_arch(args.shape)
     cfg = {"compressor": {"name": args.compressor, "options": ({"svd": args.svd} if args.svd else {})},
            "align": {"strategy": "gac", "unit": 8, "window": 1, "use_profile": False}, "ratio": 0.15, "seq_len": 256,
-           "allocation": "proportional",  # the sensitivity search is measured on its own (docs/scale.md)
+           "allocation": args.allocation,  # the sensitivity search is measured on its own (docs/scale.md)
            "gpu": {"device": args.device, "profile": "none"}, "seed": 0,
            "model": {"name": args.shape, "spec": args.shape, "random_weights": True, "arch": arch},
            "calibration": {"source": "random", "n_samples": args.samples, "seq_len": args.calib_len},
@@ -97,6 +97,7 @@ def one_job(args) -> int:
     with tempfile.TemporaryDirectory() as d:
         rec = run_job(spec, ResultsStore(d))
     row = {"kind": "job", "shape": args.shape, "compressor": args.compressor, "threads": args.threads,
+           "allocation": args.allocation,
            "svd": args.svd, "samples": args.samples, "calib_len": args.calib_len, "arch": arch,
            "params": None if fp is None else fp.params, "timings": rec["timings"], "memory": rec["memory"],
            "estimate": None if fp is None else fp.to_json(), "n_targets": rec["compression"]["n_targets"], **_env()}
@@ -112,6 +113,7 @@ def jobs(args) -> int:
                    str(args.threads), "--samples", str(args.samples), "--calib-len", str(args.calib_len)]
             if args.svd:
                 cmd += ["--svd", args.svd]
+            cmd += ["--allocation", args.allocation]
             if args.threads == 1 and args.pin is not None:
                 cmd = ["taskset", "-c", str(args.pin)] + cmd
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
@@ -142,14 +144,16 @@ STAGES = ("load", "calibration", "gradients", "score", "factorize", "dp", "apply
 
 # ------------------------------------------------------------------------------------------------- gradients
 def one_grad(args) -> int:
-    """The gradient pass alone (LLM-Pruner's Taylor / Fisher statistics of every MLP and attention projection) on one
-    random shape, with or without activation checkpointing; prints its row as JSON."""
+    """The gradient pass alone, as LLM-Pruner's default job runs it (its MLP projections, its ``taylor`` proxy's
+    element-wise running sum beside the row/column statistics) on one random shape, with or without activation
+    checkpointing; prints its row as JSON."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from gac.compression.compressors import get_compressor
     from gac.compression.discovery import discover
     from gac.compression.footprint import estimate_footprint
-    from gac.compression.importance import collect_gradient_stats
+    from gac.compression.importance import collect_gradient_stats, get_proxy
     from gac.compression.resources import ResourceMeter
 
     torch.set_num_threads(args.threads)
@@ -161,11 +165,13 @@ def one_grad(args) -> int:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).eval()
     lay = discover(model)
-    names = lay.linear_names()
+    comp = get_compressor("llm_pruner")
+    names = comp.stat_modules(comp.units(model, lay))
+    elementwise = get_proxy(comp.default_proxy).elementwise
     ids = torch.randint(0, config.vocab_size, (args.samples, args.calib_len), generator=torch.Generator().manual_seed(0))
     ck = args.checkpoint == "on"
     with meter.stage("gradients"):
-        collect_gradient_stats(model, ids, names, checkpoint=ck, layout=lay)
+        collect_gradient_stats(model, ids, names, elementwise=elementwise, checkpoint=ck, layout=lay)
     m = meter.memory()["gradients"]
     fp = estimate_footprint(config, "llm_pruner", n_samples=args.samples, seq_len=args.calib_len, grad_checkpoint=ck)
     row = {"kind": "grad", "shape": args.shape, "arch": arch, "checkpoint": ck, "threads": args.threads,
@@ -263,7 +269,7 @@ def ppl(args) -> int:
     rows = []
     base = perplexity(model, tok, "tiny", seq_len=256)["ppl"]
     print(f"tiny baseline PPL {base:.4f} (test split, 256-token windows)")
-    for comp in ("asvd", "svd_llm"):
+    for comp in args.compressors:
         ref = {}
         for meth in SVD_METHODS:
             t0 = time.perf_counter()
@@ -371,9 +377,9 @@ def report(args) -> int:
     job = [r for r in rows if r.get("kind") == "job"]
     print("## Per-stage wall time (s) and peak host RSS (GiB)\n")
     cols = ("load", "gradients", "calibration", "score", "factorize", "dp", "compress_apply")
-    print("| shape | params | compressor | threads | prepare s | " + " | ".join(cols) + " | peak GiB | fp32 model GiB |"
-          " estimate GiB | load avg |")
-    print("|---|---:|---|---:|---:|" + "---:|" * len(cols) + "---:|---:|---:|---|")
+    print("| shape | params | compressor | allocation | threads | prepare s | prepare CPU s | " + " | ".join(cols)
+          + " | sensitivity s | peak GiB | fp32 model GiB | estimate GiB | load avg |")
+    print("|---|---:|---|---|---:|---:|---:|" + "---:|" * len(cols) + "---:|---:|---:|---:|---|")
     for r in job:
         t, m = r["timings"], r["memory"]["stages"]
         mem_key = {"dp": "plan", "compress_apply": "apply"}
@@ -386,8 +392,12 @@ def report(args) -> int:
             cells.append(f"{t[f'{c}_s']:.1f} / {pk / 1024:.2f}" if pk else f"{t[f'{c}_s']:.1f}")
         est = r.get("estimate") or {}
         p = r.get("params") or 0
-        print(f"| {r['shape']} | {p / 1e9:.3f}B | {r['compressor']} | {r['threads']} | {t.get('compress_prepare_s', 0):.1f} | "
-              + " | ".join(cells) + f" | {r['memory']['peak_rss_mb'] / 1024:.2f} | {p * 4 / 2**30:.2f} | "
+        cpu = m.get("prepare", {}).get("cpu_s")
+        sens = t.get("sensitivity_s")
+        print(f"| {r['shape']} | {p / 1e9:.3f}B | {r['compressor']} | {r.get('allocation', 'proportional')} | "
+              f"{r['threads']} | {t.get('compress_prepare_s', 0):.1f} | {'' if cpu is None else f'{cpu:.1f}'} | "
+              + " | ".join(cells) + f" | {'' if sens is None else f'{sens:.1f}'} | "
+              f"{r['memory']['peak_rss_mb'] / 1024:.2f} | {p * 4 / 2**30:.2f} | "
               f"{est.get('host_bytes', 0) / 2**30:.2f} | {r['loadavg'][0]} |")
     fam = [r for r in job if r["shape"].startswith("h") and r["threads"] == 1]
     if fam:
@@ -529,6 +539,7 @@ def main(argv=None) -> int:
         p.add_argument("--pin", type=int, default=1, help="core for one-thread runs (taskset -c); -1: no pinning")
         p.add_argument("--shapes", nargs="+", default=["tiny", "h512", "h1024"])
         p.add_argument("--compressors", nargs="+", default=list(COMPRESSORS))
+        p.add_argument("--allocation", default="proportional", help="jobs: 'sensitivity' times ASVD's search")
         p.add_argument("--mshapes", nargs="+", default=["2048x2048", "512x2048", "8192x2048", "2048x8192"])
         p.add_argument("--skip-exact", action="store_true", help="methods: skip the exact SVD above 16M entries")
     args = ap.parse_args(argv)

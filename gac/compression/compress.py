@@ -266,9 +266,11 @@ def _device_of(model: nn.Module) -> torch.device:
 CHECKPOINT_SHARE = 0.25  # auto checkpointing: one sample's backward activations above this share of free memory
 
 
-def _auto_checkpoint(model: nn.Module, layout: ModelLayout, calib_ids: torch.Tensor) -> tuple[bool, str]:
+def _auto_checkpoint(model: nn.Module, layout: ModelLayout, calib_ids: torch.Tensor,
+                     reserved_bytes: int = 0) -> tuple[bool, str]:
     """Whether the gradient pass should checkpoint its layers: one sample's saved activations (the estimate of
-    :mod:`gac.compression.footprint`) against the free memory of the model's device."""
+    :mod:`gac.compression.footprint`) against the free memory of the model's device, less ``reserved_bytes`` (the
+    element-wise gradient sums the pass will hold)."""
     from gac.compression.footprint import ACT_PER_TOKEN_H, ACT_PER_TOKEN_I
     from gac.compression.resources import device_memory
 
@@ -276,6 +278,8 @@ def _auto_checkpoint(model: nn.Module, layout: ModelLayout, calib_ids: torch.Ten
     per_layer = calib_ids.shape[1] * (ACT_PER_TOKEN_H * layout.hidden_size + ACT_PER_TOKEN_I * layout.intermediate_size)
     need_mb = layout.num_layers * per_layer * p.element_size() / 2**20
     free = device_memory(str(p.device)).get("available_mb")
+    if free is not None:
+        free = max(free - reserved_bytes / 2**20, 0.0)
     on = free is not None and need_mb > CHECKPOINT_SHARE * free
     return on, f"one sample's activations ~{need_mb / 1024:.1f} GiB, {0 if free is None else free / 1024:.1f} GiB free"
 
@@ -360,7 +364,8 @@ def prepare(
     notes = []
     if need_grad:
         if grad_checkpoint is None:
-            grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids)
+            reserved = 4 * len(prox.elementwise) * sum(get_module(model, n).weight.numel() for n in mods)
+            grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids, reserved)
             if grad_checkpoint:
                 notes.append(f"gradient pass used activation checkpointing ({why})")
         with meter.stage("gradients"):

@@ -14,9 +14,17 @@ from gac.compression.compressors.lowrank_math import (
     rank_factors,
     svd_factors,
     svdllm_factors,
+    whitened_factors,
+    whitening,
 )
 from gac.compression.discovery import discover
-from gac.compression.importance import collect_gradient_stats, iter_activation_stats
+from gac.compression.importance import (
+    ELEMENTWISE,
+    GRADIENT_STATS,
+    WeightStats,
+    collect_gradient_stats,
+    iter_activation_stats,
+)
 from gac.compression.resources import ResourceMeter, current_rss
 from gac.errors import GacError
 from tests.compression.conftest import small_model
@@ -85,7 +93,7 @@ def test_only_needed_layers_run_and_selected_grams():
     assert st.xtx is None and st.yty.shape == (128, 128) and st.act_abs.shape == (344,)
 
 
-@pytest.mark.parametrize("compressor", ["asvd", "svd_llm", "llm_pruner"])
+@pytest.mark.parametrize("compressor", ["asvd", "svd_llm", "llm_pruner", "palu"])
 def test_streaming_prepare_equals_collect_then_factorise(small, compressor):
     model, calib = small
     a = prepare(model, None, compressor, calib_ids=calib, stream=True)
@@ -239,14 +247,62 @@ def test_gradient_checkpointing_gives_the_same_statistics():
     lay = discover(model)
     ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
     names = [lay.layers[i].name(p) for i in range(3) for p in ("gate_proj", "down_proj")]
-    a = collect_gradient_stats(model, ids, names)
-    b = collect_gradient_stats(model, ids, names, checkpoint=True, layout=lay)
+    a = collect_gradient_stats(model, ids, names, elementwise=ELEMENTWISE)
+    b = collect_gradient_stats(model, ids, names, elementwise=ELEMENTWISE, checkpoint=True, layout=lay)
     for n in names:
-        for what in ("taylor_row", "taylor_col", "fisher_row", "fisher_col"):
+        for what in GRADIENT_STATS:  # the element-wise statistics (taylor_mean, fisher_rms) too
             torch.testing.assert_close(getattr(a[n], what), getattr(b[n], what), rtol=1e-5, atol=1e-12)
     assert all(not hasattr(layer, "forward") or "forward" not in vars(layer) for layer in model.model.layers)
     with pytest.raises(GacError, match="layout"):
         collect_gradient_stats(model, ids, names, checkpoint=True)
+
+
+def test_merge_keeps_output_grams_and_every_gradient_statistic(small):
+    model, calib = small
+    lay = discover(model)
+    n = lay.layers[0].name("gate_proj")
+    (_, act), *_ = iter_activation_stats(model, lay, calib, [n], xtx=False, yty=[n])
+    grad = collect_gradient_stats(model, calib, [n], elementwise=ELEMENTWISE)[n]
+    st = WeightStats()
+    st.merge(act[n])
+    st.merge(grad)
+    assert st.yty is act[n].yty and st.act_abs is act[n].act_abs
+    for what in GRADIENT_STATS:
+        assert getattr(st, what) is getattr(grad, what) is not None, what
+
+
+@pytest.mark.parametrize("compressor, proxy", [("llm_pruner", "taylor"), ("palu", "fisher_rms")])
+def test_streamed_prepare_scores_with_the_elementwise_proxies(small, compressor, proxy):
+    """The compressors' own element-wise proxies survive the streamed, checkpointed gradient pass unchanged."""
+    model, calib = small
+    opts = {"layers": "0:2"} if compressor == "llm_pruner" else {"group_size": 1}  # more than one unit
+    a = prepare(model, None, compressor, calib_ids=calib, grad_checkpoint=True, compressor_options=opts)
+    b = prepare(model, None, compressor, calib_ids=calib, grad_checkpoint=False, stream=False, compressor_options=opts)
+    assert a.proxy == proxy and a.scores == pytest.approx(b.scores, rel=1e-5)
+    assert len(set(a.scores.values())) > 1  # real scores, not a constant
+
+
+@pytest.mark.parametrize("method", ["gram64", "gram32", "randomized"])
+@pytest.mark.parametrize("shape", [(64, 256), (256, 64)])
+def test_palu_whitened_factors_fast_methods_match_exact(shape, method):
+    m, n = shape
+    g = torch.Generator().manual_seed(3)
+    W = torch.randn(m, n, generator=g) @ torch.diag(torch.logspace(0, -2, n))
+    X = torch.randn(4 * n, n, generator=g) * torch.logspace(0, -1, n)
+    L, how = whitening(X.double().T @ X.double())
+    k = min(m, n) // 2
+
+    def err(A, B):
+        return float(torch.linalg.norm(X.double() @ (W.double() - A.double() @ B.double()).T))
+
+    A0, B0, S0 = whitened_factors(W, L, max_rank=k, method="exact", how=how, return_sigma=True)
+    A1, B1, S1 = whitened_factors(W, L, max_rank=k, method=method, how=how, return_sigma=True)
+    tol = 1e-2 if method == "randomized" else 1e-4
+    assert err(A1, B1) <= err(A0, B0) * (1 + tol)
+    torch.testing.assert_close(S1, S0, rtol=tol, atol=tol * float(S0[0]))
+    Af, Bf = whitened_factors(W, L, method=method, how=how)  # full rank: the weight back
+    if method != "randomized":
+        torch.testing.assert_close(Af @ Bf, W, rtol=0, atol=2e-3 * float(W.abs().max()))
 
 
 # ------------------------------------------------------------------------------------------------ resources
