@@ -118,6 +118,8 @@ def proportional_allocation(
             break
     for _ in range(200):
         m = 0.5 * (a + b)
+        if m in (a, b):  # converged to float resolution: further steps change nothing
+            break
         if spend(m) <= budget:
             a = m
         else:

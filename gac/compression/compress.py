@@ -40,11 +40,12 @@ from gac.compression.allocation import (
 )
 from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
-from gac.compression.importance import collect_activation_stats, collect_gradient_stats, get_proxy
+from gac.compression.importance import collect_gradient_stats, get_proxy, iter_activation_stats
 from gac.compression.modules import get_module, weight_params
+from gac.compression.resources import ResourceMeter
 from gac.errors import GacError, unknown_name
 from gac.faults import fault_point
-from gac.progress import stage, track
+from gac.progress import is_quiet, quiet_scope, track
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class Prepared:
     timings: dict
     sensitivity: dict | None = None
     notes: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)  # stage -> {"peak_rss_mb", ...[, "gpu_peak_mb"]} (ResourceMeter)
 
     @property
     def dense_params(self) -> int:
@@ -197,18 +199,27 @@ class Prepared:
         knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
     ) -> tuple[nn.Module, Plan, dict]:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
-        in place (saves memory; the Prepared object cannot be reused afterwards)."""
+        in place, one layer at a time, dropping each layer's factors as it goes (saves memory; the Prepared object
+        cannot be reused afterwards)."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
-        t0 = time.perf_counter()
-        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score)
-        t_plan = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        model = copy.deepcopy(self.model) if copy_model else self.model
-        if not copy_model:
-            self._consumed = True
-        self.compressor.apply(model, self.units, plan.dims, self.factors)
-        t_apply = time.perf_counter() - t1
+        meter = ResourceMeter(str(_device_of(self.model)))
+        with meter.stage("plan"):
+            plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score)
+        with meter.stage("apply"):
+            model = copy.deepcopy(self.model) if copy_model else self.model
+            if copy_model:
+                self.compressor.apply(model, self.units, plan.dims, self.factors)
+            else:
+                self._consumed = True
+                # in place, one decoder layer at a time: each layer's dense weights and factors are freed before the
+                # next layer's compressed modules are built, so apply never holds a second copy of the weights
+                for us in _units_by_layer(self.units, self.layout).values():
+                    self.compressor.apply(model, us, {u.name: plan.dims[u.name] for u in us if u.name in plan.dims},
+                                          self.factors)
+                    for u in us:
+                        self.factors.pop(u.name, None)
+        t_plan, t_apply = meter.timings()["plan_s"], meter.timings()["apply_s"]
         actual = compressed_weight_params(model, self.units)
         if actual != plan.params:
             raise AssertionError(f"parameter accounting bug: modules hold {actual} weights, the plan says {plan.params}")
@@ -239,6 +250,7 @@ class Prepared:
             "d_star": {t.name: t.d_star for t in targets},
             "dims": dict(plan.dims),
             "timings": {**self.timings, "plan_s": t_plan, "apply_s": t_apply},
+            "memory": {**self.memory, **meter.memory()},
             "compression_wall_s": self.timings["prepare_s"] + t_plan + t_apply,
             "notes": list(self.notes) + list(plan.notes),
             "gac_version": __version__,
@@ -246,6 +258,39 @@ class Prepared:
         model._gac_recipe = recipe  # picked up by gac.compression.checkpoint.save_checkpoint
         model._gac_plan = plan
         return model, plan, report
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+CHECKPOINT_SHARE = 0.25  # auto checkpointing: one sample's backward activations above this share of free memory
+
+
+def _auto_checkpoint(model: nn.Module, layout: ModelLayout, calib_ids: torch.Tensor,
+                     reserved_bytes: int = 0) -> tuple[bool, str]:
+    """Whether the gradient pass should checkpoint its layers: one sample's saved activations (the estimate of
+    :mod:`gac.compression.footprint`) against the free memory of the model's device, less ``reserved_bytes`` (the
+    element-wise gradient sums the pass will hold)."""
+    from gac.compression.footprint import ACT_PER_TOKEN_H, ACT_PER_TOKEN_I
+    from gac.compression.resources import device_memory
+
+    p = next(model.parameters())
+    per_layer = calib_ids.shape[1] * (ACT_PER_TOKEN_H * layout.hidden_size + ACT_PER_TOKEN_I * layout.intermediate_size)
+    need_mb = layout.num_layers * per_layer * p.element_size() / 2**20
+    free = device_memory(str(p.device)).get("available_mb")
+    if free is not None:
+        free = max(free - reserved_bytes / 2**20, 0.0)
+    on = free is not None and need_mb > CHECKPOINT_SHARE * free
+    return on, f"one sample's activations ~{need_mb / 1024:.1f} GiB, {0 if free is None else free / 1024:.1f} GiB free"
+
+
+def _units_by_layer(units: list[Unit], layout: ModelLayout) -> dict[int, list[Unit]]:
+    """Units keyed by the last decoder layer their modules lie in (when that layer's statistics are complete)."""
+    out: dict[int, list[Unit]] = {}
+    for u in units:
+        out.setdefault(max(layout.layer_of(m) for m in u.modules), []).append(u)
+    return out
 
 
 def compressed_weight_params(model: nn.Module, units: list[Unit]) -> int:
@@ -265,6 +310,8 @@ def prepare(
     proxy_seed: int = 0,
     sensitivity_grid=SENSITIVITY_GRID,
     compressor_options: dict | None = None,
+    stream: bool = True,
+    grad_checkpoint: bool | None = None,
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
@@ -273,6 +320,16 @@ def prepare(
     ``None``/``"default"`` (the compressor's own, what its reference does: LLM-Pruner ``uniform``, PaLU
     ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``,
     ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's rank search).
+
+    Streaming (``stream=True``, the default): gradient statistics (row/column sums, small) are collected first; then
+    the activation statistics of one decoder layer at a time (:func:`~gac.compression.importance.iter_activation_stats`),
+    and as soon as a layer's are complete its units are scored and factorised (on the model's device) and its
+    statistics dropped, so X^T X / Y^T Y are held for one layer only. ``stream=False`` collects every layer's
+    statistics before the first factorisation (same results, more memory). ``grad_checkpoint``: activation
+    checkpointing in the gradient pass (same statistics, less memory, about one more forward); None (default)
+    turns it on when one sample's activations would take more than a quarter of the device's free memory
+    (:func:`_auto_checkpoint`; the choice is in ``notes``). The wall time and peak memory of each
+    stage are in ``prepared.timings`` / ``prepared.memory`` (:class:`~gac.compression.resources.ResourceMeter`).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
@@ -300,40 +357,81 @@ def prepare(
         w = get_module(model, n).weight
         if not torch.isfinite(w).all():
             raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
+    meter = ResourceMeter(str(_device_of(model)))
+    scores: dict[str, float] = {}
+    factors: dict = {}
+    grad_stats: dict = {}
     fault_point("calibration")
-    t0 = time.perf_counter()
-    stats = {}
-    if need_act:
-        stats = collect_activation_stats(model, layout, calib_ids, mods, xtx=comp.needs_xtx)
-    if need_grad:
-        g = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise)
-        for n, st in g.items():
-            if n in stats:
-                stats[n].merge(st)
-            else:
-                stats[n] = st
-    t_cal = time.perf_counter() - t0
-    fault_point("scoring")
-    t0 = time.perf_counter()
-    with stage("scoring"):
-        scores = comp.score(model, units, stats, prox)
-    t_score = time.perf_counter() - t0
-    fault_point("factorize")
-    t0 = time.perf_counter()
-    factors = comp.factorize(model, units, stats, prox)
-    t_fact = time.perf_counter() - t0
-    del stats
     notes = []
+    if need_grad:
+        if grad_checkpoint is None:
+            reserved = 4 * len(prox.elementwise) * sum(get_module(model, n).weight.numel() for n in mods)
+            grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids, reserved)
+            if grad_checkpoint:
+                notes.append(f"gradient pass used activation checkpointing ({why})")
+        with meter.stage("gradients"):
+            grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
+                                                checkpoint=grad_checkpoint, layout=layout)
+    first = [True]
+
+    def score_and_factorize(us: list[Unit], st: dict, per_layer: bool = False) -> None:
+        # called once per decoder layer when streaming: the layer loop shows the progress, so the compressors' own
+        # per-call bars and closing lines stay quiet (one line per stage, not one per layer)
+        with quiet_scope(per_layer or is_quiet()):
+            _score_and_factorize(us, st)
+
+    def _score_and_factorize(us: list[Unit], st: dict) -> None:
+        if first[0]:  # the fault points of the two stages fire once, at the first layer's scores and factors
+            fault_point("scoring")
+        with meter.stage("score"):
+            scores.update(comp.score(model, us, st, prox))
+        if first[0]:
+            fault_point("factorize")
+            first[0] = False
+        with meter.stage("factorize"):
+            factors.update(comp.factorize(model, us, st, prox))
+
+    if need_act:
+        xtx, yty = comp.stat_requests(model, units)
+        by_layer = _units_by_layer(units, layout)
+        layer_stats = iter_activation_stats(model, layout, calib_ids, mods, xtx=xtx, yty=yty)
+        if not stream:  # every layer's statistics first, then every factorisation (for comparison and tests)
+            with meter.stage("calibration"):
+                layer_stats = list(layer_stats)
+        it = iter(layer_stats)
+        while True:
+            with meter.stage("calibration"):
+                item = next(it, None)
+            if item is None:
+                break
+            li, st = item
+            for n, g in grad_stats.items():
+                if n in st:
+                    st[n].merge(g)
+            score_and_factorize(by_layer.pop(li, []), st, per_layer=True)
+            item = st = None  # the layer's X^T X / Y^T Y go here, before the next layer's are accumulated
+        if by_layer:  # units whose modules lie in no decoder layer (cannot happen with discover's layouts)
+            raise GacError(f"no calibration statistics reached {[u.name for us in by_layer.values() for u in us][:3]}")
+    else:
+        score_and_factorize(units, grad_stats)
+    del grad_stats
     for u in units:
         how = factors.get(u.name, {}).get("whitening")
-        if how and how != "cholesky":
+        if how and how not in ("cholesky", "gram"):
             notes.append(f"{u.name}: whitening used {how}")
+    t = meter.timings()
+    timings = {"calibration_s": t.get("calibration_s", 0.0) + t.get("gradients_s", 0.0),
+               "score_s": t.get("score_s", 0.0), "factorize_s": t.get("factorize_s", 0.0)}
+    if need_grad:
+        timings["gradients_s"] = t["gradients_s"]
     prepared = Prepared(model, comp, proxy_name, cal_json, allocation, float(power), layout, units, scores, factors,
-                        {"calibration_s": t_cal, "score_s": t_score, "factorize_s": t_fact}, notes=notes)
+                        timings, notes=notes)
     if allocation == "sensitivity":
         t0 = time.perf_counter()
-        prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, tuple(sensitivity_grid))
+        with meter.stage("sensitivity"):
+            prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, tuple(sensitivity_grid))
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
+    prepared.memory = meter.memory()
     prepared.timings["prepare_s"] = time.perf_counter() - t_start
     log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
     return prepared

@@ -63,6 +63,7 @@ def save_prepared(prepared, path: str | os.PathLike) -> Path:
         "timings": {k: v for k, v in prepared.timings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
         "sensitivity": prepared.sensitivity,
         "notes": list(prepared.notes),
+        "memory": getattr(prepared, "memory", {}) or {},
     }
     text = json.dumps(state, allow_nan=False, default=_jsonable)
     from gac.faults import fault_point
@@ -160,12 +161,23 @@ def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units
         raise GacError(f"{where}: scores do not cover this model's units with finite non-negative values")
     return Prepared(model, compressor, state["proxy"], state["calibration"], state["allocation"], float(state["power"]),
                     layout, units, scores, factors, dict(state["timings"]), state.get("sensitivity"),
-                    list(state.get("notes", [])))
+                    list(state.get("notes", [])), memory=dict(state.get("memory") or {}))
 
 
 def _check_factors(u, f: dict, where: str) -> None:
     """Shapes a unit's factors must have (low rank: A out x k, B k x in with k <= d_cap; pruning: a permutation)."""
-    if "A" in f or "B" in f:
+    if ("A" in f or "B" in f) and not ("A" in f and "B" in f):  # compact: one factor + S (lowrank_math.compact_factors)
+        one, S, kept_a = f.get("A", f.get("B")), f.get("S"), "A" in f
+        ok = one.ndim == 2 and S is not None and S.ndim == 1
+        if ok:  # A (out x k) is kept when out <= in, B (k x in) when out > in
+            k, side = (one.shape[1], one.shape[0]) if kept_a else (one.shape[0], one.shape[1])
+            other = u.dense_params // side
+            out_f, in_f = (side, other) if kept_a else (other, side)
+            ok = (S.numel() == k >= u.d_cap and side * other == u.dense_params and (out_f <= in_f) == kept_a)
+        if not ok:
+            raise GacError(f"{where}: the compact factors of {u.name} ({'A' if 'A' in f else 'B'} "
+                           f"{tuple(one.shape)}) do not fit the unit (dense {u.dense_params}, cap {u.d_cap})")
+    elif "A" in f or "B" in f:
         A, B = f.get("A"), f.get("B")
         if A is None or B is None or A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
             raise GacError(f"{where}: factors of {u.name} are incomplete or do not chain")

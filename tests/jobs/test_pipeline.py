@@ -137,3 +137,38 @@ def test_a_planted_cache_file_is_never_executed_and_force_bypasses_the_cache(mak
     forced = run_config({**make_cfg("compressor=asvd", "align=round_up", "eval=none", results_dir=results),
                          "force": True})
     assert forced["stages"]["prepare_cached"] is False
+
+
+def test_record_has_time_and_peak_memory_per_stage(make_cfg, tmp_path):
+    rec = run_config(make_cfg("compressor=svd_llm", "eval=none", results_dir=tmp_path / "r"))
+    mem = rec["memory"]
+    assert mem["device"] == "cpu" and mem["peak_rss_mb"] > 100
+    stages = mem["stages"]
+    for st in ("load", "prepare", "calibration", "score", "factorize", "sweep", "plan", "apply", "evaluate"):
+        m = stages[st]
+        assert m["peak_rss_mb"] >= max(m["start_rss_mb"], m["end_rss_mb"]) > 0, st
+        assert "gpu_peak_mb" not in m
+    assert mem["peak_rss_mb"] >= max(m["peak_rss_mb"] for m in stages.values())
+    for t in ("load_s", "calibration_s", "score_s", "factorize_s", "dp_s", "compress_apply_s"):
+        assert rec["timings"][t] >= 0, t
+
+
+def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monkeypatch):
+    import gac.jobs.pipeline as pl
+    from gac.errors import GacError
+
+    def boom(spec):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(pl, "load_job_model", boom)
+    arch = "{model_type:llama,hidden_size:8192,intermediate_size:28672,num_hidden_layers:80,num_attention_heads:64," \
+           "num_key_value_heads:8,vocab_size:128256}"
+    cfg = make_cfg("model=llama3_70b", "model.random_weights=true", f"model.arch={arch}", "gpu=cpu", "gpu.dtype=float32",
+                   "compressor=asvd", "eval=none", "calibration.source=random", results_dir=tmp_path / "r")
+    with pytest.raises(GacError, match=r"will not fit: host memory: needs about \d+\.\d GiB.*bfloat16"):
+        run_config(cfg)
+    failures = list((tmp_path / "r" / "failures").rglob("*.json"))
+    assert failures and "will not fit" in json.loads(failures[0].read_text())["error"]
+    monkeypatch.setenv(pl.MEMORY_CHECK_ENV, "1")  # the escape hatch skips the estimate (and then loads)
+    with pytest.raises(AssertionError, match="loaded"):
+        run_config(cfg)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from gac.compression.discovery import ModelLayout
@@ -134,10 +135,13 @@ class Compressor:
         factors (``||A[:, k]||^2 = sigma_k``). Pruning overrides this with the ranked channel energies.
         """
         f = factors.get(unit.name, {})
+        S = f.get("S")
+        if S is not None:  # the singular values, stored by the factorisation: no pass over A
+            return S.double().pow(2)
         A = f.get("A")
         if A is None:
             return None
-        return A.double().pow(2).sum(0).pow(2)
+        return torch.linalg.vector_norm(A, dim=0).double().pow(4)
 
     def marginal_score(self, unit: Unit, d_star: float, factors: dict, align_unit: int) -> float | None:
         """Error per parameter of the aligned step that brackets d*: mean error of dimensions
@@ -152,6 +156,11 @@ class Compressor:
 
     def stat_modules(self, units: list[Unit]) -> list[str]:
         return sorted({m for u in units for m in u.modules})
+
+    def stat_requests(self, model: nn.Module, units: list[Unit]) -> tuple[set[str], set[str]]:
+        """Which modules calibration must collect ``X^T X`` for, and which the output Gram ``Y^T Y`` (out x out) for.
+        Default: X^T X for every statistics module when :attr:`needs_xtx`, no output Grams."""
+        return (set(self.stat_modules(units)) if self.needs_xtx else set()), set()
 
 
 def _jsonable(v):
