@@ -32,15 +32,17 @@ from gac.align import STRATEGIES, Plan, align
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
-    ALLOCATIONS,
     SENSITIVITY_GRID,
+    check_sensitivity_grid,
     proportional_allocation,
+    resolve_allocation,
     sensitivity_allocation,
 )
 from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
 from gac.compression.importance import collect_activation_stats, collect_gradient_stats, get_proxy
 from gac.compression.modules import get_module, weight_params
+from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
 from gac.errors import GacError, unknown_name
 
 log = logging.getLogger(__name__)
@@ -122,7 +124,8 @@ class Prepared:
     def budget(self, ratio: float) -> int:
         return budget_for_ratio(self.dense_params, ratio)
 
-    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[list[Target], int]:
+    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+                budget: int | None = None) -> tuple[list[Target], int]:
         """The gac targets (d* from the allocation) and the budget B for ``ratio``.
 
         ``knapsack_score`` is the per-parameter s_i handed to Eq. 4: ``"proxy"`` (the paper: the importance proxy's
@@ -131,18 +134,27 @@ class Prepared:
         """
         if knapsack_score not in KNAPSACK_SCORES:
             raise unknown_name("knapsack score", knapsack_score, KNAPSACK_SCORES)
-        budget = self.budget(ratio)
+        if budget is None:
+            budget = self.budget(ratio)
+        elif isinstance(budget, bool) or not isinstance(budget, int) or not 0 < budget < self.dense_params:
+            raise GacError(f"budget must be a positive number of parameters below the dense {self.dense_params:,}, "
+                           f"got {budget!r}")
         dense = [u.dense_params for u in self.units]
         ppd = [u.params_per_dim for u in self.units]
         dmax = [u.d_max(unit) for u in self.units]
+        ddims = [u.dense_dim for u in self.units]
         if self.allocation == "sensitivity":
             s = self.sensitivity
-            d_star, scores = sensitivity_allocation(dense, ppd, dmax, s["table"], s["grid"], s["base_ppl"], budget)
+            if not s:
+                raise GacError("this prepared state has no sensitivity table; prepare it with allocation='sensitivity'")
+            d_star, scores, info = sensitivity_allocation(dense, ppd, [u.d_cap for u in self.units], s["table"],
+                                                          s["grid"], s["base_ppl"], budget, ddims)
+            self._search = info
             score_of = dict(zip([u.name for u in self.units], scores))
         else:
             sc = [self.scores[u.name] for u in self.units]
             power = 0.0 if self.allocation == "uniform" else self.power
-            d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power)
+            d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power, dense_dims=ddims)
             score_of = self.scores
         if knapsack_score == "marginal":
             total = sum(dense)
@@ -156,11 +168,20 @@ class Prepared:
                 margin[u.name] = max(m, 0.0) * rel[u.name]
             score_of = margin
         targets = [
-            Target(u.name, float(min(d, dm)), float(score_of[u.name]), u.params_per_dim, d_max=dm, kind=u.kind,
-                   meta=self._kernel_meta(u))
+            Target(u.name, float(d if u.is_dense(d) else min(d, dm)), float(score_of[u.name]), u.params_per_dim,
+                   d_max=dm, kind=u.kind, meta=self._kernel_meta(u),
+                   dense_params=u.dense_params if u.dense_option else None,
+                   shape=tuple(u.meta["shape"]) if u.dense_option and "shape" in u.meta else None)
             for u, d, dm in zip(self.units, d_star, dmax)
         ]
         return targets, budget
+
+    def _search_report(self) -> dict | None:
+        info = getattr(self, "_search", None)
+        if info is None:
+            return None
+        return {"threshold_ppl": info["threshold_ppl"], "cut": info["cut"], "entries": info["entries"],
+                "params": info["params"], "kept_ratio": {u.name: r for u, r in zip(self.units, info["kept_ratio"])}}
 
     def _kernel_meta(self, u: Unit) -> dict:
         """What the hardware profile needs to measure a target's own kernels (gac.profiling.sweeps.target_shape)."""
@@ -173,10 +194,11 @@ class Prepared:
         return meta
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
-             candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[Plan, list[Target]]:
+             candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+             budget: int | None = None) -> tuple[Plan, list[Target]]:
         if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
-        targets, budget = self.targets(ratio, unit, knapsack_score)
+        targets, budget = self.targets(ratio, unit, knapsack_score, budget)
         return align(targets, budget, strategy, unit, window, candidate_filter), targets
 
     def compress(
@@ -188,13 +210,14 @@ class Prepared:
         candidate_filter: CandidateFilter | None = None,
         copy_model: bool = True,
         knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+        budget: int | None = None,
     ) -> tuple[nn.Module, Plan, dict]:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
-        in place (saves memory; the Prepared object cannot be reused afterwards)."""
+        in place (saves memory; the Prepared object cannot be reused afterwards). ``budget``: see :meth:`targets`."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
         t0 = time.perf_counter()
-        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score)
+        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score, budget)
         t_plan = time.perf_counter() - t0
         t1 = time.perf_counter()
         model = copy.deepcopy(self.model) if copy_model else self.model
@@ -212,6 +235,7 @@ class Prepared:
             "allocation": self.allocation,
             "power": self.power,
             "ratio": ratio,
+            "budget": budget,  # None: floor((1 - ratio) * dense)
             "strategy": strategy,
             "unit": unit,
             "window": window,
@@ -231,6 +255,8 @@ class Prepared:
             "n_targets": len(self.units),
             "d_star": {t.name: t.d_star for t in targets},
             "dims": dict(plan.dims),
+            "dense": list(plan.dense),
+            "allocation_search": self._search_report() if self.allocation == "sensitivity" else None,
             "timings": {**self.timings, "plan_s": t_plan, "apply_s": t_apply},
             "compression_wall_s": self.timings["prepare_s"] + t_plan + t_apply,
             "notes": list(self.notes) + list(plan.notes),
@@ -253,24 +279,28 @@ def prepare(
     proxy: str | None = None,
     calibration: Calibration | None = None,
     calib_ids: torch.Tensor | None = None,
-    allocation: str = "proportional",
+    allocation: str | None = None,
     power: float = 0.5,
     proxy_seed: int = 0,
-    sensitivity_grid=SENSITIVITY_GRID,
+    sensitivity_grid=None,
     compressor_options: dict | None = None,
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
     ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
     PaLU: fisher). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
-    ``proportional`` (Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``, or ``sensitivity`` (ASVD's search).
+    ``None``/``"default"`` (the compressor's own: ASVD ``sensitivity``, SVD-LLM ``uniform``, the others
+    ``proportional``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``, or
+    ``sensitivity`` (ASVD's search). ``sensitivity_grid``: the kept ratios of the sensitivity table (default: the
+    compressor's ``sensitivity_grid`` option, else the reference's 0.4 ... 0.9).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
     proxy_name = proxy or comp.default_proxy
     prox = get_proxy(proxy_name, seed=proxy_seed)
-    if allocation not in ALLOCATIONS:
-        raise unknown_name("allocation", allocation, ALLOCATIONS)
+    allocation = resolve_allocation(allocation, comp)
+    grid = check_sensitivity_grid(sensitivity_grid if sensitivity_grid is not None
+                                  else comp.sensitivity_grid or SENSITIVITY_GRID)
     if allocation == "sensitivity" and not comp.supports_sensitivity:
         raise GacError(f"the sensitivity allocation is not available for {comp.name}; use 'proportional' or 'uniform'")
     layout = discover(model)
@@ -320,46 +350,26 @@ def prepare(
                         {"calibration_s": t_cal, "score_s": t_score, "factorize_s": t_fact}, notes=notes)
     if allocation == "sensitivity":
         t0 = time.perf_counter()
-        prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, tuple(sensitivity_grid))
+        prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
     prepared.timings["prepare_s"] = time.perf_counter() - t_start
     log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
     return prepared
 
 
-@torch.no_grad()
-def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
-    dev = next(model.parameters()).device
-    nll, n = 0.0, 0
-    for s in range(calib_ids.shape[0]):
-        ids = calib_ids[s : s + 1].to(dev)
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        nll += float(loss) * (ids.shape[1] - 1)
-        n += ids.shape[1] - 1
-    return math.exp(nll / n)
-
-
-def sensitivity_table(model, comp: Compressor, units: list[Unit], factors: dict, calib_ids: torch.Tensor, grid) -> dict:
-    """ASVD's sensitivity: calibration perplexity with one unit at a time truncated to each kept fraction in ``grid``."""
-    from gac.compression.modules import replace_module
-
-    was = model.training
-    model.eval()
-    base = calibration_perplexity(model, calib_ids)
-    table = []
-    for u in units:
-        row = []
-        for g in grid:
-            d = max(1, min(u.d_cap, int(round(g * u.dense_params / u.params_per_dim))))
-            old = comp.apply(model, units, {u.name: d}, factors)
-            try:
-                row.append(calibration_perplexity(model, calib_ids))
-            finally:
-                for n, m in old.items():
-                    replace_module(model, n, m)
-        table.append(row)
-    model.train(was)
-    return {"grid": list(grid), "base_ppl": base, "table": table}
+def check_sensitivity_reach(allocation: str, comp: Compressor, ratio: float, grid=None) -> None:
+    """Fail before any work when the sensitivity grid cannot reach ``ratio`` (every weight at the grid's smallest kept
+    ratio still keeps more than ``1 - ratio`` of the parameters)."""
+    if allocation != "sensitivity":
+        return
+    grid = check_sensitivity_grid(grid if grid is not None else comp.sensitivity_grid or SENSITIVITY_GRID)
+    smallest = min(g for g in grid if g < 1)
+    if 1 - ratio < smallest:
+        raise GacError(
+            f"compression ratio {ratio} removes more than the sensitivity grid allows: its smallest kept ratio is "
+            f"{smallest} (at most {1 - smallest:.2f} removed); add smaller kept ratios to the grid "
+            f"(sensitivity_grid) or use allocation='proportional'"
+        )
 
 
 def compress_model(
@@ -375,16 +385,18 @@ def compress_model(
     calib_ids: torch.Tensor | None = None,
     candidate_filter: CandidateFilter | None = None,
     cache: dict | None = None,
-    allocation: str = "proportional",
+    allocation: str | None = None,
     compressor_options: dict | None = None,
     knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
 ) -> tuple[nn.Module, Plan, dict]:
     """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
-    later calls on the same model, which then return compressed copies."""
+    later calls on the same model, which then return compressed copies. ``allocation``: see :func:`prepare`."""
     check_ratio(ratio)  # before any calibration work
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
+    comp = get_compressor(compressor, **(compressor_options or {}))
+    check_sensitivity_reach(resolve_allocation(allocation, comp), comp, ratio)
     key = None
     if cache is not None:
         key = json.dumps([id(model), str(compressor), compressor_options or {}, proxy, asdict(calibration) if calibration
@@ -392,8 +404,7 @@ def compress_model(
                          sort_keys=True, default=str)
     prepared = cache.get(key) if cache is not None else None
     if prepared is None:
-        prepared = prepare(model, tokenizer, compressor, proxy, calibration, calib_ids, allocation,
-                           compressor_options=compressor_options)
+        prepared = prepare(model, tokenizer, comp, proxy, calibration, calib_ids, allocation)
         if cache is not None:
             cache[key] = prepared
     return prepared.compress(ratio, strategy, unit, window, candidate_filter, copy_model=cache is not None,

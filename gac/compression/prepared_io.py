@@ -144,9 +144,28 @@ def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units
     scores = {k: float(v) for k, v in state["scores"].items()}
     if set(scores) != set(names) or not all(math.isfinite(v) and v >= 0 for v in scores.values()):
         raise GacError(f"{where}: scores do not cover this model's units with finite non-negative values")
+    _check_sensitivity(state.get("sensitivity"), len(names), where)
     return Prepared(model, compressor, state["proxy"], state["calibration"], state["allocation"], float(state["power"]),
                     layout, units, scores, factors, dict(state["timings"]), state.get("sensitivity"),
                     list(state.get("notes", [])))
+
+
+def _check_sensitivity(sens, n_units: int, where: str) -> None:
+    """A stored sensitivity table: one row per unit, one finite perplexity per grid ratio in (0, 1]."""
+    if sens is None:
+        return
+    from gac.compression.allocation import check_sensitivity_grid
+
+    try:
+        grid = check_sensitivity_grid(sens["grid"])
+        table, base = sens["table"], float(sens["base_ppl"])
+        ok = (list(grid) == [float(g) for g in sens["grid"]] and len(table) == n_units and math.isfinite(base)
+              and all(len(row) == len(grid) and all(math.isfinite(float(v)) for v in row) for row in table))
+    except (GacError, KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise GacError(f"{where}: its sensitivity table does not fit this model's {n_units} units (one finite "
+                       f"perplexity per unit and grid ratio); it was not loaded")
 
 
 def _check_factors(u, f: dict, where: str) -> None:

@@ -66,7 +66,7 @@ class JobSpec:
     knapsack_score: str = "marginal"  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
     proxy: str | None = None
     compressor_options: dict = field(default_factory=dict)
-    allocation: str = "proportional"
+    allocation: str = "proportional"  # resolved: spec_from_config turns "default" into the compressor's own rule
     calibration: dict = field(default_factory=lambda: {"source": "wikitext2", "n_samples": 32, "seq_len": 2048})
     dtype: str | None = None
     random_weights: bool = False
@@ -142,7 +142,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import ALLOCATIONS
+    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
     from gac.evaluation.tasks import TASKS
@@ -165,9 +165,9 @@ def spec_from_config(cfg: dict) -> JobSpec:
         raise unknown_name("importance proxy (config proxy=...)", str(proxy), PROXIES)
     ratio = _require(cfg, "ratio")
     check_ratio(ratio)
-    allocation = str(cfg.get("allocation", "proportional"))
-    if allocation not in ALLOCATIONS:
-        raise unknown_name("allocation", allocation, ALLOCATIONS)
+    allocation = str(cfg.get("allocation", "default"))
+    if allocation not in ALLOCATION_CHOICES:
+        raise unknown_name("allocation (config allocation=...)", allocation, ALLOCATION_CHOICES)
     for k in ("align.unit", "align.window", "seq_len"):
         v = _require(cfg, k)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -192,9 +192,14 @@ def spec_from_config(cfg: dict) -> JobSpec:
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
     options = dict(_get(cfg, "compressor.options", {}) or {})
     if comp != BASELINE:
+        from gac.compression.compress import check_sensitivity_reach
         from gac.compression.compressors import get_compressor
 
-        get_compressor(comp, **options)  # unknown options fail now, with the accepted list
+        built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
+        allocation = resolve_allocation(allocation, built)
+        if allocation == "sensitivity" and not built.supports_sensitivity:
+            raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
+        check_sensitivity_reach(allocation, built, float(ratio))
     calibration = dict(_get(cfg, "calibration", {}) or {})
     calibration.setdefault("seed", cfg.get("seed", 0))
     return JobSpec(

@@ -14,6 +14,7 @@ class SVDLLM(LowRankCompressor):
     name = "svd_llm"
     default_proxy = "magnitude"
     needs_xtx = True
+    default_allocation = "uniform"  # the reference truncates every weight to the same parameter ratio
 
     def __init__(self, projections=PROJECTIONS, layers=None, eps: float = 1e-6):
         super().__init__(projections, layers)
