@@ -14,6 +14,8 @@ from pathlib import Path
 # library's `profile` module (imported by torch and transformers). The folder holds entry points only.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
+# the gac package of this checkout (not another one installed in the environment) runs this checkout's script
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
@@ -27,4 +29,7 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
+    from gac.jobs.experiment import check_command_line
+
+    check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
     main()

@@ -1,14 +1,116 @@
-"""Small, safe file helpers: atomic JSON writes that never overwrite a result by accident."""
+"""Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers.
+
+Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
+mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
+when the umask lets them). A writer that is killed between writing and publishing leaves such a file behind;
+:func:`clean_temp_files` removes the ones whose writer is provably gone (same host, process dead) or that are
+older than a bound, and never a file a live writer may still be filling.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import math
 import os
-import tempfile
+import re
+import secrets
+import socket
+import time
 from pathlib import Path
 
 from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+TEMP_STALE_S = float(os.environ.get("GAC_TEMP_STALE_S", 6 * 3600))  # a temp file this old has no live writer
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.(?P<rand>[0-9a-f]{8})\.tmp$")
+_LEGACY_RE = re.compile(r"^\..+(\.[A-Za-z0-9_]{8}\.tmp|\.tmp\d+|\.tmp-\d+)$")  # gac <= 0.2 (mkstemp, .tmp<pid>)
+
+
+def hostname() -> str:
+    """This machine's name as temp files and locks record it (dots removed: they separate name fields)."""
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+def machine_id() -> str:
+    """Host name plus PID namespace: pids are comparable only within one (containers may share a host name)."""
+    try:
+        ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        ns = ""
+    return f"{hostname()}-{ns}" if ns else hostname()
+
+
+def temp_path(path: str | os.PathLike) -> Path:
+    """A unique temp path beside ``path`` that names its writer (machine, pid) for :func:`clean_temp_files`."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.{machine_id()}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def create_new(path: str | os.PathLike, mode: int = 0o666) -> int:
+    """``os.open`` with O_CREAT|O_EXCL: a new file with ``mode`` minus the umask (mkstemp would force 0600)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux /proc; elsewhere set and restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: str | os.PathLike) -> None:
+    """Give a file that a library created 0600 (safetensors does) the mode a new file gets: 0666 minus the umask."""
+    os.chmod(path, 0o666 & ~current_umask())
+
+
+def os_error(e: OSError, action: str, path: str | os.PathLike) -> GacError:
+    """A one-line :class:`GacError` for a failed file operation, with the fix for the usual causes."""
+    hint = {
+        errno.ENOSPC: "the disk is full: free space there or choose another directory",
+        errno.EDQUOT: "the disk quota is exhausted: free space there or choose another directory",
+        errno.EROFS: "the file system is read-only: choose a writable directory",
+        errno.EACCES: "permission denied: choose a directory you can write to (or fix its permissions)",
+        errno.EPERM: "permission denied: choose a directory you can write to (or fix its permissions)",
+        errno.EFBIG: "the file is larger than this process may write (ulimit -f): raise the limit",
+    }.get(e.errno, "check the path and the disk")
+    return GacError(f"cannot {action} {str(path)!r}: {e.strerror or e}; {hint}")
+
+
+def check_writable(directory: str | os.PathLike, what: str = "directory", probe_bytes: int = 65536) -> Path:
+    """Create ``directory`` if needed and prove it can take a file of ``probe_bytes`` (written, fsynced, removed).
+
+    Called before expensive work so a read-only or full disk fails in a second, not after an hour of compute."""
+    d = Path(directory).expanduser()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, f"create the {what}", d) from None
+    if not d.is_dir():
+        raise GacError(f"{what} {str(d)!r} is not a directory")
+    probe = temp_path(d / "write-probe")
+    try:
+        fd = create_new(probe)
+        try:
+            os.write(fd, b"\0" * probe_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise os_error(e, f"write to the {what}", d) from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return d
 
 
 def _reject_constant(name: str):
@@ -32,38 +134,121 @@ def read_json(path: str | os.PathLike, what: str = "file") -> object:
         raise GacError(f"{what} {str(p)!r} is not valid JSON: {e}") from None
 
 
-def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = False) -> Path:
+def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = False,
+                      faults: tuple[str, str] | None = None) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically (temp file + rename in the same directory).
 
-    An existing file is never replaced unless ``overwrite`` is true.
+    An existing file is never replaced unless ``overwrite`` is true. A failed write (a full disk, a read-only
+    directory) raises a one-line :class:`GacError` and leaves no temp file. ``faults``: the names of the
+    :func:`gac.faults.fault_point` between writing the temp file and publishing it, and just after publishing it
+    (``("record_write", "record_written")`` for a result record).
     """
     p = Path(path)
     if p.exists() and not overwrite:
         raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=_default) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, "create the directory of", p) from None
+    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=_default) + "\n"
+    tmp = temp_path(p)
+    try:
+        fd = create_new(tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        if faults:
+            from gac.faults import fault_point
+
+            fault_point(faults[0])
         if not overwrite:
             # link() fails if the destination appeared meanwhile: no race can overwrite a result
             try:
                 os.link(tmp, p)
             except FileExistsError:
                 raise GacError(f"{str(p)!r} appeared while writing; refusing to overwrite it") from None
-            except OSError:  # file systems without hard links
-                if p.exists():
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+                    raise
+                if p.exists():  # file systems without hard links
                     raise GacError(f"{str(p)!r} already exists; refusing to overwrite it") from None
                 os.replace(tmp, p)
         else:
             os.replace(tmp, p)
+        if faults:
+            from gac.faults import fault_point
+
+            fault_point(faults[1])
+    except OSError as e:
+        raise os_error(e, "write", p) from None
     finally:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        except OSError:  # pragma: no cover - a directory we could write a moment ago
+            pass
     return p
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def temp_writer_gone(path: str | os.PathLike, max_age_s: float | None = None, now: float | None = None) -> bool:
+    """Is ``path`` a gac temp file whose writer is gone (this machine and the pid is dead), or one older than
+    ``max_age_s`` (default :data:`TEMP_STALE_S`; legacy names without a pid only by age)?"""
+    p = Path(path)
+    max_age_s = TEMP_STALE_S if max_age_s is None else max_age_s
+    try:
+        age = (now or time.time()) - p.lstat().st_mtime
+    except FileNotFoundError:
+        return False
+    m = _TEMP_RE.match(p.name)
+    if m:
+        if m["host"] == machine_id() and not _pid_alive(int(m["pid"])):
+            return True
+        return age > max_age_s
+    return bool(_LEGACY_RE.match(p.name)) and age > max_age_s
+
+
+def clean_temp_files(directory: str | os.PathLike, recursive: bool = False, max_age_s: float | None = None) -> list[Path]:
+    """Remove the temp files (and temp directories) of writers that are gone in ``directory``; return them."""
+    import shutil
+
+    d = Path(directory)
+    removed: list[Path] = []
+    if not d.is_dir():
+        return removed
+    try:
+        entries = list(os.scandir(d))
+    except OSError:
+        return removed
+    for e in entries:
+        if e.name.startswith(".") and (e.name.endswith(".tmp") or _LEGACY_RE.match(e.name)):
+            if temp_writer_gone(e.path, max_age_s):
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        shutil.rmtree(e.path)
+                    else:
+                        os.unlink(e.path)
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    log.warning("could not remove the leftover temp file %s: %s", e.path, err)
+                    continue
+                removed.append(Path(e.path))
+                log.info("removed a leftover temp file of a writer that is gone: %s", e.path)
+        elif recursive and e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
+            removed += clean_temp_files(e.path, recursive=True, max_age_s=max_age_s)
+    return removed
 
 
 def _default(o):

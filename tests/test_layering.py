@@ -7,9 +7,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "gac"
 
-# What each package may import (besides itself). Foundations: errors, io, _moved; the utilities data/fixtures
+# What each package may import (besides itself). Foundations: errors, io, faults, _moved; the utilities data/fixtures
 # (text sources, the embedded tiny model) sit below compression; models (any model or a gac checkpoint) above it.
-BASE = {"errors", "io", "_moved", "(gac)"}
+BASE = {"errors", "io", "faults", "_moved", "(gac)"}
 ALLOWED = {
     "align": BASE,
     "results": BASE,

@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, check_unit
 from gac.align.targets import Target, check_unique
 from gac.errors import GacError
 from gac.io import read_json
@@ -64,8 +64,12 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
         raise GacError(f"{source}: 'budget' must be a positive number of parameters, got {budget}")
     unit = _int(data.get("unit", DEFAULT_UNIT), source, "'unit'")
     window = _int(data.get("window", DEFAULT_WINDOW), source, "'window'")
-    if unit <= 0 or window <= 0:
-        raise GacError(f"{source}: 'unit' and 'window' must be positive integers, got unit={unit}, window={window}")
+    if window <= 0:
+        raise GacError(f"{source}: 'window' must be a positive integer, got {window}")
+    try:
+        check_unit(unit)
+    except GacError as e:
+        raise GacError(f"{source}: 'unit': {e}") from None
     raw = data["targets"]
     if not isinstance(raw, list) or not raw:
         raise GacError(f"{source}: 'targets' must be a non-empty list of target objects")

@@ -37,9 +37,16 @@ class CandidateFilter(Protocol):
     def __call__(self, target: Target, dims: Sequence[int]) -> Sequence[int]: ...
 
 
+UNIT_BASE = 8  # the smallest alignment any GPU kernel rule asks for (paper Table 4): units are multiples of it
+
+
 def check_unit(unit) -> int:
-    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0:
-        raise GacError(f"alignment unit must be a positive integer (8, 16, 32 or 64 are typical), got {unit!r}")
+    """An alignment unit: a positive multiple of 8 (8, 16, 32, 64, ...). Alignment is a hardware property —
+    cuBLAS, Tensor Cores and FlashAttention want multiples of 8 or more — so a unit such as 7 or 12 would report
+    dimensions as "aligned" that no kernel treats as aligned."""
+    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0 or unit % UNIT_BASE:
+        raise GacError(f"alignment unit must be a positive multiple of {UNIT_BASE} (8, 16, 32 or 64: what GPU kernels "
+                       f"align to), got {unit!r}")
     return unit
 
 

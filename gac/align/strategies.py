@@ -163,6 +163,24 @@ def check_budget(budget) -> int:
     return budget
 
 
+def _check_magnitudes(targets: Sequence[Target], cands) -> None:
+    """Eq. 4's values ``s_i * params_i(d)`` and their sum must stay finite in floating point (a score of 1e308
+    times a million parameters is inf, and an inf objective ranks nothing)."""
+    worst, total = None, 0.0
+    for t, cs in zip(targets, cands):
+        v = t.score * t.params_per_dim * max(max(cs), t.d_star)
+        if not math.isfinite(v) or v > 1e300:
+            worst = (t, v)
+            break
+        total += v
+    if worst is None and math.isfinite(total) and total <= 1e300:
+        return
+    name = worst[0].name if worst else max(targets, key=lambda t: t.score).name
+    score = worst[0].score if worst else max(t.score for t in targets)
+    raise GacError(f"scores too large: target {name!r} has score {score:g}, and score x parameters overflows floating "
+                   f"point; only the scores' ratios matter, so divide them all by a common factor (e.g. the largest)")
+
+
 def align(
     targets: Sequence[Target],
     budget: int,
@@ -185,6 +203,7 @@ def align(
     check_unique(targets)
     t0 = time.perf_counter()
     cands = candidate_sets(targets, unit, window, candidate_filter)
+    _check_magnitudes(targets, cands)
     if strategy != "unaligned":
         min_budget = sum(t.params(cs[0]) for t, cs in zip(targets, cands))
         if min_budget > budget and strategy not in BUDGET_FREE:

@@ -79,8 +79,34 @@ def load_results(source, include_failures: bool = False, allow_empty: bool = Fal
         raise GacError(f"no result records in {str(store.root)!r} (expected {store.records_dir}/<key>.json); "
                        f"run jobs with results_dir={store.root} first")
     df = records_to_frame(records)
-    log.info("loaded %d records from %s", len(df), store.root)
+    df.attrs["bench"] = [bench_summary(doc) for doc in store.iter_bench()]
+    log.info("loaded %d records (and %d benches) from %s", len(df), len(df.attrs["bench"]), store.root)
     return df
+
+
+def bench_summary(doc: Mapping) -> dict:
+    """A side-by-side bench record (``bench/<key>.json``) reduced to what tables need: per point, the baseline's
+    and every measured record's median ms and ratio to the baseline with its 95% interval. Frames from
+    :func:`load_results` carry these in ``df.attrs["bench"]``; Table 5 and the latency figure use them."""
+    points: dict = {}
+    for p in doc.get("points") or []:
+        name = p["name"]
+        variants, base_ms = {}, None
+        for v in doc.get("variants") or []:
+            e = (v.get("points") or {}).get(name)
+            if not e:
+                continue
+            if v.get("baseline"):
+                base_ms = e["median_ms"]
+            elif v.get("record_key"):
+                lo, hi = e.get("ratio_ci95") or (None, None)
+                variants[v["record_key"]] = {"ms": e["median_ms"], "ratio": e["ratio_to_baseline"], "lo": lo, "hi": hi}
+        points[name] = {"batch": p["batch"], "seq_len": p["seq_len"], "baseline_ms": base_ms, "variants": variants}
+    dev = doc.get("device") or {}
+    return {"key": doc.get("key"), "created": doc.get("created"), "model": (doc.get("model") or {}).get("name"),
+            "device": dev.get("name"), "device_type": dev.get("type"),
+            "rounds": (doc.get("protocol") or {}).get("rounds"), "baseline_record": doc.get("baseline_record"),
+            "path": doc.get("_path"), "points": points}
 
 
 def records_to_frame(records: Iterable[Mapping]) -> pd.DataFrame:

@@ -177,10 +177,12 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
 
 def _latency(g, model, gpu, table, figure, rep):
     cols = [c for c in g.columns if (p := T.parse_seq_metric(c)) and p[0] == "prefill_ms"]
-    if not cols:
+    benched = {k for b in g.attrs.get("bench") or [] for p in (b.get("points") or {}).values() for k in p["variants"]}
+    if not cols and not benched:
         rep.skipped.append(f"latency vs sequence length for {model} on {gpu}: no prefill_ms@<seq_len> metrics")
         return
-    has = g[g[cols].notna().any(axis=1)]
+    has = g[(g[cols].notna().any(axis=1) if cols else False) | g["key"].astype(str).isin(benched)
+            | (T.baseline_mask(g) & bool(benched))]
     comp = has[~T.baseline_mask(has) & has["strategy"].isin(["unaligned", "gac"])]
     for r in T._values(comp["ratio"]) or [None]:
         name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None)
@@ -189,10 +191,12 @@ def _latency(g, model, gpu, table, figure, rep):
         except GacError as e:
             rep.skipped.append(f"{name}: {e}")
             continue
-        figure(name, F.plot_latency_vs_seq_len(lat, title=f"{model} on {gpu}: prefill latency across sequence lengths"))
+        figure(name, F.plot_latency_vs_seq_len(lat, title=f"{model} on {gpu}: prefill latency across sequence lengths"
+                                                         f"\n({lat.attrs.get('source')})"))
         for b in sorted(lat["batch"].unique()):
             table(f"{name}_b{b}", T.latency_table(lat, batch=b),
-                  caption=f"Prefill latency by sequence length: {model} on {gpu}, ratio {r}, batch {b}")
+                  caption=f"Prefill latency by sequence length: {model} on {gpu}, ratio {r}, batch {b} "
+                          f"({lat.attrs.get('source')})")
 
 
 def _proxies(df, table, figure, rep):

@@ -30,8 +30,10 @@ METRIC_LABELS = {"ppl_wikitext2": "PPL", "piqa_acc": "PiQA", "piqa_acc_norm": "P
 TABLE5_METRICS = (("PPL", "ppl_wikitext2"), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
                   ("HSwag", "hellaswag_acc"), ("HSwag (norm)", "hellaswag_acc_norm"))
 ALIGN_COL, LAT_COL, DELTA_COL = "Align (%)", "Prefill (ms)", "vs. baseline (%)"
+CI_LO_COL, CI_HI_COL = "CI95 low (%)", "CI95 high (%)"  # only when latency comes from a side-by-side bench
 TABLE5_FORMATS = {ALIGN_COL: "{:.0f}%", "PPL": "{:.2f}", "PiQA": "{:.3f}", "PiQA (norm)": "{:.3f}",
-                  "HSwag": "{:.3f}", "HSwag (norm)": "{:.3f}", LAT_COL: "{:.1f}", DELTA_COL: "{:+.0f}%"}
+                  "HSwag": "{:.3f}", "HSwag (norm)": "{:.3f}", LAT_COL: "{:.1f}", DELTA_COL: "{:+.0f}%",
+                  CI_LO_COL: "{:+.1f}%", CI_HI_COL: "{:+.1f}%"}
 
 
 def compressor_label(name) -> str:
@@ -126,16 +128,21 @@ def table5(
     strategies: Sequence[str] = ("unaligned", "gac"),
     unit: int | None = None,
     latency: str = "prefill_ms",
+    bench: Sequence[Mapping] | None = None,
 ) -> pd.DataFrame:
     """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor.
 
     Columns ``Align (%)``, ``PPL``, ``PiQA``, ``PiQA (norm)``, ``HSwag``, ``HSwag (norm)``, ``Prefill (ms)``,
     ``vs. baseline (%)`` (``100 * (latency / baseline latency - 1)``, blank on the baseline row). ``Align`` is the record's
-    ``aligned_fraction`` (or the plan's at ``unit`` when given). Latency is metric ``latency``, falling back to
-    ``latency@<seq_len>``. The baseline is matched on model, gpu and seq_len (not ratio). A metric a run did
+    ``aligned_fraction`` (or the plan's at ``unit`` when given). Latency comes from a side-by-side bench when one
+    measured every compressed row at batch 1 and ``seq_len`` (``bench``: summaries, default ``df.attrs["bench"]``
+    from :func:`load_results`; the latest wins): ``Prefill (ms)`` is its median, ``vs. baseline (%)`` its ratio and
+    ``CI95 low/high (%)`` the paired bootstrap interval. Otherwise latency is each job's own metric ``latency``
+    (falling back to ``latency@<seq_len>``), a per-job smoke number; the caption says which. The baseline is matched on model, gpu and seq_len (not ratio). A metric a run did
     not measure is NaN. ``df.attrs`` carries ``formats`` (for :func:`format_table`) and ``caption``.
     """
     what = "Table 5"
+    bench = df.attrs.get("bench") if bench is None else bench
     df = completed(df)
     df, model = resolve(df, "model", model, what)
     df, gpu = resolve(df, "gpu", gpu, what)
@@ -175,18 +182,29 @@ def table5(
         return v
 
     base_lat = lat(rows[0][1]) if not base.empty else math.nan
+    keys = [str(rec["key"]) for label, rec in rows if rec is not None and label != "Baseline"]
+    hit = pick_bench(bench, keys, model, 1, seq_len) if latency == "prefill_ms" and seq_len is not None else None
     out = []
     for label, rec in rows:
         align = _get(rec, f"aligned_{unit}") if unit is not None else _get(rec, "aligned_fraction")
         r = {ALIGN_COL: 100.0 * align}
         for col, metric in TABLE5_METRICS:
             r[col] = _get(rec, metric)
-        r[LAT_COL] = lat(rec)
-        has_base = label != "Baseline" and base_lat and not math.isnan(base_lat)
-        r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
+        if hit is not None:
+            pt = hit[1]
+            v = None if label == "Baseline" else pt["variants"][str(rec["key"])]
+            r[LAT_COL] = pt["baseline_ms"] if v is None else v["ms"]
+            r[DELTA_COL] = math.nan if v is None else 100.0 * (v["ratio"] - 1.0)
+            r[CI_LO_COL] = math.nan if v is None or v["lo"] is None else 100.0 * (v["lo"] - 1.0)
+            r[CI_HI_COL] = math.nan if v is None or v["hi"] is None else 100.0 * (v["hi"] - 1.0)
+        else:
+            r[LAT_COL] = lat(rec)
+            has_base = label != "Baseline" and base_lat and not math.isnan(base_lat)
+            r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
         out.append(r)
+    cols = [ALIGN_COL] + [c for c, _ in TABLE5_METRICS] + [LAT_COL, DELTA_COL]
     table = pd.DataFrame(out, index=pd.Index([lbl for lbl, _ in rows], name="Method"),
-                         columns=[ALIGN_COL] + [c for c, _ in TABLE5_METRICS] + [LAT_COL, DELTA_COL]).astype(float)
+                         columns=cols + ([CI_LO_COL, CI_HI_COL] if hit is not None else [])).astype(float)
     table.attrs["formats"] = dict(TABLE5_FORMATS)
     parts = [str(model)]
     if gpu is not None:
@@ -194,9 +212,35 @@ def table5(
     if ratio is not None:
         parts.append(f"at ratio {float(ratio):g}")
     lat_where = f"{latency}, seq_len {int(seq_len)}" if seq_len is not None else latency
+    if hit is not None:
+        lat_where += "; " + bench_source(hit[0])
+    elif table[LAT_COL].notna().any():
+        lat_where += "; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs)"
     table.attrs["caption"] = f"Table 5: {' '.join(parts)} ({lat_where})"
+    table.attrs["bench"] = hit[0]["key"] if hit is not None else None
     table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len}
     return table
+
+
+def pick_bench(bench: Sequence[Mapping] | None, keys: Sequence[str], model, batch: int, seq_len) -> tuple | None:
+    """The latest bench (summary, see :func:`gac.analysis.load.bench_summary`) of ``model`` that measured every
+    record in ``keys`` at (``batch``, ``seq_len``): ``(summary, point)``, or None."""
+    if not bench or not keys or seq_len is None:
+        return None
+    name = f"prefill_ms@{int(seq_len)}" if batch == 1 else f"prefill_ms@b{batch}_{int(seq_len)}"
+    hits = [b for b in bench if (b.get("model") is None or str(b.get("model")) == str(model))
+            and name in (b.get("points") or {}) and set(keys) <= set(b["points"][name]["variants"])]
+    if not hits:
+        return None
+    best = max(hits, key=lambda b: (str(b.get("created") or ""), str(b.get("path") or "")))
+    return best, best["points"][name]
+
+
+def bench_source(summary: Mapping) -> str:
+    """How a table's latency was measured, for its caption."""
+    return (f"latency: side-by-side bench {str(summary.get('key'))[:8]} on {summary.get('device')} "
+            f"({summary.get('device_type')}), {summary.get('rounds')} interleaved rounds, paired bootstrap 95% CI "
+            f"over rounds")
 
 
 def _get(rec, name: str) -> float:
@@ -408,18 +452,23 @@ def latency_vs_seq_len(
     proxy: str | Mapping[str, str] | None = None,
     strategies: Sequence[str] = ("unaligned", "gac"),
     metric: str = "prefill_ms",
+    bench: Sequence[Mapping] | None = None,
 ) -> pd.DataFrame:
     """Latency by sequence length (Figure 10) from the ``<metric>@S`` / ``<metric>@bB_S`` columns: a long frame
     ``method, compressor, strategy, batch, seq_len, latency_ms, change_pct`` (change against the baseline at
     the same batch and length, in %; NaN on baseline rows and without a baseline)."""
     what = "latency vs sequence length"
+    bench = df.attrs.get("bench") if bench is None else bench
     df = completed(df)
     cols = {c: parse_seq_metric(c) for c in df.columns}
     cols = {c: p for c, p in cols.items() if p is not None and p[0] == metric}
-    if not cols:
+    benched = {k for b in (bench or []) for p in (b.get("points") or {}).values() for k in p["variants"]} \
+        if metric == "prefill_ms" else set()
+    if not cols and not benched:
         raise GacError(f"{what}: no '{metric}@<seq_len>' columns in the results; measure latency at several "
-                       f"sequence lengths (eval latency seq_lens)")
-    df = df[df[list(cols)].notna().any(axis=1)]
+                       f"sequence lengths (eval latency seq_lens, or gac bench --point ...)")
+    has = df[list(cols)].notna().any(axis=1) if cols else pd.Series(False, index=df.index)
+    df = df[has | df["key"].astype(str).isin(benched) | (baseline_mask(df) & bool(benched))]
     df, model = resolve(df, "model", model, what)
     df, gpu = resolve(df, "gpu", gpu, what)
     base = latest(df[baseline_mask(df)], ["model"])
@@ -427,9 +476,26 @@ def latency_vs_seq_len(
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
     comp = latest(_one_proxy(comp, proxy, what), ["compressor", "strategy"])
     rows = []
-    for rec in pd.concat([base, comp]).to_dict("records"):
+    recs = pd.concat([base, comp]).to_dict("records")
+    source = None
+    if metric == "prefill_ms" and bench:  # the latest bench that measured every compressed row, at all its points
+        keys = {str(r["key"]) for r in recs if not is_baseline(r["compressor"], r["strategy"])}
+        hits = [b for b in bench if (b.get("model") is None or str(b.get("model")) == str(model)) and keys
+                and all(keys <= set(p["variants"]) for p in (b.get("points") or {}).values())]
+        if hits:
+            source = max(hits, key=lambda b: (str(b.get("created") or ""), str(b.get("path") or "")))
+            cols = {n: ("prefill_ms", int(p["batch"]), int(p["seq_len"])) for n, p in source["points"].items()}
+    if source is not None:  # the bench's own baseline (a baseline record is not needed)
+        recs = [{"compressor": "none", "strategy": "baseline", "key": None}] + \
+            [r for r in recs if not is_baseline(r["compressor"], r["strategy"])]
+    for rec in recs:
         for c, (_, batch, seq) in cols.items():
-            v = rec.get(c)
+            if source is not None:
+                pt = source["points"][c]
+                base_row = is_baseline(rec["compressor"], rec["strategy"])
+                v = pt["baseline_ms"] if base_row else (pt["variants"].get(str(rec["key"])) or {}).get("ms")
+            else:
+                v = rec.get(c)
             if v is None or math.isnan(v):
                 continue
             rows.append({"method": method_label(rec["compressor"], rec["strategy"]),
@@ -441,6 +507,8 @@ def latency_vs_seq_len(
     out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != "baseline" else math.nan
                          for bt, s, v, st in zip(out["batch"], out["seq_len"], out["latency_ms"], out["strategy"])]
     out.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "metric": metric}
+    out.attrs["source"] = bench_source(source) if source is not None else \
+        "latency: per-job smoke numbers, each job timed alone (run `gac bench` for side-by-side ratios)"
     out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
     out = out.sort_values(["batch", "_order", "seq_len"], kind="stable").drop(columns="_order")
     return out.reset_index(drop=True)

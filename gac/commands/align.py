@@ -34,6 +34,14 @@ def run(args) -> int:
 
     if args.strategy not in STRATEGIES:
         raise unknown_name("strategy", args.strategy, STRATEGIES)
+    from gac.align.candidates import check_unit, check_window
+
+    if args.unit is not None:
+        check_unit(args.unit)  # before reading anything
+    if args.window is not None:
+        check_window(args.window)
+    if args.output:
+        _check_output(args.output, args.force)
     alloc = load_allocation(args.allocation)
     unit = alloc.unit if args.unit is None else args.unit
     window = alloc.window if args.window is None else args.window
@@ -45,7 +53,8 @@ def run(args) -> int:
         write_json_atomic(args.output, out, overwrite=args.force)
         print(
             f"{plan.strategy}: {len(plan.dims)} targets, params {plan.params:,} / budget {plan.budget:,}, "
-            f"aligned {plan.aligned_fraction:.0%} (unit {unit}), objective {plan.objective:.6g} -> {args.output}"
+            f"aligned {plan.aligned_fraction:.0%} at unit {unit} ({by_unit(plan)}), objective {plan.objective:.6g} "
+            f"-> {args.output}"
         )
     else:
         json.dump(out, sys.stdout, indent=2)
@@ -53,12 +62,33 @@ def run(args) -> int:
     return 0
 
 
+def by_unit(plan) -> str:
+    """The aligned fraction at 8, 16 and 32, e.g. ``8: 100%, 16: 52%, 32: 27%``."""
+    return ", ".join(f"{u}: {plan.aligned_by_unit[u]:.0%}" for u in (8, 16, 32) if u in plan.aligned_by_unit)
+
+
+def _check_output(path: str, force: bool) -> None:
+    """The plan can be written there (checked before solving: a read-only directory fails at once)."""
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.io import check_writable
+
+    p = Path(path)
+    if p.exists() and not force:
+        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
+    if p.is_dir():
+        raise GacError(f"{str(p)!r} is a directory; give a file name for the plan")
+    check_writable(p.parent if str(p.parent) else ".", "output directory", probe_bytes=1)
+
+
 def format_comparison(alloc, unit: int, window: int) -> str:
     from gac.align.strategies import STRATEGIES, align
     from gac.errors import GacError
 
     lines = [
-        f"{'strategy':<14} {'params':>16} {'budget':>16} {'met':>4} {'align%':>7} {'objective':>14} {'ms':>8}",
+        f"{'strategy':<14} {'params':>16} {'budget':>16} {'met':>4} {'align%':>7} {'@8':>5} {'@16':>5} {'@32':>5} "
+        f"{'objective':>14} {'ms':>8}",
     ]
     for name in STRATEGIES:
         try:
@@ -68,6 +98,8 @@ def format_comparison(alloc, unit: int, window: int) -> str:
             continue
         lines.append(
             f"{name:<14} {p.params:>16,} {p.budget:>16,} {'yes' if p.budget_met else 'NO':>4} "
-            f"{100 * p.aligned_fraction:>6.1f}% {p.objective:>14.6g} {1000 * p.stats['time_s']:>8.2f}"
+            f"{100 * p.aligned_fraction:>6.1f}% "
+            + " ".join(f"{100 * p.aligned_by_unit.get(u, float('nan')):>4.0f}%" for u in (8, 16, 32))
+            + f" {p.objective:>14.6g} {1000 * p.stats['time_s']:>8.2f}"
         )
     return "\n".join(lines)

@@ -1,4 +1,7 @@
-"""``gac audit MODEL_OR_CHECKPOINT [--json]``: per-layer dimensions and the alignment rules they break."""
+"""``gac audit MODEL_OR_CHECKPOINT [--json]``: per-layer dimensions and the alignment rules they break.
+
+A gac checkpoint is audited from its weights (the shapes in the safetensors header), not from its editable JSON;
+a JSON that disagrees with the weights is reported (exit code 2 after the report)."""
 
 from __future__ import annotations
 
@@ -15,8 +18,12 @@ def add_arguments(p):
 def run(args) -> int:
     import json
 
-    from gac.compression.audit import audit, format_audit
+    from gac.compression.audit import audit, format_audit, mismatch_message
+    from gac.errors import GacError
 
     rep = audit(args.model)
     print(json.dumps(rep, indent=2) if args.json else format_audit(rep, all_weights=args.all))
+    msg = mismatch_message(rep)
+    if msg:
+        raise GacError(msg)
     return 0

@@ -11,13 +11,12 @@ def add_arguments(p):
     p.add_argument("--compressor", required=True, help="asvd, svd_llm, llm_pruner or palu")
     p.add_argument("--ratio", type=float, required=True, help="fraction of the compressed weights' parameters removed, in (0, 1)")
     p.add_argument("--strategy", default="gac", help="gac (default), unaligned, round_nearest, round_up, round_down, rebalance")
-    p.add_argument("--proxy", default=None, help="importance proxy: magnitude, activation, gradient, fisher, random")
+    p.add_argument("--proxy", default=None, help="importance proxy (default: the compressor's): magnitude, activation, gradient, fisher, "
+                        "taylor, fisher_rms, random")
     p.add_argument("--allocation", default="default",
-                   help="d* rule: default (the compressor's reference rule: asvd sensitivity, svd_llm uniform, "
-                        "others proportional), proportional (gac's Eq. 2 rule), uniform, sensitivity")
-    p.add_argument("--sensitivity-grid", default=None,
-                   help="ASVD's kept parameter ratios for the sensitivity table, e.g. 0.4,0.5,0.6,0.7,0.8,0.9 "
-                        "(each in (0, 1]; the default is the reference's)")
+                   help="d* rule: default (the compressor's reference: ASVD sensitivity, SVD-LLM and LLM-Pruner uniform, "
+                        "PaLU fisher_uniform), proportional (gac's Eq. 2 rule), uniform, sensitivity, fisher_uniform; "
+                        "ASVD's sensitivity grid is --option sensitivity_grid=0.4,0.5,0.6,0.7,0.8,0.9")
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
     p.add_argument("--window", type=int, default=1,
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
@@ -27,10 +26,59 @@ def add_arguments(p):
     p.add_argument("--calib-seq-len", type=int, default=2048)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a compressor option (repeatable), e.g. group_size=2, decomposition=svd, rank_cap=break_even")
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
     p.add_argument("--device", default="cpu")
     p.add_argument("-o", "--output", required=True, help="checkpoint directory (must not exist or be empty)")
     p.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+
+
+def validate(args) -> None:
+    """Every argument checked before the model is loaded: bad input costs a second, not a calibration pass."""
+    from pathlib import Path
+
+    from gac.align.candidates import check_unit, check_window
+    from gac.align.strategies import STRATEGIES
+    from gac.align.targets import check_ratio
+    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
+    from gac.compression.checkpoint import check_output_dir
+    from gac.compression.compress import KNAPSACK_SCORES, check_sensitivity_reach
+    from gac.compression.compressors import get_compressor
+    from gac.compression.importance import PROXIES
+    from gac.data import is_named_source
+    from gac.errors import GacError, unknown_name
+    from gac.models import resolve_dtype
+
+    check_ratio(args.ratio)
+    try:
+        check_unit(args.unit)
+        check_window(args.window)
+    except GacError as e:
+        raise GacError(f"--unit/--window: {e}") from None
+    opts = parse_options(args.option)
+    if args.layers:
+        opts["layers"] = args.layers
+    comp = get_compressor(args.compressor, **opts)  # an unknown compressor or option fails before the model loads
+    if args.strategy not in STRATEGIES:
+        raise unknown_name("strategy (--strategy)", args.strategy, STRATEGIES)
+    if args.proxy is not None and args.proxy not in PROXIES:
+        raise unknown_name("importance proxy (--proxy)", args.proxy, PROXIES)
+    if args.allocation not in ALLOCATION_CHOICES:
+        raise unknown_name("allocation (--allocation)", args.allocation, ALLOCATION_CHOICES)
+    allocation = resolve_allocation(args.allocation, comp)
+    if allocation == "sensitivity" and not comp.supports_sensitivity:
+        raise GacError(f"--allocation sensitivity is not available for {comp.name}; use proportional or uniform")
+    check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
+    if args.knapsack_score not in KNAPSACK_SCORES:
+        raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
+    if args.calib_samples < 1 or args.calib_seq_len < 2:
+        raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
+                       f"{args.calib_seq_len})")
+    if not is_named_source(args.calib) and not Path(args.calib).expanduser().is_file():
+        raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
+    resolve_dtype(args.dtype)
+    check_output_dir(args.output, overwrite=args.force)
 
 
 def run(args) -> int:
@@ -38,35 +86,45 @@ def run(args) -> int:
     import logging
     from pathlib import Path
 
-    from gac.align.targets import budget_for_ratio
-    from gac.compression.allocation import check_sensitivity_grid, resolve_allocation
-    from gac.compression.checkpoint import save_checkpoint
-    from gac.compression.compress import Calibration, check_sensitivity_reach, compress_model
-    from gac.compression.compressors import get_compressor
-    from gac.errors import GacError
+    from gac.compression.checkpoint import check_output_dir, save_checkpoint
+    from gac.compression.compress import Calibration, compress_model
     from gac.models import load_model
 
-    budget_for_ratio(1_000_000, args.ratio)  # fail fast on a bad ratio
+    validate(args)
     out = Path(args.output)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.force:
-        raise GacError(f"{str(out)!r} exists and is not empty; choose another path or pass --force")
-    opts = {"layers": args.layers} if args.layers else {}
-    if args.sensitivity_grid is not None:
-        grid = check_sensitivity_grid(args.sensitivity_grid)
-        if "sensitivity_grid" not in get_compressor(args.compressor).options():
-            raise GacError(f"--sensitivity-grid is an option of asvd, not of {args.compressor}; drop it")
-        opts["sensitivity_grid"] = grid
-    comp = get_compressor(args.compressor, **opts)  # options, allocation and grid checked before the model loads
-    check_sensitivity_reach(resolve_allocation(args.allocation, comp), comp, args.ratio)
     model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
-    opts = opts or None
+    # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
+    dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes))
+    opts = parse_options(args.option)
+    if args.layers:
+        opts["layers"] = args.layers
     model, plan, report = compress_model(
         model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit, window=args.window,
         calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
-        allocation=args.allocation, compressor_options=opts, knapsack_score=args.knapsack_score,
+        allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
     )
     save_checkpoint(model, tok, out, overwrite=args.force)
     logging.getLogger(__name__).info("saved %s", out)
     summary = {k: report[k] for k in ("budget", "params", "budget_met", "aligned_fraction", "compression_wall_s")}
+    summary["aligned_by_unit"] = report.get("aligned_by_unit")
     print(json.dumps({"output": str(out), **summary}, indent=2))
     return 0
+
+
+def parse_options(items) -> dict:
+    """``["group_size=2", "decomposition=svd"]`` -> ``{"group_size": 2, "decomposition": "svd"}`` (YAML scalars)."""
+    import yaml
+
+    from gac.errors import GacError
+
+    out = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise GacError(f"--option {item!r} is not KEY=VALUE; write e.g. --option group_size=2")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out

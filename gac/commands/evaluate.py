@@ -44,6 +44,8 @@ def add_arguments(p):
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--json", metavar="OUT.json", help="write the report here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
+    p.add_argument("--no-verify", action="store_true",
+                   help="gac checkpoints: skip the sha256 check of the weights (about 1 s per 1.5 GB) for a file you trust")
 
 
 def _task_files(items: list[str]) -> dict[str, str]:
@@ -88,7 +90,16 @@ def run(args) -> int:
 
         files = {**{t: str(p) for t, p in tiny_paths().task_files.items() if t in tasks}, **files}
 
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
+    from gac.evaluation.tasks import check_local_file
+
+    for t in tasks:  # every row against the task's schema, before the model is loaded
+        if t in files:
+            check_local_file(t, files[t])
+    if args.json:
+        from gac.io import check_writable
+
+        check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
+    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device, verify=not args.no_verify)
     if tokenizer is None and (args.ppl or tasks):
         raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer with "
                        f"the checkpoint, or run only --latency")

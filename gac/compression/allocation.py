@@ -24,6 +24,23 @@ With dense options (``dense_dims``: low-rank targets that may stay unfactorised)
 itself: ``hi_i = 1``, and a target whose share passes the largest factorised fraction (``params_per_dim_i * d_max_i /
 |W_i|``) jumps to dense (``d*_i = dense_dims[i]``); ``lambda`` is then the largest whose total stays <= B.
 
+``"uniform"`` (``power = 0``) keeps the same fraction of every target: LLM-Pruner's reference default (each pruned
+layer loses the same share of its MLP channels, ``ch_sparsity`` without ``--global_pruning``).
+
+``"fisher_uniform"`` is PaLU's default rank search (``rank_search.py``, ``--search_method fisher_uniform``): one score
+per *projection* (the parameter-weighted mean of its head groups' scores; with PaLU's proxy ``fisher_rms`` the mean
+over the projection's weights of ``sqrt(mean g^2)``), the projection's total rank proportional to that score,
+capped at its full rank, and split evenly over its head groups:
+
+    r_p = lambda * F_p,   d*_g = min(r_p / G_p, d_max_g)   for each of the G_p groups g of projection p
+
+with ``lambda`` found by bisection so that the parameters ``sum_g params_per_dim_g * d*_g`` equal B (PaLU states its
+target in ranks, ``param_ratio_target * sum of full ranks``; for projections of one shape the two are the same
+constraint). PaLU then rounds each group's rank to the nearest multiple of 32, and never below 32: gac keeps that
+floor in d* (``d*_g >= min(32, d_max_g)``, or, when the budget cannot give every group that much, the largest
+uniform floor it can), so no group is starved below what the reference would keep and every d* stays at or above
+the alignment unit; the rounding itself is an alignment rule (``round_nearest`` with ``unit=32``).
+
 ``"sensitivity"`` is ASVD's own search (Yuan et al. 2023, STRS; the reference ``hahnyuan/ASVD4LLM``,
 ``sensitivity.py`` + ``binary_search.py``), reproduced step by step:
 
@@ -52,7 +69,7 @@ from gac.errors import GacError, InfeasibleBudgetError
 
 log = logging.getLogger(__name__)
 
-ALLOCATIONS = ("proportional", "uniform", "sensitivity")
+ALLOCATIONS = ("proportional", "uniform", "sensitivity", "fisher_uniform")
 DEFAULT = "default"  # the compressor's own rule (Compressor.default_allocation): what its reference does
 ALLOCATION_CHOICES = (DEFAULT, *ALLOCATIONS)
 SENSITIVITY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the reference's param_ratio_candidates (ASVD4LLM, sensitivity.py)
@@ -226,11 +243,9 @@ def sensitivity_allocation(
 
     if total(0) > budget:
         smallest = min(g for g in grid if g < 1)
-        raise GacError(
-            f"the sensitivity grid cannot meet the budget: every weight at its smallest kept ratio ({smallest}) still "
-            f"holds {total(0):,} parameters > {budget:,}; use a smaller compression ratio, add smaller kept ratios to "
-            f"the sensitivity grid, or use allocation='proportional'"
-        )
+        raise InfeasibleBudgetError(
+            budget, total(0), f"the sensitivity grid: every weight at its smallest kept ratio {smallest}; add smaller "
+            f"kept ratios to the grid (sensitivity_grid) or use allocation='proportional'")
     lo, hi = 0, len(entries)  # total(lo) <= budget; total(len) = everything dense > budget
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -253,3 +268,63 @@ def sensitivity_allocation(
     info = {"cut": lo, "entries": len(entries), "threshold_ppl": entries[lo][2] if lo < len(entries) else None,
             "kept_ratio": chosen, "params": total(lo)}
     return d, scores, info
+
+
+PALU_BLOCK = 32  # PaLU rounds every group's rank to a multiple of 32, at least 32 (rounding_search_result)
+
+
+def fisher_uniform_allocation(
+    dense: Sequence[int],
+    params_per_dim: Sequence[int],
+    d_max: Sequence[int],
+    scores: Sequence[float],
+    groups: Sequence,
+    budget: int,
+    min_rank: int = PALU_BLOCK,
+) -> list[float]:
+    """PaLU's ``fisher_uniform`` rank search (module docstring). ``groups[i]``: the projection target i belongs to
+    (targets with equal keys are that projection's head groups; give every target its own key for a plain
+    rank-proportional-to-score rule). ``min_rank``: the floor of every d* (module docstring)."""
+    n = len(dense)
+    if not (len(params_per_dim) == len(d_max) == len(scores) == len(groups) == n) or n == 0:
+        raise GacError("fisher_uniform needs one dense size, params_per_dim, d_max, score and projection per target")
+    for s in scores:
+        if not math.isfinite(s) or s < 0:
+            raise GacError(f"allocation got a non-finite or negative score ({s}); scores must be finite and >= 0")
+    cap = sum(p * d for p, d in zip(params_per_dim, d_max))
+    if budget >= cap:
+        return [float(d) for d in d_max]
+    if budget < sum(params_per_dim):
+        raise InfeasibleBudgetError(budget, sum(params_per_dim), "every target at dimension 1")
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    w = [0.0] * n
+    for idx in members.values():
+        f = math.fsum(scores[i] * dense[i] for i in idx) / math.fsum(dense[i] for i in idx)  # the projection's score
+        for i in idx:
+            w[i] = f / len(idx)  # d*_i = lambda * F_p / G_p
+    if not any(x > 0 for x in w):
+        w = [1.0] * n  # all scores zero: the same rank everywhere
+
+    def spend(d):
+        return math.fsum(p * x for p, x in zip(params_per_dim, d))
+
+    def bisect(f, hi_start):  # the largest t with spend(f(t)) <= budget
+        a, b = 0.0, hi_start
+        while spend(f(b)) < budget and b < 1e300:
+            b *= 2.0
+        for _ in range(200):
+            m = 0.5 * (a + b)
+            if spend(f(m)) <= budget:
+                a = m
+            else:
+                b = m
+        return a
+
+    floor = [float(min(max(min_rank, 1), d)) for d in d_max]
+    if spend(floor) > budget:  # the budget cannot give every group min_rank: the largest uniform floor it can
+        t = bisect(lambda t: [min(max(t, 1.0), d) for d in d_max], float(max(min_rank, 1)))
+        floor = [min(max(t, 1.0), float(d)) for d in d_max]
+    lam = bisect(lambda t: [min(max(t * x, f), d) for x, f, d in zip(w, floor, d_max)], 1.0)
+    return [min(max(lam * x, f), float(d)) for x, f, d in zip(w, floor, d_max)]

@@ -63,19 +63,37 @@ def audit_model(model: nn.Module, source: str = "") -> dict:
     return audit_specs(specs, layout.head_dim, layout.model_type, source)
 
 
+def _local_or_hub(spec: str | os.PathLike) -> Path | None:
+    """The local directory ``spec`` names, None for a hub id; a one-line GacError for a path that is not a model."""
+    s = str(spec)
+    p = Path(s).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise GacError(f"{s!r} is a file; pass a model directory (config.json), a gac checkpoint directory, a hub "
+                           f"id or 'tiny'")
+        return p
+    if s.startswith((".", "/", "~")) or s.count("/") > 1 or os.sep in s.replace("/", "") or s.endswith("/"):
+        raise GacError(f"{s!r} does not exist; check the path (or pass a hub id such as meta-llama/Meta-Llama-3-8B, "
+                       f"or 'tiny')")
+    return None
+
+
 def load_structure(spec: str | os.PathLike) -> nn.Module:
     """A model with the right module shapes and no weights read where avoidable (meta device)."""
     import torch
 
-    p = Path(spec)
     from gac.compression.checkpoint import build_skeleton, is_checkpoint, read_meta
 
-    if p.is_dir() and is_checkpoint(p):
-        return build_skeleton(read_meta(p), meta_device=True)
     if str(spec) in ("tiny", "tiny-untrained"):
         from gac.fixtures import load_tiny
 
         return load_tiny(trained=str(spec) == "tiny")[0]
+    p = _local_or_hub(spec)
+    if p is not None and is_checkpoint(p):
+        return build_skeleton(read_meta(p), meta_device=True)
+    if p is not None and not (p / "config.json").is_file():
+        raise GacError(f"{str(spec)!r} is a directory but neither a gac checkpoint (gac_checkpoint.json) nor a Hugging "
+                       f"Face model (config.json); point at the directory that holds one of them")
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
@@ -86,8 +104,92 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
         return AutoModelForCausalLM.from_config(config)
 
 
+def weights_specs(path: str | os.PathLike, names) -> dict[str, dict | None]:
+    """The spec of each module in ``names`` as the checkpoint's WEIGHTS say (shapes from the safetensors header;
+    no tensor is read). None for a module the weights do not hold."""
+    from safetensors import safe_open
+
+    from gac.compression.checkpoint import read_meta
+
+    p = Path(path)
+    meta = read_meta(p)
+    wfile = p / meta["weights"]["file"]
+    try:
+        with safe_open(str(wfile), framework="pt", device="cpu") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except Exception as e:  # noqa: BLE001 - SafetensorError / OSError: truncated, missing or foreign
+        raise GacError(f"checkpoint {str(p)!r}: cannot read the shapes in {wfile.name} ({str(e).splitlines()[0][:200]}); "
+                       f"the file is missing, truncated or not safetensors — copy the checkpoint again") from None
+    out: dict[str, dict | None] = {}
+    for n in names:
+        if f"{n}.weight" in shapes and len(shapes[f"{n}.weight"]) == 2:
+            o, i = shapes[f"{n}.weight"]
+            out[n] = {"type": "linear", "in": i, "out": o, "bias": f"{n}.bias" in shapes}
+        elif f"{n}.down.weight" in shapes and f"{n}.up.weight" in shapes:
+            r, i = shapes[f"{n}.down.weight"]
+            out[n] = {"type": "lowrank", "in": i, "out": shapes[f"{n}.up.weight"][0], "rank": r,
+                      "bias": f"{n}.up.bias" in shapes}
+        elif f"{n}.down.weight" in shapes and f"{n}.ups.0.weight" in shapes:
+            i = shapes[f"{n}.down.weight"][1]
+            outs, ranks, g = [], [], 0
+            while f"{n}.ups.{g}.weight" in shapes:
+                o, r = shapes[f"{n}.ups.{g}.weight"]
+                outs.append(o)
+                ranks.append(r)
+                g += 1
+            out[n] = {"type": "grouped_lowrank", "in": i, "outs": outs, "ranks": ranks, "bias": f"{n}.bias" in shapes}
+        else:
+            out[n] = None
+    return out
+
+
+def audit_checkpoint(path: str | os.PathLike) -> dict:
+    """Audit a gac checkpoint from its weights (the shapes in the safetensors header), flagging every module whose
+    spec in the editable ``gac_checkpoint.json`` disagrees with them (``config_mismatch``)."""
+    from gac.compression.checkpoint import build_skeleton, read_meta
+    from gac.compression.discovery import discover
+
+    meta = read_meta(path)
+    recorded = meta.get("modules") or {}
+    layout = discover(build_skeleton(meta, meta_device=True))
+    from_weights = weights_specs(path, list(recorded))
+    mismatch = []
+    for n, spec in recorded.items():
+        got = from_weights[n]
+        if got is None:
+            mismatch.append({"name": n, "json": spec, "weights": None})
+        elif got != spec:
+            mismatch.append({"name": n, "json": spec, "weights": got})
+    specs = {n: (w if w is not None else recorded[n]) for n, w in from_weights.items()}
+    rep = audit_specs(specs, layout.head_dim, layout.model_type, str(path))
+    rep["shapes_from"] = "weights"
+    rep["config_mismatch"] = mismatch
+    return rep
+
+
 def audit(spec: str | os.PathLike) -> dict:
+    from gac.compression.checkpoint import is_checkpoint
+
+    if str(spec) not in ("tiny", "tiny-untrained"):
+        p = _local_or_hub(spec)
+        if p is not None and is_checkpoint(p):
+            return audit_checkpoint(p)
     return audit_model(load_structure(spec), source=str(spec))
+
+
+def mismatch_message(rep: dict) -> str | None:
+    """One line describing a checkpoint whose JSON disagrees with its weights, or None."""
+    bad = rep.get("config_mismatch") or []
+    if not bad:
+        return None
+
+    def dims(spec):
+        return "no weights" if spec is None else " ".join(f"{k}={v}" for k, v in _dims(spec).items())
+
+    first = bad[0]
+    return (f"{rep['source']}: gac_checkpoint.json disagrees with the weights for {len(bad)} module(s), e.g. "
+            f"{first['name']}: json {dims(first['json'])}, weights {dims(first['weights'])}; the audit above is read "
+            f"from the weights. The checkpoint will not load: re-save it from the model (or restore its JSON)")
 
 
 def format_audit(rep: dict, all_weights: bool = False) -> str:

@@ -13,7 +13,14 @@ any weight whose name or shape it does not recognise (a low-rank ``q_proj.down.w
 A gac checkpoint therefore has no ``config.json`` and no ``model.safetensors``: ``AutoModelForCausalLM.from_pretrained``
 on it fails with an error instead of loading a silently broken model. :func:`load_checkpoint` rebuilds the
 compressed structure from the recorded specs *before* reading weights and loads with ``strict`` key matching, so
-every parameter comes from the file (a missing or unexpected tensor is an error).
+every parameter comes from the file (a missing or unexpected tensor is an error). A model gac compressed (in
+memory, or loaded from a checkpoint) has a guarded ``save_pretrained``: it writes a gac checkpoint instead of a
+folder transformers would load with random weights (:func:`gac.compression.modules.save_pretrained`).
+
+Integrity: the sha256 of the weights (and buffers) file is recorded and **verified on load**; a flipped byte, a
+truncated or replaced file is a :class:`GacError` naming the fix. ``load_checkpoint(path, verify=False)`` (``gac
+evaluate --no-verify``) skips the hash (about 1 s per 1.5 GB) for a file you trust; a truncated or unparsable file
+is still an error. Files are created with mode 0666 minus the umask.
 """
 
 from __future__ import annotations
@@ -89,33 +96,97 @@ def provenance() -> dict:
     }
 
 
+_MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", META_FILE, WEIGHTS_FILE, BUFFERS_FILE)
+
+
+def _model_files(d: Path) -> list[str]:
+    """Files in ``d`` that a model folder (gac or transformers) would own."""
+    return sorted(p.name for p in d.iterdir() if p.name in _MODEL_FILES or p.name.startswith(("model-", "pytorch_model-")))
+
+
+def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_bytes: int = 0) -> Path:
+    """Before compressing: ``path`` can become a checkpoint (absent, an empty directory, or ``overwrite``) and its
+    file system takes a file (and has ``need_bytes`` free). A one-line :class:`GacError` otherwise."""
+    from gac.io import check_writable
+
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise GacError(f"{str(out)!r} exists and is not a directory; choose another checkpoint path")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise GacError(f"{str(out)!r} exists and is not empty; refusing to overwrite it (choose another path or pass --force)")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    check_writable(parent, "checkpoint's parent directory")
+    if need_bytes:
+        free = shutil.disk_usage(parent).free
+        if free < need_bytes:
+            raise GacError(f"not enough space for the checkpoint in {str(parent)!r}: about {need_bytes / 2**20:,.0f} MiB "
+                           f"needed, {free / 2**20:,.0f} MiB free; free space or choose another output directory")
+    return out
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file, read in 8 MiB chunks (weights files do not fit in memory twice)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe: dict | None = None, plan=None,
-                    overwrite: bool = False) -> Path:
-    """Save a (compressed) model to ``path``. An existing non-empty directory is refused unless ``overwrite``."""
+                    overwrite: bool = False, merge: bool = False) -> Path:
+    """Save a (compressed) model to ``path``. An existing non-empty directory is refused unless ``overwrite``;
+    ``merge`` writes into a directory that holds other files but no model (a tokenizer saved first)."""
     from safetensors.torch import save_model
 
-    out = Path(path)
+    from gac.io import clean_temp_files, honour_umask, os_error, temp_path
+
+    out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise GacError(f"{str(out)!r} exists and is not a directory; choose another checkpoint path")
     if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise GacError(f"{str(out)!r} exists and is not empty; refusing to overwrite it (choose another path or pass --force)")
-        shutil.rmtree(out)
+        owned = _model_files(out)
+        if merge and not owned:
+            pass
+        elif not overwrite:
+            what = f" (it holds {', '.join(owned)})" if owned else ""
+            raise GacError(f"{str(out)!r} exists and is not empty{what}; refusing to overwrite it (choose another "
+                           f"path or pass --force)")
+        else:
+            shutil.rmtree(out)
     recipe = recipe if recipe is not None else getattr(model, "_gac_recipe", None)
     plan = plan if plan is not None else getattr(model, "_gac_plan", None)
     specs = projection_specs(model)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    if out.parent.is_dir():
+        clean_temp_files(out.parent)  # temp dirs of earlier saves that were killed
+    tmp = temp_path(out)
     try:
-        save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "gac_version": __version__})
-        digest = hashlib.sha256((tmp / WEIGHTS_FILE).read_bytes()).hexdigest()
+        tmp.mkdir(parents=True)
+    except OSError as e:
+        raise os_error(e, "create the checkpoint directory", tmp) from None
+    try:
+        try:
+            save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "gac_version": __version__})
+        except Exception as e:  # safetensors reports a full disk as its own error type
+            raise GacError(f"cannot write the checkpoint weights to {str(out)!r}: {str(e).splitlines()[0][:200]}; free "
+                           f"space there or choose another output directory") from None
+        honour_umask(tmp / WEIGHTS_FILE)
+        digest = file_sha256(tmp / WEIGHTS_FILE)
         buffers = _nonpersistent_buffers(model)
+        buffers_digest = None
         if buffers:
             from safetensors.torch import save_file
 
-            save_file({k: v.cpu() for k, v in buffers.items()}, str(tmp / BUFFERS_FILE))
+            try:
+                save_file({k: v.cpu() for k, v in buffers.items()}, str(tmp / BUFFERS_FILE))
+            except Exception as e:  # noqa: BLE001
+                raise GacError(f"cannot write the checkpoint buffers to {str(out)!r}: {str(e).splitlines()[0][:200]}; "
+                               f"free space there or choose another output directory") from None
+            honour_umask(tmp / BUFFERS_FILE)
+            buffers_digest = file_sha256(tmp / BUFFERS_FILE)
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         meta = {
             "format": FORMAT,
@@ -127,7 +198,8 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "modules": specs,
             "recipe": recipe,
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
-            "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None},
+            "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None,
+                        "buffers_sha256": buffers_digest},
             "provenance": provenance(),
         }
         if tokenizer is not None:
@@ -135,9 +207,17 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             for stray in ("config.json", "model.safetensors"):  # never leave a file transformers would load
                 (tmp / stray).unlink(missing_ok=True)
         write_json_atomic(tmp / META_FILE, meta)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
+        if out.is_dir() and any(out.iterdir()):  # merge: move the files in, the config (what marks it) last
+            for f in sorted(tmp.iterdir(), key=lambda f: f.name == META_FILE):
+                os.replace(f, out / f.name)
+            tmp.rmdir()
+        else:
+            if out.exists():
+                out.rmdir()
+            tmp.rename(out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise os_error(e, "write the checkpoint", out) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -192,21 +272,51 @@ def _dtype(d):
     return dt
 
 
-def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu"):
+def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None:
+    """Check the weights (and buffers) files against the sha256 recorded at save time."""
+    p = Path(path)
+    meta = meta or read_meta(p)
+    w = meta.get("weights") or {}
+    for file, digest in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
+        if not file or not digest:
+            continue
+        f = p / file
+        if not f.is_file():
+            raise GacError(f"checkpoint {str(p)!r} lacks its file {file!r}; copy the whole checkpoint directory")
+        got = file_sha256(f)
+        if got != digest:
+            raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
+                           f"file was damaged or changed: {got[:12]}... != {digest[:12]}...); copy the checkpoint again "
+                           f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
+
+
+def _safetensors_error(p: Path, file: Path, e: Exception) -> GacError:
+    return GacError(f"checkpoint {str(p)!r}: {file.name} is truncated or not a safetensors file "
+                    f"({str(e).splitlines()[0][:200]}); copy the checkpoint again from its source")
+
+
+def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: bool = True):
     """Reload a gac checkpoint: ``(model, tokenizer)`` (tokenizer None when none was saved). Logits are identical to
-    the saved model's (same dtype). ``dtype`` casts after loading."""
+    the saved model's (same dtype). ``dtype`` casts after loading. ``verify`` checks the recorded sha256 of the
+    weights first (``verify=False`` skips it for a file you trust)."""
     from safetensors.torch import load_model
+
+    from gac.compression.modules import guard_save_pretrained
 
     p = Path(path)
     meta = read_meta(p)
     wfile = p / meta["weights"]["file"]
     if not wfile.is_file():
         raise GacError(f"checkpoint {str(p)!r} lacks its weights file {meta['weights']['file']!r}")
+    if verify:
+        verify_checkpoint(p, meta)
     model = build_skeleton(meta, dtype=None, device=device)
     try:
         missing, unexpected = load_model(model, str(wfile), strict=True, device=str(device))
     except RuntimeError as e:
         raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure: {str(e)[:500]}") from None
+    except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
+        raise _safetensors_error(p, wfile, e) from None
     if missing or unexpected:  # strict=True raises first; kept as a belt-and-braces guard
         raise GacError(f"checkpoint {str(p)!r}: missing {missing[:5]} unexpected {unexpected[:5]}")
     bfile = meta["weights"].get("buffers")
@@ -214,7 +324,11 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu"):
         from safetensors.torch import load_file
 
         own = dict(model.named_buffers())
-        for n, t in load_file(str(p / bfile), device=str(device)).items():
+        try:
+            saved_buffers = load_file(str(p / bfile), device=str(device))
+        except Exception as e:  # noqa: BLE001
+            raise _safetensors_error(p, p / bfile, e) from None
+        for n, t in saved_buffers.items():
             if n not in own:
                 raise GacError(f"checkpoint {str(p)!r}: saved buffer {n!r} has no place in the rebuilt model")
             parent, _, leaf = n.rpartition(".")
@@ -225,6 +339,7 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu"):
     model.eval()
     model._gac_recipe = meta.get("recipe")
     model._gac_plan = meta.get("plan")
+    guard_save_pretrained(model)
     tokenizer = None
     if (p / "tokenizer_config.json").is_file() or (p / "tokenizer.json").is_file():
         from transformers import AutoTokenizer

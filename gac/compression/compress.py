@@ -29,11 +29,12 @@ from torch import nn
 
 from gac import __version__
 from gac.align import STRATEGIES, Plan, align
-from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, check_unit, check_window
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
     SENSITIVITY_GRID,
     check_sensitivity_grid,
+    fisher_uniform_allocation,
     proportional_allocation,
     resolve_allocation,
     sensitivity_allocation,
@@ -44,6 +45,7 @@ from gac.compression.importance import collect_activation_stats, collect_gradien
 from gac.compression.modules import get_module, weight_params
 from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
 from gac.errors import GacError, unknown_name
+from gac.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,10 @@ class Prepared:
                                                           s["grid"], s["base_ppl"], budget, ddims)
             self._search = info
             score_of = dict(zip([u.name for u in self.units], scores))
+        elif self.allocation == "fisher_uniform":
+            sc = [self.scores[u.name] for u in self.units]
+            d_star = fisher_uniform_allocation(dense, ppd, dmax, sc, [u.modules for u in self.units], budget)
+            score_of = self.scores
         else:
             sc = [self.scores[u.name] for u in self.units]
             power = 0.0 if self.allocation == "uniform" else self.power
@@ -287,12 +293,13 @@ def prepare(
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
-    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: gradient,
-    PaLU: fisher). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
-    ``None``/``"default"`` (the compressor's own: ASVD ``sensitivity``, SVD-LLM ``uniform``, the others
-    ``proportional``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``, or
-    ``sensitivity`` (ASVD's search). ``sensitivity_grid``: the kept ratios of the sensitivity table (default: the
-    compressor's ``sensitivity_grid`` option, else the reference's 0.4 ... 0.9).
+    ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: taylor,
+    PaLU: fisher_rms). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
+    ``None``/``"default"`` (the compressor's own, what its reference does: ASVD ``sensitivity``, SVD-LLM ``uniform``,
+    LLM-Pruner ``uniform``, PaLU ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see
+    :mod:`gac.compression.allocation`), ``uniform``, ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's
+    rank search). ``sensitivity_grid``: the kept ratios of the sensitivity table (default: the compressor's
+    ``sensitivity_grid`` option, else the reference's 0.4 ... 0.9).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
@@ -322,21 +329,24 @@ def prepare(
         w = get_module(model, n).weight
         if not torch.isfinite(w).all():
             raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
+    fault_point("calibration")
     t0 = time.perf_counter()
     stats = {}
     if need_act:
         stats = collect_activation_stats(model, layout, calib_ids, mods, xtx=comp.needs_xtx)
     if need_grad:
-        g = collect_gradient_stats(model, calib_ids, mods)
+        g = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise)
         for n, st in g.items():
             if n in stats:
                 stats[n].merge(st)
             else:
                 stats[n] = st
     t_cal = time.perf_counter() - t0
+    fault_point("scoring")
     t0 = time.perf_counter()
     scores = comp.score(model, units, stats, prox)
     t_score = time.perf_counter() - t0
+    fault_point("factorize")
     t0 = time.perf_counter()
     factors = comp.factorize(model, units, stats, prox)
     t_fact = time.perf_counter() - t0
@@ -393,6 +403,8 @@ def compress_model(
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
     later calls on the same model, which then return compressed copies. ``allocation``: see :func:`prepare`."""
     check_ratio(ratio)  # before any calibration work
+    check_unit(unit)
+    check_window(window)
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
     comp = get_compressor(compressor, **(compressor_options or {}))

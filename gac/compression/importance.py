@@ -16,6 +16,11 @@ proxy           weight_score (per parameter)                 rows / columns
                 Taylor, summed over calibration samples)      columns: ``sum_i |w_ij g_ij|`` (LLM-Pruner's Taylor)
 ``fisher``      ``tr(F) / |W|`` (sum of squared per-sample     sum of ``g^2``
                 gradients, the empirical Fisher diagonal)
+``taylor``      ``sum |w * g_bar| / |W|``, ``g_bar`` the       rows ``sum_j |w_cj g_bar_cj|``, columns
+                mean gradient over the calibration samples    ``sum_i |w_ij g_bar_ij|`` (LLM-Pruner's
+                (LLM-Pruner's element-wise ``param_first``)   ``param_first`` on one batch-mean gradient)
+``fisher_rms``  mean over the weight of ``sqrt(mean_s g^2)``   rows / columns: sum of ``sqrt(mean_s g^2)``
+                (PaLU's Fisher, ``rank_search.py``)
 ``random``      seeded uniform (a baseline)                   seeded uniform
 ==============  ===========================================  =====================================================
 
@@ -24,7 +29,10 @@ Calibration (:func:`collect_activation_stats`) runs the model *one decoder layer
 sample into running sums (``sum x^2``, ``sum |x|`` per input channel, and ``X^T X`` in float64 when asked), and the
 layer's outputs become the next layer's inputs. Gradient proxies (:func:`collect_gradient_stats`) need a backward
 pass through the whole model, one calibration sample at a time; a per-parameter hook folds each gradient into
-per-row/column sums and frees it at once, so no model-sized gradient buffer is ever held.
+per-row/column sums and frees it at once, so no model-sized gradient buffer is ever held. The two element-wise
+proxies (``taylor``, ``fisher_rms``) are the exception: ``|w * g_bar|`` and ``sqrt(mean g^2)`` cannot be reduced
+before the last sample, so for the projections they score the pass keeps one float32 running sum per weight element
+(``sum_s g`` or ``sum_s g^2``: 4 bytes per compressed parameter) and reduces it to rows and columns at the end.
 
 Non-finite statistics fail loudly, naming the layer (:class:`~gac.errors.GacError`), instead of surfacing as a NaN
 perplexity later.
@@ -46,6 +54,11 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ statistics
+GRADIENT_STATS = ("taylor_row", "taylor_col", "fisher_row", "fisher_col", "taylor_mean_row", "taylor_mean_col",
+                  "fisher_rms_row", "fisher_rms_col")
+ELEMENTWISE = ("taylor_mean", "fisher_rms")  # statistics that need a running sum per weight element (module docstring)
+
+
 @dataclass
 class WeightStats:
     """Calibration statistics of one projection (all on CPU; float64 sums)."""
@@ -59,6 +72,10 @@ class WeightStats:
     taylor_col: torch.Tensor | None = None  # [in] sum_s sum_i |w_ij g_ij|
     fisher_row: torch.Tensor | None = None  # [out] sum_s sum_j g_cj^2
     fisher_col: torch.Tensor | None = None  # [in] sum_s sum_i g_ij^2
+    taylor_mean_row: torch.Tensor | None = None  # [out] sum_j |w_cj g_bar_cj|, g_bar = mean_s g (elementwise "taylor_mean")
+    taylor_mean_col: torch.Tensor | None = None  # [in] sum_i |w_ij g_bar_ij|
+    fisher_rms_row: torch.Tensor | None = None  # [out] sum_j sqrt(mean_s g_cj^2) (elementwise "fisher_rms")
+    fisher_rms_col: torch.Tensor | None = None  # [in] sum_i sqrt(mean_s g_ij^2)
     extra: dict = field(default_factory=dict)
 
     def act_abs_mean(self) -> torch.Tensor:
@@ -67,7 +84,7 @@ class WeightStats:
         return self.act_abs / self.tokens
 
     def merge(self, other: WeightStats) -> None:
-        for k in ("act_sq", "act_abs", "xtx", "taylor_row", "taylor_col", "fisher_row", "fisher_col"):
+        for k in ("act_sq", "act_abs", "xtx", *GRADIENT_STATS):
             v = getattr(other, k)
             if v is not None:
                 setattr(self, k, v)
@@ -211,11 +228,25 @@ def collect_activation_stats(
     return stats
 
 
-def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: list[str]) -> dict[str, WeightStats]:
-    """Per-projection gradient statistics (Taylor and Fisher), one calibration sample per backward pass."""
+def collect_gradient_stats(
+    model: nn.Module, calib_ids: torch.Tensor, modules: list[str], elementwise=()
+) -> dict[str, WeightStats]:
+    """Per-projection gradient statistics (Taylor and Fisher), one calibration sample per backward pass.
+
+    ``elementwise`` (a subset of :data:`ELEMENTWISE`) also yields the statistics that need the whole gradient:
+    ``"taylor_mean"`` -> ``taylor_mean_row/col`` from ``g_bar = mean_s g_s``, the gradient of the batch-mean loss
+    (the samples have equal length, so the mean of the per-sample gradients *is* the one batch gradient LLM-Pruner
+    takes); ``"fisher_rms"`` -> ``fisher_rms_row/col`` from ``sqrt(mean_s g_s^2)`` (PaLU). Each costs one float32
+    running sum per weight element of ``modules`` while the pass runs.
+    """
+    bad = [e for e in elementwise if e not in ELEMENTWISE]
+    if bad:
+        raise unknown_name("element-wise gradient statistic", str(bad[0]), ELEMENTWISE)
     dev = _device_of(model)
     stats = {n: WeightStats() for n in modules}
     params = {n: model.get_submodule(n).weight for n in modules}
+    g_sum = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()} if "taylor_mean" in elementwise else {}
+    g2_sum = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()} if "fisher_rms" in elementwise else {}
     saved_flags = {p: p.requires_grad for p in model.parameters()}
     for p in model.parameters():
         p.requires_grad_(False)
@@ -234,7 +265,11 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                 v = v.double().cpu()
                 cur = getattr(st, what)
                 setattr(st, what, v if cur is None else cur + v)
-            p.grad = None  # never hold a model-sized gradient buffer
+            if n in g_sum:
+                g_sum[n].add_(g)
+            if n in g2_sum:
+                g2_sum[n].add_(g2)
+            p.grad = None  # never hold a model-sized gradient buffer (beyond the element-wise sums asked for)
 
         return hook
 
@@ -257,9 +292,17 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                 loss.backward()
             for n in modules:
                 stats[n].samples += 1
+        n_s = max(int(calib_ids.shape[0]), 1)
         for n, st in stats.items():
-            for what in ("taylor_row", "taylor_col", "fisher_row", "fisher_col"):
-                _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
+            if n in g_sum:  # |w * g_bar| with g_bar the mean gradient
+                t = (params[n].detach().float() * g_sum.pop(n).div_(n_s)).abs_()
+                st.taylor_mean_row, st.taylor_mean_col = t.sum(1).double().cpu(), t.sum(0).double().cpu()
+            if n in g2_sum:  # sqrt(mean_s g^2)
+                f = g2_sum.pop(n).div_(n_s).sqrt_()
+                st.fisher_rms_row, st.fisher_rms_col = f.sum(1).double().cpu(), f.sum(0).double().cpu()
+            for what in GRADIENT_STATS:
+                if getattr(st, what) is not None:
+                    _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
     finally:
         for h in handles:
             h.remove()
@@ -276,6 +319,7 @@ class Proxy:
 
     name: str = ""
     needs: frozenset[str] = frozenset()  # subset of {"act", "grad"}
+    elementwise: tuple[str, ...] = ()  # element-wise gradient statistics it reads (collect_gradient_stats)
     sqrt_energy = False  # True when the per-parameter score is sqrt(energy / numel) (norm-like proxies)
 
     def weight_score(self, name: str, W: torch.Tensor, st: WeightStats | None) -> float:
@@ -350,6 +394,32 @@ class Fisher(Proxy):
         return _need(st, "fisher_col", self.name, name)
 
 
+class Taylor(Proxy):
+    """LLM-Pruner's element-wise first-order Taylor importance (``--taylor param_first``, its default): the sum over
+    a group's weights of ``|w * g_bar|``, ``g_bar`` the gradient of the mean loss over the calibration samples."""
+
+    name, needs, elementwise = "taylor", frozenset({"grad"}), ("taylor_mean",)
+
+    def row_energy(self, name, W, st):
+        return _need(st, "taylor_mean_row", self.name, name)
+
+    def col_energy(self, name, W, st):
+        return _need(st, "taylor_mean_col", self.name, name)
+
+
+class FisherRMS(Proxy):
+    """PaLU's Fisher information (``rank_search.py``): per weight element ``sqrt(mean_s g_s^2)`` over the calibration
+    samples; a weight's (or head group's) score is the mean over its elements."""
+
+    name, needs, elementwise = "fisher_rms", frozenset({"grad"}), ("fisher_rms",)
+
+    def row_energy(self, name, W, st):
+        return _need(st, "fisher_rms_row", self.name, name)
+
+    def col_energy(self, name, W, st):
+        return _need(st, "fisher_rms_col", self.name, name)
+
+
 class Random(Proxy):
     """A seeded random baseline: the same (seed, weight name) always gives the same scores."""
 
@@ -376,6 +446,8 @@ PROXIES: dict[str, type[Proxy]] = {
     "activation": Activation,
     "gradient": Gradient,
     "fisher": Fisher,
+    "taylor": Taylor,
+    "fisher_rms": FisherRMS,
     "random": Random,
 }
 

@@ -65,11 +65,25 @@ def save_prepared(prepared, path: str | os.PathLike) -> Path:
         "notes": list(prepared.notes),
     }
     text = json.dumps(state, allow_nan=False, default=_jsonable)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    from gac.faults import fault_point
+    from gac.io import honour_umask, os_error, temp_path
+
     try:
-        save_file(tensors, str(tmp), metadata={_META_KEY: text})
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_error(e, "create the directory of", path) from None
+    tmp = temp_path(path)  # names its writer: gac.io.clean_temp_files removes it if this process is killed
+    try:
+        try:
+            save_file(tensors, str(tmp), metadata={_META_KEY: text})
+        except Exception as e:  # safetensors reports a full disk as its own error type
+            raise GacError(f"cannot write the prepared state {str(path)!r}: {str(e).splitlines()[0][:200]}; "
+                           f"free space there or choose another results directory") from None
+        honour_umask(tmp)  # safetensors creates 0600: colleagues sharing the results directory could not read it
+        fault_point("prepared_write")
         os.replace(tmp, path)
+    except OSError as e:
+        raise os_error(e, "write", path) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -67,12 +67,24 @@ def device_name(device) -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def sdpa_backends(fn: Callable[[], object], attn_implementation: str | None) -> list[str]:
-    """The SDPA kernels ``fn`` actually runs, read from a profiler trace of one call."""
+def profile_call(fn: Callable[[], object], device=None):
+    """A ``torch.profiler`` trace of one call of ``fn``: CPU activities, plus CUDA kernels on a CUDA device."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    activities = [ProfilerActivity.CPU]
+    cuda = device is not None and torch.device(device).type == "cuda"
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
         fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+    return prof
+
+
+def sdpa_from_trace(prof, attn_implementation: str | None) -> list[str]:
+    """The SDPA backends a profiler trace shows (flash, efficient, cudnn, math, ...)."""
     names = {e.key for e in prof.key_averages()}
     found = []
     for op, backend in _SDPA_OPS:
@@ -86,6 +98,37 @@ def sdpa_backends(fn: Callable[[], object], attn_implementation: str | None) -> 
     return found
 
 
+def sdpa_backends(fn: Callable[[], object], attn_implementation: str | None) -> list[str]:
+    """The SDPA kernels ``fn`` actually runs, read from a profiler trace of one call."""
+    return sdpa_from_trace(profile_call(fn), attn_implementation)
+
+
+def top_kernels(prof, device, n: int = 5) -> list[dict]:
+    """The ``n`` kernels that took the most time in a trace: CUDA kernels on a GPU, CPU ops by self time on a CPU.
+
+    Each: ``{"name", "ms", "pct", "calls"}`` (``ms``: total self time in the traced call, ``pct``: of the summed
+    self time of all kernels / ops).
+    """
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    rows = []
+    for e in prof.key_averages():
+        if cuda:
+            if getattr(e, "device_type", None) != torch.autograd.DeviceType.CUDA:
+                continue
+            us = getattr(e, "self_device_time_total", None)
+            if us is None:
+                us = getattr(e, "self_cuda_time_total", 0.0)
+        else:
+            us = e.self_cpu_time_total
+        if us and us > 0:
+            rows.append((e.key, float(us), int(e.count)))
+    total = sum(us for _, us, _ in rows) or 1.0
+    rows.sort(key=lambda r: -r[1])
+    return [{"name": k, "ms": us / 1e3, "pct": 100.0 * us / total, "calls": c} for k, us, c in rows[:n]]
+
+
 def _resolve(kind: str, device, warmup, iters, trials) -> tuple[int, int, int]:
     dw, di, dt = DEFAULTS[kind]["cuda" if device.type == "cuda" else "cpu"]
     warmup, iters, trials = (dw if warmup is None else int(warmup), di if iters is None else int(iters),
@@ -95,39 +138,54 @@ def _resolve(kind: str, device, warmup, iters, trials) -> tuple[int, int, int]:
     return warmup, iters, trials
 
 
-def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters: int, trials: int) -> dict:
-    """Time ``timed`` calls: ``step()`` does untimed setup and returns the callable to time.
+def time_calls(step: Callable[[], Callable[[], object]], device, n: int, clock: Callable[[], float] | None = None,
+               wall: list | None = None) -> list[float]:
+    """``n`` timed calls (ms): ``step()`` does untimed setup and returns the callable to time.
 
-    On CUDA every measured call sits between two CUDA events (read after the trial's synchronize); on CPU it is timed
-    with ``perf_counter``. Returns per-trial medians and all samples (ms).
+    On CUDA every call sits between two CUDA events, read after one synchronize at the end (and one before the
+    first, so earlier queued work is not counted); on CPU each call is timed with ``clock`` (default
+    ``perf_counter``; ``time.thread_time`` counts only this thread's CPU time), and ``wall`` (a list) also receives
+    each call's ``perf_counter`` time.
     """
     import torch
 
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        pairs = []
+        for _ in range(n):
+            timed = step()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            timed()
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) for s, e in pairs]
+    clock = clock or time.perf_counter
+    samples = []
+    for _ in range(n):
+        timed = step()
+        w0, t0 = time.perf_counter(), clock()
+        timed()
+        t1, w1 = clock(), time.perf_counter()
+        samples.append((t1 - t0) * 1e3)
+        if wall is not None:
+            wall.append((w1 - w0) * 1e3)
+    return samples
+
+
+def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters: int, trials: int) -> dict:
+    """Time ``timed`` calls: ``step()`` does untimed setup and returns the callable to time.
+
+    Each trial: ``warmup`` untimed calls, then ``iters`` calls timed by :func:`time_calls`. Returns per-trial
+    medians and all samples (ms).
+    """
     cuda = device.type == "cuda"
     trial_samples: list[list[float]] = []
     for _ in range(trials):
         for _ in range(warmup):
             step()()
-        if cuda:
-            torch.cuda.synchronize(device)
-            pairs = []
-            for _ in range(iters):
-                timed = step()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                timed()
-                end.record()
-                pairs.append((start, end))
-            torch.cuda.synchronize(device)
-            samples = [s.elapsed_time(e) for s, e in pairs]
-        else:
-            samples = []
-            for _ in range(iters):
-                timed = step()
-                t0 = time.perf_counter()
-                timed()
-                samples.append((time.perf_counter() - t0) * 1e3)
-        trial_samples.append(samples)
+        trial_samples.append(time_calls(step, device, iters))
     medians = [statistics.median(s) for s in trial_samples]
     flat = sorted(x for s in trial_samples for x in s)
     q = statistics.quantiles(flat, n=4) if len(flat) >= 2 else [flat[0]] * 3
@@ -207,6 +265,24 @@ def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | No
     return out
 
 
+def decode_step(model, prompt, new_tokens: int) -> Callable[[], Callable[[], object]]:
+    """One decode iteration for :func:`measure`: an untimed prefill of ``prompt`` (setup), returning the timed part,
+    ``new_tokens`` greedy steps of one token each with the KV cache (``DynamicCache``)."""
+
+    def step():
+        out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+        state = {"cache": out.past_key_values, "tok": out.logits[:, -1:].argmax(-1)}
+
+        def generate():
+            for _ in range(new_tokens):
+                o = model(input_ids=state["tok"], past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
+                state["cache"], state["tok"] = o.past_key_values, o.logits[:, -1:].argmax(-1)
+
+        return generate
+
+    return step
+
+
 def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int = 128, warmup: int | None = None,
                    iters: int | None = None, trials: int | None = None, seed: int = 0,
                    detect_backend: bool = True) -> dict:
@@ -225,17 +301,7 @@ def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int
     prompt = _random_ids(model, batch, prompt_len, seed, device)
     model.eval()
 
-    def step():
-        out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
-        state = {"cache": out.past_key_values, "tok": out.logits[:, -1:].argmax(-1)}
-
-        def generate():
-            for _ in range(new_tokens):
-                o = model(input_ids=state["tok"], past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
-                state["cache"], state["tok"] = o.past_key_values, o.logits[:, -1:].argmax(-1)
-
-        return generate
-
+    step = decode_step(model, prompt, new_tokens)
     with torch.inference_mode():
         res = measure(step, device, warmup, iters, trials)
         ctx = _context(model, device)

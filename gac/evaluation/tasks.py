@@ -5,8 +5,9 @@ The prompts and metrics are lm-eval's OFFICIAL task configs, unchanged. With the
 same configs on local files: a generated YAML ``include:``-s the official one and only swaps the data source
 (``dataset_path: json``, the file as its validation split), so prompt, choices, processing and metrics stay lm-eval's.
 
-PiQA rows: ``goal``, ``sol1``, ``sol2``, ``label`` (0/1). HellaSwag rows: ``activity_label``, ``ctx_a``, ``ctx_b``,
-``endings`` (4 strings), ``label`` ("0".."3"). ``limit`` takes the first ``limit`` rows of the evaluation split (the
+PiQA rows: ``goal``, ``sol1``, ``sol2``, ``label`` (the integer 0 or 1). HellaSwag rows: ``activity_label``, ``ctx_a``,
+``ctx_b``, ``endings`` (exactly 4 strings), ``label`` ("0".."3" or 0..3). Local files are checked row by row against
+this schema before anything is evaluated (:func:`check_local_file`). ``limit`` takes the first ``limit`` rows of the evaluation split (the
 paper uses 200).
 """
 
@@ -51,25 +52,65 @@ def official_config(task: str) -> Path:
     return Path(lm_eval.__file__).resolve().parent / "tasks" / TASKS[task][0]
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_piqa(row: dict) -> str | None:
+    for k in ("goal", "sol1", "sol2"):
+        if not isinstance(row[k], str):
+            return f"{k} must be a string, got {row[k]!r}"
+    if not _is_int(row["label"]) or row["label"] not in (0, 1):
+        return f"label must be the integer 0 or 1 (the index of the correct solution), got {row['label']!r}"
+    return None
+
+
+def _check_hellaswag(row: dict) -> str | None:
+    for k in ("activity_label", "ctx_a", "ctx_b"):
+        if not isinstance(row[k], str):
+            return f"{k} must be a string, got {row[k]!r}"
+    e = row["endings"]
+    if not isinstance(e, list) or len(e) != 4 or not all(isinstance(x, str) for x in e):
+        n = len(e) if isinstance(e, list) else type(e).__name__
+        return f"endings must be a list of exactly 4 strings (HellaSwag is 4-way), got {n}"
+    label = row["label"]
+    ok = (_is_int(label) and 0 <= label <= 3) or (isinstance(label, str) and label in ("0", "1", "2", "3"))
+    if not ok:
+        return f'label must be 0..3 (or "0".."3"), the index of the correct ending, got {label!r}'
+    return None
+
+
+# what lm-eval's official config needs of every row (checked before any evaluation: a bad row would otherwise be
+# scored as wrong, or change the chance level, with exit code 0)
+ROW_CHECKS = {"piqa": _check_piqa, "hellaswag": _check_hellaswag}
+
+
 def check_local_file(task: str, path: str | os.PathLike) -> Path:
-    """``path`` exists, is non-empty JSONL, and its rows have the fields the official config reads."""
+    """``path`` exists, is non-empty JSONL, and every row matches the task's schema (fields, types, the number of
+    choices, the label's range); the first bad row is named with its line number."""
     path = Path(path).expanduser().resolve()
     fields = TASKS[task][1]
     if not path.is_file():
         raise GacError(f"{task} file {path} does not exist; pass a JSONL file with fields {', '.join(fields)}")
     n = 0
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); {task} files are JSONL, one row per line") from None
-            missing = [k for k in fields if not isinstance(row, dict) or k not in row]
-            if missing:
-                raise GacError(f"{path}:{i} lacks {', '.join(missing)}; {task} rows need {', '.join(fields)}")
-            n += 1
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")  # JSONL: newline only (U+2028 may sit in a string)
+    except (OSError, UnicodeDecodeError) as e:
+        raise GacError(f"cannot read the {task} file {path}: {e}") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); {task} files are JSONL, one row per line") from None
+        missing = [k for k in fields if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise GacError(f"{path}:{i} lacks {', '.join(missing)}; {task} rows need {', '.join(fields)}")
+        problem = ROW_CHECKS[task](row)
+        if problem:
+            raise GacError(f"{path}:{i}: {problem}; fix the row (or drop it) and run again")
+        n += 1
     if n == 0:
         raise GacError(f"{task} file {path} is empty; it needs at least one JSONL row with {', '.join(fields)}")
     return path

@@ -19,6 +19,7 @@ from gac.errors import GacError
 log = logging.getLogger(__name__)
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+_FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that failed on bad input
 
 
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
@@ -35,7 +36,7 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
     loggers = build_loggers(results_dir, (cfg.get("logger") or {}).get("wandb"))
     save_model = cfg.get("save_model")
     return run_job(spec, store, config=cfg, overrides=overrides, force=bool(cfg.get("force", False)),
-                   loggers=loggers, save_model=save_model)
+                   loggers=loggers, save_model=save_model, on_busy=str(cfg.get("on_busy", "wait")))
 
 
 def run_from_hydra(cfg) -> dict | None:
@@ -51,10 +52,16 @@ def run_from_hydra(cfg) -> dict | None:
         container = OmegaConf.to_container(cfg, resolve=True)
         record = run_config(container, list(hc.overrides.task), sweep_dir=hc.sweep.dir if multirun else None)
     except GacError as e:
-        if multirun:
-            raise
-        print(f"experiments/run.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        if not multirun:
+            print(f"experiments/run.py: error: {e}", file=sys.stderr)
+            sys.exit(2)
+        if "BasicLauncher" not in str(hc.launcher.get("_target_", "")):
+            raise  # a remote launcher (Slurm) reports the job as failed; the store has the failure record
+        # in-process sweep: one line now, the other points still run, exit code 2 at the end (SweepCallback)
+        point = " ".join(hc.overrides.task)
+        print(f"experiments/run.py: error: [{point}]: {e}", file=sys.stderr)
+        _FAILED_POINTS.append((point, str(e)))
+        return None
     if not multirun:
         print(format_record(record))
     return record.get("metrics")
@@ -64,10 +71,15 @@ def format_record(record: dict) -> str:
     job = record.get("job", {})
     head = ", ".join(f"{k}={job[k]}" for k in ("model", "compressor", "proxy", "strategy", "ratio", "gpu")
                      if job.get(k) is not None)
-    lines = [("skipped (already done): " if record.get("skipped") else "") + head]
+    why = {"busy": "skipped (an identical job is running: on_busy=skip): ",
+           "finished by an identical job": "skipped (finished by an identical job this one waited for): "}
+    lines = [(why.get(record.get("skip_reason"), "skipped (already done): ") if record.get("skipped") else "") + head]
     if record.get("params") is not None:
+        by_unit = (record.get("plan") or {}).get("aligned_by_unit") or {}
+        extra = ", ".join(f"{u}: {100 * by_unit[u]:.1f}%" for u in ("8", "16", "32") if u in by_unit)
         lines.append(f"  params {record['params']:,} / budget {record['budget']:,}, "
-                     f"aligned {100 * record['aligned_fraction']:.1f}%")
+                     f"aligned {100 * record['aligned_fraction']:.1f}% at unit {job.get('unit')}"
+                     + (f" (by unit {extra})" if extra else ""))
     for k, v in sorted((record.get("metrics") or {}).items()):
         if isinstance(v, float):
             lines.append(f"  {k:<24} {v:.4g}")
@@ -111,7 +123,56 @@ def _hydra_message(e: Exception, overrides: Sequence[str], conf_dir: str) -> str
         close = difflib.get_close_matches(option, known, n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         return f"unknown {group} {option!r}{hint} known {group} options: {', '.join(known)}"
+    m = re.search(r"Could not override '([^']+)'", str(e)) or re.search(r"Key '([^']+)' is not in struct", str(e))
+    if m:
+        return _unknown_key(m.group(1), conf_dir)
     return msg
+
+
+def _unknown_key(path: str, conf_dir: str) -> str:
+    """An unknown config key with the close matches among the keys the config has at that level."""
+    import difflib
+
+    parent, _, leaf = path.rpartition(".")
+    try:
+        from omegaconf import OmegaConf
+
+        with_hydra = compose_config([], config_dir=conf_dir)
+        node = OmegaConf.select(with_hydra, parent) if parent else with_hydra
+        known = sorted(str(k) for k in node) if node is not None and hasattr(node, "keys") else []
+        groups = sorted(p.name for p in Path(conf_dir).iterdir() if p.is_dir()) if not parent else []
+        known = sorted(set(known) | set(groups))
+    except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
+        known = []
+    close = difflib.get_close_matches(leaf, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(f'{parent}.{c}' if parent else c) for c in close)}?" if close else ""
+    where = f"under {parent!r}" if parent else "at the top level"
+    return (f"unknown config key {path!r}{hint} (known {where}: {', '.join(known) or '?'}); to add a new key on "
+            f"purpose write +{path}=...")
+
+
+def check_command_line(argv: Sequence[str]) -> None:
+    """Compose what ``experiments/run.py ARGV`` asks for before Hydra does, so that an unknown group option or
+    key exits with code 2 and one line (with suggestions) instead of Hydra's multi-line error and code 1.
+
+    Only plain runs and ``-m`` sweeps are checked (``--help``, ``--cfg`` and the like are Hydra's own); swept
+    values (``a,b``, ``range(...)``) are left to :class:`SweepCallback`, which checks every point."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(f not in ("-m", "--multirun") for f in flags):
+        return
+    overrides = [a for a in argv if not a.startswith("-")]
+    if flags:
+        overrides = [o for o in overrides if not _is_swept(o)]
+    try:
+        compose_config(overrides)
+    except GacError as e:
+        print(f"experiments/run.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _is_swept(override: str) -> bool:
+    value = override.split("=", 1)[-1]
+    return "," in value or value.startswith(("range(", "choice(", "glob(", "interval(", "tag("))
 
 
 def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -> list[list[str]]:
@@ -189,6 +250,18 @@ class SweepCallback(_Callback):
         log.info("sweep checked: %d points", len(points))
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        if (config.get("bench") or {}).get("after_sweep"):
+            _bench_after_sweep(config)  # before the table, which takes its latency from the bench
+        self._print_table(config)
+        if _FAILED_POINTS:
+            n = len(_FAILED_POINTS)
+            _FAILED_POINTS.clear()
+            print(f"experiments/run.py: error: {n} point(s) of the sweep failed (each named above); the other points "
+                  f"ran. Fix them and re-launch: finished points are skipped", file=sys.stderr)
+            sys.exit(2)
+
+    @staticmethod
+    def _print_table(config) -> None:
         try:
             from gac.analysis import format_table, load_results, table5
         except ImportError:
@@ -200,3 +273,19 @@ class SweepCallback(_Callback):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)
+
+
+def _bench_after_sweep(config) -> None:
+    """``bench.after_sweep: true``: measure the sweep's points side by side now that every job has ended
+    (:func:`gac.jobs.bench.bench_after_sweep`). A failed bench is reported, never turned into a failed sweep."""
+    from gac.jobs.bench import bench_after_sweep
+
+    try:
+        keys = [p["key"] for p in sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))]
+        bench_after_sweep(config, keys)
+    except GacError as e:
+        print(f"experiments/run.py: the after-sweep bench did not run: {e}", file=sys.stderr)
+    except Exception as e:  # the sweep's records are safe; say what went wrong and how to re-run it
+        log.exception("the after-sweep bench failed")
+        print(f"experiments/run.py: the after-sweep bench failed ({type(e).__name__}: {e}); re-run it with "
+              f"`gac bench {config.get('results_dir', 'results')}`", file=sys.stderr)

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -66,7 +67,7 @@ class JobSpec:
     knapsack_score: str = "marginal"  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
     proxy: str | None = None
     compressor_options: dict = field(default_factory=dict)
-    allocation: str = "proportional"  # resolved: spec_from_config turns "default" into the compressor's own rule
+    allocation: str = "default"  # "default": the compressor's own rule (its reference's); else see gac.compression.allocation
     calibration: dict = field(default_factory=lambda: {"source": "wikitext2", "n_samples": 32, "seq_len": 2048})
     dtype: str | None = None
     random_weights: bool = False
@@ -172,6 +173,15 @@ def spec_from_config(cfg: dict) -> JobSpec:
         v = _require(cfg, k)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise GacError(f"config: {k} must be a positive integer, got {v!r}")
+    from gac.align.candidates import check_unit
+
+    try:
+        check_unit(_require(cfg, "align.unit"))
+    except GacError as e:
+        raise GacError(f"config: align.unit: {e}") from None
+    on_busy = cfg.get("on_busy", "wait")
+    if on_busy not in ON_BUSY:
+        raise GacError(f"config: on_busy must be one of {', '.join(ON_BUSY)}, got {on_busy!r}")
     device = str(_require(cfg, "gpu.device"))
     if device.split(":")[0] not in DEVICES:
         raise GacError(f"config: gpu.device must be one of {DEVICES} (or cuda:N), got {device!r}")
@@ -250,8 +260,27 @@ class _Work:
         write_json_atomic(self.dir / f"{name}.json", obj, overwrite=True)
 
 
+def _stage_hook(loggers, stage: str) -> None:
+    """A job enters ``stage``: tell the loggers (``gac launch status`` shows it) and run any injected fault."""
+    from gac.faults import fault_point
+
+    for lg in loggers:
+        if hasattr(lg, "log_stage"):
+            lg.log_stage(stage)
+    fault_point(stage)
+
+
+_LOAD_LOCK = threading.Lock()  # transformers' loading patches process-wide state: one load at a time per process
+
+
 def load_job_model(spec: JobSpec):
-    """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights)."""
+    """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights).
+    Loads in one process are serialised (jobs run from threads of a notebook or a test)."""
+    with _LOAD_LOCK:
+        return _load_job_model(spec)
+
+
+def _load_job_model(spec: JobSpec):
     import torch
 
     if spec.random_weights:
@@ -288,32 +317,78 @@ def _prepared_cache_key(spec: JobSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False):
+def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False, on_wait=None):
     """:func:`gac.compression.prepare`, with its scores and factorizations cached by content on disk.
 
     The cache file is data (:mod:`gac.compression.prepared_io`: safetensors + JSON), keyed by the job's model,
     compressor, proxy, calibration and the code that produced it. ``refresh`` (``force=true``) ignores an existing
     entry and writes a fresh one. An unreadable or mismatching entry is reported and recomputed, never trusted.
+
+    Jobs running in parallel (Slurm array tasks of one sweep) share the work: the first takes the entry's lock
+    (``<key>.lock`` beside it) and computes; the others wait for it (``on_wait(holder)`` is called once) and load
+    its entry. A failing computer leaves the lock to the next waiter, which computes itself.
     """
+    from gac.results.lock import FileLock, describe_holder
+
+    if cache_dir is None:
+        return _prepare(spec, model, tokenizer)
+    path = cache_dir / "prepared" / f"{_prepared_cache_key(spec)}.safetensors"
+    t_request = time.time()
+    if not refresh:
+        got = _load_prepared(spec, model, path)
+        if got is not None:
+            return got
+    lock = FileLock(path.with_suffix(".lock"), what=f"scoring {path.stem}")
+    if not lock.try_acquire():
+        def waiting(h):
+            log.info("another job (%s) is computing the same scores; waiting for its cache entry", describe_holder(h))
+            if on_wait is not None:
+                on_wait(describe_holder(h))
+
+        lock.acquire(on_wait=waiting)
+    try:
+        try:
+            fresh = path.exists() and (not refresh or path.stat().st_mtime >= t_request)
+        except FileNotFoundError:
+            fresh = False
+        if fresh:  # computed by the job we waited for (with force: after this job asked for a fresh one)
+            got = _load_prepared(spec, model, path)
+            if got is not None:
+                got.timings["shared"] = True
+                return got
+        prepared = _prepare(spec, model, tokenizer)
+        try:
+            prepared.save(path)
+        except (GacError, OSError) as e:  # the cache is an optimisation: a full disk must not fail the job
+            log.warning("could not cache the scores and factorizations at %s: %s", path, e)
+        return prepared
+    finally:
+        lock.release()
+
+
+def _load_prepared(spec: JobSpec, model, path: Path):
+    from gac.compression.compress import Prepared
+
+    if not path.exists():
+        return None
+    t0 = time.perf_counter()
+    try:
+        prepared = Prepared.load(path, model, spec.compressor, spec.compressor_options, device="cpu")
+    except GacError as e:
+        log.warning("ignoring the prepared cache entry: %s", e)
+        return None
+    prepared.timings["cache_load_s"] = time.perf_counter() - t0
+    prepared.timings["cached"] = True
+    log.info("re-using cached scores and factorizations %s", path.name)
+    return prepared
+
+
+def _prepare(spec: JobSpec, model, tokenizer):
     import torch
 
-    from gac.compression.compress import Calibration, Prepared, prepare
+    from gac.compression.compress import Calibration, prepare
 
     cal = Calibration(**{k: v for k, v in spec.calibration.items() if k in Calibration.__dataclass_fields__})
-    path = None
-    if cache_dir is not None:
-        path = cache_dir / "prepared" / f"{_prepared_cache_key(spec)}.safetensors"
-        if path.exists() and not refresh:
-            t0 = time.perf_counter()
-            try:
-                prepared = Prepared.load(path, model, spec.compressor, spec.compressor_options, device="cpu")
-            except GacError as e:
-                log.warning("ignoring the prepared cache entry: %s", e)
-            else:
-                prepared.timings["cache_load_s"] = time.perf_counter() - t0
-                prepared.timings["cached"] = True
-                log.info("re-using cached scores and factorizations %s", path.name)
-                return prepared
     calib_ids = None
     if spec.calibration.get("source") == "random":  # random tokens: enough for latency studies on random weights
         g = torch.Generator().manual_seed(int(spec.calibration.get("seed", spec.seed)))
@@ -322,8 +397,6 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refr
     prepared = prepare(model, tokenizer, spec.compressor, spec.proxy, calibration=cal, calib_ids=calib_ids,
                        allocation=spec.allocation, compressor_options=spec.compressor_options)
     prepared.timings["cached"] = False
-    if path is not None:
-        prepared.save(path)
     return prepared
 
 
@@ -355,20 +428,24 @@ def _task_files(spec: JobSpec):
     raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {spec.task_files!r}")
 
 
-def _stage(work: _Work, name: str, resumed: list, compute) -> dict:
-    """A stage's output from the work dir if a previous attempt finished it, else computed (timed) and saved."""
+def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=None) -> dict:
+    """A stage's output from the work dir if a previous attempt finished it, else computed (timed in this attempt's
+    ``timings`` as ``<name>_s``) and saved. A resumed stage adds no timing: an attempt reports only what it ran."""
     got = work.get(name)
     if got is not None:
         resumed.append(name)
         return got
+    if hook is not None:
+        hook(name)
     t0 = time.perf_counter()
     got = compute()
     got["seconds"] = time.perf_counter() - t0
+    timings[f"{name}_s"] = got["seconds"]
     work.put(name, got)
     return got
 
 
-def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list) -> dict:
+def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list, hook=None) -> dict:
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
 
     ev = spec.eval
@@ -379,26 +456,28 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
             raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
         got = _stage(work, "ppl", resumed, lambda: perplexity(
             model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
-            max_windows=ev.ppl_max_windows))
+            max_windows=ev.ppl_max_windows), timings, hook)
         metrics["ppl_wikitext2"] = got["ppl"]
         details["perplexity"] = got
-        timings["ppl_s"] = got.get("seconds")
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:
             raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
         got = _stage(work, "tasks", resumed, lambda: {"results": evaluate_tasks(
-            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)})
+            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size)},
+            timings, hook)
         for t, r in got["results"].items():
             for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
                 if r.get(m) is not None:
                     metrics[f"{t}_{m}"] = r[m]
         details["tasks"] = got["results"]
-        timings["tasks_s"] = got["seconds"]
     if ev.latency:
         lat = work.get("latency") or {}
         resumed += [f"latency:{k}" for k in lat]
         t0 = time.perf_counter()
         points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
+        todo = [(b, s) for b, s in points if (f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}") not in lat]
+        if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
+            hook("latency")
         for b, s in points:
             name = f"prefill_ms@{s}" if b == 1 else f"prefill_ms@b{b}_{s}"
             if name not in lat:
@@ -419,7 +498,8 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
             metrics["prefill_ms"] = lat[main]["median_ms"]
             metrics["prefill_ms_spread"] = lat[main].get("spread_pct")
         details["latency"] = lat
-        timings["latency_s"] = time.perf_counter() - t0
+        if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in resumed):
+            timings["latency_s"] = time.perf_counter() - t0
     for k, v in metrics.items():
         if v is not None and isinstance(v, float) and not math.isfinite(v):
             raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
@@ -444,39 +524,140 @@ def _provenance(spec: JobSpec) -> dict:
     return p
 
 
+ON_BUSY = ("wait", "skip")
+
+
+def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None) -> None:
+    """Everything that can fail on bad input or a bad disk, checked before a second of compute: the store is
+    writable with room to spare, the task files match their task's schema, the checkpoint path is free."""
+    store.prepare_for_writing()
+    if spec.eval.tasks:
+        files = _task_files(spec) or {}
+        from gac.evaluation.tasks import check_local_file
+
+        for t in spec.eval.tasks:
+            if t in files:
+                check_local_file(t, files[t])
+    if save_model:
+        from gac.compression.checkpoint import check_output_dir
+
+        check_output_dir(save_model)
+
+
+def _skipped(store: ResultsStore, key: str, path: Path | None = None, why: str = "done") -> dict:
+    rec = store.read_record(key, path=path)
+    rec["skipped"] = True
+    rec["skip_reason"] = why
+    rec["_path"] = str(path or store.record_path(key))
+    return rec
+
+
+def _attempt_info() -> dict:
+    return {"host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+            "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, overrides: Sequence[str] = (),
-            force: bool = False, loggers: Sequence = (), save_model: str | None = None) -> dict:
+            force: bool = False, loggers: Sequence = (), save_model: str | None = None, on_busy: str = "wait",
+            lock_timeout: float | None = None) -> dict:
     """Run one job end to end and write its record. Returns the record (or the existing one if done).
 
-    A failure is written to the store with its error (``failures/<key>/``) and re-raised.
+    The job holds the store's lock for its key while it runs (:mod:`gac.results.lock`): an identical job started
+    meanwhile waits for it (``on_busy="wait"``, then returns its record marked ``skipped``) or returns at once
+    (``"skip"``). A failure is written to the store with its error (``failures/<key>/``) and re-raised; each
+    attempt (completed, failed, or interrupted by a kill) is kept in the record's ``attempts`` with its own timings.
     """
+    from gac.jobs.tracking import append_event
+
+    if on_busy not in ON_BUSY:
+        raise GacError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
     key = spec.key
+    _preflight(spec, store, save_model)
+    lock = store.lock(key)
     if store.is_done(key) and not force:
         log.info("job %s is done (%s); skipping (force=true re-runs it)", key, store.record_path(key))
-        rec = read_json(store.record_path(key), "result record")
-        rec["skipped"] = True
+        rec = _skipped(store, key)
+        if lock.try_acquire():  # breaks the stale lock of a job killed after publishing its record
+            lock.release()
         return rec
+    t_request = time.time()
+    if not lock.try_acquire():
+        from gac.results.lock import describe_holder
+
+        holder = lock.holder()
+        if on_busy == "skip":
+            log.info("job %s is running on %s; skipping it (on_busy=skip)", key, describe_holder(holder))
+            return {"key": key, "job": spec.job_fields(), "skipped": True, "skip_reason": "busy", "busy": holder}
+
+        def waiting(h):
+            log.info("job %s is running on %s; waiting for it to finish", key, describe_holder(h))
+            append_event(store.root, key, "waiting", what="job", holder=describe_holder(h))
+
+        lock.acquire(timeout=lock_timeout, on_wait=waiting)
+    try:
+        if not force and store.is_done(key):  # the identical job we waited for finished it
+            log.info("job %s was finished by the job this one waited for; skipping", key)
+            return _skipped(store, key, why="finished by an identical job")
+        if force:
+            fresh = [p for p in store.record_paths(key) if p.stat().st_mtime >= t_request]
+            if fresh:
+                return _skipped(store, key, path=fresh[-1], why="re-run by an identical forced job")
+        store.clean_leftovers(key)
+        return _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_model)
+    finally:
+        lock.release()
+
+
+def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_model) -> dict:
+    from gac.jobs.tracking import append_event
+
     work = _Work(store, key)
     if force and work.dir.exists():  # a forced re-run measures everything again
         import shutil
 
         shutil.rmtree(work.dir)
-    timings: dict = {}  # seconds per stage (numbers only)
+    attempts = list((work.get("attempts") or {}).get("attempts", []))
+    for a in attempts:
+        if a.get("outcome") in (None, "running"):
+            a["outcome"] = "interrupted"  # killed (or its node lost) before it could say how it ended
+    attempt = {"attempt": len(attempts) + 1, **_attempt_info(), "ended": None, "outcome": "running"}
+    attempts.append(attempt)
+    work.put("attempts", {"attempts": attempts})
+    timings: dict = {}  # seconds per stage measured by THIS attempt (numbers only)
     stages: dict = {"resumed": [], "prepare_cached": None}  # what a resumed job or a warm cache saved
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
     for lg in loggers:
         lg.start(key, spec, base["config"])
+
+    def hook(stage: str) -> None:
+        attempt.update(stage=stage, timings=dict(timings))  # how far an attempt got, even if it is killed next
+        work.put("attempts", {"attempts": attempts})
+        _stage_hook(loggers, stage)
+
+    def end_attempt(outcome: str, error: str | None = None) -> None:
+        attempt.update(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), outcome=outcome,
+                       timings=dict(timings), resumed=list(stages["resumed"]))
+        if error:
+            attempt["error"] = error
+
     try:
+        hook("load")
         t0 = time.perf_counter()
         model, tokenizer = load_job_model(spec)
         timings["load_s"] = time.perf_counter() - t0
         plan_json, report, profile_meta = None, None, None
         if not spec.is_baseline:
+            hook("prepare")  # calibration, scoring, factorization (or the shared cache entry)
             t0 = time.perf_counter()
-            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force)
+            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force,
+                                      on_wait=lambda h: append_event(store.root, key, "waiting", what="scoring",
+                                                                     holder=h))
             timings["compress_prepare_s"] = time.perf_counter() - t0
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
+            hook("plan")
             t0 = time.perf_counter()
             targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
             filt, profile = _candidate_filter(spec, targets, store.cache_dir)
@@ -497,9 +678,10 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
 
                 save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
         t0 = time.perf_counter()
-        ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"])
+        ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"], hook)
         timings["evaluate_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_job
+        end_attempt("completed")
         record = {
             **base,
             "metrics": ev["metrics"],
@@ -512,22 +694,44 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
             "evaluation": ev["details"],
             "profile": profile_meta,
             "timings": timings,
+            "attempts": attempts,
             "stages": stages,
             "provenance": _provenance(spec),
         }
-        path = store.write_record(key, record)
-        record = read_json(path, "result record")  # exactly what was stored (schema, key, created added)
-        record["_path"] = str(path)
+        if lock.lost:
+            log.warning("job %s lost its lock while running (it was silent longer than the stale bound); an "
+                        "identical job may have taken over", key)
+        path = store.write_record(key, record, rerun=force)
+        try:
+            work.put("attempts", {"attempts": attempts})
+        except GacError as e:  # the record is written: a bookkeeping file must not fail the job
+            log.warning("could not update %s: %s", work.dir / "attempts.json", e)
+        stored = store.read_record(key, path=path)  # exactly what was stored (schema, key, created added)
+        mine = (stored.get("attempts") or [{}])[-1]
+        if (mine.get("pid"), mine.get("started"), mine.get("host")) != (attempt["pid"], attempt["started"],
+                                                                         attempt["host"]):
+            log.warning("an identical job wrote the record of %s meanwhile; it was kept, this run's discarded", key)
+            stored["skipped"] = True
+        stored["_path"] = str(path)
         for lg in loggers:
-            lg.log_record(record)
-        return record
+            lg.log_record(stored)
+        return stored
     except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+        end_attempt("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", error)
+        try:
+            work.put("attempts", {"attempts": attempts})
+        except Exception as e2:  # noqa: BLE001 - never mask the job's own error
+            log.warning("could not update the attempts of %s: %s", key, e2)
         if isinstance(e, KeyboardInterrupt):
             raise
-        store.write_failure(key, {**base, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                  "timings": timings, "provenance": _safe_provenance(spec)})
+        try:
+            store.write_failure(key, {**base, "error": error, "traceback": traceback.format_exc(),
+                                      "timings": timings, "attempt": attempt, "provenance": _safe_provenance(spec)})
+        except Exception as e2:  # noqa: BLE001 - a full disk must not hide the job's own error
+            log.error("could not record the failure of %s: %s", key, e2)
         for lg in loggers:
-            lg.log_failure(f"{type(e).__name__}: {e}")
+            lg.log_failure(error)
         raise
     finally:
         for lg in loggers:

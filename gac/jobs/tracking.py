@@ -26,26 +26,39 @@ class RunLogger(Protocol):
     def finish(self) -> None: ...
 
 
+def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> None:
+    """Append one event to ``<results_dir>/runs/<key>.jsonl`` (one JSON object per line, appended in one write)."""
+    d = Path(results_dir) / "runs"
+    d.mkdir(parents=True, exist_ok=True)
+    t = time.time()
+    ev = {"event": kind, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "t": t,
+          "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **kw}
+    with open(d / f"{key}.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(ev, default=str) + "\n")
+
+
 class DiskLogger:
-    """Appends job events to ``<results_dir>/runs/<key>.jsonl`` (started / completed / failed, with the host and
-    Slurm job id), which ``gac launch status`` reads to tell running jobs from pending ones."""
+    """Appends job events to ``<results_dir>/runs/<key>.jsonl`` (started / stage / completed / failed, with the
+    host, pid and Slurm job id), which ``gac launch status`` reads beside the job's lock."""
 
     def __init__(self, results_dir: str | os.PathLike):
-        self.dir = Path(results_dir) / "runs"
+        self.root = Path(results_dir)
+        self.dir = self.root / "runs"
         self.path: Path | None = None
+        self.key: str | None = None
 
     def _event(self, kind: str, **kw) -> None:
-        if self.path is None:
+        if self.key is None:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        ev = {"event": kind, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **kw}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(ev, default=str) + "\n")
+        append_event(self.root, self.key, kind, **kw)
 
     def start(self, key, spec, config) -> None:
+        self.key = key
         self.path = self.dir / f"{key}.jsonl"
         self._event("started", job=spec.job_fields())
+
+    def log_stage(self, stage: str) -> None:
+        self._event("stage", stage=stage)
 
     def log_record(self, record) -> None:
         self._event("completed", metrics=record.get("metrics"), record=record.get("_path"))
@@ -55,6 +68,7 @@ class DiskLogger:
 
     def finish(self) -> None:
         self.path = None
+        self.key = None
 
 
 class WandbLogger:

@@ -1,23 +1,148 @@
-"""A sweep's points and their state in the results store: done, failed, running or pending."""
+"""A sweep's points and their state in the results store, told truthfully.
+
+=============  =====================================================================================================
+state          meaning
+=============  =====================================================================================================
+done           its record exists and reads as a completed gac record
+corrupt        its record exists but cannot be read (damaged or edited): the detail says which file and the fix
+running        a live job holds the point's lock (same machine: its process is alive; elsewhere: Slurm says it runs,
+               or its heartbeat is fresh); the detail gives host, pid, Slurm job, stage and "retry" after failures
+interrupted    a job started it and is gone without finishing (kill -9, OOM, a lost node, a preempted Slurm job):
+               its lock is stale, or its events end without an outcome; re-launching resumes its finished stages
+failed         its last attempt failed (the error is in ``failures/<key>/``)
+pending        nothing ran yet
+=============  =====================================================================================================
+
+A ``--results-dir`` that is not a store (a typo) is an error, not a sweep of pending points.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from gac.results import ResultsStore
+from gac.results.lock import describe_holder, read_holder, same_machine, stale_reason
+from gac.results.store import CorruptRecord
+
+SLURM_ALIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
+               "STAGE_OUT"}
+_OUTCOMES = ("completed", "failed")
 
 
-def _last_event(store: ResultsStore, key: str) -> dict | None:
+def _events(store: ResultsStore, key: str) -> list[dict]:
     p = store.root / "runs" / f"{key}.jsonl"
-    if not p.exists():
-        return None
-    lines = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    out = []
     try:
-        return json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for ln in lines:
+        try:
+            ev = json.loads(ln)
+        except ValueError:
+            continue  # a line cut by a kill mid-append
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+def _last_attempt_events(events: list[dict]) -> list[dict]:
+    starts = [i for i, ev in enumerate(events) if ev.get("event") == "started"]
+    return events[starts[-1]:] if starts else []
+
+
+def _stage(events: list[dict]) -> str | None:
+    stages = [ev.get("stage") for ev in _last_attempt_events(events) if ev.get("event") == "stage"]
+    return stages[-1] if stages else None
+
+
+class _Slurm:
+    """Slurm job states from ``squeue`` (then ``sacct``), when Slurm is installed here; cached per status call."""
+
+    def __init__(self):
+        self.squeue = shutil.which("squeue")
+        self.sacct = shutil.which("sacct")
+        self.cache: dict[str, str | None] = {}
+
+    def state(self, job_id: str) -> str | None:
+        """The job's state (``RUNNING``, ``PENDING``, ``FAILED``...), ``GONE`` if Slurm no longer knows it, None when
+        Slurm cannot be asked."""
+        if job_id in self.cache:
+            return self.cache[job_id]
+        state = None
+        try:
+            if self.squeue:
+                r = subprocess.run([self.squeue, "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
+                                   timeout=20)
+                if r.returncode == 0 and r.stdout.strip():
+                    state = r.stdout.split()[0].upper()
+                else:  # not in the queue any more (or unknown): ask the accounting, else call it gone
+                    if self.sacct:
+                        r2 = subprocess.run([self.sacct, "-n", "-X", "-P", "-j", str(job_id), "-o", "State"],
+                                            capture_output=True, text=True, timeout=20)
+                        got = r2.stdout.split()
+                        if r2.returncode == 0 and got:
+                            state = got[-1].upper()
+                    if state is None and (r.returncode == 0 or "invalid job id" in r.stderr.lower()):
+                        state = "GONE"
+        except (OSError, subprocess.SubprocessError):
+            state = None
+        self.cache[job_id] = state
+        return state
+
+
+def point_state(store: ResultsStore, key: str, slurm: _Slurm | None = None, now: float | None = None) -> dict:
+    """``{"state", "detail", "stage", "holder"}`` of one key in ``store`` (see the module docstring)."""
+    now = time.time() if now is None else now
+    if store.is_done(key):
+        try:
+            store.read_record(key)
+        except CorruptRecord as e:
+            return {"state": "corrupt", "detail": str(e)}
+        reruns = len(store.record_paths(key)) - 1
+        return {"state": "done", "detail": str(store.record_path(key)) + (f" (+{reruns} re-run)" if reruns else "")}
+    events = _events(store, key)
+    failures = store.failure_paths(key)
+    holder = read_holder(store.lock_path(key))
+    stage = _stage(events)
+    at = f", stage {stage}" if stage else ""
+    if holder is not None:
+        reason = stale_reason(holder, now=now)
+        job = holder.get("slurm_job_id")
+        if reason is None and job and not same_machine(holder) and slurm is not None:
+            st = slurm.state(job)
+            if st is not None and st not in SLURM_ALIVE:
+                reason = f"Slurm job {job} is {st.lower()}"
+        if reason is None:
+            detail = f"on {describe_holder(holder)}{at}"
+            if failures:
+                detail = f"retry after {len(failures)} failure(s) ({_error(failures[-1])}); {detail}"
+            return {"state": "running", "detail": detail, "stage": stage, "holder": holder}
+        return {"state": "interrupted", "detail": f"{reason} (was {describe_holder(holder)}{at}); re-launch to resume",
+                "stage": stage, "holder": holder}
+    last = _last_attempt_events(events)
+    if last and not any(ev.get("event") in _OUTCOMES for ev in last):
+        ev = last[0]
+        return {"state": "interrupted", "stage": stage,
+                "detail": f"started on {ev.get('host')} pid {ev.get('pid')} at {ev.get('time')}{at} and never "
+                          f"finished; re-launch to resume"}
+    if failures:
+        return {"state": "failed", "detail": _error(failures[-1])}
+    return {"state": "pending", "detail": None}
+
+
+def _error(path: Path) -> str:
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        return str(rec.get("error")) if isinstance(rec, dict) else f"unreadable failure record {path}"
+    except (OSError, ValueError):
+        return f"unreadable failure record {path}"
 
 
 def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> list[dict]:
@@ -25,30 +150,20 @@ def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> li
     from gac.jobs.experiment import sweep_points
 
     points = sweep_points(overrides)
-    rows, seen = [], set()
+    rows, seen, stores = [], set(), {}
+    slurm = _Slurm()
     for pt in points:
-        root = Path(results_dir or pt["config"].get("results_dir", "results")).expanduser().resolve()
-        store = ResultsStore(root)
+        root = Path(os.path.expanduser(str(results_dir or pt["config"].get("results_dir", "results")))).resolve()
+        if root not in stores:
+            stores[root] = ResultsStore(root).require()
+        store = stores[root]
         key = pt["key"]
-        state = store.status(key)
-        detail = None
-        if state == "failed":
-            last = sorted((store.failures_dir / key).glob("*.json"))[-1]
-            try:
-                detail = json.loads(last.read_text()).get("error")
-            except ValueError:
-                detail = f"unreadable failure record {last}"
-            ev = _last_event(store, key)
-            if ev and ev.get("event") == "started" and ev.get("time", "") > last.name:
-                state, detail = "running", f"retry on {ev.get('host')} (slurm job {ev.get('slurm_job_id')})"
-        elif state == "pending":
-            ev = _last_event(store, key)
-            if ev and ev.get("event") == "started":
-                state, detail = "running", f"on {ev.get('host')} since {ev.get('time')} (slurm job {ev.get('slurm_job_id')})"
-        elif state == "done":
-            detail = str(store.record_path(key))
+        st = point_state(store, key, slurm)
+        detail = st.get("detail")
         if key in seen:
             detail = "same job as an earlier point (shares its record)"
         seen.add(key)
-        rows.append({"overrides": pt["overrides"], "key": key, "state": state, "detail": detail})
+        rows.append({"overrides": pt["overrides"], "key": key, "state": st["state"], "detail": detail,
+                     "stage": st.get("stage")})
     return rows
+

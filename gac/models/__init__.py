@@ -79,11 +79,12 @@ def model_kind(spec: str | os.PathLike) -> str:
     return "hub"
 
 
-def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu"):
+def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify: bool = True):
     """``(model, tokenizer)`` for ``spec`` (see the module docstring), in eval mode on ``device``.
 
     ``dtype``: a ``torch.dtype`` or a name (``"fp16"``, ``"bf16"``, ``"fp32"``, ``"auto"``); None keeps the loader's
-    default (float32 for ``tiny``, the checkpoint's own dtype for ``from_pretrained``).
+    default (float32 for ``tiny``, the checkpoint's own dtype for ``from_pretrained``). ``verify``: check a gac
+    checkpoint's weights against their recorded sha256 (False skips it for a file you trust).
     """
     dtype = resolve_dtype(dtype)
     device = _check_device(device)
@@ -100,7 +101,7 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu"):
             raise GacError(
                 f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.compression.checkpoint); update gac"
             ) from None
-        loaded = load_checkpoint(s, dtype=dtype, device=device)
+        loaded = load_checkpoint(s, dtype=dtype, device=device, verify=verify)
         if isinstance(loaded, tuple) and len(loaded) == 2:
             model, tokenizer = loaded
         else:

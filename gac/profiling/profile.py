@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from gac.errors import GacError
+from gac.io import temp_path
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,8 @@ class HardwareProfile:
         msg = (
             f"hardware profile was measured on {self.device_name!r} but the job runs on {want!r}; its cliffs need "
             f"not hold there. Measure a profile on this device (python experiments/profile.py device=cuda "
-            f"out_dir=...), or pass allow_device_mismatch=true to use it anyway"
+            f"out_dir=...), or allow the mismatch to use it anyway (a job: gpu.allow_profile_mismatch=true; Python: "
+            f"allow_device_mismatch=True)"
         )
         if not allow_mismatch:
             raise GacError(msg)
@@ -184,12 +186,15 @@ class HardwareProfile:
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
         table_file = out / f"table.{fmt}"
-        tmp = table_file.with_suffix(table_file.suffix + ".tmp")
-        if fmt == "parquet":
-            self.table.to_parquet(tmp, index=False)
-        else:
-            self.table.to_csv(tmp, index=False)
-        os.replace(tmp, table_file)
+        tmp = temp_path(table_file)  # unique per writer: two jobs caching one profile cannot mix their files
+        try:
+            if fmt == "parquet":
+                self.table.to_parquet(tmp, index=False)
+            else:
+                self.table.to_csv(tmp, index=False)
+            os.replace(tmp, table_file)
+        finally:
+            tmp.unlink(missing_ok=True)
         meta = dict(
             self.meta,
             format=FORMAT,
@@ -199,9 +204,12 @@ class HardwareProfile:
             rows=len(self.table),
             columns=list(COLUMNS),
         )
-        tmp = out / (META_FILE + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-        os.replace(tmp, out / META_FILE)
+        tmp = temp_path(out / META_FILE)
+        try:
+            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+            os.replace(tmp, out / META_FILE)
+        finally:
+            tmp.unlink(missing_ok=True)
         self.meta = {k: v for k, v in meta.items() if k not in _FILE_KEYS}
         log.info("saved hardware profile (%d rows, %s) to %s", len(self.table), self.device_name, out)
         return out

@@ -112,7 +112,7 @@ def test_infeasible_budget_names_minimum(tmp_path, capsys):
 
 def test_bad_flags(tmp_path, capsys):
     assert "did you mean 'gac'" in _bad(tmp_path, GOOD, capsys, "--strategy", "gca")
-    assert "alignment unit must be a positive integer" in _bad(tmp_path, GOOD, capsys, "--unit", "0")
+    assert "alignment unit must be a positive multiple of 8" in _bad(tmp_path, GOOD, capsys, "--unit", "0")
 
 
 def test_missing_file(tmp_path, capsys):

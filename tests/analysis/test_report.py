@@ -23,7 +23,7 @@ def test_report_writes_every_table_and_figure(tmp_path, capsys):
     from tests.analysis.test_tables import EXPECTED_MD
 
     md = (out / "table5_tiny_a100_r0.15.md").read_text()
-    assert md == "**Table 5: tiny on a100 at ratio 0.15 (prefill_ms, seq_len 1024)**\n\n" + EXPECTED_MD
+    assert md == "**Table 5: tiny on a100 at ratio 0.15 (prefill_ms, seq_len 1024; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs))**\n\n" + EXPECTED_MD
     assert "\\begin{tabular}" in (out / "table5_tiny_a100_r0.15.tex").read_text()
     index = (out / "index.md").read_text()
     assert "- table5_tiny_a100_r0.15.md" in index and EXPECTED_MD in index

@@ -46,7 +46,7 @@ EXPECTED_MD = """\
 def test_table5_equals_hand_computed(df):
     t = table5(df, ratio=0.15)
     pd.testing.assert_frame_equal(t, EXPECTED, check_exact=False, rtol=1e-12)
-    assert t.attrs["caption"] == "Table 5: tiny on a100 at ratio 0.15 (prefill_ms, seq_len 1024)"
+    assert t.attrs["caption"] == "Table 5: tiny on a100 at ratio 0.15 (prefill_ms, seq_len 1024; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs))"
 
 
 def test_table5_markdown_and_latex(df):

@@ -82,8 +82,10 @@ def test_damaged_checkpoint_fails_loudly(saved, tmp_path):
     key = next(k for k in sd if k.endswith("q_proj.down.weight"))
     del sd[key]
     save_file(sd, d / "gac_model.safetensors")
-    with pytest.raises(GacError, match="do not match"):
+    with pytest.raises(GacError, match="sha256"):
         load_checkpoint(d)
+    with pytest.raises(GacError, match="do not match"):  # without the hash, strict loading still refuses it
+        load_checkpoint(d, verify=False)
     meta = json.loads((d / META_FILE).read_text())
     meta["format"] = "something-else"
     (d / META_FILE).write_text(json.dumps(meta))

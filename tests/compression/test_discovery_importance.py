@@ -161,12 +161,14 @@ def test_sensitivity_allocation_asvd():
         prepare(m, None, "palu", calib_ids=ids, allocation="sensitivity")
 
 
-def test_pruner_default_layer_range_scales_paper():
+def test_pruner_default_layer_range_is_the_reference():
     from gac.compression.compressors import get_compressor
 
     m = small_model(num_hidden_layers=32, hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1)
     units = get_compressor("llm_pruner").units(m, discover(m))
-    assert [u.meta["layer"] for u in units] == list(range(3, 32))  # the paper's layers 3-31
+    assert [u.meta["layer"] for u in units] == list(range(3, 31))  # the reference's range(3, 31): layers 3-30
+    paper = get_compressor("llm_pruner", layers="paper").units(m, discover(m))
+    assert [u.meta["layer"] for u in paper] == list(range(3, 32))  # the GAC paper's layers 3-31
 
 
 def test_calibration_runs_each_layer_once_per_sample_and_never_the_head():

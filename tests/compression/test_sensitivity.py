@@ -20,7 +20,7 @@ from gac.compression.allocation import (
 from gac.compression.compress import Prepared, compressed_weight_params, prepare
 from gac.compression.compressors import get_compressor
 from gac.compression.modules import LowRankLinear, get_module
-from gac.errors import GacError
+from gac.errors import GacError, InfeasibleBudgetError
 
 # ----------------------------------------------------------------------------------- the search on planted tables
 
@@ -108,8 +108,10 @@ def test_the_budget_always_holds_and_no_larger_cut_fits():
 
 def test_a_budget_below_the_grid_is_an_error():
     table = [[20.0, 15.0, 12.0]] * 3
-    with pytest.raises(GacError, match="smallest kept ratio \\(0.4\\)"):
-        sensitivity_allocation(DENSE, PPD, CAP, table, GRID, 10.0, sum(_cost(i, 0.4) for i in range(3)) - 1, DDIM)
+    need = sum(_cost(i, 0.4) for i in range(3))
+    with pytest.raises(InfeasibleBudgetError, match="smallest kept ratio 0.4") as e:
+        sensitivity_allocation(DENSE, PPD, CAP, table, GRID, 10.0, need - 1, DDIM)
+    assert e.value.min_budget == need and e.value.budget == need - 1
 
 
 @pytest.mark.parametrize("grid,msg", [

@@ -41,7 +41,7 @@ def test_gpu_configs_select_cuda_and_a_profile():
 
 def test_model_specialisation_applies():
     spec = _spec(["model=llama3_8b", "compressor=llm_pruner"])
-    assert spec.compressor_options == {"layers": "3:"}
+    assert spec.compressor_options == {"layers": "paper"}
     assert _spec(["model=tiny", "compressor=llm_pruner"]).compressor_options == {"layers": None}
 
 

@@ -35,10 +35,8 @@ def test_lowrank_keeps_multiples_of_16_from_tc_rule(paper_like):
 
 def test_head_dim_consults_sdpa_only(paper_like):
     f = ProfileFilter(paper_like)
-    dims = rule_candidates(107.3, None, 4, 4)  # 92..120 step 4: the odd multiples of 4 are SDPA cliffs
-    assert candidate_set(_t(kind="head_dim"), unit=4, window=4, candidate_filter=f) == tuple(
-        d for d in dims if d % 8 == 0
-    )
+    dims = tuple(range(92, 121, 4))  # multiples of 4 (gac units are multiples of 8): the odd ones are SDPA cliffs
+    assert tuple(f(_t(kind="head_dim"), dims)) == tuple(d for d in dims if d % 8 == 0)
     # head_dim is not a GEMM K: 104 (not a multiple of 16) stays
     assert 104 in f(_t(kind="head_dim"), [104, 112])
 

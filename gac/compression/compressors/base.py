@@ -119,6 +119,32 @@ class Compressor:
         """Swap the modules of the units in ``dims``; return the replaced modules by name (to undo a probe)."""
         raise NotImplementedError
 
+    def module_specs(self, model: nn.Module, units: list[Unit], dims: dict[str, int]) -> dict[str, dict]:
+        """The :func:`~gac.compression.modules.module_spec` of every module :meth:`apply` would install for ``dims``,
+        by module name, read from shapes alone (no factors, no weights): what :mod:`gac.compression.structure`
+        builds a plan's model from. Units not in ``dims`` stay as they are (as in :meth:`apply`)."""
+        raise GacError(f"compressor {self.name!r} cannot describe its modules from a plan (no module_specs); "
+                       f"implement {type(self).__name__}.module_specs to build its structure from shapes")
+
+    def check_dims(self, units: list[Unit], dims: dict[str, int], dense_ok: bool = False) -> None:
+        """A plan's ``dims`` name only these units, each an integer in ``1..d_cap`` (the range :meth:`apply` accepts);
+        with ``dense_ok`` a low-rank unit may also sit at ``d_full`` = min(out, in): its weight kept unfactorised (how
+        plans write a dense candidate)."""
+        by_name = {u.name: u for u in units}
+        unknown = [n for n in dims if n not in by_name]
+        if unknown:
+            more = f" (+{len(unknown) - 3} more)" if len(unknown) > 3 else ""
+            raise GacError(
+                f"plan targets {unknown[:3]}{more} do not exist in this architecture for {self.name} (its {len(units)} "
+                f"targets look like {units[0].name!r} if units else 'nothing'); the plan was made for another model, "
+                f"compressor or compressor options — bench it with the model and options it was made for")
+        for n, d in dims.items():
+            u = by_name[n]
+            dense = dense_ok and u.kind == "lowrank" and d == u.d_full
+            if isinstance(d, bool) or not isinstance(d, int) or not (1 <= d <= u.d_cap or dense):
+                raise GacError(f"plan dim {d!r} for {n} is outside its valid range 1..{u.d_cap} ({u.kind}); the plan "
+                               f"does not fit this architecture")
+
     def error_curve(self, unit: Unit, factors: dict):
         """Per-dimension error of dropping dimension k (descending), in the compressor's own metric, or None.
 

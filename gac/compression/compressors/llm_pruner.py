@@ -1,13 +1,31 @@
-"""LLM-Pruner-style structured pruning of MLP intermediate channels (Ma et al. 2023).
+"""LLM-Pruner: structured pruning of MLP intermediate channels (Ma et al. 2023; reference ``horseee/LLM-Pruner``).
 
 One unit per pruned layer: its MLP width d (gate_proj as the root; the same channels leave up_proj rows and
-down_proj columns), ``params(d) = d * (hidden_in(gate) + hidden_in(up) + hidden_out(down))``. Channels are ranked by
-the proxy's additive energy summed over the coupled group (default: first-order Taylor ``sum |w * g|``, LLM-Pruner's
-element-wise criterion, accumulated one calibration sample at a time). The per-layer widths come from the allocation.
-Default layers: the paper's "layers 3-31 of 32" scaled to the model depth (``floor(3 L / 32)`` to the last layer).
+down_proj columns), ``params(d) = d * (hidden_in(gate) + hidden_in(up) + hidden_out(down))``. Attention heads are
+not pruned (the GAC paper prunes the MLP only; the reference's block-wise mode also prunes heads).
+
+What reproduces the reference's defaults (``hf_prune.py`` / ``llama3.py`` with ``--pruner_type taylor``), and what
+gac adds as named options:
+
+* **importance**: proxy ``taylor``, the reference's default ``--taylor param_first``: channel ``c`` scores
+  ``sum_j |w_cj g_cj|`` over gate_proj row c, plus the same over up_proj row c, plus ``sum_i |w_ic g_ic|`` over
+  down_proj column c (``--grouping_strategy sum``), where ``g`` is *one* gradient of the mean next-token loss over
+  the calibration batch (gac sums per-sample gradients, which for equal-length samples is that gradient exactly).
+  The paper's Table 1 proxy ``gradient`` (``|dL/dh_c . h_c|`` per output channel, per sample) and the others stay
+  selectable.
+* **allocation**: ``uniform``: every pruned layer keeps the same fraction of its channels (the reference's
+  ``--pruning_ratio`` is a per-layer ``ch_sparsity``; global pruning is off by default). ``proportional`` (gac's
+  Eq. 2 rule) is an option.
+* **layers** (``layers``): default ``"reference"``: the reference's ``--block_mlp_layer_start 3
+  --block_mlp_layer_end 31``, i.e. ``range(3, 31)`` = layers 3..30 of a 32-layer Llama, scaled to the depth L as
+  ``range(floor(3 L / 32), L - ceil(L / 32))`` (the first ~10% and the last ~3% of the layers stay dense; tiny's 4
+  layers: 0..2). ``"paper"``: the GAC paper's "layers 3-31 (29/32)", ``range(floor(3 L / 32), L)``. A python slice
+  string (``"3:"``), a ``(start, end)`` pair or a list of indices also work.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -17,7 +35,7 @@ from gac.compression.compressors.pruning_math import channel_order, kept_channel
 from gac.compression.discovery import ModelLayout
 from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import get_module, replace_module
-from gac.errors import GacError
+from gac.errors import GacError, unknown_name
 
 
 def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -30,16 +48,35 @@ def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
     return m
 
 
+LAYER_PRESETS = ("reference", "paper")
+
+
+def layer_range(preset: str, n_layers: int) -> range:
+    """The pruned layers of a preset for an ``n_layers``-deep model (module docstring)."""
+    start = (3 * n_layers) // 32
+    if preset == "paper":
+        return range(start, n_layers)
+    if preset == "reference":
+        return range(start, n_layers - math.ceil(n_layers / 32))
+    raise unknown_name("LLM-Pruner layer preset", str(preset), LAYER_PRESETS)
+
+
 class LLMPruner(Compressor):
     name = "llm_pruner"
-    default_proxy = "gradient"
+    default_proxy = "taylor"
+    default_allocation = "uniform"
 
     def __init__(self, layers=None):
+        if isinstance(layers, str) and layers not in LAYER_PRESETS and not any(c.isdigit() for c in layers):
+            raise unknown_name("LLM-Pruner layers (a preset, or a slice such as '3:31')", layers, LAYER_PRESETS)
         self.layers = layers
 
     def units(self, model, layout: ModelLayout) -> list[Unit]:
         L = layout.num_layers
-        idx = parse_layers(self.layers, L, default=range((3 * L) // 32, L))
+        if self.layers is None or self.layers in LAYER_PRESETS:
+            idx = parse_layers(None, L, default=layer_range(self.layers or "reference", L))
+        else:
+            idx = parse_layers(self.layers, L)
         out = []
         for i in idx:
             li = layout.layers[i]
@@ -82,6 +119,18 @@ class LLMPruner(Compressor):
 
     def error_curve(self, unit, factors):
         return factors.get(unit.name, {}).get("energy")
+
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        out = {}
+        for u in units:
+            if u.name in dims:
+                w = int(dims[u.name])
+                g, up, d = (get_module(model, n) for n in u.modules)
+                out[u.modules[0]] = {"type": "linear", "in": g.in_features, "out": w, "bias": g.bias is not None}
+                out[u.modules[1]] = {"type": "linear", "in": up.in_features, "out": w, "bias": up.bias is not None}
+                out[u.modules[2]] = {"type": "linear", "in": w, "out": d.out_features, "bias": d.bias is not None}
+        return out
 
     def apply(self, model, units, dims, factors):
         old = {}

@@ -149,3 +149,26 @@ def svdllm_factors(
     if not torch.isfinite(B).all():
         raise GacError(f"{name}: whitening produced non-finite factors ({how}); raise eps")
     return A.float(), B.float(), how
+
+
+def whitened_factors(
+    W: torch.Tensor, L: torch.Tensor, max_rank: int | None = None, name: str = "weight"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SVD of ``W L`` for a given square root ``L`` of ``X^T X`` (from :func:`whitening`), ``B = sqrt(S) V^T L^-1``.
+
+    The truncation minimises the output error ``||(W - AB) X^T||_F``. PaLU's default ``whiten`` decomposition: one
+    ``L`` per projection, shared by its head groups (``W`` is one group's rows).
+    """
+    W64 = _check(W, name)
+    n = W64.shape[1]
+    if L.shape != (n, n):
+        raise GacError(f"{name}: the whitening factor has shape {tuple(L.shape)}, expected ({n}, {n})")
+    L = L.to(device=W64.device, dtype=torch.float64)
+    k = _rank(W64, max_rank)
+    U, S, Vh = _svd(W64 @ L)
+    A, M = _balanced(U, S, Vh, k)
+    with _lapack_threads(L):
+        B = torch.linalg.solve(L.T, M.T, left=True).T  # M L^-1
+    if not torch.isfinite(B).all():
+        raise GacError(f"{name}: whitening produced non-finite factors; the calibration X^T X is degenerate")
+    return A.float(), B.float()

@@ -1,10 +1,35 @@
-"""PaLU-style low-rank K/V projections per head group (Chang et al. 2025).
+"""PaLU: low-rank K/V projections per head group (Chang et al. 2025; reference ``shadowpa0327/Palu``).
 
-Each K and V projection is split into groups of ``group_size`` KV heads (the largest divisor of the KV head count
-not above ``group_size``; PaLU's G-LRD uses 4); every group gets its own rank, allocated by Fisher importance by
-default and aligned by gac. A group ``W_g`` (group_size * head_dim x hidden) is factorised by truncated SVD; the
-compressed projection is a :class:`~gac.compression.modules.GroupedLowRankLinear` (one shared down-projection to the latent,
-one up-projection per group), so ``params(r_g) = r_g * (hidden + group_size * head_dim)``.
+Each K and V projection is split into groups of ``group_size`` KV heads (PaLU's G-LRD; ``--head_group_size``,
+default 4); every group ``W_g`` (``group_size * head_dim x hidden``) gets its own rank. The compressed projection is a
+:class:`~gac.compression.modules.GroupedLowRankLinear` (one shared down-projection to the latent, one up-projection
+per group), so ``params(r_g) = r_g * (hidden + group_size * head_dim)``.
+
+What reproduces the reference's defaults (``compress.py``: ``--decompose_method whiten``, ``--search_method
+fisher_uniform``), and what gac adds as named options:
+
+=================  ==============================================  ===============================================
+option             default (PaLU's)                                alternatives
+=================  ==============================================  ===============================================
+``decomposition``  ``whiten``: SVD of ``W_g L`` with ``L`` the      ``svd``: plain truncated SVD of ``W_g``
+                   Cholesky factor of the calibration ``X^T X``
+                   of the projection's input (shared by its
+                   groups), ``B = sqrt(S) V^T L^-1``
+proxy              ``fisher_rms``: per element ``sqrt(mean g^2)``  any proxy (``fisher``, ``magnitude``, ...)
+allocation         ``fisher_uniform``: one score per projection,   ``proportional`` (gac's Eq. 2 rule, per group),
+                   rank proportional to it, split evenly over      ``uniform``
+                   the projection's head groups
+``rank_cap``       ``full``: a group's rank may reach its full     ``break_even``: at most the rank whose factors
+                   rank ``group_size * head_dim`` (PaLU caps at    hold no more parameters than the dense group
+                   the full rank; it compresses the KV cache, so
+                   a rank past break-even is allowed)
+=================  ==============================================  ===============================================
+
+PaLU then rounds each group's rank to the nearest multiple of 32 (at least 32): in gac that is the ``round_nearest``
+strategy with ``unit=32``; the ``unaligned`` strategy keeps the search's ranks as integers.
+
+``group_size`` must divide the model's KV head count (PaLU raises otherwise); ``None`` means PaLU's 4, or all KV
+heads when the model has fewer than 4.
 """
 
 from __future__ import annotations
@@ -13,29 +38,53 @@ import torch
 from torch import nn
 
 from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
-from gac.compression.compressors.lowrank_math import svd_factors
+from gac.compression.compressors.lowrank_math import _lapack_threads, svd_factors, whitened_factors, whitening
 from gac.compression.discovery import ModelLayout
 from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import GroupedLowRankLinear, get_module, replace_module
-from gac.errors import GacError
+from gac.errors import GacError, unknown_name
+
+DECOMPOSITIONS = ("whiten", "svd")
+RANK_CAPS = ("full", "break_even")
+PALU_GROUP_SIZE = 4  # PaLU's --head_group_size default
 
 
 class PaLU(Compressor):
     name = "palu"
-    default_proxy = "fisher"
+    default_proxy = "fisher_rms"
+    default_allocation = "fisher_uniform"
     supports_sensitivity = False
 
-    def __init__(self, layers=None, group_size: int = 4, projections=("k_proj", "v_proj")):
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-            raise GacError(f"PaLU group_size must be a positive number of KV heads, got {group_size!r}")
+    def __init__(self, layers=None, group_size: int | None = None, projections=("k_proj", "v_proj"),
+                 decomposition: str = "whiten", rank_cap: str = "full"):
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
+            raise GacError(f"PaLU group_size must be a positive number of KV heads per group (or null for PaLU's "
+                           f"{PALU_GROUP_SIZE}), got {group_size!r}")
         bad = [p for p in projections if p not in ("k_proj", "v_proj")]
         if bad or not projections:
             raise GacError(f"PaLU compresses k_proj and/or v_proj, got {list(projections)}")
+        if decomposition not in DECOMPOSITIONS:
+            raise unknown_name("PaLU decomposition", str(decomposition), DECOMPOSITIONS)
+        if rank_cap not in RANK_CAPS:
+            raise unknown_name("PaLU rank_cap", str(rank_cap), RANK_CAPS)
         self.layers, self.group_size, self.projections = layers, group_size, tuple(projections)
+        self.decomposition, self.rank_cap = decomposition, rank_cap
+        self.needs_xtx = decomposition == "whiten"  # X^T X of the k_proj / v_proj inputs from calibration
+
+    def heads_per_group(self, num_kv_heads: int) -> int:
+        """The group size for a model with ``num_kv_heads`` KV heads; a GacError when it does not divide them."""
+        gs = self.group_size if self.group_size is not None else min(PALU_GROUP_SIZE, num_kv_heads)
+        if num_kv_heads % gs:
+            divisors = [d for d in range(1, num_kv_heads + 1) if num_kv_heads % d == 0]
+            raise GacError(
+                f"PaLU group_size {gs} does not divide the model's {num_kv_heads} KV heads; pass a group_size that "
+                f"does (one of {divisors}), e.g. compressor option group_size={max(d for d in divisors if d <= gs)}"
+            )
+        return gs
 
     def units(self, model, layout: ModelLayout) -> list[Unit]:
         n_kv, hd = layout.num_kv_heads, layout.head_dim
-        gs = max(d for d in range(1, min(self.group_size, n_kv) + 1) if n_kv % d == 0)
+        gs = self.heads_per_group(n_kv)
         out = []
         for i in parse_layers(self.layers, layout.num_layers):
             for p in self.projections:
@@ -47,9 +96,11 @@ class PaLU(Compressor):
                     raise GacError(f"{name}: out_features {mod.out_features} != num_kv_heads * head_dim ({n_kv} * {hd})")
                 rows = gs * hd
                 for g in range(n_kv // gs):
-                    out.append(lowrank_unit(f"{name}.group{g}", rows, mod.in_features, (name,),
-                                            {"layer": i, "module": name, "group": g, "rows": [g * rows, (g + 1) * rows],
-                                             "heads": gs}))
+                    meta = {"layer": i, "module": name, "group": g, "rows": [g * rows, (g + 1) * rows], "heads": gs}
+                    u = lowrank_unit(f"{name}.group{g}", rows, mod.in_features, (name,), meta)
+                    if self.rank_cap == "full":
+                        u = Unit(u.name, u.kind, u.params_per_dim, u.dense_params, u.d_full, u.d_full, u.modules, u.meta)
+                    out.append(u)
         return out
 
     def score(self, model, units, stats, proxy: Proxy):
@@ -66,11 +117,43 @@ class PaLU(Compressor):
 
     def factorize(self, model, units, stats, proxy):
         out = {}
+        roots: dict[str, tuple[torch.Tensor, str]] = {}
         for u in units:
-            W = get_module(model, u.meta["module"]).weight
+            m = u.meta["module"]
+            W = get_module(model, m).weight
             a, b = u.meta["rows"]
-            A, B = svd_factors(W[a:b], max_rank=u.d_cap, name=u.name)
-            out[u.name] = {"A": A, "B": B}
+            if self.decomposition == "svd":
+                A, B = svd_factors(W[a:b], max_rank=u.d_cap, name=u.name)
+                out[u.name] = {"A": A, "B": B}
+                continue
+            if m not in roots:  # one Cholesky factor per projection, shared by its head groups
+                st = stats.get(m)
+                if st is None or st.xtx is None:
+                    raise GacError(f"PaLU's whiten decomposition needs X^T X for {m}; calibration did not record it")
+                with _lapack_threads(st.xtx):
+                    roots[m] = whitening(st.xtx, name=m)
+            L, how = roots[m]
+            A, B = whitened_factors(W[a:b], L, max_rank=u.d_cap, name=u.name)
+            out[u.name] = {"A": A, "B": B, "whitening": how}
+        return out
+
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        by_module: dict[str, list[Unit]] = {}
+        for u in units:
+            by_module.setdefault(u.meta["module"], []).append(u)
+        out = {}
+        for m, us in by_module.items():
+            chosen = [u for u in us if u.name in dims]
+            if not chosen:
+                continue
+            if len(chosen) != len(us):
+                raise GacError(f"PaLU applies a whole projection at once: {m} needs a rank for each of its {len(us)} groups")
+            us = sorted(us, key=lambda u: u.meta["group"])
+            mod = get_module(model, m)
+            out[m] = {"type": "grouped_lowrank", "in": mod.in_features,
+                      "outs": [u.meta["rows"][1] - u.meta["rows"][0] for u in us],
+                      "ranks": [int(dims[u.name]) for u in us], "bias": mod.bias is not None}
         return out
 
     def apply(self, model, units, dims, factors):
@@ -88,6 +171,9 @@ class PaLU(Compressor):
             mod = get_module(model, m)
             W = mod.weight
             ranks = [int(dims[u.name]) for u in us]
+            for u, r in zip(us, ranks):
+                if not 1 <= r <= factors[u.name]["A"].shape[1]:
+                    raise GacError(f"{u.name}: rank {r} outside the factorised range 1..{factors[u.name]['A'].shape[1]}")
             new = GroupedLowRankLinear(mod.in_features, [u.meta["rows"][1] - u.meta["rows"][0] for u in us], ranks,
                                        bias=mod.bias is not None, dtype=W.dtype, device=W.device)
             with torch.no_grad():

@@ -1,0 +1,589 @@
+"""Side-by-side latency: every variant of a sweep measured in one process, on one device, interleaved.
+
+A per-job latency is measured alone, at its own time, on whatever node the job got; the ratio of two such numbers
+mixes the variants with the drift and the neighbours of two moments. Here the ratio is the measured quantity:
+
+* **variants** are :class:`~gac.compression.structure.Structure` s (a plan's shapes with random weights; latency
+  depends on shapes, not values), built once on the device; the first is the uncompressed baseline;
+* **rounds**: ``R`` rounds; each round visits every variant exactly once, in a freshly shuffled order
+  (:func:`round_orders`, seeded); a visit = its own ``warmup`` untimed calls, then ``iters`` timed calls per
+  (batch, S) point; the visit's sample is the median of its timed calls. Drift and noisy neighbours therefore hit
+  every variant alike, and no variant always runs after the same one;
+* **timer**: CUDA events around each call, read after one synchronize per visit (:func:`time_calls`); on CPU
+  ``perf_counter``;
+* **statistics**: per variant the median of its ``R`` visit samples; the ratio to the baseline (and to its
+  unaligned sibling) is the ratio of the two medians, with a **paired bootstrap** 95% interval over rounds
+  (:func:`paired_ratio_ci`: rounds resampled with replacement, the same rounds for both sides, the ratio of the
+  medians of the resampled rounds, percentiles 2.5 / 97.5, fixed seed);
+* **FLOPs** from the shapes (:mod:`gac.evaluation.flops`) and the *alignment efficiency* = (FLOPs ratio to the
+  baseline) / (latency ratio to the baseline): 1.0 is as fast as the FLOPs allow, below 1 slower;
+* **kernels**: one extra, untimed call per variant and point under ``torch.profiler`` gives the top kernels by
+  time (CUDA kernels on a GPU, CPU ops by self time on a CPU) and the SDPA backend actually used;
+* **memory**: all variants stay resident on the device when their estimated size (unique weights, shared tensors
+  counted once, plus activations at the largest point) fits in 80% of its free memory; otherwise they live on the
+  host and each is moved to the device for its visit, outside the timed region (``memory_mode`` says which).
+
+On a CPU the bench says so: CPU latency says nothing about GPU kernels. The CPU protocol pins torch to one thread
+by default (two threads on a shared 2-core machine measured up to 4x slower medians whenever a neighbour woke up;
+docs/bench.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+#: device type -> protocol defaults (rounds, warm-up calls per visit, timed calls per visit)
+DEFAULTS = {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1, "decode_iters": 3, "threads": None},
+            "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}}
+MEMORY_MODES = ("auto", "resident", "swap")
+TIMERS = ("auto", "wall", "cpu")
+TIMER_WORDS = {"cuda_events": "CUDA events", "perf_counter": "wall clock (perf_counter)",
+               "thread_time": "the thread's CPU time (wall clock recorded beside it)"}
+MEMORY_FRACTION = 0.8  # variants stay resident when their estimate fits in this share of the free device memory
+CPU_NOTE = ("this is a CPU: CPU latency says nothing about GPUs (no Tensor Cores, FlashAttention head-dim templates "
+            "or cuBLAS tile choices here); any alignment effect, or its absence, is a CPU measurement only")
+
+
+@dataclass
+class Variant:
+    """One model to measure: a label, its structure, and where it came from."""
+
+    label: str
+    structure: object  # gac.compression.structure.Structure
+    key: str | None = None  # the results-store record it measures (None: a plan file, or the built baseline)
+    info: dict = field(default_factory=dict)  # job fields (compressor, strategy, ratio, proxy, ...)
+    sibling: str | None = None  # label of its unaligned sibling in the same bench
+
+
+@dataclass
+class Protocol:
+    """What is measured and how; ``None`` takes the device default (:data:`DEFAULTS`)."""
+
+    points: tuple = ((1, 1024),)  # (batch, seq_len) prefill points; the first is the main one
+    rounds: int | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    decode_tokens: int = 0  # > 0: also decode ms/token over this many new tokens after a decode_prompt prefill
+    decode_prompt: int = 128
+    decode_warmup: int | None = None
+    decode_iters: int | None = None
+    seed: int = 0
+    bootstrap: int = 2000
+    threads: int | None = None  # CPU: torch threads during the bench (default 1)
+    memory: str = "auto"
+    profile: bool = True
+    top: int = 5
+    timer: str = "auto"  # auto: CUDA events on a GPU; on a CPU thread CPU time with 1 thread, else wall clock
+
+    def resolved(self, device_type: str) -> dict:
+        d = DEFAULTS["cuda" if device_type == "cuda" else "cpu"]
+        out = {k: (getattr(self, k) if getattr(self, k) is not None else d[k])
+               for k in ("rounds", "warmup", "iters", "decode_warmup", "decode_iters", "threads")}
+        points = []
+        for p in self.points:
+            try:
+                b, s = (int(x) for x in p)
+            except (TypeError, ValueError):
+                raise GacError(f"bench point {p!r} is not (batch, seq_len); write points like [[1, 1024], [4, 512]]") from None
+            if b < 1 or s < 1:
+                raise GacError(f"bench point (batch {b}, seq_len {s}) needs batch >= 1 and seq_len >= 1")
+            if (b, s) not in points:
+                points.append((b, s))
+        if not points:
+            raise GacError("the bench needs at least one (batch, seq_len) point")
+        for k, lo in (("rounds", 2), ("warmup", 0), ("iters", 1), ("decode_warmup", 0), ("decode_iters", 1)):
+            if isinstance(out[k], bool) or not isinstance(out[k], int) or out[k] < lo:
+                raise GacError(f"bench {k} must be an integer >= {lo}, got {out[k]!r}")
+        if out["threads"] is not None and (not isinstance(out["threads"], int) or out["threads"] < 1):
+            raise GacError(f"bench threads must be a positive integer or null, got {out['threads']!r}")
+        if self.timer not in TIMERS:
+            raise GacError(f"bench timer {self.timer!r} is not one of {', '.join(TIMERS)}")
+        timer = self.timer
+        if device_type == "cuda":
+            if timer == "cpu":
+                raise GacError("timer=cpu measures CPU work; on a GPU the bench times with CUDA events (timer=auto)")
+            timer = "cuda_events"
+        elif timer == "auto":
+            timer = "thread_time" if out["threads"] == 1 else "perf_counter"
+        elif timer == "cpu":
+            if out["threads"] != 1:
+                raise GacError("timer=cpu (thread CPU time) needs threads=1: with more threads it would sum their work")
+            timer = "thread_time"
+        else:
+            timer = "perf_counter"
+        if self.memory not in MEMORY_MODES:
+            raise GacError(f"bench memory mode {self.memory!r} is not one of {', '.join(MEMORY_MODES)}")
+        if int(self.bootstrap) < 100:
+            raise GacError(f"bench bootstrap needs at least 100 resamples, got {self.bootstrap}")
+        if int(self.decode_tokens) < 0 or int(self.decode_prompt) < 1:
+            raise GacError("bench decode_tokens must be >= 0 and decode_prompt >= 1")
+        return {**out, "points": points, "timer": timer, "decode_tokens": int(self.decode_tokens),
+                "decode_prompt": int(self.decode_prompt), "seed": int(self.seed), "bootstrap": int(self.bootstrap),
+                "memory": self.memory, "profile": bool(self.profile), "top": int(self.top)}
+
+
+def point_name(batch: int, seq_len: int) -> str:
+    """The metric name of a prefill point, as records use it: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
+    return f"prefill_ms@{seq_len}" if batch == 1 else f"prefill_ms@b{batch}_{seq_len}"
+
+
+# ---------------------------------------------------------------------------------------------- order, statistics
+def round_orders(n: int, rounds: int, seed: int = 0) -> list[list[int]]:
+    """The visiting order of every round: each a fresh shuffle of ``range(n)`` from one seeded generator."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(range(n))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def paired_ratio_ci(num: Sequence[float], den: Sequence[float], resamples: int = 2000, seed: int = 0,
+                    level: float = 0.95) -> tuple[float, float, float]:
+    """``median(num) / median(den)`` and its paired-bootstrap interval over rounds.
+
+    ``num[i]`` and ``den[i]`` come from the same round ``i``. Each resample draws ``len(num)`` round indices with
+    replacement and takes the ratio of the medians of both sides over those rounds; the interval is the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles of the ``resamples`` ratios.
+    """
+    import numpy as np
+
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
+        raise GacError(f"a paired ratio needs two equally long series of >= 2 rounds, got {a.shape} and {b.shape}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), size=(int(resamples), len(a)))
+    ratios = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.median(a) / np.median(b)), float(lo), float(hi)
+
+
+# ---------------------------------------------------------------------------------------------- device
+def check_device(device):
+    import torch
+
+    try:
+        dev = torch.device(str(device))
+    except RuntimeError:
+        raise GacError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise GacError(f"device {device!r} is not there: CUDA is not available on this machine; run the bench on a "
+                           f"GPU node (e.g. experiments/bench.py with a Slurm launcher) or pass --device cpu")
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        if idx >= torch.cuda.device_count():
+            raise GacError(f"device {device!r} is not there: this machine has {torch.cuda.device_count()} GPU(s)")
+        dev = torch.device("cuda", idx)
+    elif dev.type != "cpu":
+        raise GacError(f"the bench runs on cpu or cuda, not {dev.type!r}")
+    return dev
+
+
+def _nvidia_smi(index: int) -> dict:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {}
+    fields = ("name", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "power.limit",
+              "temperature.gpu", "persistence_mode", "compute_mode")
+    try:
+        r = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader", "-i", str(index)],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if r.returncode != 0 or not r.stdout.strip():
+        return {}
+    values = [v.strip() for v in r.stdout.strip().splitlines()[0].split(",")]
+    return {f"nvidia_smi.{k}": v for k, v in zip(fields, values)}
+
+
+def _cpu_facts() -> dict:
+    out: dict = {}
+    mhz = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    mhz.append(float(line.split(":", 1)[1]))
+    except (OSError, ValueError):
+        pass
+    if mhz:
+        out["cpu_mhz"] = [round(x) for x in mhz]
+    gov = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    try:
+        with open(gov) as f:
+            out["scaling_governor"] = f.read().strip()
+    except OSError:
+        out["scaling_governor"] = None
+    with contextlib.suppress(OSError, ValueError), open("/proc/loadavg") as f:
+        out["loadavg"] = [float(x) for x in f.read().split()[:3]]
+    return out
+
+
+def device_info(dev) -> dict:
+    """The device as a bench records it: name, type, torch / CUDA / driver, clocks where readable, CPU facts."""
+    import torch
+
+    from gac.evaluation.latency import device_name
+
+    info = {"type": dev.type, "name": device_name(dev), "torch": torch.__version__, "cpu_count": os.cpu_count()}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info.update(index=dev.index, cuda=torch.version.cuda, capability=f"{props.major}.{props.minor}",
+                    memory_gb=round(props.total_memory / 2**30, 2), **_nvidia_smi(dev.index))
+    else:
+        info.update(threads=torch.get_num_threads(), note=CPU_NOTE, **_cpu_facts())
+    return info
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def _param_table(model) -> dict[str, tuple]:
+    return {n: (tuple(p.shape), p.dtype, p.numel() * p.element_size()) for n, p in model.named_parameters()}
+
+
+def memory_estimate(variants: Sequence[Variant], points) -> dict:
+    """Bytes of every variant's weights with the tensors it shares with the baseline counted once, and an estimate
+    of the activations of the largest point (logits, MLP and attention intermediates)."""
+    base = _param_table(variants[0].structure.skeleton())
+    per = {variants[0].label: sum(b for _, _, b in base.values())}
+    for v in variants[1:]:
+        own = _param_table(v.structure.skeleton())
+        per[v.label] = sum(b for n, (shape, dt, b) in own.items() if base.get(n, (None, None))[:2] != (shape, dt))
+    cfg = variants[0].structure.config
+    elt = variants[0].structure.dtype.itemsize
+    hidden, inter = int(cfg.hidden_size), int(getattr(cfg, "intermediate_size", 4 * cfg.hidden_size))
+    vocab, heads = int(cfg.vocab_size), int(cfg.num_attention_heads)
+    act = max(b * s * (2 * vocab + 4 * inter + 8 * hidden) * elt + b * heads * s * s * elt for b, s in points)
+    full = max(per[variants[0].label] + (per[v.label] if i else 0) for i, v in enumerate(variants))
+    return {"weights": sum(per.values()), "per_variant": per, "activations": int(act), "largest_model": full}
+
+
+def _host_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
+    """``("resident" | "swap", why, estimate)``."""
+    import torch
+
+    est = memory_estimate(variants, points)
+    need = est["weights"] + est["activations"]
+    gb = lambda x: f"{x / 2**30:.2f} GB"  # noqa: E731
+    if dev.type == "cpu":
+        avail = _host_available()
+        if avail is not None and need > avail:
+            raise GacError(f"the {len(variants)} variants need about {gb(need)} but the host has {gb(avail)} available; "
+                           f"bench fewer variants at a time (--where ...)")
+        return "resident", f"cpu: all {len(variants)} variants in host memory ({gb(need)} estimated)", est
+    free, _ = torch.cuda.mem_get_info(dev)
+    budget = MEMORY_FRACTION * free
+    if mode == "resident" or (mode == "auto" and need <= budget):
+        if need > free:
+            raise GacError(f"the variants need about {gb(need)} resident but {dev} has {gb(free)} free; use memory=swap")
+        return "resident", f"all variants resident on {dev}: {gb(need)} estimated of {gb(free)} free", est
+    avail = _host_available()
+    if avail is not None and est["weights"] > avail:
+        raise GacError(f"the variants need about {gb(est['weights'])} on the host to take turns on {dev}, but the host "
+                       f"has {gb(avail)} available; bench fewer variants at a time (--where ...)")
+    one = est["largest_model"] + est["activations"]
+    if one > free:
+        raise GacError(f"one variant needs about {gb(one)} on {dev} but only {gb(free)} is free; use a smaller dtype, "
+                       f"fewer points, or a larger GPU")
+    return "swap", (f"variants on the host, each moved to {dev} for its visit (outside the timed region): "
+                    f"{gb(need)} estimated for all, {gb(free)} free"), est
+
+
+# ---------------------------------------------------------------------------------------------- the bench
+def _sync(dev) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _check_variants(variants: Sequence[Variant]) -> None:
+    if len(variants) < 2:
+        raise GacError("the bench needs the baseline and at least one variant")
+    if not variants[0].structure.is_baseline:
+        raise GacError("the first bench variant must be the uncompressed baseline")
+    labels = [v.label for v in variants]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise GacError(f"bench labels must be unique; repeated: {dup}")
+    base = variants[0].structure
+    ref = base.config.to_dict()
+    for v in variants[1:]:
+        if v.structure.is_baseline:
+            raise GacError(f"{v.label}: only the first variant may be uncompressed")
+        if v.structure.config is not base.config and v.structure.config.to_dict() != ref:
+            raise GacError(f"{v.label} has another architecture than the baseline; bench one model at a time")
+        if v.structure.dtype != base.dtype:
+            raise GacError(f"{v.label} is {v.structure.dtype} but the baseline is {base.dtype}; bench one dtype at a time")
+    for v in variants[1:]:
+        if v.sibling is not None and v.sibling not in labels:
+            raise GacError(f"{v.label}: its sibling {v.sibling!r} is not in the bench")
+
+
+def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, device="cpu") -> dict:
+    """Measure ``variants`` (the first is the baseline) side by side; returns the bench document (module docstring)."""
+    import torch
+
+    from gac.evaluation.latency import _random_ids
+
+    protocol = protocol or Protocol()
+    t_start = time.perf_counter()
+    dev = check_device(device)
+    p = protocol.resolved(dev.type)
+    _check_variants(variants)
+    base = variants[0].structure
+    limit = base.max_length
+    for _b, s in p["points"]:
+        if limit is not None and s > limit:
+            raise GacError(f"bench seq_len {s} is above the model's maximum sequence length ({limit}); use at most {limit}")
+    if p["decode_tokens"] and limit is not None and p["decode_prompt"] + p["decode_tokens"] > limit:
+        raise GacError(f"decode prompt {p['decode_prompt']} + {p['decode_tokens']} new tokens exceeds the model's "
+                       f"maximum sequence length ({limit})")
+    mode, memory_note, est = plan_memory(variants, p["points"], dev, p["memory"])
+    prev_threads = torch.get_num_threads()
+    if dev.type == "cpu" and p["threads"]:
+        torch.set_num_threads(p["threads"])
+    host = torch.device("cpu")
+    models: list = []
+    try:
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        t0 = time.perf_counter()
+        where = dev if mode == "resident" else host
+        for i, v in enumerate(variants):
+            models.append(v.structure.build(where, share_from=models[0] if i else None, seed=p["seed"] + i))
+        build_s = time.perf_counter() - t0
+        inputs = {pt: _random_ids(models[0], pt[0], pt[1], p["seed"], dev) for pt in p["points"]}
+        prompt = _random_ids(models[0], 1, p["decode_prompt"], p["seed"], dev) if p["decode_tokens"] else None
+        samples = [{pt: [] for pt in p["points"]} for _ in variants]
+        wall = [{pt: [] for pt in p["points"]} for _ in variants]
+        decode = [[] for _ in variants]
+        orders = round_orders(len(variants), p["rounds"], p["seed"])
+        t0 = time.perf_counter()
+        for r, order in enumerate(orders):
+            for i in order:
+                _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
+            log.info("bench round %d/%d done (%.0f s)", r + 1, len(orders), time.perf_counter() - t0)
+        measure_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        kernels = [_kernels(m, inputs, p, dev, mode, host) if p["profile"] else {} for m in models]
+        profile_s = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
+        info = device_info(dev)
+    finally:
+        torch.set_num_threads(prev_threads)
+        del models
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    doc = _report(variants, p, samples, decode, kernels, wall)
+    doc.update(
+        device=info,
+        dtype=str(base.dtype).removeprefix("torch."),
+        architecture={k: getattr(base.config, k, None) for k in (
+            "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},
+        protocol={**{k: p[k] for k in ("rounds", "warmup", "iters", "seed", "bootstrap", "threads", "decode_tokens",
+                                       "decode_prompt", "decode_warmup", "decode_iters")},
+                  "points": [list(x) for x in p["points"]],
+                  "order": "every round visits every variant once, in a fresh shuffle (seeded)",
+                  "sample": "median of a visit's timed calls",
+                  "statistic": "median over rounds; ratios of medians with a paired bootstrap 95% CI over rounds",
+                  "timer": p["timer"],
+                  "memory_mode": mode, "memory_note": memory_note,
+                  "memory_estimate_bytes": {"weights": est["weights"], "activations": est["activations"]},
+                  "peak_memory_bytes": peak},
+        timings={"build_s": build_s, "measure_s": measure_s, "profile_s": profile_s,
+                 "total_s": time.perf_counter() - t_start},
+    )
+    return doc
+
+
+def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list, wall: dict) -> None:
+    """One visit: (swap in), per point warm-up + timed calls -> the median, (decode), (swap out)."""
+    import torch
+
+    from gac.evaluation.latency import decode_step, time_calls
+
+    clock = time.thread_time if p["timer"] == "thread_time" else None
+
+    if mode == "swap":
+        model.to(dev)
+        _sync(dev)
+    with torch.inference_mode():
+        for pt, x in inputs.items():
+            def call(x=x):
+                return model(input_ids=x, use_cache=False)
+
+            for _ in range(p["warmup"]):
+                call()
+            w: list = []
+            ms = time_calls(lambda call=call: call, dev, p["iters"], clock=clock, wall=w)
+            out[pt].append(statistics.median(ms))
+            wall[pt].append(statistics.median(w) if w else None)
+        if prompt is not None:
+            step = decode_step(model, prompt, p["decode_tokens"])
+            for _ in range(p["decode_warmup"]):
+                step()()
+            ms = time_calls(step, dev, p["decode_iters"], clock=clock)
+            decode.append(statistics.median(ms) / p["decode_tokens"])
+    if mode == "swap":
+        model.to(host)
+        _sync(dev)
+        torch.cuda.empty_cache()
+
+
+def _kernels(model, inputs, p, dev, mode, host) -> dict:
+    import torch
+
+    from gac.evaluation.latency import profile_call, sdpa_from_trace, top_kernels
+
+    if mode == "swap":
+        model.to(dev)
+    attn = getattr(model.config, "_attn_implementation", None)
+    out = {}
+    with torch.inference_mode():
+        for pt, x in inputs.items():
+            prof = profile_call(lambda x=x: model(input_ids=x, use_cache=False), dev)
+            out[pt] = {"top_kernels": top_kernels(prof, dev, p["top"]), "sdpa_backend": sdpa_from_trace(prof, attn)}
+    if mode == "swap":
+        model.to(host)
+        torch.cuda.empty_cache()
+    return out
+
+
+def _report(variants, p, samples, decode, kernels, wall) -> dict:
+    from gac.evaluation.flops import CONVENTION, prefill_flops
+
+    labels = [v.label for v in variants]
+    sk = [v.structure.skeleton() for v in variants]
+    flops = [{pt: prefill_flops(m, *pt) for pt in p["points"]} for m in sk]
+    B, seed = p["bootstrap"], p["seed"]
+    main = p["points"][0]
+    rows = []
+    for i, v in enumerate(variants):
+        sib = labels.index(v.sibling) if v.sibling is not None else None
+        pts = {}
+        for pt in p["points"]:
+            a = samples[i][pt]
+            med = statistics.median(a)
+            q1, _, q3 = statistics.quantiles(a, n=4) if len(a) >= 2 else (a[0], a[0], a[0])
+            r, lo, hi = paired_ratio_ci(a, samples[0][pt], B, seed)
+            fr = flops[i][pt]["total"] / flops[0][pt]["total"]
+            e = {"batch": pt[0], "seq_len": pt[1], "median_ms": med, "samples_ms": list(a),
+                 "wall_samples_ms": None if p["timer"] != "thread_time" else list(wall[i][pt]),
+                 "iqr_pct": 100.0 * (q3 - q1) / med if med > 0 else None,
+                 "ratio_to_baseline": r, "ratio_ci95": [lo, hi],
+                 "flops": flops[i][pt], "flops_ratio": fr, "alignment_efficiency": fr / r,
+                 **kernels[i].get(pt, {"top_kernels": None, "sdpa_backend": None})}
+            if sib is not None:
+                rs, slo, shi = paired_ratio_ci(a, samples[sib][pt], B, seed)
+                e.update(ratio_to_unaligned=rs, ratio_to_unaligned_ci95=[slo, shi])
+            else:
+                e.update(ratio_to_unaligned=None, ratio_to_unaligned_ci95=None)
+            pts[point_name(*pt)] = e
+        dec = None
+        if decode[i]:
+            r, lo, hi = paired_ratio_ci(decode[i], decode[0], B, seed)
+            dec = {"ms_per_token": statistics.median(decode[i]), "samples_ms_per_token": list(decode[i]),
+                   "ratio_to_baseline": r, "ratio_ci95": [lo, hi], "new_tokens": p["decode_tokens"],
+                   "prompt_len": p["decode_prompt"]}
+        m = pts[point_name(*main)]
+        rows.append({
+            "label": v.label, "record_key": v.key, "baseline": i == 0, "sibling": v.sibling, **v.info,
+            "compressor": v.structure.compressor or "none",
+            "targets": v.structure.targets, "plan_targets": len(v.structure.dims),
+            "compressed_params": v.structure.compressed_params(),
+            "median_ms": m["median_ms"], "ratio_to_baseline": m["ratio_to_baseline"], "ratio_ci95": m["ratio_ci95"],
+            "ratio_to_unaligned": m["ratio_to_unaligned"], "ratio_to_unaligned_ci95": m["ratio_to_unaligned_ci95"],
+            "flops": m["flops"]["total"], "flops_ratio": m["flops_ratio"],
+            "alignment_efficiency": m["alignment_efficiency"], "top_kernels": m["top_kernels"],
+            "sdpa_backend": m["sdpa_backend"], "points": pts, "decode": dec,
+        })
+    return {"baseline": labels[0], "main_point": point_name(*main),
+            "points": [{"batch": b, "seq_len": s, "name": point_name(b, s)} for b, s in p["points"]],
+            "variants": rows, "flops_convention": CONVENTION,
+            "bootstrap": {"resamples": B, "seed": seed, "level": 0.95, "method": "paired, rounds resampled with "
+                          "replacement, ratio of the medians of the resampled rounds, percentile interval"}}
+
+
+# ---------------------------------------------------------------------------------------------- output
+def _pct(r) -> str:
+    return "" if r is None else f"{100 * (r - 1):+.1f}%"
+
+
+def _ci(ci) -> str:
+    return "" if not ci else f"[{100 * (ci[0] - 1):+.1f}, {100 * (ci[1] - 1):+.1f}]"
+
+
+def format_bench(doc: dict) -> str:
+    """The terminal table of a bench document."""
+    dev = doc["device"]
+    prot = doc["protocol"]
+    lines = []
+    where = f"{dev['name']} ({dev['type']}"
+    where += f", {dev.get('threads')} thread{'s' if dev.get('threads') != 1 else ''})" if dev["type"] == "cpu" else ")"
+    lines.append(f"Side-by-side latency on {where}, {doc['dtype']}: {len(doc['variants'])} variants, "
+                 f"{prot['rounds']} rounds, each variant once per round in a shuffled order (seed {prot['seed']}); a "
+                 f"visit = {prot['warmup']} warm-up + {prot['iters']} timed calls per point, its sample the median; "
+                 f"timer: {TIMER_WORDS.get(prot['timer'], prot['timer'])}; memory: {prot['memory_mode']}; ratios "
+                 f"with paired bootstrap 95% CI over rounds ({doc['bootstrap']['resamples']} resamples).")
+    if dev["type"] == "cpu":
+        lines.append(f"NOTE: {CPU_NOTE}.")
+    for pt in doc["points"]:
+        name = pt["name"]
+        lines.append("")
+        lines.append(f"prefill, batch {pt['batch']}, S={pt['seq_len']}:")
+        head = ["Variant", "median ms", "vs baseline", "95% CI", "vs unaligned", "95% CI", "FLOPs ratio",
+                "align. eff.", "top kernel (share)", "SDPA"]
+        rows = []
+        for v in doc["variants"]:
+            e = v["points"][name]
+            top = e.get("top_kernels") or []
+            rows.append([v["label"], f"{e['median_ms']:.2f}", "" if v["baseline"] else _pct(e["ratio_to_baseline"]),
+                         "" if v["baseline"] else _ci(e["ratio_ci95"]), _pct(e["ratio_to_unaligned"]),
+                         _ci(e["ratio_to_unaligned_ci95"]), f"{e['flops_ratio']:.3f}",
+                         "" if v["baseline"] else f"{e['alignment_efficiency']:.2f}",
+                         f"{top[0]['name'][:40]} ({top[0]['pct']:.0f}%)" if top else "",
+                         ",".join(e.get("sdpa_backend") or [])])
+        lines += _table(head, rows)
+    if any(v.get("decode") for v in doc["variants"]):
+        lines.append("")
+        lines.append(f"decode, ms/token ({prot['decode_tokens']} new tokens after a {prot['decode_prompt']}-token prompt):")
+        rows = [[v["label"], f"{v['decode']['ms_per_token']:.3f}",
+                 "" if v["baseline"] else _pct(v["decode"]["ratio_to_baseline"]),
+                 "" if v["baseline"] else _ci(v["decode"]["ratio_ci95"])] for v in doc["variants"] if v.get("decode")]
+        lines += _table(["Variant", "ms/token", "vs baseline", "95% CI"], rows)
+    lines.append("")
+    lines.append("vs baseline / vs unaligned: latency change (ratio - 1); align. eff. = FLOPs ratio / latency ratio "
+                 "(1.0: as fast as its FLOPs allow).")
+    return "\n".join(lines)
+
+
+def _table(head, rows) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return [fmt(head), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows]]
