@@ -1,6 +1,6 @@
 """gac against the reference procedure of each compressor, at equal parameters, on ``tiny`` (issue 13's protocol).
 
-    flock /tmp/gac-heavy.lock python benchmarks/parity.py                  # every reference in parity_refs/
+    flock /tmp/gac-heavy.lock python benchmarks/parity.py                  # ASVD and SVD-LLM, rho 0.15 0.30
     python benchmarks/parity.py --compressors asvd --ratios 0.15 --json out.json
 
 For each compressor that has an independent reference implementation in ``benchmarks/parity_refs/<name>.py``
@@ -53,7 +53,9 @@ def load_ref(path: Path):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--compressors", nargs="+", default=None, help="default: every file in benchmarks/parity_refs/")
+    ap.add_argument("--compressors", nargs="+", default=["asvd", "svd_llm"],
+                    help="references in benchmarks/parity_refs/ (default asvd svd_llm; PaLU and LLM-Pruner: "
+                         "benchmarks/parity_prune.py)")
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=256)
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
     from gac.models import load_model
 
     refs = available_refs()
-    names = args.compressors or list(refs)
+    names = args.compressors
     missing = [n for n in names if n not in refs]
     if missing:
         raise SystemExit(f"no reference implementation for {missing} in {REFS} (have: {', '.join(refs) or 'none'})")
