@@ -15,7 +15,8 @@ rho:
 3. gac's ``gac`` strategy (aligned, exact knapsack) runs at the same budget: what alignment costs or gains.
 
 Protocol: perplexity on tiny's full test text in non-overlapping 1024-token windows (62 windows; baseline 233.37),
-calibration 32 x 256 tokens from tiny's train text, seed 0, float32 on CPU. gac prepares each compressor once
+calibration 32 x 256 tokens from tiny's train text, seed 0, float32 on CPU. ``svd_llm:update`` is SVD-LLM with the
+reference's optional parameter-update step (``--step 2``) on both sides. gac prepares each compressor once
 (scores, factors, sensitivity table) and reuses it for every ratio; a reference whose ``reference`` accepts a
 ``table`` keyword gets its own sensitivity table back for the next ratio (it does not depend on the ratio).
 """
@@ -23,6 +24,7 @@ calibration 32 x 256 tokens from tiny's train text, seed 0, float32 on CPU. gac 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import inspect
 import json
@@ -53,9 +55,10 @@ def load_ref(path: Path):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--compressors", nargs="+", default=["asvd", "svd_llm"],
-                    help="references in benchmarks/parity_refs/ (default asvd svd_llm; PaLU and LLM-Pruner: "
-                         "benchmarks/parity_prune.py)")
+    ap.add_argument("--compressors", nargs="+", default=["asvd", "svd_llm", "svd_llm:update"],
+                    help="references in benchmarks/parity_refs/ (default asvd svd_llm svd_llm:update; NAME:OPT runs "
+                         "the reference with OPT=True and gac with the compressor option OPT=true; PaLU and "
+                         "LLM-Pruner: benchmarks/parity_prune.py)")
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=256)
@@ -80,7 +83,7 @@ def main(argv=None) -> int:
 
     refs = available_refs()
     names = args.compressors
-    missing = [n for n in names if n not in refs]
+    missing = [n for n in names if n.partition(":")[0] not in refs]
     if missing:
         raise SystemExit(f"no reference implementation for {missing} in {REFS} (have: {', '.join(refs) or 'none'})")
     torch.manual_seed(args.seed)
@@ -99,13 +102,16 @@ def main(argv=None) -> int:
           f"{args.calib_samples} x {args.calib_seq_len} tiny train tokens, seed {args.seed}; torch threads "
           f"{torch.get_num_threads()}; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     rows = []
-    for name in names:
+    for label in names:
+        name, _, flag = label.partition(":")
         reference = load_ref(refs[name])
+        if flag:
+            reference = functools.partial(reference, **{flag: True})
         takes_table = "table" in inspect.signature(reference).parameters
         t0 = time.perf_counter()
-        prep = prepare(model, tok, name, calib_ids=calib)
+        prep = prepare(model, tok, name, calib_ids=calib, compressor_options={flag: True} if flag else None)
         t_prep = time.perf_counter() - t0
-        print(f"{name}: gac prepared in {t_prep:.0f}s (proxy {prep.proxy}, allocation {prep.allocation}, "
+        print(f"{label}: gac prepared in {t_prep:.0f}s (proxy {prep.proxy}, allocation {prep.allocation}, "
               f"{len(prep.units)} targets, {prep.dense_params:,} dense weight parameters)", flush=True)
         table = None
         for rho in args.ratios:
@@ -119,7 +125,7 @@ def main(argv=None) -> int:
             ref_ppl = ppl(ref["model"])
             del ref["model"]
             budget = int(ref["kept_params"])
-            row = {"compressor": name, "rho": rho, "ref_params": budget, "ref_kept": budget / prep.dense_params,
+            row = {"compressor": label, "rho": rho, "ref_params": budget, "ref_kept": budget / prep.dense_params,
                    "ref_ppl": ref_ppl, "ref_notes": ref.get("notes", ""), "ref_s": t_ref}
             for strategy in ("unaligned", "gac"):
                 cm, plan, report = prep.compress(rho, strategy, budget=budget)

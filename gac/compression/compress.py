@@ -104,6 +104,7 @@ class Prepared:
     timings: dict
     sensitivity: dict | None = None
     notes: list[str] = field(default_factory=list)
+    calib_ids: torch.Tensor | None = None  # kept only for a compressor with keeps_calibration (SVD-LLM's update)
 
     @property
     def dense_params(self) -> int:
@@ -229,7 +230,8 @@ class Prepared:
         model = copy.deepcopy(self.model) if copy_model else self.model
         if not copy_model:
             self._consumed = True
-        self.compressor.apply(model, self.units, plan.dims, self.factors)
+        originals = self.compressor.apply(model, self.units, plan.dims, self.factors)
+        extra = self.compressor.after_apply(model, self.units, plan.dims, originals or {}, self.calib_ids, self.layout)
         t_apply = time.perf_counter() - t1
         actual = compressed_weight_params(model, self.units)
         if actual != plan.params:
@@ -267,6 +269,7 @@ class Prepared:
             "compression_wall_s": self.timings["prepare_s"] + t_plan + t_apply,
             "notes": list(self.notes) + list(plan.notes),
             "gac_version": __version__,
+            **extra,
         }
         model._gac_recipe = recipe  # picked up by gac.compression.checkpoint.save_checkpoint
         model._gac_plan = plan
@@ -357,7 +360,8 @@ def prepare(
         if how and how != "cholesky":
             notes.append(f"{u.name}: whitening used {how}")
     prepared = Prepared(model, comp, proxy_name, cal_json, allocation, float(power), layout, units, scores, factors,
-                        {"calibration_s": t_cal, "score_s": t_score, "factorize_s": t_fact}, notes=notes)
+                        {"calibration_s": t_cal, "score_s": t_score, "factorize_s": t_fact}, notes=notes,
+                        calib_ids=calib_ids.detach().cpu().clone() if comp.keeps_calibration else None)
     if allocation == "sensitivity":
         t0 = time.perf_counter()
         prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout)

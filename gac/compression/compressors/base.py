@@ -101,6 +101,14 @@ class Compressor:
     default_allocation: str = "proportional"
     sensitivity_grid: tuple[float, ...] | None = None  # kept-parameter ratios probed by allocation="sensitivity"
 
+    keeps_calibration: bool = False  # the calibration token ids are kept with the prepared state (for after_apply)
+
+    def after_apply(self, model: nn.Module, units: list[Unit], dims: dict[str, int], originals: dict, calib_ids,
+                    layout: ModelLayout) -> dict:
+        """A step after :meth:`apply` (SVD-LLM's parameter update); ``originals``: the modules apply replaced.
+        Returns extra report fields. The default does nothing."""
+        return {}
+
     def options(self) -> dict:
         """The constructor arguments, for the checkpoint recipe."""
         sig = inspect.signature(type(self).__init__)
