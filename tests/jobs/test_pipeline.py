@@ -134,3 +134,20 @@ def test_a_planted_cache_file_is_never_executed_and_force_bypasses_the_cache(mak
     forced = run_config({**make_cfg("compressor=asvd", "align=round_up", "eval=none", results_dir=results),
                          "force": True})
     assert forced["stages"]["prepare_cached"] is False
+
+
+def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, tmp_path, monkeypatch):
+    """ASVD's default allocation is the reference's sensitivity search; its table (the slow part) is cached with
+    the prepared state and reused by every other ratio of a sweep."""
+    from gac.compression import compress as C
+
+    calls = []
+    real = C.sensitivity_table
+    monkeypatch.setattr(C, "sensitivity_table", lambda *a, **k: calls.append(1) or real(*a, **k))
+    recs = [run_config(make_cfg("compressor=asvd", "align=unaligned", f"ratio={r}", "eval=none",
+                                results_dir=tmp_path / "results")) for r in (0.15, 0.3)]
+    assert len(calls) == 1
+    assert recs[0]["stages"]["prepare_cached"] is False and recs[1]["stages"]["prepare_cached"] is True
+    for rec in recs:
+        assert rec["params"] <= rec["budget"] and isinstance(rec["plan"]["dense"], list)
+    assert recs[1]["params"] < recs[0]["params"]
