@@ -259,3 +259,16 @@ def test_low_rank_units_cap_below_break_even_and_apply_dense():
     assert u.d_cap == 31 and u.dense_dim == 64  # rank 32 would cost 32 * 128 = 64 * 64: dense is exact instead
     v = lowrank_unit("w", 64, 64, ("w",))
     assert v.d_cap == 32 and v.dense_dim is None  # no dense option (PaLU groups): the break-even rank stays
+
+
+def test_a_plan_with_dense_targets_is_a_bench_structure_of_the_same_size(prepared, base):
+    """Plans write a dense candidate as dim min(out, in); the bench's Structure keeps those Linears as they are."""
+    from gac.compression.structure import Structure
+
+    p = prepared("asvd")
+    for strategy in ("unaligned", "gac"):
+        plan, _ = p.plan(0.3, strategy)
+        assert plan.dense, "the sensitivity search keeps some weights dense on this model"
+        s = Structure(base[0].config, "float32", "asvd", p.compressor.options(), dict(plan.dims))
+        assert not set(plan.dense) & set(s.specs)  # no low-rank module for a dense target
+        assert s.compressed_params() == plan.params
