@@ -272,3 +272,29 @@ def test_a_plan_with_dense_targets_is_a_bench_structure_of_the_same_size(prepare
         s = Structure(base[0].config, "float32", "asvd", p.compressor.options(), dict(plan.dims))
         assert not set(plan.dense) & set(s.specs)  # no low-rank module for a dense target
         assert s.compressed_params() == plan.params
+
+
+@pytest.mark.parametrize("option,msg", [
+    ("sensitivity_grid=[0.5,1.5]", "outside (0, 1]"),
+    ("sensitivity_grid=0,0.5", "outside (0, 1]"),
+    ("sensitivity_grid=[1.0]", "no ratio below 1"),
+])
+def test_cli_rejects_a_bad_sensitivity_grid_with_one_line(tmp_path, capsys, option, msg):
+    from gac.cli import main
+
+    rc = main(["compress", "tiny", "--compressor", "asvd", "--ratio", "0.15", "--option", option,
+               "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_and_config_reject_a_ratio_the_grid_cannot_reach(tmp_path, capsys):
+    from gac.cli import main
+
+    rc = main(["compress", "tiny", "--compressor", "asvd", "--ratio", "0.7", "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "smallest kept ratio is 0.4" in err and err.count("\n") == 1
+    assert main(["compress", "tiny", "--compressor", "asvd", "--ratio", "0.7", "--allocation", "proportional",
+                 "--option", "sensitivity_grid=[0.5]", "--calib-samples", "0", "-o", str(tmp_path / "o2")]) == 2
+    assert "--calib-samples" in capsys.readouterr().err  # proportional: the grid does not limit the ratio

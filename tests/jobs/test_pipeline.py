@@ -151,3 +151,19 @@ def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, 
     for rec in recs:
         assert rec["params"] <= rec["budget"] and isinstance(rec["plan"]["dense"], list)
     assert recs[1]["params"] < recs[0]["params"]
+
+
+@pytest.mark.parametrize("override,msg", [
+    ("compressor.options.sensitivity_grid=[0.5,1.5]", "outside (0, 1]"),
+    ("ratio=0.7", "smallest kept ratio is 0.4"),
+])
+def test_config_rejects_what_the_sensitivity_search_cannot_do(make_cfg, override, msg):
+    from gac.errors import GacError
+    from gac.jobs.pipeline import spec_from_config
+
+    with pytest.raises(GacError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        spec_from_config(make_cfg("compressor=asvd", override))
+    assert spec_from_config(make_cfg("compressor=asvd", "ratio=0.7", "allocation=proportional")).allocation == \
+        "proportional"
+    assert spec_from_config(make_cfg("compressor=asvd")).allocation == "sensitivity"
+    assert spec_from_config(make_cfg("compressor=svd_llm")).allocation == "uniform"
