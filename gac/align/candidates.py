@@ -10,7 +10,9 @@ removes dimensions that are slow on the target platform, so the remaining set av
 (``d_max - d* < (window - 1) * unit``), and always when d* is dense itself. So with the default window of 1 a
 factorised d* keeps its two bracketing ranks and a dense d* stays dense (a set of one); wider windows let the
 solver trade between the top ranks and the dense weight. The filter never sees the dense option (its kernels are
-the model's own) and rank candidates that would cost as much as the dense weight are replaced by it.
+the model's own) and rank candidates that would cost as much as the dense weight are replaced by it. With a dense
+option ``d_max`` is a candidate only when it is aligned (or the only rank left): the dense weight is the full-rank
+choice, so an unaligned top rank would add nothing but a misaligned dimension.
 """
 
 from __future__ import annotations
@@ -77,13 +79,18 @@ def rank_candidates(target: Target, unit: int = DEFAULT_UNIT, window: int = DEFA
     """
     unit, window = check_unit(unit), check_window(window)
     if not target.dense_star:
-        return rule_candidates(target.d_star, target.d_max, unit, window)
-    if window == 1:
+        dims = rule_candidates(target.d_star, target.d_max, unit, window)
+    elif window == 1:
         return ()
-    top = target.d_max + unit  # where the dense option sits in window arithmetic
-    dims = {k * unit for k in range(1, target.d_max // unit + 1) if top - k * unit < window * unit}
-    dims.add(target.d_max)
-    return tuple(sorted(dims))
+    else:
+        top = target.d_max + unit  # where the dense option sits in window arithmetic
+        dims = {k * unit for k in range(1, target.d_max // unit + 1) if top - k * unit < window * unit}
+        dims.add(target.d_max)
+        dims = tuple(sorted(dims))
+    if target.has_dense and target.d_max % unit and len(dims) > 1:
+        # the dense weight is the full-rank choice: an unaligned top rank would only be a misaligned candidate
+        dims = tuple(d for d in dims if d != target.d_max)
+    return dims
 
 
 def dense_in_window(target: Target, unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW) -> bool:

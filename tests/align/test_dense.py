@@ -59,12 +59,15 @@ def test_candidate_sets_place_dense_one_unit_above_d_max():
     assert candidate_set(T(d_star=100.0)) == (96, 104)
     assert 256 not in candidate_set(T(d_star=100.0), window=8)
     assert candidate_set(T(d_star=150.0), window=4)[-1] == 256  # d_max + 8 = 178 lies within 32 of 150
-    # near the top with window 1: d_max brackets d*, dense does not
-    assert candidate_set(T(d_star=166.0)) == (160, 168, 170)
-    assert candidate_set(T(d_star=166.0), window=2) == (152, 160, 168, 170, 256)
+    # near the top: d_max = 170 is unaligned, so it is no candidate beside the dense option (the full-rank choice)
+    assert candidate_set(T(d_star=166.0)) == (160, 168)
+    assert candidate_set(T(d_star=166.0), window=2) == (152, 160, 168, 256)
+    assert candidate_set(T(d_star=169.5)) == (168,)
+    # an aligned d_max stays a candidate
+    assert candidate_set(T(d_star=166.0, d_max=168)) == (160, 168)
     # a dense d* stays dense with window 1; wider windows add the top ranks
     assert candidate_set(T(d_star=256.0)) == (256,)
-    assert candidate_set(T(d_star=256.0), window=3) == (160, 168, 170, 256)
+    assert candidate_set(T(d_star=256.0), window=3) == (160, 168, 256)
     # the hardware filter never sees the dense option, and may remove every rank when dense remains
     seen = []
     filt = lambda t, dims: seen.extend(dims) or []  # noqa: E731
@@ -230,7 +233,7 @@ def test_exhaustive_tiny_case_gac_prefers_dense_when_it_pays():
     # one weight whose d* sits one unit below the top: with window 2 gac may keep it dense if the budget allows
     t = T("w", 165.0, score=1.0)
     cands = candidate_set(t, window=2)
-    assert cands == (152, 160, 168, 170, 256)
+    assert cands == (152, 160, 168, 256)
     for budget in (160 * 768, 168 * 768, 170 * 768, 256 * 512, 256 * 512 + 100):
         plan = align([t], budget, "gac", window=2)
         best = max((c for c in cands if t.params(c) <= budget), key=lambda c: t.params(c))
