@@ -14,8 +14,9 @@ def add_arguments(p):
     p.add_argument("--proxy", default=None, help="importance proxy (default: the compressor's): magnitude, activation, gradient, fisher, "
                         "taylor, fisher_rms, random")
     p.add_argument("--allocation", default="default",
-                   help="d* rule: default (the compressor's reference: LLM-Pruner uniform, PaLU fisher_uniform), "
-                        "proportional, uniform, sensitivity, fisher_uniform")
+                   help="d* rule: default (the compressor's reference: ASVD sensitivity, SVD-LLM and LLM-Pruner uniform, "
+                        "PaLU fisher_uniform), proportional (gac's Eq. 2 rule), uniform, sensitivity, fisher_uniform; "
+                        "ASVD's sensitivity grid is --option sensitivity_grid=0.4,0.5,0.6,0.7,0.8,0.9")
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
     p.add_argument("--window", type=int, default=1,
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
@@ -40,9 +41,9 @@ def validate(args) -> None:
     from gac.align.candidates import check_unit, check_window
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import resolve_allocation
+    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.checkpoint import check_output_dir
-    from gac.compression.compress import KNAPSACK_SCORES
+    from gac.compression.compress import KNAPSACK_SCORES, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
     from gac.compression.importance import PROXIES
     from gac.data import is_named_source
@@ -63,10 +64,12 @@ def validate(args) -> None:
         raise unknown_name("strategy (--strategy)", args.strategy, STRATEGIES)
     if args.proxy is not None and args.proxy not in PROXIES:
         raise unknown_name("importance proxy (--proxy)", args.proxy, PROXIES)
-    try:
-        resolve_allocation(args.allocation, comp)
-    except GacError as e:
-        raise GacError(f"--allocation: {e}") from None
+    if args.allocation not in ALLOCATION_CHOICES:
+        raise unknown_name("allocation (--allocation)", args.allocation, ALLOCATION_CHOICES)
+    allocation = resolve_allocation(args.allocation, comp)
+    if allocation == "sensitivity" and not comp.supports_sensitivity:
+        raise GacError(f"--allocation sensitivity is not available for {comp.name}; use proportional or uniform")
+    check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
     if args.knapsack_score not in KNAPSACK_SCORES:
         raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
     if args.calib_samples < 1 or args.calib_seq_len < 2:

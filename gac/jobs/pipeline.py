@@ -145,7 +145,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import ALLOCATION_CHOICES
+    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
     from gac.evaluation.tasks import check_task_names
@@ -207,9 +207,14 @@ def spec_from_config(cfg: dict) -> JobSpec:
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
     options = dict(_get(cfg, "compressor.options", {}) or {})
     if comp != BASELINE:
+        from gac.compression.compress import check_sensitivity_reach
         from gac.compression.compressors import get_compressor
 
-        get_compressor(comp, **options)  # unknown options fail now, with the accepted list
+        built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
+        allocation = resolve_allocation(allocation, built)
+        if allocation == "sensitivity" and not built.supports_sensitivity:
+            raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
+        check_sensitivity_reach(allocation, built, float(ratio))
     calibration = dict(_get(cfg, "calibration", {}) or {})
     calibration.setdefault("seed", cfg.get("seed", 0))
     return JobSpec(

@@ -66,14 +66,14 @@ def test_truncated_weights_are_an_error_not_a_traceback(ckpt, verify, capsys):
 def test_audit_reads_the_weights_and_flags_an_edited_json(ckpt, compressed, capsys):
     meta = json.loads((ckpt / META_FILE).read_text())
     name, spec = next((n, s) for n, s in meta["modules"].items() if s["type"] == "lowrank")
-    true_rank = spec["rank"]
+    true_rank, true_out = spec["rank"], spec["out"]
     spec.update(rank=120, out=999)
     (ckpt / META_FILE).write_text(json.dumps(meta))
     assert main(["audit", str(ckpt), "--json", "--all"]) == 2
     out, err = capsys.readouterr()
     rep = json.loads(out)
     row = next(r for r in rep["weights"] if r["name"] == name)
-    assert row["dims"]["rank"] == true_rank and row["dims"]["out"] == compressed[0].config.hidden_size
+    assert row["dims"]["rank"] == true_rank and row["dims"]["out"] == true_out
     assert rep["shapes_from"] == "weights" and rep["config_mismatch"][0]["name"] == name
     assert "disagrees with the weights" in err and "rank=120" in err and err.count("\n") == 1
 

@@ -172,3 +172,34 @@ def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monk
     monkeypatch.setenv(pl.MEMORY_CHECK_ENV, "1")  # the escape hatch skips the estimate (and then loads)
     with pytest.raises(AssertionError, match="loaded"):
         run_config(cfg)
+def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, tmp_path, monkeypatch):
+    """ASVD's default allocation is the reference's sensitivity search; its table (the slow part) is cached with
+    the prepared state and reused by every other ratio of a sweep."""
+    from gac.compression import compress as C
+
+    calls = []
+    real = C.sensitivity_table
+    monkeypatch.setattr(C, "sensitivity_table", lambda *a, **k: calls.append(1) or real(*a, **k))
+    recs = [run_config(make_cfg("compressor=asvd", "align=unaligned", f"ratio={r}", "eval=none",
+                                results_dir=tmp_path / "results")) for r in (0.15, 0.3)]
+    assert len(calls) == 1
+    assert recs[0]["stages"]["prepare_cached"] is False and recs[1]["stages"]["prepare_cached"] is True
+    for rec in recs:
+        assert rec["params"] <= rec["budget"] and isinstance(rec["plan"]["dense"], list)
+    assert recs[1]["params"] < recs[0]["params"]
+
+
+@pytest.mark.parametrize("override,msg", [
+    ("compressor.options.sensitivity_grid=[0.5,1.5]", "outside (0, 1]"),
+    ("ratio=0.7", "smallest kept ratio is 0.4"),
+])
+def test_config_rejects_what_the_sensitivity_search_cannot_do(make_cfg, override, msg):
+    from gac.errors import GacError
+    from gac.jobs.pipeline import spec_from_config
+
+    with pytest.raises(GacError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        spec_from_config(make_cfg("compressor=asvd", override))
+    assert spec_from_config(make_cfg("compressor=asvd", "ratio=0.7", "allocation=proportional")).allocation == \
+        "proportional"
+    assert spec_from_config(make_cfg("compressor=asvd")).allocation == "sensitivity"
+    assert spec_from_config(make_cfg("compressor=svd_llm")).allocation == "uniform"

@@ -1,10 +1,16 @@
-"""ASVD (Yuan et al. 2023): activation-aware SVD of every projection, ``W diag(S) = U Sigma V^T``, ``S^-1`` folded into B."""
+"""ASVD (Yuan et al. 2023): activation-aware SVD of every projection, ``W diag(S) = U Sigma V^T``, ``S^-1`` folded into B.
+
+Its default allocation is the reference's sensitivity search (``gac.compression.allocation.sensitivity_allocation``):
+a calibration-perplexity table over kept parameter ratios (``sensitivity_grid``, the reference's 0.4 ... 0.9) and a
+binary search on the perplexity threshold that meets the budget; weights with no acceptable ratio stay dense.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
 from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
 from gac.compression.compressors.lowrank_math import (
     DEFAULT_SVD,
@@ -22,7 +28,8 @@ from gac.progress import track
 
 
 class LowRankCompressor(Compressor):
-    """Shared by the per-projection low-rank compressors (ASVD, SVD-LLM): one unit per Linear."""
+    """Shared by the per-projection low-rank compressors (ASVD, SVD-LLM): one unit per Linear, each of which may
+    stay dense (plan dimension ``min(out, in)``: the Linear is left as it is)."""
 
     def __init__(self, projections=PROJECTIONS, layers=None, svd: str = DEFAULT_SVD):
         bad = [p for p in projections if p not in PROJECTIONS]
@@ -42,7 +49,8 @@ class LowRankCompressor(Compressor):
             mod = get_module(model, name)
             if not isinstance(mod, nn.Linear):
                 raise GacError(f"{name} is a {type(mod).__name__}, not a dense Linear; it is already compressed")
-            out.append(lowrank_unit(name, mod.out_features, mod.in_features, (name,), {"layer": layout.layer_of(name)}))
+            out.append(lowrank_unit(name, mod.out_features, mod.in_features, (name,), {"layer": layout.layer_of(name)},
+                                    dense=True))
         return out
 
     def score(self, model, units, stats, proxy: Proxy):
@@ -88,9 +96,13 @@ class LowRankCompressor(Compressor):
                 continue
             r = int(dims[u.name])
             f = factors[u.name]
+            if u.is_dense(r):  # left dense: the Linear stays as it is
+                if not isinstance(get_module(model, u.name), nn.Linear):
+                    raise GacError(f"{u.name}: the plan keeps it dense, but the model holds a compressed module there")
+                continue
             k = f["S"].numel() if "S" in f else f["A"].shape[1]
             if not 1 <= r <= k:
-                raise GacError(f"{u.name}: rank {r} outside the factorised range 1..{k}")
+                raise GacError(f"{u.name}: rank {r} outside the factorised range 1..{k} (or {u.d_full}: dense)")
             mod = get_module(model, u.name)
             W = mod.weight
             A, B = rank_factors(f, W, r)
@@ -105,16 +117,20 @@ class ASVD(LowRankCompressor):
 
     All seven projections of every layer by default (224 weights on Llama-3-8B, as in the GAC paper). ``svd``: the
     factorisation method (:data:`~gac.compression.compressors.lowrank_math.SVD_METHODS`; ``"exact"`` is the full
-    float64 SVD).
+    float64 SVD). ``sensitivity_grid``: the kept parameter ratios of the sensitivity table (each in (0, 1]; 1 means
+    dense).
     """
 
     name = "asvd"
     default_proxy = "activation"
     needs_act = True
+    default_allocation = "sensitivity"
 
-    def __init__(self, projections=PROJECTIONS, layers=None, alpha: float = 0.5, svd: str = DEFAULT_SVD):
+    def __init__(self, projections=PROJECTIONS, layers=None, alpha: float = 0.5, sensitivity_grid=SENSITIVITY_GRID,
+                 svd: str = DEFAULT_SVD):
         super().__init__(projections, layers, svd)
         self.alpha = float(alpha)
+        self.sensitivity_grid = check_sensitivity_grid(sensitivity_grid)
 
     def _factors(self, W, st, unit):
         if st is None or st.act_abs is None:
