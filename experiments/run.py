@@ -2,7 +2,7 @@
 
     python experiments/run.py model=tiny compressor=asvd align=gac ratio=0.15
     python experiments/run.py -m compressor=asvd,llm_pruner align=unaligned,gac
-    python experiments/run.py -m +experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
+    python experiments/run.py -m experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
 
 The work lives in :mod:`gac.jobs.experiment` (a plain function of the config); tests call the same function.
 """

@@ -14,7 +14,7 @@ gac launch cluster start|stop [--dir D]              the loopback single-node Sl
 def add_arguments(p):
     sub = p.add_subparsers(dest="launch_cmd", metavar="ACTION", required=True)
     s = sub.add_parser("status", help="list a sweep's points as done, failed, running or pending")
-    s.add_argument("overrides", nargs="*", help="sweep overrides, e.g. +experiment=table5 or ratio=0.1,0.2")
+    s.add_argument("overrides", nargs="*", help="sweep overrides, e.g. experiment=table5 or ratio=0.1,0.2")
     s.add_argument("--results-dir", default=None, help="the store (default: the config's results_dir)")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c = sub.add_parser("cluster", help="start or stop the loopback Slurm cluster used by the integration tests")
