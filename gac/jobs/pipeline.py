@@ -625,7 +625,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
     for lg in loggers:
-        lg.start(key, spec, base["config"])
+        lg.start(key, spec, base["config"], base["overrides"])
 
     def hook(stage: str) -> None:
         attempt.update(stage=stage, timings=dict(timings))  # how far an attempt got, even if it is killed next
