@@ -40,7 +40,7 @@ def validate(args) -> None:
     from gac.align.candidates import check_unit, check_window
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import ALLOCATIONS
+    from gac.compression.allocation import ALLOCATION_CHOICES as ALLOCATIONS
     from gac.compression.checkpoint import check_output_dir
     from gac.compression.compress import KNAPSACK_SCORES
     from gac.compression.compressors import get_compressor

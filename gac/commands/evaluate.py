@@ -7,7 +7,8 @@ HELP = "perplexity, PiQA/HellaSwag accuracy and latency of a model or a gac chec
 DESCRIPTION = """\
 Evaluate MODEL: 'tiny' (the embedded model, offline), a gac checkpoint directory, a local Hugging Face model
 directory or a hub id. Prints a table; --json writes the full report (metrics, protocol details, provenance).
-Data: for 'tiny' the shipped held-out files are the defaults (no network); for other models WikiText-2 and the
+Data: for 'tiny' and gac checkpoints built from it the shipped held-out files are the defaults (no network; a
+checkpoint records its base model); for other models WikiText-2 and the
 lm-eval tasks come from the hub unless --ppl-data / --task-file (or --data tiny) point at local files.
 Examples:
   gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
@@ -27,7 +28,7 @@ def add_arguments(p):
                    help="run TASK's official config on a local JSONL file (repeatable)")
     p.add_argument("--data", choices=("auto", "tiny", "hub"), default="auto",
                    help="default data: 'tiny' = the shipped held-out files, 'hub' = WikiText-2 and lm-eval datasets "
-                        "from the hub, 'auto' = tiny's for the tiny model, else the hub (default)")
+                        "from the hub, 'auto' = tiny's for the tiny model and checkpoints built from it, else the hub (default)")
     p.add_argument("--latency", action="store_true", help="prefill and decode latency")
     p.add_argument("--seq-len", type=int, default=None,
                    help="perplexity window and prefill length (default: 2048 for perplexity and 1024 for prefill, "
@@ -71,7 +72,7 @@ def run(args) -> int:
     from gac.evaluation.report import evaluate, format_table, provenance
     from gac.evaluation.tasks import parse_tasks
     from gac.io import write_json_atomic
-    from gac.models import BUILTIN, describe, load_model
+    from gac.models import BUILTIN, base_model_of, describe, load_model
 
     tasks = parse_tasks(args.tasks) if args.tasks else []
     files = _task_files(args.task_file)
@@ -83,7 +84,8 @@ def run(args) -> int:
                     ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
-    use_tiny = args.data == "tiny" or (args.data == "auto" and args.model in BUILTIN)
+    # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
+    use_tiny = args.data == "tiny" or (args.data == "auto" and base_model_of(args.model) in BUILTIN)
     ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")
     if use_tiny:
         from gac.fixtures import tiny_paths
