@@ -305,12 +305,10 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
-            import shutil
-
-            if shutil.which("sbatch") is None:
-                print("experiments/run.py: error: a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm "
-                      "here); use hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start",
-                      file=sys.stderr)
+            try:
+                check_slurm(config.hydra.launcher.get("partition"))
+            except GacError as e:
+                print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
         log.info("sweep checked: %d points", len(points))
 
@@ -338,6 +336,35 @@ class SweepCallback(_Callback):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)
+
+
+def check_slurm(partition: str | None = None) -> None:
+    """Before a Slurm launch: ``sbatch`` exists, Slurm answers (``sinfo``: a missing or wrong ``SLURM_CONF`` fails
+    here with one line, not in submitit's traceback), and the launcher's partition is one of the cluster's."""
+    import shutil
+    import subprocess
+
+    if shutil.which("sbatch") is None:
+        raise GacError("a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm here); use "
+                       "hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start")
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return
+    try:
+        r = subprocess.run([sinfo, "-h", "-o", "%P"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        r = subprocess.CompletedProcess([sinfo], 1, "", f"{type(e).__name__}: {e}")
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or [f"exit code {r.returncode}"]
+        conf = os.environ.get("SLURM_CONF")
+        raise GacError(f"Slurm does not answer here (sinfo: {lines[-1].removeprefix('sinfo: ')}); SLURM_CONF is "
+                       f"{repr(conf) if conf else 'unset'}: export SLURM_CONF=<your cluster's slurm.conf> (the loopback "
+                       f"cluster: `python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local")
+    partitions = sorted({p.strip().rstrip("*") for p in r.stdout.split() if p.strip()})
+    if partition and partitions and str(partition) not in partitions:
+        from gac.errors import unknown_name
+
+        raise unknown_name("Slurm partition (hydra.launcher.partition=...)", str(partition), partitions)
 
 
 def _bench_after_sweep(config) -> None:

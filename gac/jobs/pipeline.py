@@ -507,6 +507,7 @@ def _provenance(spec: JobSpec) -> dict:
     p = provenance(device=spec.device)
     p["seed"] = spec.seed
     p["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+    p["slurm_array_job_id"] = os.environ.get("SLURM_ARRAY_JOB_ID")
     p["slurm_array_task_id"] = os.environ.get("SLURM_ARRAY_TASK_ID")
     p["slurm_restart_count"] = os.environ.get("SLURM_RESTART_COUNT")
     try:
@@ -549,6 +550,7 @@ def _skipped(store: ResultsStore, key: str, path: Path | None = None, why: str =
 
 def _attempt_info() -> dict:
     return {"host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

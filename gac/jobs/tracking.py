@@ -32,7 +32,9 @@ def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> N
     d.mkdir(parents=True, exist_ok=True)
     t = time.time()
     ev = {"event": kind, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "t": t,
-          "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **kw}
+          "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+          "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
+          "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **kw}
     with open(d / f"{key}.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(ev, default=str) + "\n")
 

@@ -162,3 +162,39 @@ def test_sweep_expansion_uses_no_private_hydra():
     assert expand_sweep(["ratio=range(1,4)"]) == [["ratio=1"], ["ratio=2"], ["ratio=3"]]
     with pytest.raises(GacError, match="cannot parse the overrides"):
         expand_sweep(["ratio=0.1,,"])
+
+
+def _fake_slurm(tmp_path, sinfo_body):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("sbatch", "exit 1"), ("sinfo", sinfo_body)):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+
+def test_slurm_without_a_configuration_says_so_in_one_line(tmp_path):
+    env = _fake_slurm(tmp_path, "echo 'sinfo: error: fetch_config: DNS SRV lookup failed' >&2\n"
+                                "echo 'sinfo: fatal: Could not establish a configuration source' >&2\nexit 1")
+    r = _run(["-m", "hydra/launcher=slurm_local", "eval=none", f"results_dir={tmp_path}/res",
+              f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "experiments/run.py: error: Slurm does not answer here (sinfo: fatal: Could not establish a configuration "
+        "source); SLURM_CONF is unset: export SLURM_CONF=<your cluster's slurm.conf> (the loopback cluster: "
+        "`python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local"]
+
+
+def test_slurm_unknown_partition_is_named(tmp_path):
+    env = _fake_slurm(tmp_path, "echo 'debug*'")
+    r = _run(["-m", "hydra/launcher=slurm_h100", "eval=none", f"results_dir={tmp_path}/res",
+              f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
+    assert r.returncode == 2
+    assert "unknown Slurm partition (hydra.launcher.partition=...) 'gpu'" in r.stderr and "debug" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_slurm_job_name_carries_the_experiment():
+    for launcher in ("slurm_local", "slurm_h100", "slurm_a100"):
+        cfg = compose_config([f"hydra/launcher={launcher}", "experiment=table5"], return_hydra_config=True)
+        assert cfg.hydra.launcher.name == "gac-table5"
