@@ -20,6 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from gac.jobs.schema import register  # noqa: E402
+
+register()  # the typed schema (gac_schema) that conf/config.yaml composes first
+
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig):

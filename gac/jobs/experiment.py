@@ -99,6 +99,9 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from gac.jobs.schema import register
+
+    register()  # conf/config.yaml composes the typed schema first
     d = str(Path(config_dir or CONF_DIR).resolve())
     parsed = parse_overrides(overrides)
     _check_experiment_override(parsed)
@@ -132,6 +135,11 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
     """Hydra's error (its first line), with a close-match suggestion when an override names an unknown group option
     or an unknown key. The culprit is found from the parsed overrides and the config tree, not from Hydra's text."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():  # "Error merging override x=y" says why only in its cause
+        why = str(cause).strip().splitlines()[0]
+        if why not in msg:
+            msg = f"{msg}: {why}"
     groups = _group_options(conf_dir)
     for o in parsed:
         if o.is_delete() or o.is_sweep_override():
