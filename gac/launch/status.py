@@ -102,11 +102,13 @@ def point_state(store: ResultsStore, key: str, slurm: _Slurm | None = None, now:
     now = time.time() if now is None else now
     if store.is_done(key):
         try:
-            store.read_record(key)
+            rec = store.read_record(key)
         except CorruptRecord as e:
             return {"state": "corrupt", "detail": str(e)}
         reruns = len(store.record_paths(key)) - 1
-        return {"state": "done", "detail": str(store.record_path(key)) + (f" (+{reruns} re-run)" if reruns else "")}
+        prov = rec.get("provenance") if isinstance(rec.get("provenance"), dict) else {}
+        return {"state": "done", "detail": str(store.record_path(key)) + (f" (+{reruns} re-run)" if reruns else ""),
+                "slurm_job": slurm_display_id(prov)}
     events = _events(store, key)
     failures = store.failure_paths(key)
     holder = read_holder(store.lock_path(key))

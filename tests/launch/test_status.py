@@ -138,3 +138,6 @@ def test_array_tasks_show_as_squeue_does(store, tmp_path, monkeypatch):
     store.lock_path("k").write_text(json.dumps(holder))
     st = point_state(store, "k", _Slurm())
     assert st["state"] == "running" and st["slurm_job"] == "777_1" and "Slurm job 777_1" in st["detail"]
+    store.write_record("d", {**REC, "provenance": {"slurm_job_id": "780", "slurm_array_job_id": "777",
+                                                   "slurm_array_task_id": "3"}})
+    assert point_state(store, "d", _Slurm())["slurm_job"] == "777_3"
