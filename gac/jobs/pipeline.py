@@ -149,7 +149,9 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
     from gac.evaluation.tasks import check_task_names
+    from gac.jobs.schema import validate_config
 
+    cfg = validate_config(cfg)  # types and the keys of every group (gac.jobs.schema); ranges and names below
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
         if comp.lower() not in COMPRESSORS and comp.lower().replace("-", "_") not in COMPRESSORS:
@@ -173,7 +175,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         raise unknown_name("allocation (config allocation=...)", allocation, ALLOCATION_CHOICES)
     for k in ("align.unit", "align.window", "seq_len"):
         v = _require(cfg, k)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if v <= 0:
             raise GacError(f"config: {k} must be a positive integer, got {v!r}")
     from gac.align.candidates import check_unit
 
@@ -216,7 +218,8 @@ def spec_from_config(cfg: dict) -> JobSpec:
             raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
         check_sensitivity_reach(allocation, built, float(ratio))
     calibration = dict(_get(cfg, "calibration", {}) or {})
-    calibration.setdefault("seed", cfg.get("seed", 0))
+    if calibration.get("seed") is None:
+        calibration["seed"] = cfg.get("seed", 0)
     return JobSpec(
         model_name=str(_require(cfg, "model.name")),
         model_spec=str(_require(cfg, "model.spec")),
@@ -603,6 +606,7 @@ def _provenance(spec: JobSpec) -> dict:
     p = provenance(device=spec.device)
     p["seed"] = spec.seed
     p["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+    p["slurm_array_job_id"] = os.environ.get("SLURM_ARRAY_JOB_ID")
     p["slurm_array_task_id"] = os.environ.get("SLURM_ARRAY_TASK_ID")
     p["slurm_restart_count"] = os.environ.get("SLURM_RESTART_COUNT")
     try:
@@ -646,6 +650,7 @@ def _skipped(store: ResultsStore, key: str, path: Path | None = None, why: str =
 
 def _attempt_info() -> dict:
     return {"host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -726,7 +731,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
     for lg in loggers:
-        lg.start(key, spec, base["config"])
+        lg.start(key, spec, base["config"], base["overrides"])
 
     def hook(stage: str) -> None:
         attempt.update(stage=stage, timings=dict(timings))  # how far an attempt got, even if it is killed next
