@@ -20,6 +20,10 @@ Columns of the frame :func:`load_results` returns (any column may hold NaN/None 
     stage timings in seconds
 ``git_commit, git_dirty, device, gac_version``
     provenance
+``config``
+    the record's resolved config, flat (``{"eval.limit": 50, "align.window": 8, ...}``, pandas.json_normalize),
+    without the keys that never change a result (:data:`CONFIG_LABELS`: output paths, loggers, labels); what
+    :func:`gac.analysis.tables.setting_groups` compares to tell records that may share a table row apart
 """
 
 from __future__ import annotations
@@ -45,8 +49,13 @@ TOP_FIELDS = ("aligned_fraction", "params", "budget")
 PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets", "aligned_8", "aligned_16",
                 "aligned_32", "dims")
 PROVENANCE_FIELDS = ("git_commit", "git_dirty", "device", "gac_version")
+CONFIG = "config"
 BASE_COLUMNS = ID_COLUMNS + JOB_FIELDS + TOP_FIELDS + PLAN_COLUMNS
-RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS)
+RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS) | {CONFIG}
+#: top-level config keys that never change a result (where it is written, logging, labels): left out of ``config``
+CONFIG_LABELS = frozenset({"results_dir", "force", "on_busy", "logger", "launcher", "hydra", "wandb", "slurm",
+                           "work_dir", "quiet", "verbose", "save_model", "experiment_name", "experiment", "sweep",
+                           "bench", "job", "key", "overrides"})
 
 #: ``prefill_ms@1024`` or ``prefill_ms@b4_1024`` -> (metric, batch, seq_len)
 SEQ_METRIC = re.compile(r"^(?P<metric>[A-Za-z0-9_]+)@(?:b(?P<batch>\d+)_)?(?P<seq>\d+)$")
@@ -165,7 +174,20 @@ def _record_row(rec: Mapping) -> dict:
     prov = rec.get("provenance") or {}
     for f in PROVENANCE_FIELDS:
         row[f] = prov.get(f) if isinstance(prov, Mapping) else None
+    row[CONFIG] = config_fields(rec.get("config"))
     return row
+
+
+def config_fields(config) -> dict:
+    """A record's (or W&B run's) config -> a flat ``{"a.b": value}`` dict without :data:`CONFIG_LABELS`; list values
+    become tuples (hashable, comparable)."""
+    flat = _flatten(config) if config is not None else {}
+    out = {}
+    for k, v in flat.items():
+        if k.split(".", 1)[0] in CONFIG_LABELS or k.startswith("job/"):
+            continue
+        out[k] = tuple(v) if isinstance(v, list) else v
+    return dict(sorted(out.items()))
 
 
 def _metric_column(name: str) -> str:
@@ -217,6 +239,9 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
                "aligned_8", "aligned_16", "aligned_32")
     for c in numeric:
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    if CONFIG not in df.columns:
+        df[CONFIG] = None
+    df[CONFIG] = [c if isinstance(c, dict) else {} for c in df[CONFIG]]
     extra = [c for c in df.columns if c not in BASE_COLUMNS]
     return df[list(BASE_COLUMNS) + extra].reset_index(drop=True)
 
@@ -293,24 +318,28 @@ def records_from_wandb(runs) -> pd.DataFrame:
     return _frame(rows)
 
 
-def _flatten(d, prefix: str = "") -> dict:
-    out = {}
+def _unwrap_wandb(d):
+    """W&B's ``{"value": x, "desc": ...}`` config entries -> ``x`` (recursively)."""
+    if isinstance(d, Mapping):
+        if "value" in d and "desc" in d and len(d) == 2:
+            return _unwrap_wandb(d["value"])
+        return {str(k): _unwrap_wandb(v) for k, v in d.items()}
+    return d
+
+
+def _flatten(d) -> dict:
+    """A nested config/summary (or its JSON text) -> one flat ``{"a.b.c": value}`` dict (pandas.json_normalize)."""
     if isinstance(d, str):
         try:
             d = json.loads(d)
         except ValueError:
-            return {prefix.rstrip("."): d} if prefix else {}
+            return {}
     if not isinstance(d, Mapping):
-        return {prefix.rstrip("."): d} if prefix else {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and not ("value" in v and len(v) <= 2 and "desc" in v):
-            out.update(_flatten(v, key + "."))
-        elif isinstance(v, Mapping):  # W&B's {"value": x, "desc": ...} config entries
-            out[key] = v.get("value")
-        else:
-            out[key] = v
-    return out
+        return {}
+    d = _unwrap_wandb(d)
+    if not d:
+        return {}
+    return pd.json_normalize(d, sep=".").iloc[0].to_dict()
 
 
 def _api_run(run) -> tuple[dict, dict, dict]:
@@ -366,6 +395,9 @@ def _wandb_row(config: dict, summary: dict, meta: dict) -> dict:
         row[_metric_column(name)] = _number(v, f"metric {name!r} of {where}")
     for c in PLAN_COLUMNS:
         row.setdefault(c, None)
+    row[CONFIG] = config_fields({k: v for k, v in config.items() if not k.startswith(("job.", "job/"))
+                                 and (not mixed or not _looks_like_metric(k))
+                                 and k not in TOP_FIELDS and not k.startswith(("metrics/", "metrics."))})
     return row
 
 

@@ -71,8 +71,14 @@ def write_report(
     figure_formats: Sequence[str] = ("png", "pdf"),
     profiles: Sequence[str | os.PathLike] = (),
     force: bool = False,
+    where: dict | None = None,
 ) -> Report:
-    """Write the tables (``table_formats``) and figures (``figure_formats``) the results in ``df`` support."""
+    """Write the tables (``table_formats``) and figures (``figure_formats``) the results in ``df`` support.
+
+    ``where`` keeps only the matching records (``{"sweep": "s1"}``, ``{"align.window": 8}``: see
+    :func:`gac.analysis.tables.filter_settings`). Records that differ in a setting (other than re-runs of one key)
+    are never merged: each table or figure is written once per setting group, its name and caption naming the
+    setting (:func:`gac.analysis.tables.setting_groups`)."""
     kinds = []
     for f in table_formats:
         if f.lower() not in TABLE_FORMATS:
@@ -81,9 +87,12 @@ def write_report(
     for f in figure_formats:
         if f.lower() not in ("png", "pdf", "svg"):
             raise GacError(f"unknown figure format {f!r}; use png, pdf and/or svg")
+    bench = df.attrs.get("bench")
     df = T.completed(df)
     if df.empty:
         raise GacError("no completed records to report on; run jobs first")
+    df = T.filter_settings(df, where, "gac report")
+    df.attrs["bench"] = bench
     rep = Report(check_out_dir(out_dir, force))
     fig_formats = [f.lower() for f in figure_formats]
 
@@ -133,6 +142,16 @@ def _groups(df: pd.DataFrame, by: list[str]):
         yield combo, df[mask]
 
 
+def _setting_slug(setting: dict) -> str | None:
+    if not setting:
+        return None
+    return slug(*(f"{k.rsplit('.', 1)[-1]}{T.show_value(v)}" for k, v in setting.items()))
+
+
+def _setting_note(setting: dict) -> str:
+    return f" [{T.describe_setting(setting)}]" if setting else ""
+
+
 def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
     comp = g[~T.baseline_mask(g) & g["strategy"].isin(["unaligned", "gac"])]
     ratios = T._values(comp.loc[comp["strategy"] == "gac", "ratio"])
@@ -146,14 +165,20 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
         for p in choices:
             keep = [c for c in proxies_of if c not in ambiguous or p in ambiguous[c]]
             sel = {c: p for c in ambiguous if p in ambiguous[c]} or None
-            name = slug("table5", model, gpu, f"r{r:g}", f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
-                        p if ambiguous else None)
-            try:
-                t = T.table5(g, model=model, gpu=gpu, seq_len=seq_len, ratio=r, proxy=sel, compressors=keep)
-            except GacError as e:
-                rep.skipped.append(f"{name}: {e}")
-                continue
-            table(name, t, caption=t.attrs.get("caption") + (f", proxy {p}" if ambiguous else ""))
+            rows = at[at["compressor"].isin(keep)]
+            if sel:
+                rows = rows[[c not in sel or str(x) == str(sel[c]) for c, x in zip(rows["compressor"], rows["proxy"])]]
+            for setting, part in T.setting_groups(pd.concat([g[T.baseline_mask(g)], rows])):
+                name = slug("table5", model, gpu, f"r{r:g}",
+                            f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
+                            p if ambiguous else None, _setting_slug(setting))
+                try:
+                    t = T.table5(part, model=model, gpu=gpu, seq_len=seq_len, ratio=r, compressors=keep,
+                                 bench=g.attrs.get("bench"), where=setting or None)
+                except GacError as e:
+                    rep.skipped.append(f"{name}: {e}")
+                    continue
+                table(name, t, caption=t.attrs.get("caption") + (f", proxy {p}" if ambiguous else ""))
 
 
 def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
@@ -165,39 +190,58 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
     if counts.empty or counts.max() < 2:
         rep.skipped.append(f"ratio sweep for {model} on {gpu}: no compressor was run at 2+ ratios")
         return
-    name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None)
-    try:
-        sw = T.ratio_sweep(g, model=model, gpu=gpu, seq_len=seq_len,
-                           compressor=[c for c, n in counts.items() if n >= 2])
-    except GacError as e:
-        rep.skipped.append(f"{name}: {e}")
-        return
-    figure(name, F.plot_ratio_sweep(sw, title=f"{model} on {gpu}: PPL and latency against ratio"))
-    table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}")
+    names = [c for c, n in counts.items() if n >= 2]
+    rows = pd.concat([g[T.baseline_mask(g)], comp[measured & comp["compressor"].isin(names)]])
+    for setting, part in T.setting_groups(rows, slot=("compressor", "strategy", "ratio", "proxy"), axes=("ratio",)):
+        name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
+                    _setting_slug(setting))
+        try:
+            sw = T.ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names)
+        except GacError as e:
+            rep.skipped.append(f"{name}: {e}")
+            continue
+        if sw.loc[sw["strategy"] != "baseline"].groupby("compressor")["ratio"].nunique().max() < 2:
+            rep.skipped.append(f"{name}: fewer than 2 ratios per compressor in this setting group (a line needs 2)")
+            continue
+        figure(name, F.plot_ratio_sweep(sw, title=F.figure_title("PPL and latency against ratio", model=model,
+                                                                 device=gpu, extra=_setting_note(setting))))
+        table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")
 
 
 def _latency(g, model, gpu, table, figure, rep):
     cols = [c for c in g.columns if (p := T.parse_seq_metric(c)) and p[0] == "prefill_ms"]
-    benched = {k for b in g.attrs.get("bench") or [] for p in (b.get("points") or {}).values() for k in p["variants"]}
+    bench = g.attrs.get("bench") or []
+    benched = {k for b in bench for p in (b.get("points") or {}).values() for k in p["variants"]}
     if not cols and not benched:
-        rep.skipped.append(f"latency vs sequence length for {model} on {gpu}: no prefill_ms@<seq_len> metrics")
+        rep.skipped.append(f"latency vs sequence length for {model} on {gpu}: no prefill_ms@<seq_len> metrics "
+                           f"(one sequence length: Table 5 has the latency)")
         return
     has = g[(g[cols].notna().any(axis=1) if cols else False) | g["key"].astype(str).isin(benched)
             | (T.baseline_mask(g) & bool(benched))]
     comp = has[~T.baseline_mask(has) & has["strategy"].isin(["unaligned", "gac"])]
     for r in T._values(comp["ratio"]) or [None]:
-        name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None)
-        try:
-            lat = T.latency_vs_seq_len(has, model=model, gpu=gpu, ratio=r)
-        except GacError as e:
-            rep.skipped.append(f"{name}: {e}")
-            continue
-        figure(name, F.plot_latency_vs_seq_len(lat, title=f"{model} on {gpu}: prefill latency across sequence lengths"
-                                                         f"\n({lat.attrs.get('source')})"))
-        for b in sorted(lat["batch"].unique()):
-            table(f"{name}_b{b}", T.latency_table(lat, batch=b),
-                  caption=f"Prefill latency by sequence length: {model} on {gpu}, ratio {r}, batch {b} "
-                          f"({lat.attrs.get('source')})")
+        at = pd.concat([has[T.baseline_mask(has)], comp[T._match(comp["ratio"], r)] if r is not None else comp])
+        for setting, part in T.setting_groups(at, axes=T.LATENCY_AXES):
+            name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None, _setting_slug(setting))
+            try:
+                lat = T.latency_vs_seq_len(part, model=model, gpu=gpu, ratio=r, bench=bench)
+            except GacError as e:
+                rep.skipped.append(f"{name}: {e}")
+                continue
+            seqs = lat.groupby("batch")["seq_len"].nunique()
+            if lat.empty or seqs.max() < 2:
+                rep.skipped.append(f"{name}: latency measured at one sequence length only "
+                                   f"({', '.join(str(s) for s in sorted(lat['seq_len'].unique()))}); a curve needs 2+ "
+                                   f"(Table 5 has the number)")
+                continue
+            device = lat.attrs.get("device") or gpu
+            figure(name, F.plot_latency_vs_seq_len(lat, title=F.figure_title(
+                "prefill latency across sequence lengths", model=model, ratio=r, device=device,
+                extra=_setting_note(setting))))
+            for b in sorted(lat["batch"].unique()):
+                table(f"{name}_b{b}", T.latency_table(lat, batch=b),
+                      caption=f"Prefill latency by sequence length: {model} on {device}, ratio {r}, batch {b}"
+                              f"{_setting_note(setting)} ({lat.attrs.get('source')})")
 
 
 def _proxies(df, table, figure, rep):
@@ -205,15 +249,20 @@ def _proxies(df, table, figure, rep):
     for (model, comp, ratio), g in _groups(plans, ["model", "compressor", "ratio"]):
         if g["proxy"].nunique() < 2:
             continue
-        name = slug("proxies", model, comp, f"r{ratio:g}" if ratio is not None else None)
-        try:
-            dims = T.proxy_dims(g, model=model, compressor=comp, ratio=ratio)
-        except GacError as e:
-            rep.skipped.append(f"{name}: {e}")
-            continue
-        figure(name, F.plot_proxy_comparison(dims, title=f"{model}, {T.compressor_label(comp)}, ratio {ratio:g}: "
-                                                         f"unconstrained dims per proxy"))
-        table(name, T.proxy_comparison(dims), caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}")
+        for setting, part in T.setting_groups(g, slot=("proxy",), axes=("proxy",)):
+            if part["proxy"].nunique() < 2:
+                continue
+            name = slug("proxies", model, comp, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
+            try:
+                dims = T.proxy_dims(part, model=model, compressor=comp, ratio=ratio)
+            except GacError as e:
+                rep.skipped.append(f"{name}: {e}")
+                continue
+            figure(name, F.plot_proxy_comparison(dims, title=F.figure_title(
+                f"{T.compressor_label(comp)}: unconstrained dims per proxy", model=model, ratio=ratio,
+                extra=_setting_note(setting))))
+            table(name, T.proxy_comparison(dims),
+                  caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}{_setting_note(setting)}")
     if not rep.written or not any(p.name.startswith("proxies_") for p in rep.written):
         rep.skipped.append("proxy comparison: no (model, compressor, ratio) has unaligned plans from 2+ proxies")
 

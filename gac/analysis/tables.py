@@ -2,7 +2,10 @@
 
 Every function takes the frame plus optional filters (``model``, ``gpu``, ``ratio``, ...). A filter left as
 ``None`` must be unambiguous in the data (one value), otherwise a :class:`GacError` names the values to choose
-from. Where several records describe the same point (a forced re-run), the latest ``created`` wins. Numbers
+from. Only re-runs of the same job (one record key) collapse to the latest ``created``; records that differ in any
+other setting (``align.window``, ``eval.limit``, ...) are never merged into one row: a table that would mix them
+raises a :class:`GacError` naming the setting (filter with ``where={"align.window": 8}``, ``sweep``,
+``experiment``), and :func:`setting_groups` splits them (what ``gac report`` does). Numbers
 stay numbers (NaN where not run); :func:`format_table` renders NaN as a blank cell.
 """
 
@@ -99,16 +102,186 @@ def resolve(df: pd.DataFrame, field: str, value, what: str) -> tuple[pd.DataFram
     return df, (vals[0] if vals else None)
 
 
-def latest(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """One row per ``by`` group: the latest ``created`` (forced re-runs sit beside the original record)."""
+def latest_per_key(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per record ``key``: the latest ``created`` wins. Only re-runs of the *same* job share a key (a
+    forced re-run goes beside the original record); records of different configs never replace each other."""
     if df.empty:
         return df
     order = df.assign(_created=df["created"].fillna("").astype(str), _path=df["path"].fillna("").astype(str))
     order = order.sort_values(["_created", "_path"], kind="stable")
-    dup = order.duplicated(list(by), keep="last")
+    dup = order.duplicated(["key"], keep="last")
     if dup.any():
-        log.info("%d older record(s) superseded by a later re-run of the same point", int(dup.sum()))
+        log.info("%d older record(s) superseded by a later re-run of the same job (same key)", int(dup.sum()))
     return order[~dup].drop(columns=["_created", "_path"])
+
+
+# ---------------------------------------------------------------------------------------------- settings
+#: config keys (first component) that tell methods apart: they differ between a table's rows by design
+ROW_SETTINGS = ("compressor", "align", "proxy", "allocation", "model_compressor")
+#: settings the baseline (the uncompressed model) does not depend on: a baseline row fits any value of these
+#: (and of the labels ``sweep``/``experiment``: one baseline record serves every sweep of its model)
+COMPRESSION_SETTINGS = ROW_SETTINGS + ("ratio", "calibration")
+_FRAME_FILTERS = ("sweep", "experiment", "key", "proxy", "strategy", "compressor", "ratio", "model", "gpu",
+                  "seq_len", "unit")
+#: settings a latency-against-S figure may span (its records measured different points)
+LATENCY_AXES = ("seq_len", "eval.latency_seq_lens", "eval.latency_batches")
+_ANY = object()  # a setting that does not apply to a row (a baseline's compression setting, an absent key)
+
+
+def _top(field: str) -> str:
+    return field.split(".", 1)[0]
+
+
+def _setting(row: Mapping, field: str, baseline: bool):
+    """A row's value of ``field`` (a config key such as ``eval.limit``, or ``key``), or :data:`_ANY`."""
+    if field == "key":
+        return _ANY if baseline else str(row.get("key"))
+    if baseline and _top(field) in COMPRESSION_SETTINGS:
+        return _ANY
+    cfg = row.get("config")
+    if not isinstance(cfg, Mapping) or field not in cfg:
+        return _ANY
+    v = cfg[field]
+    return tuple(v) if isinstance(v, list) else v
+
+
+def show_value(v) -> str:
+    if isinstance(v, tuple):
+        return "[" + ",".join(str(x) for x in v) + "]"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def describe_setting(setting: Mapping) -> str:
+    """``{"align.window": 8, "eval.limit": 50}`` -> ``"align.window=8, eval.limit=50"``."""
+    return ", ".join(f"{k}={show_value(v)}" for k, v in setting.items())
+
+
+def _same(a, b) -> bool:
+    if a is _ANY or b is _ANY:
+        return True
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return abs(float(a) - float(b)) < 1e-12
+    return show_value(a) == show_value(b)
+
+
+def setting_groups(df: pd.DataFrame, slot: Sequence[str] = ("compressor", "strategy"),
+                   axes: Sequence[str] = ()) -> list[tuple[dict, pd.DataFrame]]:
+    """Split records into groups that may share one table, without dropping any.
+
+    Re-runs of the same key are collapsed first (the latest wins: :func:`latest_per_key`). Within one group,
+    every *slot* (a table row: the ``slot`` columns, e.g. compressor and strategy) holds at most one record, and
+    every config setting outside :data:`ROW_SETTINGS` and ``axes`` (the table's own axes, e.g. ``ratio`` in a
+    ratio sweep) has one value (a baseline row fits any value of :data:`COMPRESSION_SETTINGS`). A setting that
+    distinguishes records (``align.window`` 1 vs 8, ``eval.limit`` 50 vs 200) splits the records; records that
+    collide without any differing setting (no config, e.g. a W&B export) are split by ``key``.
+
+    Returns ``[(setting, frame)]``: ``setting`` is ``{field: value}`` of what tells this group from the others
+    (``{}`` when there is one group); a baseline record may sit in several groups.
+    """
+    df = latest_per_key(df)
+    if df.empty:
+        return [({}, df)]
+    recs = df.to_dict("records")
+    is_base = [is_baseline(r["compressor"], r["strategy"]) for r in recs]
+    fields = sorted({f for r in recs for f in (r.get("config") or {})})
+    axes = {str(a) for a in axes}
+
+    def differs(rows: list[int], field: str) -> bool:
+        vals = [_setting(recs[i], field, is_base[i]) for i in rows]
+        vals = [v for v in vals if v is not _ANY]
+        return any(not _same(vals[0], v) for v in vals[1:])
+
+    everyone = list(range(len(recs)))
+    split = [f for f in fields if _top(f) not in ROW_SETTINGS and f not in axes and _top(f) not in axes
+             and differs(everyone, f)]
+    slots: dict[tuple, list[int]] = {}
+    for i, r in enumerate(recs):
+        if not is_base[i]:
+            slots.setdefault(tuple(show_value(r.get(c)) for c in slot), []).append(i)
+    split += [f for f in fields if f not in split and _top(f) in ROW_SETTINGS
+              and any(len(rows) > 1 and differs(rows, f) for rows in slots.values())]
+
+    def grouped(split):
+        sigs = list(dict.fromkeys(tuple(_setting(r, f, b) for f in split) for r, b in zip(recs, is_base)))
+        # a signature with a wildcard where another has a value, and agreeing elsewhere, is covered by it
+        keep = [s for s in sigs if not any(t != s and all(a is _ANY or (b is not _ANY and _same(a, b))
+                                                          for a, b in zip(s, t)) for t in sigs)]
+        out = []
+        for s in keep:
+            rows = [i for i, (r, b) in enumerate(zip(recs, is_base))
+                    if all(_same(_setting(r, f, b), v) for f, v in zip(split, s))]
+            out.append(({f: v for f, v in zip(split, s) if v is not _ANY}, rows))
+        return out
+
+    groups = grouped(split)
+    if any(len(set(rows) & set(srows)) > 1 for _, rows in groups for srows in slots.values()):
+        groups = grouped(split + ["key"])  # the same slot twice without a config that tells them apart
+    if not split and len(groups) == 1:
+        return [({}, df)]
+    return [(setting, df.iloc[rows]) for setting, rows in groups]
+
+
+def filter_settings(df: pd.DataFrame, where: Mapping[str, object] | None, what: str) -> pd.DataFrame:
+    """Keep the records whose frame column or config setting ``field`` equals the value, for each item of
+    ``where`` (``{"sweep": "s1"}``, ``{"align.window": 8}``). A baseline record passes on the settings it does not
+    depend on (:data:`COMPRESSION_SETTINGS`, ``sweep``, ``experiment``): one baseline serves every sweep."""
+    if not where:
+        return df
+    keep = pd.Series(True, index=df.index)
+    known = {f for c in df["config"] if isinstance(c, Mapping) for f in c} if "config" in df.columns else set()
+    for field, value in where.items():
+        field = str(field)
+        if field not in _FRAME_FILTERS and field not in df.columns and field not in known:
+            raise GacError(f"{what}: no records have a setting {field!r}; filter by a config key such as "
+                           f"{sorted(known)[:3]} or by {', '.join(_FRAME_FILTERS[:2])}")
+        hit = []
+        for r in df.to_dict("records"):
+            base = is_baseline(r["compressor"], r["strategy"])
+            if field in df.columns and field != "config":
+                v = r.get(field)
+                ok = (base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")) or \
+                    (v is not None and _same(_parse(v), _parse(value)))
+            else:
+                v = _setting(r, field, base)
+                ok = v is not _ANY and _same(v, _parse(value)) or (base and _top(field) in COMPRESSION_SETTINGS)
+            hit.append(ok)
+        keep &= pd.Series(hit, index=df.index)
+    out = df[keep]
+    if out.empty:
+        raise GacError(f"{what}: no records match {describe_setting(where)}; check the filter values")
+    return out
+
+
+def _parse(v):
+    """A filter value from the command line (``"8"``, ``"0.15"``, ``"true"``) as the number/bool it spells."""
+    if not isinstance(v, str):
+        return v
+    low = v.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(low)
+    except ValueError:
+        pass
+    try:
+        return float(low)
+    except ValueError:
+        return v
+
+
+def one_setting(df: pd.DataFrame, what: str, slot: Sequence[str] = ("compressor", "strategy"),
+                axes: Sequence[str] = ()) -> pd.DataFrame:
+    """The records as one table's rows, or a :class:`GacError` naming the settings that tell them apart (choose
+    with ``where=``; ``gac report`` writes one table per setting instead)."""
+    groups = setting_groups(df, slot, axes)
+    if len(groups) == 1:
+        return groups[0][1]
+    fields = list(dict.fromkeys(f for s, _ in groups for f in s))
+    options = "; ".join(describe_setting(s) for s, _ in groups)
+    raise GacError(f"{what}: the records differ in {', '.join(fields)} ({options}) and would be mixed in one "
+                   f"table; choose one with where={{{fields[0]!r}: ...}} (gac report: --where KEY=VALUE, --sweep, "
+                   f"--experiment; without a filter it writes one table per setting)")
 
 
 def _one_proxy(rows: pd.DataFrame, proxy, what: str) -> pd.DataFrame:
@@ -140,6 +313,7 @@ def table5(
     unit: int | None = None,
     latency: str = "prefill_ms",
     bench: Sequence[Mapping] | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor.
 
@@ -168,8 +342,8 @@ def table5(
                        f"{model!r}; check the filters")
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
     comp = _one_proxy(comp, proxy, what)
-    comp = latest(comp, ["compressor", "strategy"])
-    base = latest(base, ["model"])
+    rows = one_setting(filter_settings(pd.concat([base, comp]), where, what), what)
+    base, comp = rows[baseline_mask(rows)], rows[~baseline_mask(rows)]
     if base.empty:
         log.warning("Table 5: no baseline record for model %r; the baseline row and latency change stay blank", model)
 
@@ -223,6 +397,8 @@ def table5(
         parts.append(f"on {gpu}")
     if ratio is not None:
         parts.append(f"at ratio {float(ratio):g}")
+    if where:
+        parts.append(f"[{describe_setting(where)}]")
     lat_where = f"{latency}, seq_len {int(seq_len)}" if seq_len is not None else latency
     if ppl != PPL:
         lat_where = f"{ppl}; {lat_where}"
@@ -232,7 +408,7 @@ def table5(
         lat_where += "; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs)"
     table.attrs["caption"] = f"Table 5: {' '.join(parts)} ({lat_where})"
     table.attrs["bench"] = hit[0]["key"] if hit is not None else None
-    table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len}
+    table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len, "where": dict(where or {})}
     return table
 
 
@@ -362,6 +538,7 @@ def ratio_sweep(
     proxy: str | Mapping[str, str] | None = None,
     strategies: Sequence[str] | None = None,
     metrics: Sequence[str] = (PPL, "prefill_ms"),
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """PPL and latency against ratio per strategy: a long frame
     ``model, gpu, compressor, proxy, strategy, method, ratio, metric, value`` (baseline rows have strategy
@@ -373,7 +550,7 @@ def ratio_sweep(
     df, gpu = resolve(df, "gpu", gpu, what)
     df = df[df[[m for m in metrics if m in df.columns]].notna().any(axis=1)] if any(m in df.columns for m in metrics) else df.iloc[0:0]
     df, seq_len = resolve(df, "seq_len", seq_len, what)
-    base = latest(df[baseline_mask(df)], ["model"])
+    base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df)]
     if compressor is not None:
         names = [compressor] if isinstance(compressor, str) else list(compressor)
@@ -383,9 +560,11 @@ def ratio_sweep(
     parts = []
     for _, g in comp.groupby(["compressor", "strategy", "ratio"], sort=False):
         parts.append(_one_proxy(g, proxy, what))
-    comp = latest(pd.concat(parts) if parts else comp, ["compressor", "strategy", "ratio"])
+    comp = pd.concat(parts) if parts else comp
+    both = one_setting(filter_settings(pd.concat([base, comp]), where, what), what,
+                       slot=("compressor", "strategy", "ratio"), axes=("ratio",))
     rows = []
-    for rec in pd.concat([base, comp]).to_dict("records"):
+    for rec in both.to_dict("records"):
         for m in metrics:
             v = rec.get(m)
             if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -426,6 +605,7 @@ def proxy_dims(
     ratio: float | None = None,
     strategy: str = "unaligned",
     unit: int = 8,
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """The plan dims of one (model, compressor, ratio, strategy) per proxy, one row per target (see
     :func:`gac.analysis.plan_dims`): what Figure 2 scatters."""
@@ -439,7 +619,7 @@ def proxy_dims(
     df, model = resolve(df, "model", model, what)
     df, ratio = resolve(df, "ratio", ratio, what)
     df, compressor = resolve(df, "compressor", compressor, what)
-    df = latest(df, ["proxy"])
+    df = one_setting(filter_settings(df, where, what), what, slot=("proxy",), axes=("proxy",))
     return plan_dims(df, unit=unit)
 
 
@@ -468,6 +648,7 @@ def latency_vs_seq_len(
     strategies: Sequence[str] = ("unaligned", "gac"),
     metric: str = "prefill_ms",
     bench: Sequence[Mapping] | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """Latency by sequence length (Figure 10) from the ``<metric>@S`` / ``<metric>@bB_S`` columns: a long frame
     ``method, compressor, strategy, batch, seq_len, latency_ms, change_pct`` (change against the baseline at
@@ -486,12 +667,13 @@ def latency_vs_seq_len(
     df = df[has | df["key"].astype(str).isin(benched) | (baseline_mask(df) & bool(benched))]
     df, model = resolve(df, "model", model, what)
     df, gpu = resolve(df, "gpu", gpu, what)
-    base = latest(df[baseline_mask(df)], ["model"])
+    base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
-    comp = latest(_one_proxy(comp, proxy, what), ["compressor", "strategy"])
+    comp = _one_proxy(comp, proxy, what)
+    both = one_setting(filter_settings(pd.concat([base, comp]), where, what), what, axes=LATENCY_AXES)
     rows = []
-    recs = pd.concat([base, comp]).to_dict("records")
+    recs = both.to_dict("records")
     source = None
     if metric == "prefill_ms" and bench:  # the latest bench that measured every compressed row, at all its points
         keys = {str(r["key"]) for r in recs if not is_baseline(r["compressor"], r["strategy"])}
@@ -522,6 +704,7 @@ def latency_vs_seq_len(
     out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != "baseline" else math.nan
                          for bt, s, v, st in zip(out["batch"], out["seq_len"], out["latency_ms"], out["strategy"])]
     out.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "metric": metric}
+    out.attrs["device"] = source.get("device") if source is not None else None
     out.attrs["source"] = bench_source(source) if source is not None else \
         "latency: per-job smoke numbers, each job timed alone (run `gac bench` for side-by-side ratios)"
     out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
