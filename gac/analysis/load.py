@@ -13,9 +13,11 @@ Columns of the frame :func:`load_results` returns (any column may hold NaN/None 
     ``piqa_acc``, ``prefill_ms``, ``prefill_ms@512``, ``prefill_ms@b4_1024``, ...); a metric a record did not run
     is NaN. In a record that measured several points, the job's own one (``prefill_ms`` in the record) is also
     its ``prefill_ms@<seq_len>`` column here, so a sweep over S sees every point
-``plan_strategy, plan_objective, plan_budget_met, n_targets, aligned_8, aligned_16, aligned_32, dims``
-    from ``record["plan"]`` (``dims`` is the ``{target name: dim}`` dict, kept as an object column;
-    :func:`plan_dims` expands it into one row per target)
+``plan_strategy, plan_objective, plan_budget_met, n_targets, aligned_8, aligned_16, aligned_32, dims, d_star,
+dense_targets``
+    from ``record["plan"]`` (``dims`` is the ``{target name: dim}`` dict and ``d_star`` the compressor's
+    unconstrained ``{target name: d*}``, ``dense_targets`` the names left dense, kept as object columns;
+    :func:`plan_dims` expands them into one row per target)
 ``time_<stage>``
     stage timings in seconds
 ``git_commit, git_dirty, device, gac_version``
@@ -47,7 +49,7 @@ JOB_FIELDS = ("model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu"
 ID_COLUMNS = ("key", "status", "created", "path")
 TOP_FIELDS = ("aligned_fraction", "params", "budget")
 PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets", "aligned_8", "aligned_16",
-                "aligned_32", "dims")
+                "aligned_32", "dims", "d_star", "dense_targets")
 PROVENANCE_FIELDS = ("git_commit", "git_dirty", "device", "gac_version")
 CONFIG = "config"
 BASE_COLUMNS = ID_COLUMNS + JOB_FIELDS + TOP_FIELDS + PLAN_COLUMNS
@@ -112,7 +114,9 @@ def bench_summary(doc: Mapping) -> dict:
                 base_ms = e["median_ms"]
             elif v.get("record_key"):
                 lo, hi = e.get("ratio_ci95") or (None, None)
-                variants[v["record_key"]] = {"ms": e["median_ms"], "ratio": e["ratio_to_baseline"], "lo": lo, "hi": hi}
+                variants[v["record_key"]] = {"ms": e["median_ms"], "ratio": e["ratio_to_baseline"], "lo": lo, "hi": hi,
+                                             "compressor": v.get("compressor"), "strategy": v.get("strategy"),
+                                             "ratio_param": v.get("ratio"), "label": v.get("label")}
         points[name] = {"batch": p["batch"], "seq_len": p["seq_len"], "baseline_ms": base_ms, "variants": variants}
     dev = doc.get("device") or {}
     return {"key": doc.get("key"), "created": doc.get("created"), "model": (doc.get("model") or {}).get("name"),
@@ -226,6 +230,9 @@ def _plan_columns(plan, where: str) -> dict:
         v = by_unit.get(str(u), by_unit.get(u)) if isinstance(by_unit, Mapping) else None
         out[f"aligned_{u}"] = v
     out["dims"] = {str(k): int(v) for k, v in dims.items()}
+    d_star = plan.get("d_star") or {}
+    out["d_star"] = {str(k): float(v) for k, v in d_star.items()} if isinstance(d_star, Mapping) else {}
+    out["dense_targets"] = [str(x) for x in plan.get("dense") or []]
     out["plan_aligned"] = plan.get("aligned_fraction")
     return out
 
@@ -268,19 +275,26 @@ def parse_target(name: str) -> tuple[int | None, str, int | None]:
 
 
 def plan_dims(df: pd.DataFrame, unit: int = 8) -> pd.DataFrame:
-    """One row per (record, plan target): ``key, model, compressor, proxy, strategy, ratio, target, layer, kind,
-    group, dim, aligned`` (``aligned``: ``dim % unit == 0``). Records without a plan contribute no rows."""
-    cols = ["key", "model", "compressor", "proxy", "strategy", "ratio", "gpu", "created"]
+    """One row per (record, plan target): ``key, model, compressor, proxy, strategy, ratio, gpu, created, device,
+    target, layer, kind, group, dim, d_star, dense, aligned`` (``aligned``: ``dim % unit == 0``; ``d_star``: the
+    compressor's unconstrained dimension, NaN where the record lacks it; ``dense``: the target was left dense).
+    Records without a plan contribute no rows."""
+    cols = ["key", "model", "compressor", "proxy", "strategy", "ratio", "gpu", "created", "device"]
     rows = []
     for rec in df.to_dict("records"):
         dims = rec.get("dims")
         if not isinstance(dims, Mapping):
             continue
+        d_star = rec.get("d_star") if isinstance(rec.get("d_star"), Mapping) else {}
+        dense = set(rec.get("dense_targets") or [])
         for target, d in dims.items():
             layer, kind, group = parse_target(target)
             rows.append({**{c: rec.get(c) for c in cols}, "target": target, "layer": layer, "kind": kind,
-                         "group": group, "dim": int(d), "aligned": int(d) % unit == 0})
-    out = pd.DataFrame(rows, columns=cols + ["target", "layer", "kind", "group", "dim", "aligned"])
+                         "group": group, "dim": int(d), "d_star": float(d_star.get(target, math.nan)),
+                         "dense": target in dense, "aligned": int(d) % unit == 0})
+    out = pd.DataFrame(rows, columns=cols + ["target", "layer", "kind", "group", "dim", "d_star", "dense", "aligned"])
+    out["d_star"] = pd.to_numeric(out["d_star"]).astype("float64")
+    out["dense"] = out["dense"].astype(bool)
     out["layer"] = pd.to_numeric(out["layer"]).astype("Int64")
     out["group"] = pd.to_numeric(out["group"]).astype("Int64")
     out["aligned"] = out["aligned"].astype(bool)

@@ -117,6 +117,8 @@ def write_report(
     for (model, gpu), g in _groups(df, ["model", "gpu"]):
         _latency(g, model, gpu, table, figure, rep)
     _proxies(df, table, figure, rep)
+    _plans(df, table, figure, rep)
+    _benches(df, figure, rep)
     for prof in profiles:
         _staircases(prof, table, figure, rep)
 
@@ -267,11 +269,61 @@ def _proxies(df, table, figure, rep):
         rep.skipped.append("proxy comparison: no (model, compressor, ratio) has unaligned plans from 2+ proxies")
 
 
+def _device_of(part, gpu) -> str | None:
+    devices = [str(d) for d in dict.fromkeys(part["device"].dropna()) if str(d)] if "device" in part.columns else []
+    return ", ".join(devices) if devices else (str(gpu) if gpu is not None else None)
+
+
+def _plans(df, table, figure, rep):
+    plans = df[df["dims"].map(lambda d: isinstance(d, dict) and len(d) > 0)]
+    if plans.empty:
+        rep.skipped.append("plan figures (d* against the chosen dim, dims mod 8/16/32): no record has a plan")
+        return
+    for (model, gpu, ratio), g in _groups(plans, ["model", "gpu", "ratio"]):
+        per_method = g.groupby(["compressor", "strategy"])["proxy"].nunique()
+        if per_method.max() > 1:
+            rep.skipped.append(f"plan figures for {model} on {gpu} at ratio {ratio:g}: a method was run with several "
+                               f"proxies (the proxy comparison shows those plans)")
+            continue
+        for setting, part in T.setting_groups(g, slot=("compressor", "strategy")):
+            dims = T.plan_dims(part)
+            name = slug("plans", model, gpu, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
+            note = _setting_note(setting)
+            device = _device_of(part, gpu)
+            try:
+                figure(f"{name}_dstar", F.plot_dstar_vs_dim(dims, title=F.figure_title(
+                    "chosen dim against the compressor's d*", model=model, ratio=ratio, device=device,
+                    extra=note)))
+            except ValueError as e:
+                rep.skipped.append(f"{name}_dstar: {e}")
+            figure(f"{name}_residues", F.plot_dim_residues(dims, title=F.figure_title(
+                "dims modulo 8, 16 and 32", model=model, ratio=ratio, device=device, extra=note)))
+            table(f"{name}_alignment", T.alignment_table(dims),
+                  caption=f"Aligned dims per method: {model}, ratio {ratio:g} on {device}{note}")
+
+
+def _benches(df, figure, rep):
+    benches = df.attrs.get("bench") or []
+    if not benches:
+        rep.skipped.append("bench figure (latency ratios with 95% CIs): no side-by-side bench in the store "
+                           "(gac bench, or bench.after_sweep=true)")
+    for b in benches:
+        r = T.bench_ratios(b)
+        name = slug("bench", b.get("model"), str(b.get("key"))[:8])
+        if r.empty:
+            rep.skipped.append(f"{name}: the bench measured no compressed record")
+            continue
+        ratios = T._values(r["ratio_param"])
+        figure(name, F.plot_bench_ratios(r, title=F.figure_title(
+            f"prefill latency vs. baseline, side-by-side bench ({b.get('rounds')} rounds)", model=b.get("model"),
+            ratio=ratios[0] if len(ratios) == 1 else None, device=b.get("device"))))
+
+
 def _staircases(prof, table, figure, rep):
     name = Path(prof).name or "profile"
     try:
         t = T.profile_table(prof)
-        figs = F.kernel_staircase(t)
+        figs = F.kernel_staircase(prof)
     except (GacError, ValueError) as e:
         raise GacError(f"cannot plot kernel profile {str(prof)!r}: {e}") from None
     for op, fig in figs.items():

@@ -426,6 +426,31 @@ def pick_bench(bench: Sequence[Mapping] | None, keys: Sequence[str], model, batc
     return best, best["points"][name]
 
 
+def bench_ratios(summary: Mapping) -> pd.DataFrame:
+    """One side-by-side bench (a summary from ``df.attrs["bench"]``) as a long frame, one row per (measured
+    record, point): ``method, compressor, strategy, ratio_param, key, batch, seq_len, ms, ratio, lo, hi,
+    baseline_ms`` (``ratio``: latency / baseline latency, ``lo``/``hi`` its paired-bootstrap 95% interval).
+    ``attrs``: ``source`` (for a caption), ``device``, ``model``."""
+    rows = []
+    for name, pt in (summary.get("points") or {}).items():
+        for key, v in pt["variants"].items():
+            comp, strat = v.get("compressor"), v.get("strategy")
+            rows.append({"method": method_label(comp, strat) if comp is not None else (v.get("label") or key[:8]),
+                         "compressor": comp, "strategy": strat, "ratio_param": v.get("ratio_param"), "key": key,
+                         "batch": int(pt["batch"]), "seq_len": int(pt["seq_len"]), "ms": v["ms"],
+                         "ratio": v["ratio"], "lo": v["lo"], "hi": v["hi"], "baseline_ms": pt["baseline_ms"]})
+    cols = ["method", "compressor", "strategy", "ratio_param", "key", "batch", "seq_len", "ms", "ratio", "lo", "hi",
+            "baseline_ms"]
+    out = pd.DataFrame(rows, columns=cols)
+    for c in ("ms", "ratio", "lo", "hi", "baseline_ms"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
+    out = out.sort_values(["batch", "seq_len", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    out.attrs.update(source=bench_source(summary), device=summary.get("device"), model=summary.get("model"),
+                     key=summary.get("key"))
+    return out
+
+
 def bench_source(summary: Mapping) -> str:
     """How a table's latency was measured, for its caption."""
     return (f"latency: side-by-side bench {str(summary.get('key'))[:8]} on {summary.get('device')} "
@@ -637,6 +662,27 @@ def proxy_comparison(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> 
     return out
 
 
+def alignment_table(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> pd.DataFrame:
+    """Per method (rows, from :func:`gac.analysis.plan_dims`): ``targets``, ``dense`` (left unfactorised) and the
+    share of chosen dims that are multiples of each unit, ``aligned <u> (%)``; where d* is known, also the mean
+    ``|d - d*|``."""
+    rows = []
+    pairs = sorted(dict.fromkeys(zip(dims["compressor"].astype(str), dims["strategy"].astype(str))),
+                   key=lambda cs: _method_order(*cs))
+    for c, s in pairs:
+        g = dims[(dims["compressor"].astype(str) == c) & (dims["strategy"].astype(str) == s)]
+        r = {"targets": float(len(g)), "dense": float(g["dense"].sum()) if "dense" in g.columns else math.nan}
+        for u in units:
+            r[f"aligned {u} (%)"] = 100.0 * float((g["dim"] % u == 0).mean())
+        if "d_star" in g.columns and g["d_star"].notna().any():
+            r["mean |d - d*|"] = float((g["dim"] - g["d_star"]).abs().mean())
+        rows.append((method_label(c, s), r))
+    out = pd.DataFrame([r for _, r in rows], index=pd.Index([m for m, _ in rows], name="Method"))
+    out.attrs["formats"] = {"targets": "{:.0f}", "dense": "{:.0f}", "mean |d - d*|": "{:.2f}",
+                            **{f"aligned {u} (%)": "{:.0f}%" for u in units}}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- latency
 def latency_vs_seq_len(
     df: pd.DataFrame,
@@ -651,8 +697,9 @@ def latency_vs_seq_len(
     where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """Latency by sequence length (Figure 10) from the ``<metric>@S`` / ``<metric>@bB_S`` columns: a long frame
-    ``method, compressor, strategy, batch, seq_len, latency_ms, change_pct`` (change against the baseline at
-    the same batch and length, in %; NaN on baseline rows and without a baseline)."""
+    ``method, compressor, strategy, batch, seq_len, latency_ms, change_lo, change_hi, change_pct`` (change against
+    the baseline at the same batch and length, in %; NaN on baseline rows and without a baseline; ``change_lo`` /
+    ``change_hi``: the bench's 95% interval of the change where the latency came from a side-by-side bench)."""
     what = "latency vs sequence length"
     bench = df.attrs.get("bench") if bench is None else bench
     df = completed(df)
@@ -687,10 +734,13 @@ def latency_vs_seq_len(
             [r for r in recs if not is_baseline(r["compressor"], r["strategy"])]
     for rec in recs:
         for c, (_, batch, seq) in cols.items():
+            lo = hi = None
             if source is not None:
                 pt = source["points"][c]
                 base_row = is_baseline(rec["compressor"], rec["strategy"])
-                v = pt["baseline_ms"] if base_row else (pt["variants"].get(str(rec["key"])) or {}).get("ms")
+                var = {} if base_row else (pt["variants"].get(str(rec["key"])) or {})
+                v = pt["baseline_ms"] if base_row else var.get("ms")
+                lo, hi = var.get("lo"), var.get("hi")
             else:
                 v = rec.get(c)
             if v is None or math.isnan(v):
@@ -698,11 +748,18 @@ def latency_vs_seq_len(
             rows.append({"method": method_label(rec["compressor"], rec["strategy"]),
                          "compressor": rec["compressor"],
                          "strategy": "baseline" if is_baseline(rec["compressor"], rec["strategy"]) else rec["strategy"],
-                         "batch": batch, "seq_len": seq, "latency_ms": float(v)})
-    out = pd.DataFrame(rows, columns=["method", "compressor", "strategy", "batch", "seq_len", "latency_ms"])
+                         "batch": batch, "seq_len": seq, "latency_ms": float(v),
+                         "_ratio": math.nan if source is None or var.get("ratio") is None else float(var["ratio"]),
+                         "change_lo": math.nan if lo is None else 100.0 * (lo - 1.0),
+                         "change_hi": math.nan if hi is None else 100.0 * (hi - 1.0)})
+    out = pd.DataFrame(rows, columns=["method", "compressor", "strategy", "batch", "seq_len", "latency_ms",
+                                      "_ratio", "change_lo", "change_hi"])
     b = out[out["strategy"] == "baseline"].set_index(["batch", "seq_len"])["latency_ms"]
     out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != "baseline" else math.nan
                          for bt, s, v, st in zip(out["batch"], out["seq_len"], out["latency_ms"], out["strategy"])]
+    paired = out["_ratio"].notna()  # from a bench: its own paired ratio (what the interval is about)
+    out.loc[paired, "change_pct"] = 100.0 * (out.loc[paired, "_ratio"] - 1.0)
+    out = out.drop(columns="_ratio")
     out.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "metric": metric}
     out.attrs["device"] = source.get("device") if source is not None else None
     out.attrs["source"] = bench_source(source) if source is not None else \
