@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from gac.analysis.tables import METRIC_LABELS, _method_order, compressor_label, method_label, profile_table
 from gac.profiling.figures import (
@@ -26,6 +27,7 @@ from gac.profiling.figures import (
     FA2_TEMPLATES,
     MISALIGNED_STYLE,
     OKABE_ITO,
+    SERIES_MARKERS,
     figure_title,
     legend_outside,
     new_figure,
@@ -48,16 +50,19 @@ _FIXED = ("ASVD", "ASVD (GAC)", "LLM-Pruner", "LLM-Pruner (GAC)", "SVD-LLM", "SV
 def method_styles(methods: Sequence[str]) -> dict[str, dict]:
     """``{method label: {"color", "marker"}}``: the baseline black, every other method its own Okabe-Ito colour
     and marker (the same for Table 5's methods in every figure)."""
-    out, free = {}, [i for i in range(7)]
+    out = {}
     for m in methods:
         if m == "Baseline":
             out[m] = {"color": OKABE_ITO["black"], "marker": "*"}
         elif m in _FIXED[:4]:
             out[m] = series_style(_FIXED.index(m))
-            free = [i for i in free if i != _FIXED.index(m)]
     rest = [m for m in methods if m not in out]
-    for n, m in enumerate(rest):
-        out[m] = series_style(free[n % len(free)] if free else n)
+    for n, m in enumerate(rest):  # slots 4-6 first (never Table 5's), then the rest with a shifted marker
+        k = 4 + n if n < 3 else n - 3
+        st = series_style(k)
+        if n >= 3:
+            st["marker"] = SERIES_MARKERS[(k + 3) % len(SERIES_MARKERS)]
+        out[m] = st
     return out
 
 
@@ -156,7 +161,7 @@ def plot_latency_vs_seq_len(lat: pd.DataFrame, title: str | None = None) -> Figu
         raise ValueError(f"latency at one sequence length only ({sorted(lat['seq_len'].unique())}): a curve needs 2+")
     styles = method_styles(_ordered_methods(lat))
     has_ci = {"change_lo", "change_hi"} <= set(lat.columns) and lat["change_lo"].notna().any()
-    fig, axes = new_figure(2, len(batches), sharex="col")
+    fig, axes = new_figure(2, len(batches), w=5.6 if len(batches) == 1 else 4.4, sharex="col")
     for j, b in enumerate(batches):
         sel = lat[lat["batch"] == b]
         top, bottom = axes[0][j], axes[1][j]
@@ -282,30 +287,36 @@ def plot_dim_residues(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32), ti
     methods = _plan_methods(dims)
     styles = method_styles(methods)
     labelled = dims.assign(method=[method_label(c, s) for c, s in zip(dims["compressor"], dims["strategy"])])
-    fig, axes = new_figure(1, len(units), w=4.6)
+    fig = Figure(figsize=(15, 3.9), layout="constrained")
+    axes = fig.subplots(1, len(units), width_ratios=[0.6 + u / 16 for u in units])
+    axes = [axes] if len(units) == 1 else list(axes)
     width = 0.8 / max(1, len(methods))
-    for ax, u in zip(axes[0], units):
-        ax.axvspan(-0.5, 0.5, color=ALIGNED_STYLE["color"], alpha=0.12, linewidth=0)
-        shares = []
-        for k, m in enumerate(methods):
-            g = labelled[labelled["method"] == m]
+    handles, labels = [], []
+    for k, m in enumerate(methods):
+        g = labelled[labelled["method"] == m]
+        shares = "/".join(f"{100.0 * float((g['dim'] % u == 0).mean()):.0f}" for u in units)
+        handles.append(Line2D([], [], linestyle="none", markersize=7, **styles[m]))
+        labels.append(f"{m}: aligned at {'/'.join(str(u) for u in units)} = {shares}%")
+        for ax, u in zip(axes, units):
             counts = (g["dim"] % u).value_counts().reindex(range(u), fill_value=0)
             x = [r + (k - (len(methods) - 1) / 2) * width for r in range(u)]
-            nz = counts > 0
-            st = styles[m]
-            ax.vlines([xi for xi, z in zip(x, nz) if z], 0, counts[nz], color=st["color"], linewidth=1.2)
-            ax.plot([xi for xi, z in zip(x, nz) if z], counts[nz], linestyle="none", markersize=6, label=m, **st)
-            shares.append(f"{m} {100.0 * counts.iloc[0] / max(1, len(g)):.0f}%")
+            nz = (counts > 0).to_numpy()
+            xs = [xi for xi, z in zip(x, nz) if z]
+            ax.vlines(xs, 0, counts[nz], color=styles[m]["color"], linewidth=1.2)
+            ax.plot(xs, counts[nz], linestyle="none", markersize=6, **styles[m])
+    for ax, u in zip(axes, units):
+        ax.axvspan(-0.5, 0.5, color="0.5", alpha=0.15, linewidth=0)
+        ax.text(0.0, 1.0, " aligned", transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=7)
         ax.set_xlim(-0.8, u - 0.2)
         ax.set_ylim(bottom=0)
-        step = 1 if u <= 8 else (2 if u <= 16 else 4)
-        ax.set_xticks(range(0, u, step))
+        ax.set_xticks(range(0, u, 1 if u <= 8 else (2 if u <= 16 else 4)))
         ax.set_xlabel(f"d mod {u}")
         ax.set_ylabel("targets")
-        ax.set_title(f"mod {u}: aligned " + ", ".join(shares), fontsize=7, wrap=True)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"residue of the chosen dims modulo {u}", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         plain_ticks(ax)
-    legend_outside(fig, axes=axes[0])
+    legend_outside(fig, handles, labels, ncol=min(3, len(handles)))
     if title:
         fig.suptitle(title)
     return fig

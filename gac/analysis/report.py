@@ -237,9 +237,14 @@ def _latency(g, model, gpu, table, figure, rep):
                                    f"(Table 5 has the number)")
                 continue
             device = lat.attrs.get("device") or gpu
+            lone = [int(b) for b, n in seqs.items() if n < 2]
+            if lone:
+                rep.skipped.append(f"{name}: batch {', '.join(map(str, lone))} left out of the figure (one sequence "
+                                   f"length; its table has the number)")
+            how = "bench, 95% CIs" if lat.attrs.get("device") else "per-job timings, no CIs: run gac bench"
             figure(name, F.plot_latency_vs_seq_len(lat, title=F.figure_title(
                 "prefill latency across sequence lengths", model=model, ratio=r, device=device,
-                extra=_setting_note(setting))))
+                extra=_setting_note(setting)) + f"\n({how})"))
             for b in sorted(lat["batch"].unique()):
                 table(f"{name}_b{b}", T.latency_table(lat, batch=b),
                       caption=f"Prefill latency by sequence length: {model} on {device}, ratio {r}, batch {b}"

@@ -504,27 +504,23 @@ def format_table(
     if kind is None:
         raise GacError(f"unknown table format {fmt!r}; use 'markdown' (md) or 'latex' (tex)")
     fm = {**df.attrs.get("formats", {}), **(formats or {})}
-    header = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
     numeric = ([False] if index else []) + [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
-    body = []
-    for idx, row in df.iterrows():
-        cells = [_cell(idx, None)] if index else []
-        cells += [_cell(row[c], fm.get(c)) for c in df.columns]
-        body.append(cells)
-    if kind == "md":
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines = [f"**{caption}**", ""] if caption else []
-        lines.append("| " + " | ".join(esc(h) for h in header) + " |")
-        lines.append("|" + "|".join("---:" if n else ":---" for n in numeric) + "|")
-        lines += ["| " + " | ".join(esc(c) for c in cells) + " |" for cells in body]
-        return "\n".join(lines) + "\n"
+    cells = pd.DataFrame({i: [_cell(v, fm.get(c)) for v in df[c]] for i, c in enumerate(df.columns)})
+    cells.columns = [str(c) for c in df.columns]
+    if index:
+        cells.insert(0, str(df.index.name or ""), [_cell(v, None) for v in df.index])
+    if kind == "md":  # pandas -> tabulate's pipe format (GitHub markdown); cells are already formatted text
+        cells = cells.map(lambda v: v.replace("|", "\\|"))
+        cells.columns = [c.replace("|", "\\|") for c in cells.columns]
+        text = cells.to_markdown(index=False, colalign=["right" if n else "left" for n in numeric],
+                                 disable_numparse=True)
+        return (f"**{caption}**\n\n" if caption else "") + text + "\n"
+    styler = cells.style.format(escape="latex").format_index(escape="latex", axis=1).hide(axis="index")
     spec = "".join("r" if n else "l" for n in numeric)
-    lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(_tex(h) for h in header) + " \\\\", "\\midrule"]
-    lines += [" & ".join(_tex(c) for c in cells) + " \\\\" for cells in body]
-    lines += ["\\bottomrule", "\\end{tabular}"]
     if caption:
-        lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{_tex(caption)}}}", *lines, "\\end{table}"]
-    return "\n".join(lines) + "\n"
+        return styler.to_latex(hrules=True, column_format=spec, caption=_tex(caption), position="t",
+                               position_float="centering")
+    return styler.to_latex(hrules=True, column_format=spec)
 
 
 def _cell(v, fmt) -> str:

@@ -135,7 +135,7 @@ def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto",
     for op, g in t.groupby(pd.Series(ops, index=t.index), sort=True):
         sweeps = sorted(g["sweep"].unique())
         value = "tflops" if op == "gemm_tput" else "latency_ms"
-        fig, axes = new_figure(1, len(sweeps))
+        fig, axes = new_figure(1, len(sweeps), w=6.0 if len(sweeps) == 1 else 4.6)
         for ax, sweep in zip(axes[0], sweeps):
             rows = g[g["sweep"] == sweep]
             s = rows.groupby("dim", as_index=False)[value].median().sort_values("dim")
@@ -176,8 +176,8 @@ def _mark_cliffs(ax, table: pd.DataFrame, sweep: str, s: pd.DataFrame) -> None:
         return
     c = s[s["dim"].isin(found)]
     if len(c):
-        ax.scatter(c["dim"], c["latency_ms"], s=70, facecolors="none", edgecolors="black", linewidths=0.9,
-                   label="cliff", zorder=3)
+        ax.scatter(c["dim"], c["latency_ms"], s=42, facecolors="none", edgecolors="black", linewidths=0.5,
+                   alpha=0.7, label="cliff (detected)", zorder=3)
 
 
 def _shade_templates(ax, lo: int, hi: int) -> None:
@@ -186,7 +186,7 @@ def _shade_templates(ax, lo: int, hi: int) -> None:
         a, b = max(prev, lo - 0.5), min(t + 0.5, hi + 0.5)
         if b > a:
             ax.axvspan(a, b, color="0.5", alpha=0.06 if i % 2 else 0.14, linewidth=0)
-            ax.text((a + b) / 2, 0.98, f"FA2 t={t}", transform=ax.get_xaxis_transform(), ha="center", va="top",
+            ax.text((a + b) / 2, 1.005, f"FA2 t={t}", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
                     fontsize=6)
         prev = t + 0.5
 
