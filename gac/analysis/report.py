@@ -147,7 +147,7 @@ def _groups(df: pd.DataFrame, by: list[str]):
 def _setting_slug(setting: dict) -> str | None:
     if not setting:
         return None
-    return slug(*(f"{k.rsplit('.', 1)[-1]}{T.show_value(v)}" for k, v in setting.items()))
+    return slug(*(f"{k.rsplit('.', 1)[-1]}{T.show_value(v) if v != () else '-none'}" for k, v in setting.items()))
 
 
 def _setting_note(setting: dict) -> str:

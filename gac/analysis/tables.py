@@ -235,22 +235,34 @@ def filter_settings(df: pd.DataFrame, where: Mapping[str, object] | None, what: 
         if field not in _FRAME_FILTERS and field not in df.columns and field not in known:
             raise GacError(f"{what}: no records have a setting {field!r}; filter by a config key such as "
                            f"{sorted(known)[:3]} or by {', '.join(_FRAME_FILTERS[:2])}")
-        hit = []
+        hit, real = [], 0
         for r in df.to_dict("records"):
             base = is_baseline(r["compressor"], r["strategy"])
             if field in df.columns and field != "config":
                 v = r.get(field)
-                ok = (base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")) or \
-                    (v is not None and _same(_parse(v), _parse(value)))
+                match = v is not None and _same(_parse(v), _parse(value))
+                free = base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")
             else:
                 v = _setting(r, field, base)
-                ok = v is not _ANY and _same(v, _parse(value)) or (base and _top(field) in COMPRESSION_SETTINGS)
-            hit.append(ok)
+                match = v is not _ANY and _same(v, _parse(value))
+                free = base and _top(field) in COMPRESSION_SETTINGS
+            real += bool(match)
+            hit.append(match or free)
+        if not real:  # only baselines passed (they fit any value of a compression setting): nothing matched
+            raise GacError(f"{what}: no records match {field}={show_value(_parse(value))}; values in the records: "
+                           f"{_values_of(df, field)}")
         keep &= pd.Series(hit, index=df.index)
     out = df[keep]
     if out.empty:
         raise GacError(f"{what}: no records match {describe_setting(where)}; check the filter values")
     return out
+
+
+def _values_of(df: pd.DataFrame, field: str) -> list[str]:
+    if field in df.columns and field != "config":
+        return [show_value(v) for v in _values(df[field])]
+    vals = {show_value(c[field]) for c in df["config"] if isinstance(c, Mapping) and field in c}
+    return sorted(vals)
 
 
 def _parse(v):
