@@ -222,6 +222,7 @@ def plot_bench_ratios(ratios: pd.DataFrame, title: str | None = None) -> Figure:
                         linestyle="none", label=m, **styles[m])
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(methods)), methods, rotation=20, ha="right", fontsize=8)
+        ax.set_xlabel("method")
         ax.set_xlim(-0.6, len(methods) - 0.4)
         base_ms = sel["baseline_ms"].dropna()
         ax.set_title(f"batch {b}, S={s}" + (f" (baseline {base_ms.iloc[0]:.1f} ms)" if len(base_ms) else ""),
@@ -250,7 +251,7 @@ def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = 8, title: str | None = Non
         raise ValueError("no plan targets with d* (records store plan.d_star since gac 0.1): nothing to plot")
     comps = [c for c in dict.fromkeys(d["compressor"].astype(str))]
     styles = method_styles(_plan_methods(d))
-    fig, axes = new_figure(2, len(comps), h=3.0)
+    fig, axes = new_figure(2, len(comps), h=3.0, sharex="col")
     for j, comp in enumerate(comps):
         top, bottom = axes[0][j], axes[1][j]
         mine = d[d["compressor"].astype(str) == comp]
