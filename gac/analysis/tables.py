@@ -444,7 +444,7 @@ def bench_ratios(summary: Mapping) -> pd.DataFrame:
     baseline_ms`` (``ratio``: latency / baseline latency, ``lo``/``hi`` its paired-bootstrap 95% interval).
     ``attrs``: ``source`` (for a caption), ``device``, ``model``."""
     rows = []
-    for name, pt in (summary.get("points") or {}).items():
+    for pt in (summary.get("points") or {}).values():
         for key, v in pt["variants"].items():
             comp, strat = v.get("compressor"), v.get("strategy")
             rows.append({"method": method_label(comp, strat) if comp is not None else (v.get("label") or key[:8]),

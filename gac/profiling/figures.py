@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.ticker import ScalarFormatter
 
 log = logging.getLogger(__name__)
