@@ -33,10 +33,11 @@ SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 ALIGNED_STYLE = {"color": OKABE_ITO["blue"], "marker": "o"}
 MISALIGNED_STYLE = {"color": OKABE_ITO["vermillion"], "marker": "X"}
 BASELINE_STYLE = {"color": OKABE_ITO["black"], "linestyle": "--", "linewidth": 1.2}
-BACKEND_STYLE = {"flash": {"color": OKABE_ITO["blue"], "marker": "o"},
-                 "efficient": {"color": OKABE_ITO["green"], "marker": "s"},
-                 "cudnn": {"color": OKABE_ITO["purple"], "marker": "^"},
-                 "math": {"color": OKABE_ITO["vermillion"], "marker": "X"}}
+#: forced SDPA backends: thin lines with small markers, colours apart from the aligned/misaligned points
+BACKEND_STYLE = {"flash": {"color": OKABE_ITO["sky_blue"], "marker": "v", "linestyle": "--"},
+                 "efficient": {"color": OKABE_ITO["green"], "marker": "s", "linestyle": "-."},
+                 "cudnn": {"color": OKABE_ITO["purple"], "marker": "^", "linestyle": ":"},
+                 "math": {"color": OKABE_ITO["orange"], "marker": "D", "linestyle": ":"}}
 #: FlashAttention-2 head-dim templates (paper Table 2): a head dim d runs in the smallest template t >= d
 FA2_TEMPLATES = (32, 64, 96, 128, 160, 192, 224, 256)
 STAIRCASE_TITLES = {"sdpa": "SDPA latency across head dims (Figure 5)", "gemm": "GEMM latency across dims (Figure 7)",
@@ -145,9 +146,8 @@ def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto",
                 for b, fb in forced[forced["sweep"] == sweep].groupby("backend", sort=True):
                     fb = fb[fb["supported"].fillna(False).astype(bool)] if "supported" in fb.columns else fb
                     fb = fb.groupby("dim", as_index=False)[value].median().sort_values("dim")
-                    st = BACKEND_STYLE.get(str(b), {"color": OKABE_ITO["sky_blue"], "marker": "v"})
-                    ax.plot(fb["dim"], fb[value], color=st["color"], linewidth=0.8, alpha=0.6,
-                            label=f"{b} (forced)")
+                    st = BACKEND_STYLE.get(str(b), {"color": OKABE_ITO["yellow"], "marker": "P", "linestyle": "--"})
+                    ax.plot(fb["dim"], fb[value], linewidth=0.8, markersize=3, alpha=0.75, label=f"{b} (forced)", **st)
             ax.plot(s["dim"], s[value], color="0.6", linewidth=0.7, zorder=1)
             ok = s["dim"] % unit == 0
             ax.scatter(s["dim"][ok], s[value][ok], s=16, zorder=2, label=f"d mod {unit} = 0", **ALIGNED_STYLE)
@@ -155,6 +155,11 @@ def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto",
             if cliffs and value == "latency_ms":
                 _mark_cliffs(ax, table, sweep, s)
             ax.set_xlabel(f"{axis if axis and axis != 'dim' else 'dim'} ({sweep})")
+            if "selected_backend" in rows.columns and rows["selected_backend"].fillna("").astype(str).str.len().any():
+                picked = rows.groupby("dim")["selected_backend"].first().fillna("").astype(str)
+                counts = picked[picked != ""].value_counts()
+                ax.set_xlabel(ax.get_xlabel() + "\nPyTorch's dispatch picked: "
+                              + ", ".join(f"{b} at {n} dims" for b, n in counts.items()))
             ax.set_ylabel("TFLOPS" if value == "tflops" else "latency (ms)")
             ax.grid(alpha=0.3)
             plain_ticks(ax)
