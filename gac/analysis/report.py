@@ -8,9 +8,15 @@ For each (model, gpu, seq_len) in the results:
 * ``latency_seq_<model>_<gpu>_r<ratio>``: Figure 10 (and a table per batch size) from ``prefill_ms@S`` metrics;
 * ``proxies_<model>_<compressor>_r<ratio>``: Figure 2 (and misaligned fraction per proxy) when 2+ proxies
   have ``unaligned`` plans at one ratio;
+* ``plans_<model>_<gpu>_r<ratio>_{dstar,residues,alignment}``: what gac changed — each target's chosen dim
+  against the compressor's d*, and the chosen dims modulo 8/16/32 per method (with a table of aligned shares);
+* ``bench_<model>_<key>``: each side-by-side bench's latency ratios with their 95% intervals;
 * ``staircase_<profile>_<op>``: Figures 5-7 (and a summary table) for each kernel profile given.
 
-``index.md`` lists what was written and what was skipped, and why.
+Records that differ in a setting are never merged or dropped: each artefact is written once per setting group
+(:func:`gac.analysis.tables.setting_groups`), its name and caption naming the setting; only re-runs of one record
+key collapse to the latest. A figure that would be degenerate (a latency curve with one sequence length, d* plots
+without ``plan.d_star``) is skipped. ``index.md`` lists what was written and what was skipped, and why.
 """
 
 from __future__ import annotations
