@@ -227,7 +227,7 @@ def plot_bench_ratios(ratios: pd.DataFrame, title: str | None = None) -> Figure:
         base_ms = sel["baseline_ms"].dropna()
         ax.set_title(f"batch {b}, S={s}" + (f" (baseline {base_ms.iloc[0]:.1f} ms)" if len(base_ms) else ""),
                      fontsize=9)
-        ax.set_ylabel("prefill latency vs. baseline (%), 95% CI")
+        ax.set_ylabel("latency vs. baseline (%), 95% CI")
         ax.grid(alpha=0.3, axis="y")
         plain_ticks(ax, "y")
     legend_outside(fig, axes=axes[0])
