@@ -21,9 +21,12 @@ def add_arguments(p):
     p.add_argument("--window", type=int, default=1,
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
     p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
-    p.add_argument("--calib", default="wikitext2", help="calibration text: wikitext2, tiny or a local file")
+    p.add_argument("--calib", default=None,
+                   help="calibration text: wikitext2, tiny or a local file (default: tiny's own training text for "
+                        "tiny and checkpoints built from it, else wikitext2)")
     p.add_argument("--calib-samples", type=int, default=32)
-    p.add_argument("--calib-seq-len", type=int, default=2048)
+    p.add_argument("--calib-seq-len", type=int, default=None,
+                   help="tokens per calibration sample (default: 256 for tiny, else 2048, the ASVD/SVD-LLM default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -72,6 +75,13 @@ def validate(args) -> None:
     check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
     if args.knapsack_score not in KNAPSACK_SCORES:
         raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
+    from gac.models import BUILTIN, base_model_of
+
+    on_tiny = base_model_of(args.model) in BUILTIN  # tiny's own text: no hub round trip for the offline model
+    if args.calib is None:
+        args.calib = "tiny" if on_tiny else "wikitext2"
+    if args.calib_seq_len is None:
+        args.calib_seq_len = 256 if on_tiny else 2048
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")

@@ -145,7 +145,7 @@ class Compressor:
             more = f" (+{len(unknown) - 3} more)" if len(unknown) > 3 else ""
             raise GacError(
                 f"plan targets {unknown[:3]}{more} do not exist in this architecture for {self.name} (its {len(units)} "
-                f"targets look like {units[0].name!r} if units else 'nothing'); the plan was made for another model, "
+                f"targets look like {repr(units[0].name) if units else 'nothing'}); the plan was made for another model, "
                 f"compressor or compressor options — bench it with the model and options it was made for")
         for n, d in dims.items():
             u = by_name[n]
