@@ -249,16 +249,19 @@ def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = 8, title: str | None = Non
     d = dims[dims["d_star"].notna()] if "d_star" in dims.columns else dims.iloc[0:0]
     if d.empty:
         raise ValueError("no plan targets with d* (records store plan.d_star since gac 0.1): nothing to plot")
+    dense = d["dense"].astype(bool) if "dense" in d.columns else pd.Series(False, index=d.index)
+    n_dense = d[dense].groupby(["compressor", "strategy"]).size()
+    d = d[~dense]  # a target kept dense has no factorised dim to choose (d = d* = its dense rank)
+    if d.empty:
+        raise ValueError("every plan target was kept dense: no chosen dims to plot")
     comps = [c for c in dict.fromkeys(d["compressor"].astype(str))]
     styles = method_styles(_plan_methods(d))
     fig, axes = new_figure(2, len(comps), h=3.0, sharex="col")
     for j, comp in enumerate(comps):
         top, bottom = axes[0][j], axes[1][j]
         mine = d[d["compressor"].astype(str) == comp]
-        lo, hi = float(mine["d_star"].min()), float(max(mine["d_star"].max(), mine["dim"].max()))
-        top.plot([lo, hi], [lo, hi], color="0.55", linewidth=0.8, zorder=1, label="d = d*")
-        bottom.axhspan(-unit, unit, color="0.5", alpha=0.12, linewidth=0, label=f"|d − d*| < {unit}")
-        bottom.axhline(0.0, color="0.55", linewidth=0.8)
+        lo = float(min(mine["d_star"].min(), mine["dim"].min())) - unit
+        hi = float(max(mine["d_star"].max(), mine["dim"].max())) + unit
         for strat in sorted(mine["strategy"].astype(str).unique(), key=lambda s: _method_order(comp, s)):
             g = mine[mine["strategy"].astype(str) == strat]
             label = method_label(comp, strat)
@@ -266,14 +269,23 @@ def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = 8, title: str | None = Non
             kw = dict(s=22, alpha=0.85, color=st["color"], marker=st["marker"], label=label, zorder=2)
             top.scatter(g["d_star"], g["dim"], **kw)
             bottom.scatter(g["d_star"], g["dim"] - g["d_star"], **kw)
-        top.set_title(compressor_label(comp), fontsize=10)
+        # references after the series (legend order), drawn below them; at least one unit of room on each side
+        top.plot([lo, hi], [lo, hi], color="0.55", linewidth=0.8, zorder=1, label="d = d*")
+        bottom.axhspan(-unit, unit, color="0.5", alpha=0.12, linewidth=0, zorder=0, label=f"|d − d*| < {unit}")
+        bottom.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+        top.set_xlim(lo, hi)
+        top.set_ylim(lo, hi)
+        kept = int(n_dense[n_dense.index.get_level_values(0).astype(str) == comp].max()) if len(n_dense) and \
+            (n_dense.index.get_level_values(0).astype(str) == comp).any() else 0
+        top.set_title(compressor_label(comp) + (f" ({kept} targets kept dense, not shown)" if kept else ""),
+                      fontsize=10)
         top.set_ylabel("chosen dim d")
         bottom.set_ylabel("d − d*")
         bottom.set_xlabel("unconstrained dim d* (the compressor's)")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
             plain_ticks(ax)
-    legend_outside(fig, axes=[ax for row in axes for ax in row])
+    legend_outside(fig, axes=[ax for row in axes for ax in row], last=("d = d*", f"|d − d*| < {unit}"))
     if title:
         fig.suptitle(title)
     return fig
@@ -296,8 +308,10 @@ def plot_dim_residues(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32), ti
     for k, m in enumerate(methods):
         g = labelled[labelled["method"] == m]
         shares = "/".join(f"{100.0 * float((g['dim'] % u == 0).mean()):.0f}" for u in units)
+        kept = int(g["dense"].sum()) if "dense" in g.columns else 0
         handles.append(Line2D([], [], linestyle="none", markersize=7, **styles[m]))
-        labels.append(f"{m}: aligned at {'/'.join(str(u) for u in units)} = {shares}%")
+        labels.append(f"{m}: aligned at {'/'.join(str(u) for u in units)} = {shares}%"
+                      + (f" ({kept} of {len(g)} kept dense)" if kept else ""))
         for ax, u in zip(axes, units):
             counts = (g["dim"] % u).value_counts().reindex(range(u), fill_value=0)
             x = [r + (k - (len(methods) - 1) / 2) * width for r in range(u)]

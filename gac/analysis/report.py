@@ -327,7 +327,8 @@ def _benches(df, figure, rep):
         ratios = T._values(r["ratio_param"])
         figure(name, F.plot_bench_ratios(r, title=F.figure_title(
             f"prefill latency vs. baseline, side-by-side bench ({b.get('rounds')} rounds)", model=b.get("model"),
-            ratio=ratios[0] if len(ratios) == 1 else None, device=b.get("device"))))
+            ratio=ratios[0] if len(ratios) == 1 else None,
+            device=f"{b.get('device')} ({b.get('device_type')})" if b.get("device_type") else b.get("device"))))
 
 
 def _staircases(prof, table, figure, rep):

@@ -68,18 +68,20 @@ def plain_ticks(ax, axis: str = "both") -> None:
         target.set_major_formatter(fmt)
 
 
-def legend_outside(fig: Figure, handles=None, labels=None, ncol: int | None = None, axes=None):
-    """One figure legend below the axes (outside the data); handles default to the unique ones of ``axes``."""
+def legend_outside(fig: Figure, handles=None, labels=None, ncol: int | None = None, axes=None, last=()):
+    """One figure legend below the axes (outside the data); handles default to the unique ones of ``axes``, the
+    labels in ``last`` (reference lines, bands) after the series."""
     if handles is None:
         seen: dict = {}
         for ax in axes if axes is not None else fig.axes:
             for h, lbl in zip(*ax.get_legend_handles_labels()):
                 if lbl and not lbl.startswith("_"):
                     seen.setdefault(lbl, h)
-        labels, handles = list(seen), list(seen.values())
+        order = [lbl for lbl in seen if lbl not in last] + [lbl for lbl in seen if lbl in last]
+        labels, handles = order, [seen[lbl] for lbl in order]
     if not handles:
         return None
-    return fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(handles), 5), fontsize=8,
+    return fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(handles), 6), fontsize=8,
                       frameon=False)
 
 
