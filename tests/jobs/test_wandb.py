@@ -141,7 +141,7 @@ def test_live_run_then_backfill(make_cfg, tmp_path, monkeypatch, backfill_cli):
     assert run.kw["tags"] == ["experiment:default", "model:tiny", "compressor:asvd", "strategy:gac", "gpu:cpu"]
     assert run.kw["config"]["key"] == rec["key"] and run.kw["config"]["job"]["compressor"] == "asvd"
     logged = {k: v for d in run.logged for k, v in d.items()}
-    assert logged["quality/ppl_wikitext2"] == pytest.approx(rec["metrics"]["ppl_wikitext2"])
+    assert logged["quality/ppl_tiny"] == pytest.approx(rec["metrics"]["ppl_tiny"])
     assert logged["plan/aligned_fraction"] == 1.0 and "latency/prefill_ms" in logged
     assert logged["plan/dims"].columns == ["target", "d_star", "dim", "aligned"] and logged["plan/dims"].rows
     assert run.summary["backfilled"] is True and run.exit_code == 0
