@@ -202,21 +202,29 @@ def setting_groups(df: pd.DataFrame, slot: Sequence[str] = ("compressor", "strat
     split += [f for f in fields if f not in split and _top(f) in ROW_SETTINGS
               and any(len(rows) > 1 and differs(rows, f) for rows in slots.values())]
 
+    collide: set[int] = set()  # rows whose slot holds 2+ records (only these need "key" to tell them apart)
+
+    def value(i: int, f: str):
+        if f == "key" and i not in collide:
+            return _ANY
+        return _setting(recs[i], f, is_base[i])
+
     def grouped(split):
-        sigs = list(dict.fromkeys(tuple(_setting(r, f, b) for f in split) for r, b in zip(recs, is_base)))
+        sigs = list(dict.fromkeys(tuple(value(i, f) for f in split) for i in everyone))
         # a signature with a wildcard where another has a value, and agreeing elsewhere, is covered by it
         keep = [s for s in sigs if not any(t != s and all(a is _ANY or (b is not _ANY and _same(a, b))
                                                           for a, b in zip(s, t)) for t in sigs)]
         out = []
         for s in keep:
-            rows = [i for i, (r, b) in enumerate(zip(recs, is_base))
-                    if all(_same(_setting(r, f, b), v) for f, v in zip(split, s))]
+            rows = [i for i in everyone if all(_same(value(i, f), v) for f, v in zip(split, s))]
             out.append(({f: v for f, v in zip(split, s) if v is not _ANY}, rows))
         return out
 
     groups = grouped(split)
-    if any(len(set(rows) & set(srows)) > 1 for _, rows in groups for srows in slots.values()):
-        groups = grouped(split + ["key"])  # the same slot twice without a config that tells them apart
+    clash = [srows for _, rows in groups for srows in slots.values() if len(set(rows) & set(srows)) > 1]
+    if clash:  # the same slot twice without a config that tells them apart (e.g. a W&B export without config)
+        collide = {i for srows in clash for i in srows}
+        groups = grouped(split + ["key"])
     if not split and len(groups) == 1:
         return [({}, df)]
     return [(setting, df.iloc[rows]) for setting, rows in groups]
