@@ -10,7 +10,11 @@ figures (:mod:`gac.analysis.figures`) return matplotlib ``Figure`` objects (no p
 """
 
 from gac.analysis.figures import (
+    figure_title,
     kernel_staircase,
+    plot_bench_ratios,
+    plot_dim_residues,
+    plot_dstar_vs_dim,
     plot_latency_vs_seq_len,
     plot_proxy_comparison,
     plot_ratio_sweep,
@@ -27,21 +31,35 @@ from gac.analysis.load import (
 )
 from gac.analysis.report import Report, write_report
 from gac.analysis.tables import (
+    alignment_table,
+    bench_ratios,
+    filter_settings,
     format_table,
     latency_table,
     latency_vs_seq_len,
+    latest_per_key,
     method_label,
     profile_table,
     proxy_comparison,
     proxy_dims,
     ratio_sweep,
     ratio_sweep_table,
+    setting_groups,
     staircase_summary,
     table5,
 )
 
 __all__ = [
     "Report",
+    "alignment_table",
+    "bench_ratios",
+    "figure_title",
+    "filter_settings",
+    "latest_per_key",
+    "plot_bench_ratios",
+    "plot_dim_residues",
+    "plot_dstar_vs_dim",
+    "setting_groups",
     "format_table",
     "kernel_staircase",
     "latency_table",

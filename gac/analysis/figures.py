@@ -3,87 +3,104 @@
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``), never ``pyplot``: no global
 state, no GUI backend, nothing to close; :func:`save_figure` writes PNG and PDF through the Agg/PDF canvases.
 In a notebook, show one with ``display(fig)`` or save it and show the PNG.
+
+Every figure follows the style of :mod:`gac.profiling.figures` (the one module that also draws the kernel
+staircases): Okabe-Ito colours, each series with its own colour *and* marker, perplexity on a linear axis with
+plain tick labels, the legend below the axes, titles naming model, ratio and device. A figure that would be
+degenerate (no points, a curve with one x value) raises ValueError; ``gac report`` skips it with a note.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-from gac.analysis.tables import METRIC_LABELS, _method_order, compressor_label, profile_table
+from gac.analysis.tables import METRIC_LABELS, _method_order, compressor_label, method_label, profile_table
+from gac.profiling.figures import (
+    ALIGNED_STYLE,
+    BASELINE_STYLE,
+    FA2_TEMPLATES,
+    MISALIGNED_STYLE,
+    OKABE_ITO,
+    SERIES_MARKERS,
+    figure_title,
+    legend_outside,
+    new_figure,
+    plain_ticks,
+    save_figure,
+    series_style,
+    staircase_figures,
+)
 
-log = logging.getLogger(__name__)
+__all__ = ["FA2_TEMPLATES", "figure_title", "kernel_staircase", "method_styles", "plot_bench_ratios",
+           "plot_dim_residues", "plot_dstar_vs_dim", "plot_latency_vs_seq_len", "plot_proxy_comparison",
+           "plot_ratio_sweep", "save_figure"]
 
-ALIGNED_COLOR, MISALIGNED_COLOR = "#2ca02c", "#d62728"
-STRATEGY_STYLE = {"baseline": dict(color="black", linestyle="--"), "unaligned": dict(color="#d62728", marker="o"),
-                  "gac": dict(color="#2ca02c", marker="s"), "round_nearest": dict(color="#1f77b4", marker="^"),
-                  "round_up": dict(color="#9467bd", marker="v"), "round_down": dict(color="#8c564b", marker="<"),
-                  "rebalance": dict(color="#ff7f0e", marker="D")}
 KIND_MARKERS = {"q_proj": "o", "k_proj": "s", "v_proj": "^", "o_proj": "D", "gate_proj": "v", "up_proj": "<",
                 "down_proj": ">", "mlp": "P"}
-#: FlashAttention-2 head-dim templates (paper Table 2): a head dim d runs in the smallest template t >= d
-FA2_TEMPLATES = (32, 64, 96, 128, 160, 192, 224, 256)
-STAIRCASE_TITLES = {"sdpa": "SDPA latency across head dims (Figure 5)", "gemm": "GEMM latency with a dim sweep (Figure 7)",
-                    "gemv": "GEMV latency with a dim sweep (Figure 6)"}
+#: the usual methods keep their style across figures (Table 5's five rows first); others follow in order
+_FIXED = ("ASVD", "ASVD (GAC)", "LLM-Pruner", "LLM-Pruner (GAC)", "SVD-LLM", "SVD-LLM (GAC)", "PaLU", "PaLU (GAC)")
 
 
-def save_figure(fig: Figure, stem: str | os.PathLike, formats: Sequence[str] = ("png", "pdf"),
-                dpi: int = 150) -> list[Path]:
-    """Write ``fig`` to ``stem.png`` and ``stem.pdf`` (or ``formats``); returns the paths."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext in formats:
-        p = stem.with_name(f"{stem.name}.{ext}")
-        fig.savefig(p, format=ext, dpi=dpi, bbox_inches="tight")
-        paths.append(p)
-    log.debug("wrote %s", ", ".join(str(p) for p in paths))
-    return paths
+def method_styles(methods: Sequence[str]) -> dict[str, dict]:
+    """``{method label: {"color", "marker"}}``: the baseline black, every other method its own Okabe-Ito colour
+    and marker (the same for Table 5's methods in every figure)."""
+    out = {}
+    for m in methods:
+        if m == "Baseline":
+            out[m] = {"color": OKABE_ITO["black"], "marker": "*"}
+        elif m in _FIXED[:4]:
+            out[m] = series_style(_FIXED.index(m))
+    rest = [m for m in methods if m not in out]
+    for n, m in enumerate(rest):  # slots 4-6 first (never Table 5's), then the rest with a shifted marker
+        k = 4 + n if n < 3 else n - 3
+        st = series_style(k)
+        if n >= 3:
+            st["marker"] = SERIES_MARKERS[(k + 3) % len(SERIES_MARKERS)]
+        out[m] = st
+    return out
 
 
-def _grid(nrows: int, ncols: int, w: float = 4.2, h: float = 3.2, **kw):
-    fig = Figure(figsize=(w * ncols, h * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    return fig, axes
-
-
-def _style(strategy: str) -> dict:
-    return dict(STRATEGY_STYLE.get(str(strategy), dict(marker="x")))
+def _ordered_methods(frame: pd.DataFrame) -> list[str]:
+    pairs = dict.fromkeys(zip(frame["compressor"].astype(str), frame["strategy"].astype(str)))
+    return [method_label(c, s) for c, s in sorted(pairs, key=lambda cs: _method_order(*cs))]
 
 
 # ---------------------------------------------------------------------------------------------- ratio sweep
 def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
-    """One column per compressor, one row per metric; a line per strategy against ratio, the baseline dashed."""
+    """One column per compressor, one row per metric; a line per strategy against ratio, the baseline dashed.
+    Perplexity on a linear axis with plain numbers."""
     if sweep.empty:
         raise ValueError("empty ratio sweep: nothing to plot")
     comps = [c for c in dict.fromkeys(sweep["compressor"]) if c != "none"]
+    if not comps:
+        raise ValueError("ratio sweep without compressed runs: nothing to plot")
     metrics = list(dict.fromkeys(sweep["metric"]))
-    fig, axes = _grid(len(metrics), max(1, len(comps)))
+    styles = method_styles(_ordered_methods(sweep))
+    fig, axes = new_figure(len(metrics), len(comps))
     for j, comp in enumerate(comps):
         for i, m in enumerate(metrics):
             ax = axes[i][j]
             sel = sweep[(sweep["metric"] == m)]
             mine = sel[sel["compressor"] == comp]
             for strat in sorted(mine["strategy"].unique(), key=lambda s: _method_order(comp, s)):
-                g = mine[mine["strategy"] == strat]
-                g = g.sort_values("ratio")
-                ax.plot(g["ratio"], g["value"], label=g["method"].iloc[0], **_style(strat))
+                g = mine[mine["strategy"] == strat].sort_values("ratio")
+                label = g["method"].iloc[0]
+                ax.plot(g["ratio"], g["value"], label=label, markersize=6, **styles[label])
             base = sel[sel["strategy"] == "baseline"]
             if len(base):
-                ax.axhline(float(base["value"].iloc[0]), label="Baseline", **_style("baseline"))
+                ax.axhline(float(base["value"].iloc[0]), label="Baseline", **BASELINE_STYLE)
             ax.set_xlabel("compression ratio")
-            ax.set_ylabel(METRIC_LABELS.get(m, m))
-            if m.startswith("ppl"):
-                ax.set_yscale("log")
-            ax.set_title(compressor_label(comp) if i == 0 else "")
+            ax.set_ylabel(METRIC_LABELS.get(m, m) + (" (lower is better)" if m.startswith("ppl") else ""))
+            ax.set_title(compressor_label(comp) if i == 0 else "", fontsize=10)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            plain_ticks(ax)
+    legend_outside(fig, axes=[ax for row in axes for ax in row])
     if title:
         fig.suptitle(title)
     return fig
@@ -92,35 +109,40 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
 # ---------------------------------------------------------------------------------------------- proxies
 def plot_proxy_comparison(dims: pd.DataFrame, unit: int = 8, title: str | None = None) -> Figure:
     """Figure 2: per proxy, each target's dim against its layer; marker = module kind (circle Q, square K,
-    triangle V, ...), colour = ``unit``-aligned (green) or misaligned (red)."""
+    ...), colour = ``unit``-aligned (blue) or misaligned (vermillion). One panel per proxy that has dims, in a
+    grid without empty cells where the count allows (else the legend fills the spare cell)."""
     if dims.empty:
         raise ValueError("no plan dims: nothing to plot")
-    proxies = sorted(dims["proxy"].astype(str).unique())
-    ncols = min(4, len(proxies))
-    nrows = math.ceil(len(proxies) / ncols)
-    fig, axes = _grid(nrows, ncols, sharey=True)
+    proxies = [p for p in sorted(dims["proxy"].astype(str).unique()) if (dims["proxy"].astype(str) == p).any()]
+    n = len(proxies)
+    nrows = math.ceil(n / 4)
+    ncols = math.ceil(n / nrows)
+    fig, axes = new_figure(nrows, ncols, sharey=True)
     kinds = list(dict.fromkeys(dims["kind"]))
     offsets = {k: (i - (len(kinds) - 1) / 2) * min(0.12, 0.8 / max(1, len(kinds))) for i, k in enumerate(kinds)}
-    for n, proxy in enumerate(proxies):
-        ax = axes[n // ncols][n % ncols]
+    for k, proxy in enumerate(proxies):
+        ax = axes[k // ncols][k % ncols]
         g = dims[dims["proxy"].astype(str) == proxy]
         aligned = g["dim"] % unit == 0
         for kind, gk in g.groupby("kind", sort=False):
             x = gk["layer"].astype("float64").fillna(-1) + offsets[kind]
             ok = (gk["dim"] % unit == 0).to_numpy()
-            colors = [ALIGNED_COLOR if a else MISALIGNED_COLOR for a in ok]
-            ax.scatter(x, gk["dim"], c=colors, marker=KIND_MARKERS.get(kind, "x"), s=22, alpha=0.8,
-                       edgecolors="none", label=kind)
+            colors = [ALIGNED_STYLE["color"] if a else MISALIGNED_STYLE["color"] for a in ok]
+            ax.scatter(x, gk["dim"], c=colors, marker=KIND_MARKERS.get(kind, "x"), s=26, alpha=0.9,
+                       edgecolors="none")
         ax.set_title(f"{proxy}: {100 * (1 - aligned.mean()):.0f}% misaligned (d mod {unit})", fontsize=9)
         ax.set_xlabel("layer")
         ax.set_ylabel("dim")
         ax.grid(alpha=0.3)
-    for n in range(len(proxies), nrows * ncols):
-        axes[n // ncols][n % ncols].set_visible(False)
-    handles = [axes[0][0].scatter([], [], marker=KIND_MARKERS.get(k, "x"), c="grey", label=k) for k in kinds]
-    handles += [axes[0][0].scatter([], [], marker="o", c=ALIGNED_COLOR, label=f"{unit}-aligned"),
-                axes[0][0].scatter([], [], marker="o", c=MISALIGNED_COLOR, label="misaligned")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(8, len(handles)), fontsize=7)
+        plain_ticks(ax)
+    spare = [axes[k // ncols][k % ncols] for k in range(n, nrows * ncols)]
+    for ax in spare:
+        ax.remove()
+    handles = [Line2D([], [], linestyle="none", marker=KIND_MARKERS.get(k, "x"), color="0.4", label=k) for k in kinds]
+    handles += [Line2D([], [], linestyle="none", marker="o", color=ALIGNED_STYLE["color"], label=f"d mod {unit} = 0"),
+                Line2D([], [], linestyle="none", marker="o", color=MISALIGNED_STYLE["color"],
+                       label=f"d mod {unit} ≠ 0")]
+    legend_outside(fig, handles, [h.get_label() for h in handles], ncol=min(8, len(handles)))
     if title:
         fig.suptitle(title)
     return fig
@@ -129,23 +151,33 @@ def plot_proxy_comparison(dims: pd.DataFrame, unit: int = 8, title: str | None =
 # ---------------------------------------------------------------------------------------------- latency
 def plot_latency_vs_seq_len(lat: pd.DataFrame, title: str | None = None) -> Figure:
     """Figure 10: prefill latency against sequence length per method (top) and its change against the
-    baseline (bottom); one column per batch size."""
+    baseline (bottom, with the bench's 95% interval as error bars where the latency came from ``gac bench``);
+    one column per batch size. Raises ValueError when no batch has 2+ sequence lengths (not a curve)."""
     if lat.empty:
         raise ValueError("no latency points: nothing to plot")
-    batches = sorted(lat["batch"].unique())
-    fig, axes = _grid(2, len(batches), sharex="col")
+    seqs_per_batch = lat.groupby("batch")["seq_len"].nunique()
+    batches = sorted(b for b, n in seqs_per_batch.items() if n >= 2)
+    if not batches:
+        raise ValueError(f"latency at one sequence length only ({sorted(lat['seq_len'].unique())}): a curve needs 2+")
+    styles = method_styles(_ordered_methods(lat))
+    has_ci = {"change_lo", "change_hi"} <= set(lat.columns) and lat["change_lo"].notna().any()
+    fig, axes = new_figure(2, len(batches), w=5.6 if len(batches) == 1 else 4.4, sharex="col")
     for j, b in enumerate(batches):
         sel = lat[lat["batch"] == b]
         top, bottom = axes[0][j], axes[1][j]
         for method, g in sel.groupby("method", sort=False):
             g = g.sort_values("seq_len")
-            style = _style(g["strategy"].iloc[0])
-            style.setdefault("marker", "x")  # a lone baseline point needs a marker
-            if g["strategy"].iloc[0] != "baseline" and g["compressor"].iloc[0] != "asvd":
-                style["linestyle"] = ":"
-            top.plot(g["seq_len"], g["latency_ms"], label=method, **style)
-            if g["strategy"].iloc[0] != "baseline":
-                bottom.plot(g["seq_len"], g["change_pct"], label=method, **style)
+            st = styles[method]
+            base_row = g["strategy"].iloc[0] == "baseline"
+            top.plot(g["seq_len"], g["latency_ms"], label=method, markersize=6,
+                     **({**st, "linestyle": "--"} if base_row else st))
+            if not base_row:
+                if has_ci and g["change_lo"].notna().any():
+                    err = [(g["change_pct"] - g["change_lo"]).clip(lower=0), (g["change_hi"] - g["change_pct"]).clip(lower=0)]
+                    bottom.errorbar(g["seq_len"], g["change_pct"], yerr=err, capsize=3, markersize=6, label=method,
+                                    **st)
+                else:
+                    bottom.plot(g["seq_len"], g["change_pct"], label=method, markersize=6, **st)
         bottom.axhline(0.0, color="black", linewidth=0.8)
         seqs = sorted(sel["seq_len"].unique())
         top.set_xscale("log", base=2)
@@ -153,12 +185,153 @@ def plot_latency_vs_seq_len(lat: pd.DataFrame, title: str | None = None) -> Figu
         top.minorticks_off()
         bottom.minorticks_off()
         top.set_ylabel("prefill latency (ms)")
-        top.set_title(f"batch {b}")
-        bottom.set_ylabel("vs. baseline (%)")
+        top.set_title(f"batch {b}", fontsize=10)
+        bottom.set_ylabel("vs. baseline (%)" + (", 95% CI" if has_ci else ""))
         bottom.set_xlabel("sequence length")
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
-        top.legend(fontsize=7)
+        plain_ticks(top, "y")
+        plain_ticks(bottom, "y")
+    legend_outside(fig, axes=[axes[0][j] for j in range(len(batches))])
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_bench_ratios(ratios: pd.DataFrame, title: str | None = None) -> Figure:
+    """The side-by-side bench's latency ratios to the baseline, one marker per method with its paired-bootstrap
+    95% interval as an error bar; one panel per measured point (batch, S). ``ratios``: the frame of
+    :func:`gac.analysis.tables.bench_ratios`."""
+    if ratios.empty:
+        raise ValueError("no bench ratios: nothing to plot")
+    points = list(dict.fromkeys(zip(ratios["batch"], ratios["seq_len"])))
+    methods = _ordered_methods(ratios)
+    styles = method_styles(methods)
+    fig, axes = new_figure(1, len(points), w=max(4.2, 0.9 * len(methods) + 1.6), sharey=True)
+    for ax, (b, s) in zip(axes[0], points):
+        sel = ratios[(ratios["batch"] == b) & (ratios["seq_len"] == s)]
+        for x, m in enumerate(methods):
+            r = sel[sel["method"] == m]
+            if r.empty:
+                continue
+            r = r.iloc[0]
+            y = 100.0 * (r["ratio"] - 1.0)
+            lo = 100.0 * (r["lo"] - 1.0) if pd.notna(r["lo"]) else y
+            hi = 100.0 * (r["hi"] - 1.0) if pd.notna(r["hi"]) else y
+            ax.errorbar([x], [y], yerr=[[max(0.0, y - lo)], [max(0.0, hi - y)]], capsize=4, markersize=8,
+                        linestyle="none", label=m, **styles[m])
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(methods)), methods, rotation=20, ha="right", fontsize=8)
+        ax.set_xlabel("method")
+        ax.set_xlim(-0.6, len(methods) - 0.4)
+        base_ms = sel["baseline_ms"].dropna()
+        ax.set_title(f"batch {b}, S={s}" + (f" (baseline {base_ms.iloc[0]:.1f} ms)" if len(base_ms) else ""),
+                     fontsize=9)
+        ax.set_ylabel("latency vs. baseline (%), 95% CI")
+        ax.grid(alpha=0.3, axis="y")
+        plain_ticks(ax, "y")
+    legend_outside(fig, axes=axes[0])
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- plans
+def _plan_methods(dims: pd.DataFrame) -> list[str]:
+    return _ordered_methods(dims)
+
+
+def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = 8, title: str | None = None) -> Figure:
+    """What each strategy did to the compressor's unconstrained dims: per compressor (column), every target's
+    chosen dim against its d* (top, with the line d = d*) and the shift d - d* (bottom; the grey band is one
+    ``unit``: where rounding to a multiple of ``unit`` lands). One series per strategy. ``dims``:
+    :func:`gac.analysis.plan_dims` rows with ``d_star`` (records written before d* was stored have none)."""
+    d = dims[dims["d_star"].notna()] if "d_star" in dims.columns else dims.iloc[0:0]
+    if d.empty:
+        raise ValueError("no plan targets with d* (records store plan.d_star since gac 0.1): nothing to plot")
+    dense = d["dense"].astype(bool) if "dense" in d.columns else pd.Series(False, index=d.index)
+    n_dense = d[dense].groupby(["compressor", "strategy"]).size()
+    d = d[~dense]  # a target kept dense has no factorised dim to choose (d = d* = its dense rank)
+    if d.empty:
+        raise ValueError("every plan target was kept dense: no chosen dims to plot")
+    comps = [c for c in dict.fromkeys(d["compressor"].astype(str))]
+    styles = method_styles(_plan_methods(d))
+    fig, axes = new_figure(2, len(comps), h=3.0, sharex="col")
+    for j, comp in enumerate(comps):
+        top, bottom = axes[0][j], axes[1][j]
+        mine = d[d["compressor"].astype(str) == comp]
+        lo = float(min(mine["d_star"].min(), mine["dim"].min())) - unit
+        hi = float(max(mine["d_star"].max(), mine["dim"].max())) + unit
+        for strat in sorted(mine["strategy"].astype(str).unique(), key=lambda s: _method_order(comp, s)):
+            g = mine[mine["strategy"].astype(str) == strat]
+            label = method_label(comp, strat)
+            st = styles[label]
+            kw = dict(s=22, alpha=0.85, color=st["color"], marker=st["marker"], label=label, zorder=2)
+            top.scatter(g["d_star"], g["dim"], **kw)
+            bottom.scatter(g["d_star"], g["dim"] - g["d_star"], **kw)
+        # references after the series (legend order), drawn below them; at least one unit of room on each side
+        top.plot([lo, hi], [lo, hi], color="0.55", linewidth=0.8, zorder=1, label="d = d*")
+        bottom.axhspan(-unit, unit, color="0.5", alpha=0.12, linewidth=0, zorder=0, label=f"|d − d*| < {unit}")
+        bottom.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+        top.set_xlim(lo, hi)
+        top.set_ylim(lo, hi)
+        kept = int(n_dense[n_dense.index.get_level_values(0).astype(str) == comp].max()) if len(n_dense) and \
+            (n_dense.index.get_level_values(0).astype(str) == comp).any() else 0
+        top.set_title(compressor_label(comp) + (f" ({kept} targets kept dense, not shown)" if kept else ""),
+                      fontsize=10)
+        top.set_ylabel("chosen dim d")
+        bottom.set_ylabel("d − d*")
+        bottom.set_xlabel("unconstrained dim d* (the compressor's)")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            plain_ticks(ax)
+    legend_outside(fig, axes=[ax for row in axes for ax in row], last=("d = d*", f"|d − d*| < {unit}"))
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_dim_residues(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32), title: str | None = None) -> Figure:
+    """The distribution of chosen dims modulo 8, 16 and 32 per method: one panel per unit, the number of targets
+    at each residue ``d mod u`` (residue 0 = aligned, shaded), one series (colour and marker) per method; the
+    panel title gives each method's aligned share. Dense targets (left unfactorised) are counted as they are."""
+    if dims.empty:
+        raise ValueError("no plan dims: nothing to plot")
+    methods = _plan_methods(dims)
+    styles = method_styles(methods)
+    labelled = dims.assign(method=[method_label(c, s) for c, s in zip(dims["compressor"], dims["strategy"])])
+    fig = Figure(figsize=(15, 3.9), layout="constrained")
+    axes = fig.subplots(1, len(units), width_ratios=[0.6 + u / 16 for u in units])
+    axes = [axes] if len(units) == 1 else list(axes)
+    width = 0.8 / max(1, len(methods))
+    handles, labels = [], []
+    for k, m in enumerate(methods):
+        g = labelled[labelled["method"] == m]
+        shares = "/".join(f"{100.0 * float((g['dim'] % u == 0).mean()):.0f}" for u in units)
+        kept = int(g["dense"].sum()) if "dense" in g.columns else 0
+        handles.append(Line2D([], [], linestyle="none", markersize=7, **styles[m]))
+        labels.append(f"{m}: aligned at {'/'.join(str(u) for u in units)} = {shares}%"
+                      + (f" ({kept} of {len(g)} kept dense)" if kept else ""))
+        for ax, u in zip(axes, units):
+            counts = (g["dim"] % u).value_counts().reindex(range(u), fill_value=0)
+            x = [r + (k - (len(methods) - 1) / 2) * width for r in range(u)]
+            nz = (counts > 0).to_numpy()
+            xs = [xi for xi, z in zip(x, nz) if z]
+            ax.vlines(xs, 0, counts[nz], color=styles[m]["color"], linewidth=1.2)
+            ax.plot(xs, counts[nz], linestyle="none", markersize=6, **styles[m])
+    for ax, u in zip(axes, units):
+        ax.axvspan(-0.5, 0.5, color="0.5", alpha=0.15, linewidth=0)
+        ax.text(0.0, 1.0, " aligned", transform=ax.get_xaxis_transform(), ha="left", va="top", fontsize=7)
+        ax.set_xlim(-0.8, u - 0.2)
+        ax.set_ylim(bottom=0)
+        ax.set_xticks(range(0, u, 1 if u <= 8 else (2 if u <= 16 else 4)))
+        ax.set_xlabel(f"d mod {u}")
+        ax.set_ylabel("targets")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"residue of the chosen dims modulo {u}", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+        plain_ticks(ax)
+    legend_outside(fig, handles, labels, ncol=min(3, len(handles)))
     if title:
         fig.suptitle(title)
     return fig
@@ -166,47 +339,18 @@ def plot_latency_vs_seq_len(lat: pd.DataFrame, title: str | None = None) -> Figu
 
 # ---------------------------------------------------------------------------------------------- kernels
 def kernel_staircase(profile, unit: int = 8, backend: str = "auto", value: str = "latency_ms") -> dict[str, Figure]:
-    """Figures 5-7: the staircases of a kernel profile, one figure per op (``sdpa``: latency against head dim
-    with the FA2 template regions shaded, Figure 5; ``gemm``: one panel per swept axis M/N/K, Figure 7;
-    ``gemv``: Figure 6). Aligned dims (``d % unit == 0``) green, misaligned red.
+    """Figures 5-7: the staircases of a kernel profile (drawn by :func:`gac.profiling.figures.staircase_figures`,
+    the one staircase module): one figure per op. ``profile``: a HardwareProfile, its directory, or a tidy frame
+    (see :func:`gac.analysis.profile_table`). Returns ``{op: Figure}``."""
+    device = dtype = None
+    if hasattr(profile, "device_name"):
+        device, dtype = profile.device_name, getattr(profile, "dtype", None)
+    elif not isinstance(profile, pd.DataFrame):
+        from gac.profiling import load_profile
 
-    ``profile``: a HardwareProfile, its directory, or a tidy frame (see :func:`gac.analysis.profile_table`).
-    Target rows (non-empty ``context``) are left out. Returns ``{op: Figure}``.
-    """
+        prof = load_profile(profile)
+        device, dtype, profile = prof.device_name, prof.dtype, prof
     t = profile_table(profile)
-    t = t[(t["context"] == "") & (t["backend"] == backend)]
-    if t.empty:
-        raise ValueError(f"no {backend!r} sweep rows in the profile: nothing to plot")
-    figs = {}
-    for op, g in t.groupby(t["op"].where(t["op"] != "", t["sweep"]), sort=True):
-        sweeps = sorted(g["sweep"].unique())
-        fig, axes = _grid(1, len(sweeps))
-        for ax, sweep in zip(axes[0], sweeps):
-            s = g[g["sweep"] == sweep].groupby("dim", as_index=False)[value].median().sort_values("dim")
-            ax.plot(s["dim"], s[value], color="grey", linewidth=0.7, zorder=1)
-            ok = s["dim"] % unit == 0
-            ax.scatter(s["dim"][ok], s[value][ok], c=ALIGNED_COLOR, s=10, zorder=2, label=f"d mod {unit} = 0")
-            ax.scatter(s["dim"][~ok], s[value][~ok], c=MISALIGNED_COLOR, s=10, zorder=2, label="misaligned")
-            axis = g[g["sweep"] == sweep]["axis"].iloc[0]
-            if op == "sdpa" or axis == "head_dim":
-                _shade_templates(ax, int(s["dim"].min()), int(s["dim"].max()))
-            ax.set_xlabel(axis if axis and axis != "dim" else "dim")
-            ax.set_ylabel("latency (ms)" if value == "latency_ms" else value)
-            ax.set_title(sweep, fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(STAIRCASE_TITLES.get(str(op), f"{op} latency across dims"))
-        figs[str(op)] = fig
-    return figs
-
-
-def _shade_templates(ax, lo: int, hi: int) -> None:
-    prev = 0
-    for i, t in enumerate(FA2_TEMPLATES):
-        a, b = max(prev, lo - 0.5), min(t + 0.5, hi + 0.5)
-        if b > a:
-            ax.axvspan(a, b, color="grey", alpha=0.08 if i % 2 else 0.18, linewidth=0)
-            ax.text((a + b) / 2, 0.98, f"t={t}", transform=ax.get_xaxis_transform(), ha="center", va="top",
-                    fontsize=6)
-        prev = t + 0.5
-
+    if value != "latency_ms":
+        t = t.assign(latency_ms=t[value])
+    return staircase_figures(t, unit=unit, backend=backend, device=device, dtype=dtype)

@@ -13,13 +13,19 @@ Columns of the frame :func:`load_results` returns (any column may hold NaN/None 
     ``piqa_acc``, ``prefill_ms``, ``prefill_ms@512``, ``prefill_ms@b4_1024``, ...); a metric a record did not run
     is NaN. In a record that measured several points, the job's own one (``prefill_ms`` in the record) is also
     its ``prefill_ms@<seq_len>`` column here, so a sweep over S sees every point
-``plan_strategy, plan_objective, plan_budget_met, n_targets, aligned_8, aligned_16, aligned_32, dims``
-    from ``record["plan"]`` (``dims`` is the ``{target name: dim}`` dict, kept as an object column;
-    :func:`plan_dims` expands it into one row per target)
+``plan_strategy, plan_objective, plan_budget_met, n_targets, aligned_8, aligned_16, aligned_32, dims, d_star,
+dense_targets``
+    from ``record["plan"]`` (``dims`` is the ``{target name: dim}`` dict and ``d_star`` the compressor's
+    unconstrained ``{target name: d*}``, ``dense_targets`` the names left dense, kept as object columns;
+    :func:`plan_dims` expands them into one row per target)
 ``time_<stage>``
     stage timings in seconds
 ``git_commit, git_dirty, device, gac_version``
     provenance
+``config``
+    the record's resolved config, flat (``{"eval.limit": 50, "align.window": 8, ...}``, pandas.json_normalize),
+    without the keys that never change a result (:data:`CONFIG_LABELS`: output paths, loggers, labels); what
+    :func:`gac.analysis.tables.setting_groups` compares to tell records that may share a table row apart
 """
 
 from __future__ import annotations
@@ -43,10 +49,15 @@ JOB_FIELDS = ("model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu"
 ID_COLUMNS = ("key", "status", "created", "path")
 TOP_FIELDS = ("aligned_fraction", "params", "budget")
 PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets", "aligned_8", "aligned_16",
-                "aligned_32", "dims")
+                "aligned_32", "dims", "d_star", "dense_targets")
 PROVENANCE_FIELDS = ("git_commit", "git_dirty", "device", "gac_version")
+CONFIG = "config"
 BASE_COLUMNS = ID_COLUMNS + JOB_FIELDS + TOP_FIELDS + PLAN_COLUMNS
-RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS)
+RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS) | {CONFIG}
+#: top-level config keys that never change a result (where it is written, logging, labels): left out of ``config``
+CONFIG_LABELS = frozenset({"results_dir", "force", "on_busy", "logger", "launcher", "hydra", "wandb", "slurm",
+                           "work_dir", "quiet", "verbose", "save_model", "experiment_name", "experiment", "sweep",
+                           "bench", "job", "key", "overrides"})
 
 #: ``prefill_ms@1024`` or ``prefill_ms@b4_1024`` -> (metric, batch, seq_len)
 SEQ_METRIC = re.compile(r"^(?P<metric>[A-Za-z0-9_]+)@(?:b(?P<batch>\d+)_)?(?P<seq>\d+)$")
@@ -103,7 +114,9 @@ def bench_summary(doc: Mapping) -> dict:
                 base_ms = e["median_ms"]
             elif v.get("record_key"):
                 lo, hi = e.get("ratio_ci95") or (None, None)
-                variants[v["record_key"]] = {"ms": e["median_ms"], "ratio": e["ratio_to_baseline"], "lo": lo, "hi": hi}
+                variants[v["record_key"]] = {"ms": e["median_ms"], "ratio": e["ratio_to_baseline"], "lo": lo, "hi": hi,
+                                             "compressor": v.get("compressor"), "strategy": v.get("strategy"),
+                                             "ratio_param": v.get("ratio"), "label": v.get("label")}
         points[name] = {"batch": p["batch"], "seq_len": p["seq_len"], "baseline_ms": base_ms, "variants": variants}
     dev = doc.get("device") or {}
     return {"key": doc.get("key"), "created": doc.get("created"), "model": (doc.get("model") or {}).get("name"),
@@ -165,7 +178,20 @@ def _record_row(rec: Mapping) -> dict:
     prov = rec.get("provenance") or {}
     for f in PROVENANCE_FIELDS:
         row[f] = prov.get(f) if isinstance(prov, Mapping) else None
+    row[CONFIG] = config_fields(rec.get("config"))
     return row
+
+
+def config_fields(config) -> dict:
+    """A record's (or W&B run's) config -> a flat ``{"a.b": value}`` dict without :data:`CONFIG_LABELS`; list values
+    become tuples (hashable, comparable)."""
+    flat = _flatten(config) if config is not None else {}
+    out = {}
+    for k, v in flat.items():
+        if k.split(".", 1)[0] in CONFIG_LABELS or k.startswith("job/"):
+            continue
+        out[k] = tuple(v) if isinstance(v, list) else v
+    return dict(sorted(out.items()))
 
 
 def _metric_column(name: str) -> str:
@@ -204,6 +230,9 @@ def _plan_columns(plan, where: str) -> dict:
         v = by_unit.get(str(u), by_unit.get(u)) if isinstance(by_unit, Mapping) else None
         out[f"aligned_{u}"] = v
     out["dims"] = {str(k): int(v) for k, v in dims.items()}
+    d_star = plan.get("d_star") or {}
+    out["d_star"] = {str(k): float(v) for k, v in d_star.items()} if isinstance(d_star, Mapping) else {}
+    out["dense_targets"] = [str(x) for x in plan.get("dense") or []]
     out["plan_aligned"] = plan.get("aligned_fraction")
     return out
 
@@ -217,6 +246,9 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
                "aligned_8", "aligned_16", "aligned_32")
     for c in numeric:
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    if CONFIG not in df.columns:
+        df[CONFIG] = None
+    df[CONFIG] = [c if isinstance(c, dict) else {} for c in df[CONFIG]]
     extra = [c for c in df.columns if c not in BASE_COLUMNS]
     return df[list(BASE_COLUMNS) + extra].reset_index(drop=True)
 
@@ -243,19 +275,26 @@ def parse_target(name: str) -> tuple[int | None, str, int | None]:
 
 
 def plan_dims(df: pd.DataFrame, unit: int = 8) -> pd.DataFrame:
-    """One row per (record, plan target): ``key, model, compressor, proxy, strategy, ratio, target, layer, kind,
-    group, dim, aligned`` (``aligned``: ``dim % unit == 0``). Records without a plan contribute no rows."""
-    cols = ["key", "model", "compressor", "proxy", "strategy", "ratio", "gpu", "created"]
+    """One row per (record, plan target): ``key, model, compressor, proxy, strategy, ratio, gpu, created, device,
+    target, layer, kind, group, dim, d_star, dense, aligned`` (``aligned``: ``dim % unit == 0``; ``d_star``: the
+    compressor's unconstrained dimension, NaN where the record lacks it; ``dense``: the target was left dense).
+    Records without a plan contribute no rows."""
+    cols = ["key", "model", "compressor", "proxy", "strategy", "ratio", "gpu", "created", "device"]
     rows = []
     for rec in df.to_dict("records"):
         dims = rec.get("dims")
         if not isinstance(dims, Mapping):
             continue
+        d_star = rec.get("d_star") if isinstance(rec.get("d_star"), Mapping) else {}
+        dense = set(rec.get("dense_targets") or [])
         for target, d in dims.items():
             layer, kind, group = parse_target(target)
             rows.append({**{c: rec.get(c) for c in cols}, "target": target, "layer": layer, "kind": kind,
-                         "group": group, "dim": int(d), "aligned": int(d) % unit == 0})
-    out = pd.DataFrame(rows, columns=cols + ["target", "layer", "kind", "group", "dim", "aligned"])
+                         "group": group, "dim": int(d), "d_star": float(d_star.get(target, math.nan)),
+                         "dense": target in dense, "aligned": int(d) % unit == 0})
+    out = pd.DataFrame(rows, columns=cols + ["target", "layer", "kind", "group", "dim", "d_star", "dense", "aligned"])
+    out["d_star"] = pd.to_numeric(out["d_star"]).astype("float64")
+    out["dense"] = out["dense"].astype(bool)
     out["layer"] = pd.to_numeric(out["layer"]).astype("Int64")
     out["group"] = pd.to_numeric(out["group"]).astype("Int64")
     out["aligned"] = out["aligned"].astype(bool)
@@ -293,24 +332,28 @@ def records_from_wandb(runs) -> pd.DataFrame:
     return _frame(rows)
 
 
-def _flatten(d, prefix: str = "") -> dict:
-    out = {}
+def _unwrap_wandb(d):
+    """W&B's ``{"value": x, "desc": ...}`` config entries -> ``x`` (recursively)."""
+    if isinstance(d, Mapping):
+        if "value" in d and "desc" in d and len(d) == 2:
+            return _unwrap_wandb(d["value"])
+        return {str(k): _unwrap_wandb(v) for k, v in d.items()}
+    return d
+
+
+def _flatten(d) -> dict:
+    """A nested config/summary (or its JSON text) -> one flat ``{"a.b.c": value}`` dict (pandas.json_normalize)."""
     if isinstance(d, str):
         try:
             d = json.loads(d)
         except ValueError:
-            return {prefix.rstrip("."): d} if prefix else {}
+            return {}
     if not isinstance(d, Mapping):
-        return {prefix.rstrip("."): d} if prefix else {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and not ("value" in v and len(v) <= 2 and "desc" in v):
-            out.update(_flatten(v, key + "."))
-        elif isinstance(v, Mapping):  # W&B's {"value": x, "desc": ...} config entries
-            out[key] = v.get("value")
-        else:
-            out[key] = v
-    return out
+        return {}
+    d = _unwrap_wandb(d)
+    if not d:
+        return {}
+    return pd.json_normalize(d, sep=".").iloc[0].to_dict()
 
 
 def _api_run(run) -> tuple[dict, dict, dict]:
@@ -366,6 +409,9 @@ def _wandb_row(config: dict, summary: dict, meta: dict) -> dict:
         row[_metric_column(name)] = _number(v, f"metric {name!r} of {where}")
     for c in PLAN_COLUMNS:
         row.setdefault(c, None)
+    row[CONFIG] = config_fields({k: v for k, v in config.items() if not k.startswith(("job.", "job/"))
+                                 and (not mixed or not _looks_like_metric(k))
+                                 and k not in TOP_FIELDS and not k.startswith(("metrics/", "metrics."))})
     return row
 
 

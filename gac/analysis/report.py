@@ -8,9 +8,15 @@ For each (model, gpu, seq_len) in the results:
 * ``latency_seq_<model>_<gpu>_r<ratio>``: Figure 10 (and a table per batch size) from ``prefill_ms@S`` metrics;
 * ``proxies_<model>_<compressor>_r<ratio>``: Figure 2 (and misaligned fraction per proxy) when 2+ proxies
   have ``unaligned`` plans at one ratio;
+* ``plans_<model>_<gpu>_r<ratio>_{dstar,residues,alignment}``: what gac changed — each target's chosen dim
+  against the compressor's d*, and the chosen dims modulo 8/16/32 per method (with a table of aligned shares);
+* ``bench_<model>_<key>``: each side-by-side bench's latency ratios with their 95% intervals;
 * ``staircase_<profile>_<op>``: Figures 5-7 (and a summary table) for each kernel profile given.
 
-``index.md`` lists what was written and what was skipped, and why.
+Records that differ in a setting are never merged or dropped: each artefact is written once per setting group
+(:func:`gac.analysis.tables.setting_groups`), its name and caption naming the setting; only re-runs of one record
+key collapse to the latest. A figure that would be degenerate (a latency curve with one sequence length, d* plots
+without ``plan.d_star``) is skipped. ``index.md`` lists what was written and what was skipped, and why.
 """
 
 from __future__ import annotations
@@ -71,8 +77,14 @@ def write_report(
     figure_formats: Sequence[str] = ("png", "pdf"),
     profiles: Sequence[str | os.PathLike] = (),
     force: bool = False,
+    where: dict | None = None,
 ) -> Report:
-    """Write the tables (``table_formats``) and figures (``figure_formats``) the results in ``df`` support."""
+    """Write the tables (``table_formats``) and figures (``figure_formats``) the results in ``df`` support.
+
+    ``where`` keeps only the matching records (``{"sweep": "s1"}``, ``{"align.window": 8}``: see
+    :func:`gac.analysis.tables.filter_settings`). Records that differ in a setting (other than re-runs of one key)
+    are never merged: each table or figure is written once per setting group, its name and caption naming the
+    setting (:func:`gac.analysis.tables.setting_groups`)."""
     kinds = []
     for f in table_formats:
         if f.lower() not in TABLE_FORMATS:
@@ -81,9 +93,12 @@ def write_report(
     for f in figure_formats:
         if f.lower() not in ("png", "pdf", "svg"):
             raise GacError(f"unknown figure format {f!r}; use png, pdf and/or svg")
+    bench = df.attrs.get("bench")
     df = T.completed(df)
     if df.empty:
         raise GacError("no completed records to report on; run jobs first")
+    df = T.filter_settings(df, where, "gac report")
+    df.attrs["bench"] = bench
     rep = Report(check_out_dir(out_dir, force))
     fig_formats = [f.lower() for f in figure_formats]
 
@@ -108,6 +123,8 @@ def write_report(
     for (model, gpu), g in _groups(df, ["model", "gpu"]):
         _latency(g, model, gpu, table, figure, rep)
     _proxies(df, table, figure, rep)
+    _plans(df, table, figure, rep)
+    _benches(df, figure, rep)
     for prof in profiles:
         _staircases(prof, table, figure, rep)
 
@@ -133,6 +150,16 @@ def _groups(df: pd.DataFrame, by: list[str]):
         yield combo, df[mask]
 
 
+def _setting_slug(setting: dict) -> str | None:
+    if not setting:
+        return None
+    return slug(*(f"{k.rsplit('.', 1)[-1]}{T.show_value(v) if v != () else '-none'}" for k, v in setting.items()))
+
+
+def _setting_note(setting: dict) -> str:
+    return f" [{T.describe_setting(setting)}]" if setting else ""
+
+
 def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
     comp = g[~T.baseline_mask(g) & g["strategy"].isin(["unaligned", "gac"])]
     ratios = T._values(comp.loc[comp["strategy"] == "gac", "ratio"])
@@ -146,14 +173,20 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
         for p in choices:
             keep = [c for c in proxies_of if c not in ambiguous or p in ambiguous[c]]
             sel = {c: p for c in ambiguous if p in ambiguous[c]} or None
-            name = slug("table5", model, gpu, f"r{r:g}", f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
-                        p if ambiguous else None)
-            try:
-                t = T.table5(g, model=model, gpu=gpu, seq_len=seq_len, ratio=r, proxy=sel, compressors=keep)
-            except GacError as e:
-                rep.skipped.append(f"{name}: {e}")
-                continue
-            table(name, t, caption=t.attrs.get("caption") + (f", proxy {p}" if ambiguous else ""))
+            rows = at[at["compressor"].isin(keep)]
+            if sel:
+                rows = rows[[c not in sel or str(x) == str(sel[c]) for c, x in zip(rows["compressor"], rows["proxy"])]]
+            for setting, part in T.setting_groups(pd.concat([g[T.baseline_mask(g)], rows])):
+                name = slug("table5", model, gpu, f"r{r:g}",
+                            f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
+                            p if ambiguous else None, _setting_slug(setting))
+                try:
+                    t = T.table5(part, model=model, gpu=gpu, seq_len=seq_len, ratio=r, compressors=keep,
+                                 bench=g.attrs.get("bench"), where=setting or None)
+                except GacError as e:
+                    rep.skipped.append(f"{name}: {e}")
+                    continue
+                table(name, t, caption=t.attrs.get("caption") + (f", proxy {p}" if ambiguous else ""))
 
 
 def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
@@ -165,39 +198,63 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
     if counts.empty or counts.max() < 2:
         rep.skipped.append(f"ratio sweep for {model} on {gpu}: no compressor was run at 2+ ratios")
         return
-    name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None)
-    try:
-        sw = T.ratio_sweep(g, model=model, gpu=gpu, seq_len=seq_len,
-                           compressor=[c for c, n in counts.items() if n >= 2])
-    except GacError as e:
-        rep.skipped.append(f"{name}: {e}")
-        return
-    figure(name, F.plot_ratio_sweep(sw, title=f"{model} on {gpu}: PPL and latency against ratio"))
-    table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}")
+    names = [c for c, n in counts.items() if n >= 2]
+    rows = pd.concat([g[T.baseline_mask(g)], comp[measured & comp["compressor"].isin(names)]])
+    for setting, part in T.setting_groups(rows, slot=("compressor", "strategy", "ratio", "proxy"), axes=("ratio",)):
+        name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
+                    _setting_slug(setting))
+        try:
+            sw = T.ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names)
+        except GacError as e:
+            rep.skipped.append(f"{name}: {e}")
+            continue
+        if sw.loc[sw["strategy"] != "baseline"].groupby("compressor")["ratio"].nunique().max() < 2:
+            rep.skipped.append(f"{name}: fewer than 2 ratios per compressor in this setting group (a line needs 2)")
+            continue
+        figure(name, F.plot_ratio_sweep(sw, title=F.figure_title("PPL and latency against ratio", model=model,
+                                                                 device=gpu, extra=_setting_note(setting))))
+        table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")
 
 
 def _latency(g, model, gpu, table, figure, rep):
     cols = [c for c in g.columns if (p := T.parse_seq_metric(c)) and p[0] == "prefill_ms"]
-    benched = {k for b in g.attrs.get("bench") or [] for p in (b.get("points") or {}).values() for k in p["variants"]}
+    bench = g.attrs.get("bench") or []
+    benched = {k for b in bench for p in (b.get("points") or {}).values() for k in p["variants"]}
     if not cols and not benched:
-        rep.skipped.append(f"latency vs sequence length for {model} on {gpu}: no prefill_ms@<seq_len> metrics")
+        rep.skipped.append(f"latency vs sequence length for {model} on {gpu}: no prefill_ms@<seq_len> metrics "
+                           f"(one sequence length: Table 5 has the latency)")
         return
     has = g[(g[cols].notna().any(axis=1) if cols else False) | g["key"].astype(str).isin(benched)
             | (T.baseline_mask(g) & bool(benched))]
     comp = has[~T.baseline_mask(has) & has["strategy"].isin(["unaligned", "gac"])]
     for r in T._values(comp["ratio"]) or [None]:
-        name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None)
-        try:
-            lat = T.latency_vs_seq_len(has, model=model, gpu=gpu, ratio=r)
-        except GacError as e:
-            rep.skipped.append(f"{name}: {e}")
-            continue
-        figure(name, F.plot_latency_vs_seq_len(lat, title=f"{model} on {gpu}: prefill latency across sequence lengths"
-                                                         f"\n({lat.attrs.get('source')})"))
-        for b in sorted(lat["batch"].unique()):
-            table(f"{name}_b{b}", T.latency_table(lat, batch=b),
-                  caption=f"Prefill latency by sequence length: {model} on {gpu}, ratio {r}, batch {b} "
-                          f"({lat.attrs.get('source')})")
+        at = pd.concat([has[T.baseline_mask(has)], comp[T._match(comp["ratio"], r)] if r is not None else comp])
+        for setting, part in T.setting_groups(at, axes=T.LATENCY_AXES):
+            name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None, _setting_slug(setting))
+            try:
+                lat = T.latency_vs_seq_len(part, model=model, gpu=gpu, ratio=r, bench=bench)
+            except GacError as e:
+                rep.skipped.append(f"{name}: {e}")
+                continue
+            seqs = lat.groupby("batch")["seq_len"].nunique()
+            if lat.empty or seqs.max() < 2:
+                rep.skipped.append(f"{name}: latency measured at one sequence length only "
+                                   f"({', '.join(str(s) for s in sorted(lat['seq_len'].unique()))}); a curve needs 2+ "
+                                   f"(Table 5 has the number)")
+                continue
+            device = lat.attrs.get("device") or gpu
+            lone = [int(b) for b, n in seqs.items() if n < 2]
+            if lone:
+                rep.skipped.append(f"{name}: batch {', '.join(map(str, lone))} left out of the figure (one sequence "
+                                   f"length; its table has the number)")
+            how = "bench, 95% CIs" if lat.attrs.get("device") else "per-job timings, no CIs: run gac bench"
+            figure(name, F.plot_latency_vs_seq_len(lat, title=F.figure_title(
+                "prefill latency across sequence lengths", model=model, ratio=r, device=device,
+                extra=_setting_note(setting)) + f"\n({how})"))
+            for b in sorted(lat["batch"].unique()):
+                table(f"{name}_b{b}", T.latency_table(lat, batch=b),
+                      caption=f"Prefill latency by sequence length: {model} on {device}, ratio {r}, batch {b}"
+                              f"{_setting_note(setting)} ({lat.attrs.get('source')})")
 
 
 def _proxies(df, table, figure, rep):
@@ -205,24 +262,80 @@ def _proxies(df, table, figure, rep):
     for (model, comp, ratio), g in _groups(plans, ["model", "compressor", "ratio"]):
         if g["proxy"].nunique() < 2:
             continue
-        name = slug("proxies", model, comp, f"r{ratio:g}" if ratio is not None else None)
-        try:
-            dims = T.proxy_dims(g, model=model, compressor=comp, ratio=ratio)
-        except GacError as e:
-            rep.skipped.append(f"{name}: {e}")
-            continue
-        figure(name, F.plot_proxy_comparison(dims, title=f"{model}, {T.compressor_label(comp)}, ratio {ratio:g}: "
-                                                         f"unconstrained dims per proxy"))
-        table(name, T.proxy_comparison(dims), caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}")
+        for setting, part in T.setting_groups(g, slot=("proxy",), axes=("proxy",)):
+            if part["proxy"].nunique() < 2:
+                continue
+            name = slug("proxies", model, comp, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
+            try:
+                dims = T.proxy_dims(part, model=model, compressor=comp, ratio=ratio)
+            except GacError as e:
+                rep.skipped.append(f"{name}: {e}")
+                continue
+            figure(name, F.plot_proxy_comparison(dims, title=F.figure_title(
+                f"{T.compressor_label(comp)}: unconstrained dims per proxy", model=model, ratio=ratio,
+                extra=_setting_note(setting))))
+            table(name, T.proxy_comparison(dims),
+                  caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}{_setting_note(setting)}")
     if not rep.written or not any(p.name.startswith("proxies_") for p in rep.written):
         rep.skipped.append("proxy comparison: no (model, compressor, ratio) has unaligned plans from 2+ proxies")
+
+
+def _device_of(part, gpu) -> str | None:
+    devices = [str(d) for d in dict.fromkeys(part["device"].dropna()) if str(d)] if "device" in part.columns else []
+    return ", ".join(devices) if devices else (str(gpu) if gpu is not None else None)
+
+
+def _plans(df, table, figure, rep):
+    plans = df[df["dims"].map(lambda d: isinstance(d, dict) and len(d) > 0)]
+    if plans.empty:
+        rep.skipped.append("plan figures (d* against the chosen dim, dims mod 8/16/32): no record has a plan")
+        return
+    for (model, gpu, ratio), g in _groups(plans, ["model", "gpu", "ratio"]):
+        per_method = g.groupby(["compressor", "strategy"])["proxy"].nunique()
+        if per_method.max() > 1:
+            rep.skipped.append(f"plan figures for {model} on {gpu} at ratio {ratio:g}: a method was run with several "
+                               f"proxies (the proxy comparison shows those plans)")
+            continue
+        for setting, part in T.setting_groups(g, slot=("compressor", "strategy")):
+            dims = T.plan_dims(part)
+            name = slug("plans", model, gpu, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
+            note = _setting_note(setting)
+            device = _device_of(part, gpu)
+            try:
+                figure(f"{name}_dstar", F.plot_dstar_vs_dim(dims, title=F.figure_title(
+                    "chosen dim against the compressor's d*", model=model, ratio=ratio, device=device,
+                    extra=note)))
+            except ValueError as e:
+                rep.skipped.append(f"{name}_dstar: {e}")
+            figure(f"{name}_residues", F.plot_dim_residues(dims, title=F.figure_title(
+                "dims modulo 8, 16 and 32", model=model, ratio=ratio, device=device, extra=note)))
+            table(f"{name}_alignment", T.alignment_table(dims),
+                  caption=f"Aligned dims per method: {model}, ratio {ratio:g} on {device}{note}")
+
+
+def _benches(df, figure, rep):
+    benches = df.attrs.get("bench") or []
+    if not benches:
+        rep.skipped.append("bench figure (latency ratios with 95% CIs): no side-by-side bench in the store "
+                           "(gac bench, or bench.after_sweep=true)")
+    for b in benches:
+        r = T.bench_ratios(b)
+        name = slug("bench", b.get("model"), str(b.get("key"))[:8])
+        if r.empty:
+            rep.skipped.append(f"{name}: the bench measured no compressed record")
+            continue
+        ratios = T._values(r["ratio_param"])
+        figure(name, F.plot_bench_ratios(r, title=F.figure_title(
+            f"prefill latency vs. baseline, side-by-side bench ({b.get('rounds')} rounds)", model=b.get("model"),
+            ratio=ratios[0] if len(ratios) == 1 else None,
+            device=f"{b.get('device')} ({b.get('device_type')})" if b.get("device_type") else b.get("device"))))
 
 
 def _staircases(prof, table, figure, rep):
     name = Path(prof).name or "profile"
     try:
         t = T.profile_table(prof)
-        figs = F.kernel_staircase(t)
+        figs = F.kernel_staircase(prof)
     except (GacError, ValueError) as e:
         raise GacError(f"cannot plot kernel profile {str(prof)!r}: {e}") from None
     for op, fig in figs.items():

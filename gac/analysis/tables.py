@@ -2,7 +2,10 @@
 
 Every function takes the frame plus optional filters (``model``, ``gpu``, ``ratio``, ...). A filter left as
 ``None`` must be unambiguous in the data (one value), otherwise a :class:`GacError` names the values to choose
-from. Where several records describe the same point (a forced re-run), the latest ``created`` wins. Numbers
+from. Only re-runs of the same job (one record key) collapse to the latest ``created``; records that differ in any
+other setting (``align.window``, ``eval.limit``, ...) are never merged into one row: a table that would mix them
+raises a :class:`GacError` naming the setting (filter with ``where={"align.window": 8}``, ``sweep``,
+``experiment``), and :func:`setting_groups` splits them (what ``gac report`` does). Numbers
 stay numbers (NaN where not run); :func:`format_table` renders NaN as a blank cell.
 """
 
@@ -99,16 +102,206 @@ def resolve(df: pd.DataFrame, field: str, value, what: str) -> tuple[pd.DataFram
     return df, (vals[0] if vals else None)
 
 
-def latest(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """One row per ``by`` group: the latest ``created`` (forced re-runs sit beside the original record)."""
+def latest_per_key(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per record ``key``: the latest ``created`` wins. Only re-runs of the *same* job share a key (a
+    forced re-run goes beside the original record); records of different configs never replace each other."""
     if df.empty:
         return df
     order = df.assign(_created=df["created"].fillna("").astype(str), _path=df["path"].fillna("").astype(str))
     order = order.sort_values(["_created", "_path"], kind="stable")
-    dup = order.duplicated(list(by), keep="last")
+    dup = order.duplicated(["key"], keep="last")
     if dup.any():
-        log.info("%d older record(s) superseded by a later re-run of the same point", int(dup.sum()))
+        log.info("%d older record(s) superseded by a later re-run of the same job (same key)", int(dup.sum()))
     return order[~dup].drop(columns=["_created", "_path"])
+
+
+# ---------------------------------------------------------------------------------------------- settings
+#: config keys (first component) that tell methods apart: they differ between a table's rows by design
+ROW_SETTINGS = ("compressor", "align", "proxy", "allocation", "model_compressor")
+#: settings the baseline (the uncompressed model) does not depend on: a baseline row fits any value of these
+#: (and of the labels ``sweep``/``experiment``: one baseline record serves every sweep of its model)
+COMPRESSION_SETTINGS = ROW_SETTINGS + ("ratio", "calibration")
+_FRAME_FILTERS = ("sweep", "experiment", "key", "proxy", "strategy", "compressor", "ratio", "model", "gpu",
+                  "seq_len", "unit")
+#: settings a latency-against-S figure may span (its records measured different points)
+LATENCY_AXES = ("seq_len", "eval.latency_seq_lens", "eval.latency_batches")
+_ANY = object()  # a setting that does not apply to a row (a baseline's compression setting, an absent key)
+
+
+def _top(field: str) -> str:
+    return field.split(".", 1)[0]
+
+
+def _setting(row: Mapping, field: str, baseline: bool):
+    """A row's value of ``field`` (a config key such as ``eval.limit``, or ``key``), or :data:`_ANY`."""
+    if field == "key":
+        return _ANY if baseline else str(row.get("key"))
+    if baseline and _top(field) in COMPRESSION_SETTINGS:
+        return _ANY
+    cfg = row.get("config")
+    if not isinstance(cfg, Mapping) or field not in cfg:
+        return _ANY
+    v = cfg[field]
+    return tuple(v) if isinstance(v, list) else v
+
+
+def show_value(v) -> str:
+    if isinstance(v, tuple):
+        return "[" + ",".join(str(x) for x in v) + "]"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def describe_setting(setting: Mapping) -> str:
+    """``{"align.window": 8, "eval.limit": 50}`` -> ``"align.window=8, eval.limit=50"``."""
+    return ", ".join(f"{k}={show_value(v)}" for k, v in setting.items())
+
+
+def _same(a, b) -> bool:
+    if a is _ANY or b is _ANY:
+        return True
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return abs(float(a) - float(b)) < 1e-12
+    return show_value(a) == show_value(b)
+
+
+def setting_groups(df: pd.DataFrame, slot: Sequence[str] = ("compressor", "strategy"),
+                   axes: Sequence[str] = ()) -> list[tuple[dict, pd.DataFrame]]:
+    """Split records into groups that may share one table, without dropping any.
+
+    Re-runs of the same key are collapsed first (the latest wins: :func:`latest_per_key`). Within one group,
+    every *slot* (a table row: the ``slot`` columns, e.g. compressor and strategy) holds at most one record, and
+    every config setting outside :data:`ROW_SETTINGS` and ``axes`` (the table's own axes, e.g. ``ratio`` in a
+    ratio sweep) has one value (a baseline row fits any value of :data:`COMPRESSION_SETTINGS`). A setting that
+    distinguishes records (``align.window`` 1 vs 8, ``eval.limit`` 50 vs 200) splits the records; records that
+    collide without any differing setting (no config, e.g. a W&B export) are split by ``key``.
+
+    Returns ``[(setting, frame)]``: ``setting`` is ``{field: value}`` of what tells this group from the others
+    (``{}`` when there is one group); a baseline record may sit in several groups.
+    """
+    df = latest_per_key(df)
+    if df.empty:
+        return [({}, df)]
+    recs = df.to_dict("records")
+    is_base = [is_baseline(r["compressor"], r["strategy"]) for r in recs]
+    fields = sorted({f for r in recs for f in (r.get("config") or {})})
+    axes = {str(a) for a in axes}
+
+    def differs(rows: list[int], field: str) -> bool:
+        vals = [_setting(recs[i], field, is_base[i]) for i in rows]
+        vals = [v for v in vals if v is not _ANY]
+        return any(not _same(vals[0], v) for v in vals[1:])
+
+    everyone = list(range(len(recs)))
+    split = [f for f in fields if _top(f) not in ROW_SETTINGS and f not in axes and _top(f) not in axes
+             and differs(everyone, f)]
+    slots: dict[tuple, list[int]] = {}
+    for i, r in enumerate(recs):
+        if not is_base[i]:
+            slots.setdefault(tuple(show_value(r.get(c)) for c in slot), []).append(i)
+    split += [f for f in fields if f not in split and _top(f) in ROW_SETTINGS
+              and any(len(rows) > 1 and differs(rows, f) for rows in slots.values())]
+
+    collide: set[int] = set()  # rows whose slot holds 2+ records (only these need "key" to tell them apart)
+
+    def value(i: int, f: str):
+        if f == "key" and i not in collide:
+            return _ANY
+        return _setting(recs[i], f, is_base[i])
+
+    def grouped(split):
+        sigs = list(dict.fromkeys(tuple(value(i, f) for f in split) for i in everyone))
+        # a signature with a wildcard where another has a value, and agreeing elsewhere, is covered by it
+        keep = [s for s in sigs if not any(t != s and all(a is _ANY or (b is not _ANY and _same(a, b))
+                                                          for a, b in zip(s, t)) for t in sigs)]
+        out = []
+        for s in keep:
+            rows = [i for i in everyone if all(_same(value(i, f), v) for f, v in zip(split, s))]
+            out.append(({f: v for f, v in zip(split, s) if v is not _ANY}, rows))
+        return out
+
+    groups = grouped(split)
+    clash = [srows for _, rows in groups for srows in slots.values() if len(set(rows) & set(srows)) > 1]
+    if clash:  # the same slot twice without a config that tells them apart (e.g. a W&B export without config)
+        collide = {i for srows in clash for i in srows}
+        groups = grouped(split + ["key"])
+    if not split and len(groups) == 1:
+        return [({}, df)]
+    return [(setting, df.iloc[rows]) for setting, rows in groups]
+
+
+def filter_settings(df: pd.DataFrame, where: Mapping[str, object] | None, what: str) -> pd.DataFrame:
+    """Keep the records whose frame column or config setting ``field`` equals the value, for each item of
+    ``where`` (``{"sweep": "s1"}``, ``{"align.window": 8}``). A baseline record passes on the settings it does not
+    depend on (:data:`COMPRESSION_SETTINGS`, ``sweep``, ``experiment``): one baseline serves every sweep."""
+    if not where:
+        return df
+    keep = pd.Series(True, index=df.index)
+    known = {f for c in df["config"] if isinstance(c, Mapping) for f in c} if "config" in df.columns else set()
+    for field, value in where.items():
+        field = str(field)
+        if field not in _FRAME_FILTERS and field not in df.columns and field not in known:
+            raise GacError(f"{what}: no records have a setting {field!r}; filter by a config key such as "
+                           f"{sorted(known)[:3]} or by {', '.join(_FRAME_FILTERS[:2])}")
+        hit, real = [], 0
+        for r in df.to_dict("records"):
+            base = is_baseline(r["compressor"], r["strategy"])
+            if field in df.columns and field != "config":
+                v = r.get(field)
+                match = v is not None and _same(_parse(v), _parse(value))
+                free = base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")
+            else:
+                v = _setting(r, field, base)
+                match = v is not _ANY and _same(v, _parse(value))
+                free = base and _top(field) in COMPRESSION_SETTINGS
+            real += bool(match)
+            hit.append(match or free)
+        if not real:  # only baselines passed (they fit any value of a compression setting): nothing matched
+            raise GacError(f"{what}: no records match {field}={show_value(_parse(value))}; values in the records: "
+                           f"{_values_of(df, field)}")
+        keep &= pd.Series(hit, index=df.index)
+    out = df[keep]
+    if out.empty:
+        raise GacError(f"{what}: no records match {describe_setting(where)}; check the filter values")
+    return out
+
+
+def _values_of(df: pd.DataFrame, field: str) -> list[str]:
+    if field in df.columns and field != "config":
+        return [show_value(v) for v in _values(df[field])]
+    vals = {show_value(c[field]) for c in df["config"] if isinstance(c, Mapping) and field in c}
+    return sorted(vals)
+
+
+def _parse(v):
+    """A filter value from the command line (``"8"``, ``"0.15"``, ``"true"``) as the number/bool it spells."""
+    if not isinstance(v, str):
+        return v
+    low = v.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(low)
+    except ValueError:
+        pass
+    try:
+        return float(low)
+    except ValueError:
+        return v
+
+
+def one_setting(df: pd.DataFrame, what: str, slot: Sequence[str] = ("compressor", "strategy"),
+                axes: Sequence[str] = ()) -> pd.DataFrame:
+    """The records as one table's rows, or a :class:`GacError` naming the settings that tell them apart (choose
+    with ``where=``; ``gac report`` writes one table per setting instead)."""
+    groups = setting_groups(df, slot, axes)
+    if len(groups) == 1:
+        return groups[0][1]
+    fields = list(dict.fromkeys(f for s, _ in groups for f in s))
+    options = "; ".join(describe_setting(s) for s, _ in groups)
+    raise GacError(f"{what}: the records differ in {', '.join(fields)} ({options}) and would be mixed in one "
+                   f"table; choose one with where={{{fields[0]!r}: ...}} (gac report: --where KEY=VALUE, --sweep, "
+                   f"--experiment; without a filter it writes one table per setting)")
 
 
 def _one_proxy(rows: pd.DataFrame, proxy, what: str) -> pd.DataFrame:
@@ -140,6 +333,7 @@ def table5(
     unit: int | None = None,
     latency: str = "prefill_ms",
     bench: Sequence[Mapping] | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor.
 
@@ -168,8 +362,8 @@ def table5(
                        f"{model!r}; check the filters")
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
     comp = _one_proxy(comp, proxy, what)
-    comp = latest(comp, ["compressor", "strategy"])
-    base = latest(base, ["model"])
+    rows = one_setting(filter_settings(pd.concat([base, comp]), where, what), what)
+    base, comp = rows[baseline_mask(rows)], rows[~baseline_mask(rows)]
     if base.empty:
         log.warning("Table 5: no baseline record for model %r; the baseline row and latency change stay blank", model)
 
@@ -223,6 +417,8 @@ def table5(
         parts.append(f"on {gpu}")
     if ratio is not None:
         parts.append(f"at ratio {float(ratio):g}")
+    if where:
+        parts.append(f"[{describe_setting(where)}]")
     lat_where = f"{latency}, seq_len {int(seq_len)}" if seq_len is not None else latency
     if ppl != PPL:
         lat_where = f"{ppl}; {lat_where}"
@@ -232,7 +428,7 @@ def table5(
         lat_where += "; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs)"
     table.attrs["caption"] = f"Table 5: {' '.join(parts)} ({lat_where})"
     table.attrs["bench"] = hit[0]["key"] if hit is not None else None
-    table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len}
+    table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len, "where": dict(where or {})}
     return table
 
 
@@ -248,6 +444,31 @@ def pick_bench(bench: Sequence[Mapping] | None, keys: Sequence[str], model, batc
         return None
     best = max(hits, key=lambda b: (str(b.get("created") or ""), str(b.get("path") or "")))
     return best, best["points"][name]
+
+
+def bench_ratios(summary: Mapping) -> pd.DataFrame:
+    """One side-by-side bench (a summary from ``df.attrs["bench"]``) as a long frame, one row per (measured
+    record, point): ``method, compressor, strategy, ratio_param, key, batch, seq_len, ms, ratio, lo, hi,
+    baseline_ms`` (``ratio``: latency / baseline latency, ``lo``/``hi`` its paired-bootstrap 95% interval).
+    ``attrs``: ``source`` (for a caption), ``device``, ``model``."""
+    rows = []
+    for pt in (summary.get("points") or {}).values():
+        for key, v in pt["variants"].items():
+            comp, strat = v.get("compressor"), v.get("strategy")
+            rows.append({"method": method_label(comp, strat) if comp is not None else (v.get("label") or key[:8]),
+                         "compressor": comp, "strategy": strat, "ratio_param": v.get("ratio_param"), "key": key,
+                         "batch": int(pt["batch"]), "seq_len": int(pt["seq_len"]), "ms": v["ms"],
+                         "ratio": v["ratio"], "lo": v["lo"], "hi": v["hi"], "baseline_ms": pt["baseline_ms"]})
+    cols = ["method", "compressor", "strategy", "ratio_param", "key", "batch", "seq_len", "ms", "ratio", "lo", "hi",
+            "baseline_ms"]
+    out = pd.DataFrame(rows, columns=cols)
+    for c in ("ms", "ratio", "lo", "hi", "baseline_ms"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
+    out = out.sort_values(["batch", "seq_len", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    out.attrs.update(source=bench_source(summary), device=summary.get("device"), model=summary.get("model"),
+                     key=summary.get("key"))
+    return out
 
 
 def bench_source(summary: Mapping) -> str:
@@ -303,27 +524,23 @@ def format_table(
     if kind is None:
         raise GacError(f"unknown table format {fmt!r}; use 'markdown' (md) or 'latex' (tex)")
     fm = {**df.attrs.get("formats", {}), **(formats or {})}
-    header = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
     numeric = ([False] if index else []) + [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
-    body = []
-    for idx, row in df.iterrows():
-        cells = [_cell(idx, None)] if index else []
-        cells += [_cell(row[c], fm.get(c)) for c in df.columns]
-        body.append(cells)
-    if kind == "md":
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines = [f"**{caption}**", ""] if caption else []
-        lines.append("| " + " | ".join(esc(h) for h in header) + " |")
-        lines.append("|" + "|".join("---:" if n else ":---" for n in numeric) + "|")
-        lines += ["| " + " | ".join(esc(c) for c in cells) + " |" for cells in body]
-        return "\n".join(lines) + "\n"
+    cells = pd.DataFrame({i: [_cell(v, fm.get(c)) for v in df[c]] for i, c in enumerate(df.columns)})
+    cells.columns = [str(c) for c in df.columns]
+    if index:
+        cells.insert(0, str(df.index.name or ""), [_cell(v, None) for v in df.index])
+    if kind == "md":  # pandas -> tabulate's pipe format (GitHub markdown); cells are already formatted text
+        cells = cells.map(lambda v: v.replace("|", "\\|"))
+        cells.columns = [c.replace("|", "\\|") for c in cells.columns]
+        text = cells.to_markdown(index=False, colalign=["right" if n else "left" for n in numeric],
+                                 disable_numparse=True)
+        return (f"**{caption}**\n\n" if caption else "") + text + "\n"
+    styler = cells.style.format(escape="latex").format_index(escape="latex", axis=1).hide(axis="index")
     spec = "".join("r" if n else "l" for n in numeric)
-    lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(_tex(h) for h in header) + " \\\\", "\\midrule"]
-    lines += [" & ".join(_tex(c) for c in cells) + " \\\\" for cells in body]
-    lines += ["\\bottomrule", "\\end{tabular}"]
     if caption:
-        lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{_tex(caption)}}}", *lines, "\\end{table}"]
-    return "\n".join(lines) + "\n"
+        return styler.to_latex(hrules=True, column_format=spec, caption=_tex(caption), position="t",
+                               position_float="centering")
+    return styler.to_latex(hrules=True, column_format=spec)
 
 
 def _cell(v, fmt) -> str:
@@ -362,6 +579,7 @@ def ratio_sweep(
     proxy: str | Mapping[str, str] | None = None,
     strategies: Sequence[str] | None = None,
     metrics: Sequence[str] = (PPL, "prefill_ms"),
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """PPL and latency against ratio per strategy: a long frame
     ``model, gpu, compressor, proxy, strategy, method, ratio, metric, value`` (baseline rows have strategy
@@ -373,7 +591,7 @@ def ratio_sweep(
     df, gpu = resolve(df, "gpu", gpu, what)
     df = df[df[[m for m in metrics if m in df.columns]].notna().any(axis=1)] if any(m in df.columns for m in metrics) else df.iloc[0:0]
     df, seq_len = resolve(df, "seq_len", seq_len, what)
-    base = latest(df[baseline_mask(df)], ["model"])
+    base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df)]
     if compressor is not None:
         names = [compressor] if isinstance(compressor, str) else list(compressor)
@@ -383,9 +601,11 @@ def ratio_sweep(
     parts = []
     for _, g in comp.groupby(["compressor", "strategy", "ratio"], sort=False):
         parts.append(_one_proxy(g, proxy, what))
-    comp = latest(pd.concat(parts) if parts else comp, ["compressor", "strategy", "ratio"])
+    comp = pd.concat(parts) if parts else comp
+    both = one_setting(filter_settings(pd.concat([base, comp]), where, what), what,
+                       slot=("compressor", "strategy", "ratio"), axes=("ratio",))
     rows = []
-    for rec in pd.concat([base, comp]).to_dict("records"):
+    for rec in both.to_dict("records"):
         for m in metrics:
             v = rec.get(m)
             if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -426,6 +646,7 @@ def proxy_dims(
     ratio: float | None = None,
     strategy: str = "unaligned",
     unit: int = 8,
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """The plan dims of one (model, compressor, ratio, strategy) per proxy, one row per target (see
     :func:`gac.analysis.plan_dims`): what Figure 2 scatters."""
@@ -439,7 +660,7 @@ def proxy_dims(
     df, model = resolve(df, "model", model, what)
     df, ratio = resolve(df, "ratio", ratio, what)
     df, compressor = resolve(df, "compressor", compressor, what)
-    df = latest(df, ["proxy"])
+    df = one_setting(filter_settings(df, where, what), what, slot=("proxy",), axes=("proxy",))
     return plan_dims(df, unit=unit)
 
 
@@ -457,6 +678,27 @@ def proxy_comparison(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> 
     return out
 
 
+def alignment_table(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> pd.DataFrame:
+    """Per method (rows, from :func:`gac.analysis.plan_dims`): ``targets``, ``dense`` (left unfactorised) and the
+    share of chosen dims that are multiples of each unit, ``aligned <u> (%)``; where d* is known, also the mean
+    ``|d - d*|``."""
+    rows = []
+    pairs = sorted(dict.fromkeys(zip(dims["compressor"].astype(str), dims["strategy"].astype(str))),
+                   key=lambda cs: _method_order(*cs))
+    for c, s in pairs:
+        g = dims[(dims["compressor"].astype(str) == c) & (dims["strategy"].astype(str) == s)]
+        r = {"targets": float(len(g)), "dense": float(g["dense"].sum()) if "dense" in g.columns else math.nan}
+        for u in units:
+            r[f"aligned {u} (%)"] = 100.0 * float((g["dim"] % u == 0).mean())
+        if "d_star" in g.columns and g["d_star"].notna().any():
+            r["mean |d - d*|"] = float((g["dim"] - g["d_star"]).abs().mean())
+        rows.append((method_label(c, s), r))
+    out = pd.DataFrame([r for _, r in rows], index=pd.Index([m for m, _ in rows], name="Method"))
+    out.attrs["formats"] = {"targets": "{:.0f}", "dense": "{:.0f}", "mean |d - d*|": "{:.2f}",
+                            **{f"aligned {u} (%)": "{:.0f}%" for u in units}}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- latency
 def latency_vs_seq_len(
     df: pd.DataFrame,
@@ -468,10 +710,12 @@ def latency_vs_seq_len(
     strategies: Sequence[str] = ("unaligned", "gac"),
     metric: str = "prefill_ms",
     bench: Sequence[Mapping] | None = None,
+    where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """Latency by sequence length (Figure 10) from the ``<metric>@S`` / ``<metric>@bB_S`` columns: a long frame
-    ``method, compressor, strategy, batch, seq_len, latency_ms, change_pct`` (change against the baseline at
-    the same batch and length, in %; NaN on baseline rows and without a baseline)."""
+    ``method, compressor, strategy, batch, seq_len, latency_ms, change_lo, change_hi, change_pct`` (change against
+    the baseline at the same batch and length, in %; NaN on baseline rows and without a baseline; ``change_lo`` /
+    ``change_hi``: the bench's 95% interval of the change where the latency came from a side-by-side bench)."""
     what = "latency vs sequence length"
     bench = df.attrs.get("bench") if bench is None else bench
     df = completed(df)
@@ -486,12 +730,13 @@ def latency_vs_seq_len(
     df = df[has | df["key"].astype(str).isin(benched) | (baseline_mask(df) & bool(benched))]
     df, model = resolve(df, "model", model, what)
     df, gpu = resolve(df, "gpu", gpu, what)
-    base = latest(df[baseline_mask(df)], ["model"])
+    base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
-    comp = latest(_one_proxy(comp, proxy, what), ["compressor", "strategy"])
+    comp = _one_proxy(comp, proxy, what)
+    both = one_setting(filter_settings(pd.concat([base, comp]), where, what), what, axes=LATENCY_AXES)
     rows = []
-    recs = pd.concat([base, comp]).to_dict("records")
+    recs = both.to_dict("records")
     source = None
     if metric == "prefill_ms" and bench:  # the latest bench that measured every compressed row, at all its points
         keys = {str(r["key"]) for r in recs if not is_baseline(r["compressor"], r["strategy"])}
@@ -505,10 +750,13 @@ def latency_vs_seq_len(
             [r for r in recs if not is_baseline(r["compressor"], r["strategy"])]
     for rec in recs:
         for c, (_, batch, seq) in cols.items():
+            lo = hi = None
             if source is not None:
                 pt = source["points"][c]
                 base_row = is_baseline(rec["compressor"], rec["strategy"])
-                v = pt["baseline_ms"] if base_row else (pt["variants"].get(str(rec["key"])) or {}).get("ms")
+                var = {} if base_row else (pt["variants"].get(str(rec["key"])) or {})
+                v = pt["baseline_ms"] if base_row else var.get("ms")
+                lo, hi = var.get("lo"), var.get("hi")
             else:
                 v = rec.get(c)
             if v is None or math.isnan(v):
@@ -516,12 +764,20 @@ def latency_vs_seq_len(
             rows.append({"method": method_label(rec["compressor"], rec["strategy"]),
                          "compressor": rec["compressor"],
                          "strategy": "baseline" if is_baseline(rec["compressor"], rec["strategy"]) else rec["strategy"],
-                         "batch": batch, "seq_len": seq, "latency_ms": float(v)})
-    out = pd.DataFrame(rows, columns=["method", "compressor", "strategy", "batch", "seq_len", "latency_ms"])
+                         "batch": batch, "seq_len": seq, "latency_ms": float(v),
+                         "_ratio": math.nan if source is None or var.get("ratio") is None else float(var["ratio"]),
+                         "change_lo": math.nan if lo is None else 100.0 * (lo - 1.0),
+                         "change_hi": math.nan if hi is None else 100.0 * (hi - 1.0)})
+    out = pd.DataFrame(rows, columns=["method", "compressor", "strategy", "batch", "seq_len", "latency_ms",
+                                      "_ratio", "change_lo", "change_hi"])
     b = out[out["strategy"] == "baseline"].set_index(["batch", "seq_len"])["latency_ms"]
     out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != "baseline" else math.nan
                          for bt, s, v, st in zip(out["batch"], out["seq_len"], out["latency_ms"], out["strategy"])]
+    paired = out["_ratio"].notna()  # from a bench: its own paired ratio (what the interval is about)
+    out.loc[paired, "change_pct"] = 100.0 * (out.loc[paired, "_ratio"] - 1.0)
+    out = out.drop(columns="_ratio")
     out.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "metric": metric}
+    out.attrs["device"] = source.get("device") if source is not None else None
     out.attrs["source"] = bench_source(source) if source is not None else \
         "latency: per-job smoke numbers, each job timed alone (run `gac bench` for side-by-side ratios)"
     out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]

@@ -323,11 +323,12 @@ class SweepCallback(_Callback):
                 print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
         log.info("sweep checked: %d points", len(points))
+        self._keys = {str(p["key"]) for p in points}  # the sweep's own records: its table holds only those
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if (config.get("bench") or {}).get("after_sweep"):
             _bench_after_sweep(config)  # before the table, which takes its latency from the bench
-        self._print_table(config)
+        self._print_table(config, getattr(self, "_keys", None))
         if _FAILED_POINTS:
             n = len(_FAILED_POINTS)
             _FAILED_POINTS.clear()
@@ -336,7 +337,7 @@ class SweepCallback(_Callback):
             sys.exit(2)
 
     @staticmethod
-    def _print_table(config) -> None:
+    def _print_table(config, keys=None) -> None:
         try:
             from gac.analysis import format_table, load_results, table5
         except ImportError:
@@ -344,6 +345,8 @@ class SweepCallback(_Callback):
         results_dir = Path(str(config.get("results_dir", "results"))).resolve()
         try:
             df = load_results(results_dir)
+            if keys:  # other jobs in the same store (other settings) never join this sweep's table
+                df = df[df["key"].astype(str).isin(keys)]
             if config.get("experiment_name") == "table5" and len(df):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure

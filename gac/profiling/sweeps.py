@@ -158,6 +158,14 @@ def _row(**kw) -> dict:
     return row
 
 
+def _timed_row(common: Mapping, timing, flops: float, kernel: str | None, tier: str, **kw) -> dict:
+    """The one row builder of every timed op (GEMM, GEMV, SDPA auto or forced, a target's kernels): ``common``
+    (sweep, op, axis, dim, shape, dtype, context), the timing (median/min/max ms), TFLOPS from ``flops``."""
+    return _row(**common, **kw, supported=True, latency_ms=timing.median_ms, latency_min_ms=timing.min_ms,
+                latency_max_ms=timing.max_ms, tflops=flops / (timing.median_ms * 1e-3) / 1e12, kernel=kernel or "",
+                tier=tier)
+
+
 def _gemm_row(
     ctx: _Ctx, sweep: str, op: str, axis: str, dim: int, M: int, N: int, K: int, context: str = ""
 ) -> dict:
@@ -166,26 +174,10 @@ def _gemm_row(
 
     timing = time_op(make, F.linear, ctx.device, ctx.protocol)
     kernel = main_kernel(F.linear, make(), ctx.device) if ctx.kernel_names else None
-    return _row(
-        sweep=sweep,
-        op=op,
-        axis=axis,
-        dim=dim,
-        M=M,
-        N=N,
-        K=K,
-        dtype=dtype_name(ctx.dtype),
-        backend="auto",
-        selected_backend="",
-        supported=True,
-        latency_ms=timing.median_ms,
-        latency_min_ms=timing.min_ms,
-        latency_max_ms=timing.max_ms,
-        tflops=2.0 * M * N * K / (timing.median_ms * 1e-3) / 1e12,
-        kernel=kernel or "",
-        tier=kernel_tier(kernel),
-        context=context,
-    )
+    common = dict(sweep=sweep, op=op, axis=axis, dim=dim, M=M, N=N, K=K, dtype=dtype_name(ctx.dtype),
+                  context=context)
+    return _timed_row(common, timing, 2.0 * M * N * K, kernel, kernel_tier(kernel), backend="auto",
+                      selected_backend="")
 
 
 def sweep_gemm(
@@ -242,20 +234,7 @@ def _sdpa_rows(
     try:
         t = time_op(make, auto, ctx.device, ctx.protocol)
         kernel = main_kernel(auto, (q, k, v), ctx.device) if ctx.kernel_names else None
-        rows.append(
-            _row(
-                **common,
-                backend="auto",
-                selected_backend=chosen,
-                supported=True,
-                latency_ms=t.median_ms,
-                latency_min_ms=t.min_ms,
-                latency_max_ms=t.max_ms,
-                tflops=flops / (t.median_ms * 1e-3) / 1e12,
-                kernel=kernel or "",
-                tier=chosen,
-            )
-        )
+        rows.append(_timed_row(common, t, flops, kernel, chosen, backend="auto", selected_backend=chosen))
     except RuntimeError as e:
         log.warning("SDPA d=%d failed with PyTorch's default dispatch: %s", d, str(e).splitlines()[0])
         rows.append(
@@ -269,20 +248,7 @@ def _sdpa_rows(
         except RuntimeError:
             rows.append(_row(**common, backend=b, selected_backend=b, supported=False, kernel="", tier=b))
             continue
-        rows.append(
-            _row(
-                **common,
-                backend=b,
-                selected_backend=b,
-                supported=True,
-                latency_ms=t.median_ms,
-                latency_min_ms=t.min_ms,
-                latency_max_ms=t.max_ms,
-                tflops=flops / (t.median_ms * 1e-3) / 1e12,
-                kernel="",
-                tier=b,
-            )
-        )
+        rows.append(_timed_row(common, t, flops, "", b, backend=b, selected_backend=b))
     return rows
 
 
@@ -480,30 +446,11 @@ def measure_for_targets(
                 make, fn, flops = _target_op(kind, shapes[(kind, key)], d, tokens, batch, seq_len, ctx)
                 t = time_op(make, fn, dev, protocol)
                 kernel = main_kernel(fn, make(), dev) if kernel_names else None
-                rows.append(
-                    _row(
-                        sweep="target",
-                        op=kind,
-                        axis="d",
-                        dim=d,
-                        M=tokens if kind != "head_dim" else None,
-                        batch=batch,
-                        seq_len=seq_len,
-                        heads=shapes[(kind, key)].get("heads"),
-                        head_dim=d if kind == "head_dim" else None,
-                        dtype=dtype_name(dt),
-                        backend="auto",
-                        selected_backend="",
-                        supported=True,
-                        latency_ms=t.median_ms,
-                        latency_min_ms=t.min_ms,
-                        latency_max_ms=t.max_ms,
-                        tflops=flops / (t.median_ms * 1e-3) / 1e12,
-                        kernel=kernel or "",
-                        tier=kernel_tier(kernel),
-                        context=key,
-                    )
-                )
+                common = dict(sweep="target", op=kind, axis="d", dim=d, M=tokens if kind != "head_dim" else None,
+                              batch=batch, seq_len=seq_len, heads=shapes[(kind, key)].get("heads"),
+                              head_dim=d if kind == "head_dim" else None, dtype=dtype_name(dt), context=key)
+                rows.append(_timed_row(common, t, flops, kernel, kernel_tier(kernel), backend="auto",
+                                       selected_backend=""))
             log.info("measured %s at %d candidate dims", key, len(dims))
     meta = dict(
         device_info(dev),

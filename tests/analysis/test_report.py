@@ -7,9 +7,11 @@ from tests.analysis.conftest import PROFILE, STORE
 
 TABLES = ["table5_tiny_a100_r0.1", "table5_tiny_a100_r0.15", "table5_tiny_a100_r0.3", "ratio_sweep_tiny_a100",
           "latency_seq_tiny_a100_r0.15_b1", "latency_seq_tiny_a100_r0.15_b4", "proxies_tiny_asvd_r0.2",
-          "staircase_profile"]
+          "staircase_profile", "plans_tiny_a100_r0.1_alignment", "plans_tiny_a100_r0.15_alignment",
+          "plans_tiny_a100_r0.3_alignment"]
 FIGURES = ["ratio_sweep_tiny_a100", "latency_seq_tiny_a100_r0.15", "proxies_tiny_asvd_r0.2",
-           "staircase_profile_sdpa", "staircase_profile_gemm"]
+           "staircase_profile_sdpa", "staircase_profile_gemm", "plans_tiny_a100_r0.15_dstar",
+           "plans_tiny_a100_r0.1_residues", "plans_tiny_a100_r0.15_residues", "plans_tiny_a100_r0.3_residues"]
 
 
 def test_report_writes_every_table_and_figure(tmp_path, capsys):
@@ -27,6 +29,11 @@ def test_report_writes_every_table_and_figure(tmp_path, capsys):
     assert "\\begin{tabular}" in (out / "table5_tiny_a100_r0.15.tex").read_text()
     index = (out / "index.md").read_text()
     assert "- table5_tiny_a100_r0.15.md" in index and EXPECTED_MD in index
+    # degenerate or impossible figures are skipped with a note, never drawn empty
+    skipped = index.split("## Skipped", 1)[1].split("\n## ", 1)[0]
+    assert "latency_seq_tiny_a100_r0.15: batch 4 left out of the figure (one sequence length" in skipped
+    assert "plans_tiny_a100_r0.1_dstar: no plan targets with d*" in skipped  # records without plan.d_star
+    assert "no side-by-side bench in the store" in skipped
     assert f"15 records -> {len(expected)} files in {out}" in capsys.readouterr().out
     # nothing is overwritten silently
     assert main(["report", str(STORE), "-o", str(out)]) == 2

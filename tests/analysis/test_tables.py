@@ -33,13 +33,13 @@ EXPECTED = pd.DataFrame(
     columns=COLUMNS)
 
 EXPECTED_MD = """\
-| Method | Align (%) | PPL | PiQA | PiQA (norm) | HSwag | HSwag (norm) | Prefill (ms) | vs. baseline (%) |
-|:---|---:|---:|---:|---:|---:|---:|---:|---:|
-| Baseline | 100% | 20.00 | 0.600 | 0.620 | 0.300 | 0.320 | 100.0 |  |
-| ASVD | 10% | 30.00 | 0.550 | 0.570 | 0.280 | 0.290 | 101.0 | +1% |
-| ASVD (GAC) | 100% | 28.00 | 0.540 | 0.560 | 0.270 | 0.280 | 66.0 | -34% |
-| LLM-Pruner | 75% | 22.00 | 0.600 | 0.610 | 0.290 | 0.310 | 138.0 | +38% |
-| LLM-Pruner (GAC) | 100% | 21.90 | 0.580 |  |  |  |  |  |
+| Method           |   Align (%) |   PPL |   PiQA |   PiQA (norm) |   HSwag |   HSwag (norm) |   Prefill (ms) |   vs. baseline (%) |
+|:-----------------|------------:|------:|-------:|--------------:|--------:|---------------:|---------------:|-------------------:|
+| Baseline         |        100% | 20.00 |  0.600 |         0.620 |   0.300 |          0.320 |          100.0 |                    |
+| ASVD             |         10% | 30.00 |  0.550 |         0.570 |   0.280 |          0.290 |          101.0 |                +1% |
+| ASVD (GAC)       |        100% | 28.00 |  0.540 |         0.560 |   0.270 |          0.280 |           66.0 |               -34% |
+| LLM-Pruner       |         75% | 22.00 |  0.600 |         0.610 |   0.290 |          0.310 |          138.0 |               +38% |
+| LLM-Pruner (GAC) |        100% | 21.90 |  0.580 |               |         |                |                |                    |
 """
 
 
@@ -91,7 +91,9 @@ def test_missing_columns_render_blank(df):
     assert t["Prefill (ms)"].isna().all() and t["vs. baseline (%)"].isna().all() and t["PiQA"].isna().all()
     assert t.loc["ASVD", "PPL"] == 30.0
     md = format_table(t)
-    assert "| ASVD | 10% | 30.00 |  |  |  |  |  |  |" in md and "nan" not in md.lower()
+    row = next(line for line in md.splitlines() if line.startswith("| ASVD "))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["ASVD", "10%", "30.00", "", "", "", "", "", ""]
+    assert "nan" not in md.lower()
     # no baseline record: no baseline row, and no change against it
     nobase = table5(df[df["strategy"] != "baseline"], ratio=0.15)
     assert "Baseline" not in nobase.index and nobase["vs. baseline (%)"].isna().all()
@@ -144,7 +146,8 @@ def test_latency_vs_seq_len(df):
     t = latency_table(lat, batch=1)
     assert list(t.index) == ["Baseline", "ASVD", "ASVD (GAC)", "LLM-Pruner"]
     assert math.isnan(t.loc["LLM-Pruner", "S=512 (ms)"])
-    assert "| LLM-Pruner | 23.8 | +19% |  |  | 138.0 | +38% |" in format_table(t)
+    row = next(line for line in format_table(t).splitlines() if line.startswith("| LLM-Pruner "))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["LLM-Pruner", "23.8", "+19%", "", "", "138.0", "+38%"]
 
 
 def test_staircase_summary_from_profile_dir():
