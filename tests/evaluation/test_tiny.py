@@ -104,3 +104,14 @@ def test_perplexity_degrades_monotonically_as_ranks_are_cut(tiny):
     assert ppl[0] == pytest.approx(perplexity(model, tok, "tiny", seq_len=512, max_windows=4)["ppl"], rel=1e-4)
     assert all(a < b for a, b in zip(ppl, ppl[1:], strict=False)), ppl
     assert ppl[-1] > 1.5 * ppl[0]
+
+
+@pytest.mark.slow  # ~1-2 min on a loaded 2-core machine
+def test_task_accuracies_fall_as_ranks_are_cut(tiny, tiny_files):
+    model, tok = tiny
+    acc = {}
+    for rank in (256, 16):
+        tasks = evaluate_tasks(_truncate_rank(model, rank), tok, limit=200, local_files=tiny_files.task_files,
+                               batch_size=16)
+        acc[rank] = {t: tasks[t]["acc"] for t in ("piqa", "hellaswag")}
+    assert acc[16]["piqa"] < acc[256]["piqa"] - 0.02 and acc[16]["hellaswag"] < acc[256]["hellaswag"] - 0.02, acc
