@@ -66,7 +66,7 @@ def main(argv=None) -> int:
             m, _ = load_checkpoint(_checkpoint(work, c, r))
             rows.append({"model": f"{c} unaligned", "ratio": r, **_scores(m, tok, args.limit)})
     base = rows[0]
-    n = {t: sum(1 for _ in open(p)) for t, p in tiny_paths().task_files.items()}
+    n = {t: len(p.read_text(encoding="utf-8").splitlines()) for t, p in tiny_paths().task_files.items()}
     lim = {t: min(n[t], args.limit or n[t]) for t in n}
     print(f"\ntiny task accuracy vs compression (piqa: {lim['piqa']} items, chance 0.5; hellaswag: "
           f"{lim['hellaswag']} items, chance 0.25; ppl: tiny test text, windows of 1024)\n")
