@@ -5,7 +5,7 @@ For the dense ``tiny`` and for each compressor (unaligned) at each ratio, prints
 claim "tiny's task columns are below the ceiling and fall with compression" is checked (docs/evaluation.md).
 
 Checkpoints are made with the CLI (``python -m gac.cli compress tiny --compressor C --ratio R --strategy unaligned
--o DIR``) into ``--work`` and reused when present; evaluation runs in this process with the same functions as
+--calib tiny --calib-samples 32 --calib-seq-len 256 -o DIR``: calibration on tiny's shipped train text, no hub) into ``--work`` and reused when present; evaluation runs in this process with the same functions as
 ``python -m gac.cli evaluate DIR --ppl --tasks piqa,hellaswag --limit 500``.
 
     flock /tmp/gac-heavy.lock python benchmarks/tiny_tasks.py [--work DIR] [--ratios 0.15,0.30,0.50]
@@ -32,7 +32,8 @@ def _checkpoint(work: Path, compressor: str, ratio: float) -> Path:
     done = out / ".tiny_tasks_done"
     if not done.is_file():
         cmd = [sys.executable, "-m", "gac.cli", "compress", "tiny", "--compressor", compressor, "--ratio", str(ratio),
-               "--strategy", "unaligned", "-o", str(out), "--force"]
+               "--strategy", "unaligned", "--calib", "tiny", "--calib-samples", "32", "--calib-seq-len", "256",
+               "-o", str(out), "--force"]
         print("$", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
         done.write_text("")
