@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's gac, not an installed one
+
 from gac.compression.checkpoint import load_checkpoint
 from gac.evaluation import evaluate_tasks, perplexity
 from gac.fixtures import load_tiny, tiny_paths
