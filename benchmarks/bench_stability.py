@@ -43,7 +43,7 @@ POINTS = (("none", "gac"), ("asvd", "unaligned"), ("asvd", "gac"), ("llm_pruner"
 
 def make_store(root: Path) -> None:
     for comp, align in POINTS:
-        cfg = compose_config(["+experiment=table5", f"compressor={comp}", f"align={align}", "eval=none",
+        cfg = compose_config(["experiment=table5", f"compressor={comp}", f"align={align}", "eval=none",
                               f"results_dir={root}"])
         run_config(OmegaConf.to_container(cfg, resolve=True))
 

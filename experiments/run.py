@@ -2,7 +2,7 @@
 
     python experiments/run.py model=tiny compressor=asvd align=gac ratio=0.15
     python experiments/run.py -m compressor=asvd,llm_pruner align=unaligned,gac
-    python experiments/run.py -m +experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
+    python experiments/run.py -m experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
 
 The work lives in :mod:`gac.jobs.experiment` (a plain function of the config); tests call the same function.
 """
@@ -19,6 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
+
+from gac.jobs.schema import register  # noqa: E402
+
+register()  # the typed schema (gac_schema) that conf/config.yaml composes first
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -6,8 +6,13 @@
      "targets": [{"name": "layers.0.q_proj", "d_star": 107.3, "score": 0.8, "params_per_dim": 8192,
                   "d_max": 4096, "candidates": [96, 104, 112], "kind": "lowrank"}]}
 
-``unit``, ``window``, ``d_max``, ``candidates`` and ``kind`` are optional. Unknown keys are errors, so a typo
-cannot be silently ignored.
+``unit``, ``window``, ``d_max``, ``candidates``, ``kind``, ``dense_params`` and ``shape`` are optional. Unknown keys
+are errors, so a typo cannot be silently ignored.
+
+A low-rank target (``"kind": "lowrank"``) may carry ``"dense_params": out * in``: the weight may then stay
+unfactorised, at that cost, when that is the best use of the budget (its plan dimension is then ``min(out, in)``
+and the plan lists it under ``"dense"``). ``"shape": [out, in]`` pins the weight's shape; a ``dense_params`` that
+is not ``out * in`` of that shape (or, without a shape, of any shape with ``out + in = params_per_dim``) is an error.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from gac.io import read_json
 
 _TOP = {"budget", "unit", "window", "targets"}
 _TARGET_REQUIRED = ("name", "d_star", "score", "params_per_dim")
-_TARGET = {*_TARGET_REQUIRED, "d_max", "candidates", "kind"}
+_TARGET = {*_TARGET_REQUIRED, "d_max", "candidates", "kind", "dense_params", "shape"}
 
 
 @dataclass
@@ -87,6 +92,12 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
                 raise GacError(f"{where}: 'candidates' must be a list of integers")
             cands = tuple(_int(c, where, "every candidate") for c in cands)
         d_max = t.get("d_max")
+        dense = t.get("dense_params")
+        shape = t.get("shape")
+        if shape is not None:
+            if not isinstance(shape, list) or len(shape) != 2:
+                raise GacError(f"{where}: 'shape' must be [out, in], got {shape!r}")
+            shape = tuple(_int(x, where, "'shape' entries") for x in shape)
         try:
             targets.append(
                 Target(
@@ -97,6 +108,8 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
                     d_max=None if d_max is None else _int(d_max, where, "'d_max'"),
                     candidates=cands,
                     kind=t.get("kind", "generic"),
+                    dense_params=None if dense is None else _int(dense, where, "'dense_params'"),
+                    shape=shape,
                 )
             )
         except GacError as e:
@@ -119,5 +132,9 @@ def allocation_to_json(alloc: Allocation) -> dict:
             row["candidates"] = list(t.candidates)
         if t.kind != "generic":
             row["kind"] = t.kind
+        if t.dense_params is not None:
+            row["dense_params"] = t.dense_params
+        if t.shape is not None:
+            row["shape"] = list(t.shape)
         out["targets"].append(row)
     return out

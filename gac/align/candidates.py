@@ -4,6 +4,15 @@ Rules narrow the search: multiples of the alignment ``unit`` (8 by default; 16, 
 strictly within ``window`` units of d*, clipped to ``[unit, d_max]``; ``d_max`` (the uncompressed dimension)
 is itself a candidate when it lies in the window. A :class:`CandidateFilter` (a hardware profile, say) then
 removes dimensions that are slow on the target platform, so the remaining set avoids measured cliffs.
+
+**The dense option** (a low-rank target with ``dense_params``; see :mod:`gac.align.targets`) counts as one unit above
+``d_max`` in window arithmetic: it is a candidate when ``d_max + unit`` lies strictly within the window of d*
+(``d_max - d* < (window - 1) * unit``), and always when d* is dense itself. So with the default window of 1 a
+factorised d* keeps its two bracketing ranks and a dense d* stays dense (a set of one); wider windows let the
+solver trade between the top ranks and the dense weight. The filter never sees the dense option (its kernels are
+the model's own) and rank candidates that would cost as much as the dense weight are replaced by it. With a dense
+option ``d_max`` is a candidate only when it is aligned (or the only rank left): the dense weight is the full-rank
+choice, so an unaligned top rank would add nothing but a misaligned dimension.
 """
 
 from __future__ import annotations
@@ -63,6 +72,34 @@ def rule_candidates(d_star: float, d_max: int | None, unit: int = DEFAULT_UNIT, 
     return tuple(sorted(set(dims)))
 
 
+def rank_candidates(target: Target, unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW) -> tuple[int, ...]:
+    """The rule-based dimensions of a target other than its dense option (what a hardware profile must measure).
+
+    For a dense d* these are the ranks within the window of ``d_max + unit`` (none with window 1).
+    """
+    unit, window = check_unit(unit), check_window(window)
+    if not target.dense_star:
+        dims = rule_candidates(target.d_star, target.d_max, unit, window)
+    elif window == 1:
+        return ()
+    else:
+        top = target.d_max + unit  # where the dense option sits in window arithmetic
+        dims = {k * unit for k in range(1, target.d_max // unit + 1) if top - k * unit < window * unit}
+        dims.add(target.d_max)
+        dims = tuple(sorted(dims))
+    if target.has_dense and target.d_max % unit and len(dims) > 1:
+        # the dense weight is the full-rank choice: an unaligned top rank would only be a misaligned candidate
+        dims = tuple(d for d in dims if d != target.d_max)
+    return dims
+
+
+def dense_in_window(target: Target, unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW) -> bool:
+    """Whether the dense option (one unit above ``d_max``) lies within the window of d*."""
+    if not target.has_dense:
+        return False
+    return target.dense_star or target.d_max - target.d_star < (window - 1) * unit
+
+
 def candidate_set(
     target: Target,
     unit: int = DEFAULT_UNIT,
@@ -71,14 +108,16 @@ def candidate_set(
 ) -> tuple[int, ...]:
     """The candidate set C_i of one target.
 
-    Explicit ``target.candidates`` are taken as given (the user's or compressor's own set). Otherwise the
-    rule-based set is built and, if a filter is given, restricted to the dimensions it allows.
+    Explicit ``target.candidates`` are taken as given (the user's or compressor's own set; plus the dense option
+    when the target has one). Otherwise the rule-based set is built and, if a filter is given, restricted to the
+    dimensions it allows; the dense option joins when it lies in the window (see the module docstring).
     """
     if target.candidates is not None:
-        return target.candidates
-    dims = rule_candidates(target.d_star, target.d_max, unit, window)
-    if candidate_filter is None:
-        return dims
+        return _with_dense(target, target.candidates, True)
+    dims = rank_candidates(target, unit, window)
+    dense = dense_in_window(target, unit, window)
+    if candidate_filter is None or not dims:
+        return _with_dense(target, dims, dense)
     kept = tuple(sorted({int(d) for d in candidate_filter(target, dims)}))
     stray = set(kept) - set(dims)
     if stray:
@@ -86,12 +125,23 @@ def candidate_set(
             f"candidate filter {candidate_filter!r} returned dimensions {sorted(stray)} for target {target.name!r} that "
             f"were not among its candidates {list(dims)}; a filter may only remove dimensions"
         )
-    if not kept:
+    if not kept and not dense:
         raise GacError(
             f"target {target.name!r}: the hardware profile removed every candidate {list(dims)} near d*={target.d_star:.1f}; "
             f"widen the window (window > {window}) or use a coarser unit"
         )
-    return kept
+    return _with_dense(target, kept, dense)
+
+
+def _with_dense(target: Target, dims: Sequence[int], dense: bool) -> tuple[int, ...]:
+    """Add the dense option; ranks that would cost as much as the dense weight are replaced by it."""
+    dims = tuple(dims)
+    if not target.has_dense:
+        return dims
+    cheaper = tuple(d for d in dims if target.params(d) < target.dense_params)
+    if dense or len(cheaper) < len(dims):
+        return (*cheaper, target.dense_dim)
+    return cheaper
 
 
 def candidate_sets(

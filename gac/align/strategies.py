@@ -14,6 +14,15 @@ strategy           rule                                                        b
                    (the GAC authors' own baseline)
 ``gac``            exact multiple-choice knapsack over the candidate sets      held, exactly optimal
 =================  ==========================================================  ==================================
+
+Dense options (low-rank targets that may stay unfactorised, :mod:`gac.align.targets`): ``unaligned`` keeps the
+compressor's choice (a dense d* stays dense, a factorised one is floored and topped up as above; dense targets are
+never reduced). The peer rounding rules (``round_nearest``, ``round_up``, ``round_down``) round only: a dense d* stays
+dense (there is nothing to align: its dimensions are the model's own) and a factorised d* is rounded among the rank
+candidates, never to the dense option. ``rebalance`` steps through each target's candidate list ordered by cost, so
+its down steps may factorise a dense target and its up steps may make a target dense. ``gac`` puts the dense cost
+``out * in`` in the knapsack beside the rank candidates (Eq. 4's value ``s_i (params_i(d) - params_i(d*_i))`` with
+``params_i(dense) = out * in``) and chooses exactly.
 """
 
 from __future__ import annotations
@@ -40,15 +49,16 @@ Strategy = Callable[[Sequence[Target], Sequence[tuple[int, ...]], int], tuple[li
 
 
 def _unaligned(targets, cands, budget):
-    dims = [max(1, math.floor(t.d_star)) for t in targets]
-    dims = [min(d, t.d_max) if t.d_max else d for t, d in zip(targets, dims)]
+    dense = [t.dense_star for t in targets]
+    dims = [t.dense_dim if k else max(1, math.floor(t.d_star)) for t, k in zip(targets, dense)]
+    dims = [min(d, t.d_max) if t.d_max and not k else d for t, d, k in zip(targets, dims, dense)]
     used = sum(t.params(d) for t, d in zip(targets, dims))
-    min_budget = sum(t.params(1) for t in targets)
+    min_budget = sum(t.dense_params if k else t.params(1) for t, k in zip(targets, dense))
     if min_budget > budget:
-        raise InfeasibleBudgetError(budget, min_budget, "every target at dimension 1")
+        raise InfeasibleBudgetError(budget, min_budget, "every factorised target at dimension 1, the dense ones dense")
     notes = []
     if used > budget:  # floor(d*) does not fit: the least important give up one dimension at a time
-        heap = [(t.score, i) for i, t in enumerate(targets) if dims[i] > 1]
+        heap = [(t.score, i) for i, t in enumerate(targets) if dims[i] > 1 and not dense[i]]
         heapq.heapify(heap)
         while used > budget:
             _, i = heapq.heappop(heap)
@@ -59,6 +69,8 @@ def _unaligned(targets, cands, budget):
         notes.append("floor(d*) exceeded the budget; the least important targets were reduced below floor(d*)")
     for i in sorted(range(len(targets)), key=lambda i: (-targets[i].score, i)):
         t = targets[i]
+        if dense[i]:
+            continue
         up = math.ceil(t.d_star)
         if t.d_max:
             up = min(up, t.d_max)
@@ -68,8 +80,16 @@ def _unaligned(targets, cands, budget):
     return dims, notes, {}
 
 
+def _ranks(t: Target, cs: tuple[int, ...]) -> tuple[int, ...]:
+    """The rank candidates (the dense option excluded); a dense d* keeps only the dense option to round to."""
+    if t.dense_star:
+        return (t.dense_dim,)
+    ranks = tuple(c for c in cs if not t.is_dense(c))
+    return ranks or cs  # only the dense option is left (a hardware profile removed every rank)
+
+
 def _nearest(t: Target, cs: tuple[int, ...]) -> int:
-    return min(cs, key=lambda c: (abs(c - t.d_star), -c))
+    return min(_ranks(t, cs), key=lambda c: (abs(c - t.d_star), -c))
 
 
 def _round_nearest(targets, cands, budget):
@@ -78,12 +98,18 @@ def _round_nearest(targets, cands, budget):
 
 
 def _round_up(targets, cands, budget):
-    dims = [next((c for c in cs if c >= t.d_star), cs[-1]) for t, cs in zip(targets, cands)]
+    dims = []
+    for t, cs in zip(targets, cands):
+        rs = _ranks(t, cs)
+        dims.append(next((c for c in rs if c >= t.d_star), rs[-1]))
     return dims, ["peer rule (ASVD rank_align): each d* rounded up to a candidate; the budget is not enforced"], {}
 
 
 def _round_down(targets, cands, budget):
-    dims = [next((c for c in reversed(cs) if c <= t.d_star), cs[0]) for t, cs in zip(targets, cands)]
+    dims = []
+    for t, cs in zip(targets, cands):
+        rs = _ranks(t, cs)
+        dims.append(next((c for c in reversed(rs) if c <= t.d_star), rs[0]))
     return dims, ["peer rule (Torch-Pruning round_to, SliceGPT): each d* rounded down to a candidate"], {}
 
 

@@ -40,11 +40,16 @@ class Problem:
 
 
 def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0, windows=(8,), unit: int = 8,
-                    equal_scores: bool = False) -> Problem:
+                    equal_scores: bool = False, dense: bool = False) -> Problem:
     """Low-rank (ASVD-like) allocation over every projection of ``shape`` at compression ``ratio``.
 
     ``windows``: candidate windows drawn per target (window 8 and unit 8 give 15-16 candidates; 4 gives 7-8).
-    The budget is ``floor(sum_i params_per_dim_i * d*_i)``, i.e. exactly the unconstrained plan's size.
+    The budget is ``floor(sum_i params_i(d*_i))``, i.e. exactly the unconstrained plan's size.
+
+    ``dense``: every target gets a dense option (``dense_params = out * in``), and a target whose square-root share
+    reaches its cap is kept dense (d* = min(out, in)) instead of capped, as ASVD's sensitivity search keeps its
+    most sensitive weights dense. With explicit candidate lists (``windows`` other than ``(8,)``) the dense option
+    is a candidate of every target.
     """
     layers, projs = _SHAPES[shape]
     rng = np.random.default_rng(seed)
@@ -65,23 +70,35 @@ def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0
     # rounded down to a multiple of 64 (an aligned cap, so d_max as a candidate never breaks alignment)
     dmax = np.array([(o * i) // (o + i) // 64 * 64 for _, o, i, _ in rows], dtype=np.float64)
     target_params = (1 - ratio) * full
+    cap = ppd * dmax * 0.97
+
+    def kept_params(c):
+        want = c * rel * sizes
+        if dense:  # at the cap the weight stays dense (a jump to its full size)
+            return np.where(want > cap, sizes, want)
+        return np.minimum(want, cap)
+
     lo, hi = 0.0, 10.0
-    for _ in range(100):  # bisection on c so that sum_i min(c * rel_i * size_i, ppd_i * d_max_i) = target
+    for _ in range(100):  # bisection on c so that sum_i kept_i(c) = target (the largest c that does not exceed it)
         c = (lo + hi) / 2
-        kept = np.minimum(c * rel * sizes, ppd * dmax * 0.97)
-        lo, hi = (c, hi) if kept.sum() < target_params else (lo, c)
-    d_star = np.minimum(c * rel * sizes, ppd * dmax * 0.97) / ppd
+        lo, hi = (c, hi) if kept_params(c).sum() <= target_params else (lo, c)
+    kept = kept_params(lo)
+    is_dense = dense & (kept >= sizes)
+    d_star = np.where(is_dense, 0.0, kept / ppd)
+    mins = np.array([min(o, i) for _, o, i, _ in rows], dtype=np.float64)
+    d_star = np.where(is_dense, mins, d_star)
     targets = [
         Target(name=r[0], d_star=float(d), score=float(r[3]), params_per_dim=int(p), d_max=int(m), kind="lowrank",
-               candidates=None)
+               candidates=None, dense_params=r[1] * r[2] if dense else None, shape=(r[1], r[2]) if dense else None)
         for r, d, p, m in zip(rows, d_star, ppd, dmax)
     ]
     # per-target windows: realised as explicit candidate lists so one problem carries them
     if tuple(windows) != (8,):
-        from gac.align.candidates import rule_candidates
+        from gac.align.candidates import rank_candidates
 
         wins = rng.choice(np.asarray(windows), size=len(targets))
         targets = [Target(t.name, t.d_star, t.score, t.params_per_dim, t.d_max,
-                          rule_candidates(t.d_star, t.d_max, unit, int(w)), t.kind) for t, w in zip(targets, wins)]
-    budget = int(math.floor(sum(t.params_per_dim * t.d_star for t in targets)))
+                          rank_candidates(t, unit, int(w)) or (t.d_max,), t.kind, dense_params=t.dense_params,
+                          shape=t.shape) for t, w in zip(targets, wins)]
+    budget = int(math.floor(sum(t.params_star for t in targets)))
     return Problem(targets, budget, int(full))

@@ -3,6 +3,13 @@
 A target is one weight (or a coupled group of weights) whose parameter count is linear in the
 dimension gac chooses: ``params(d) = params_per_dim * d``.
 
+A low-rank target may also carry a **dense option** (``dense_params = out * in``): the weight left unfactorised.
+Its dimension in a plan is the dense weight's own rank ``dense_dim = min(out, in)`` and its cost is ``out * in``,
+not ``params_per_dim * dense_dim``: parameters are then not linear in d for that one candidate. Ranks whose
+factors would hold as many parameters as the dense weight are never useful beside it, so ``d_max`` defaults to the
+largest rank strictly cheaper than dense, and must stay below ``dense_dim``. ``d_star == dense_dim`` means the
+compressor keeps the weight dense (ASVD's sensitivity search does this for its most sensitive weights).
+
 =====================  =========================================  ======================
 compressor             dimension d                                params_per_dim
 =====================  =========================================  ======================
@@ -44,6 +51,11 @@ class Target:
         candidates: explicit candidate dimensions; None lets :func:`gac.align.candidates.candidate_set` build them.
         kind: which kernels the dimension reaches (see module docstring).
         meta: free-form information a compressor attaches (shapes, layer index); not used by the solver.
+        dense_params: the cost of leaving the weight unfactorised (``out * in``); None: no dense option.
+            Only for ``kind="lowrank"`` (for a width or a head group the uncompressed dimension is already a
+            candidate at its linear cost).
+        shape: ``(out, in)`` of the weight, when known; with it ``params_per_dim`` must be ``out + in`` and
+            ``dense_params`` must be ``out * in``.
     """
 
     name: str
@@ -54,6 +66,8 @@ class Target:
     candidates: tuple[int, ...] | None = None
     kind: str = "generic"
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    dense_params: int | None = None
+    shape: tuple[int, int] | None = None
 
     def __post_init__(self):
         where = f"target {self.name!r}"
@@ -72,16 +86,24 @@ class Target:
             )
         if self.score < 0:
             raise GacError(f"{where}: score must be >= 0 (importance per parameter), got {self.score}")
+        if self.kind not in KINDS:
+            raise GacError(f"{where}: unknown kind {self.kind!r}; known: {', '.join(KINDS)}")
+        self._check_dense(where)
         if self.d_max is not None:
             if _is_bool(self.d_max) or not isinstance(self.d_max, int) or self.d_max <= 0:
                 raise GacError(f"{where}: d_max must be a positive integer or absent, got {self.d_max!r}")
-            if self.d_star > self.d_max:
+            if self.dense_params is not None and self.d_max >= self.dense_dim:
+                raise GacError(
+                    f"{where}: d_max {self.d_max} must be below the dense weight's rank min(out, in) = "
+                    f"{self.dense_dim}: with a dense option the unfactorised weight is the full-rank candidate; "
+                    f"give d_max at most {self.dense_dim - 1} (or omit it: the largest rank cheaper than dense)"
+                )
+            if self.d_star > self.d_max and not self.dense_star:
                 raise GacError(
                     f"{where}: d_star {self.d_star} exceeds d_max {self.d_max}; the unconstrained dimension cannot "
                     f"be larger than the uncompressed one"
+                    + (f" (d_star = {self.dense_dim}, the dense rank, keeps the weight dense)" if self.has_dense else "")
                 )
-        if self.kind not in KINDS:
-            raise GacError(f"{where}: unknown kind {self.kind!r}; known: {', '.join(KINDS)}")
         if self.candidates is not None:
             cands = tuple(self.candidates)
             if not cands:
@@ -93,18 +115,93 @@ class Target:
                     raise GacError(f"{where}: candidate {c} exceeds d_max {self.d_max}")
             object.__setattr__(self, "candidates", tuple(sorted(set(cands))))
 
+    def _check_dense(self, where: str) -> None:
+        """Validate ``shape`` and ``dense_params``; default ``d_max`` to the largest rank cheaper than dense."""
+        if self.shape is not None:
+            shp = tuple(self.shape)
+            if len(shp) != 2 or any(_is_bool(x) or not isinstance(x, int) or x <= 0 for x in shp):
+                raise GacError(f"{where}: shape must be [out, in] (two positive integers), got {self.shape!r}")
+            object.__setattr__(self, "shape", shp)
+            if self.kind == "lowrank" and self.params_per_dim != shp[0] + shp[1]:
+                raise GacError(
+                    f"{where}: params_per_dim {self.params_per_dim} is not out + in = {shp[0] + shp[1]} for shape "
+                    f"{list(shp)}; a low-rank target's rank-d factors hold d * (out + in) parameters"
+                )
+        if self.dense_params is None:
+            return
+        dp = self.dense_params
+        if _is_bool(dp) or not isinstance(dp, int) or dp <= 0:
+            raise GacError(f"{where}: dense_params must be a positive integer (out * in), got {dp!r}")
+        if self.kind != "lowrank":
+            raise GacError(
+                f"{where}: a dense option (dense_params) is only defined for low-rank targets (kind 'lowrank'); for "
+                f"kind {self.kind!r} the uncompressed dimension d_max is already the dense one: drop dense_params"
+            )
+        if self.shape is not None:
+            o, i = self.shape
+            if dp != o * i:
+                raise GacError(
+                    f"{where}: dense_params {dp} is not out x in = {o} x {i} = {o * i}; the dense option costs the "
+                    f"unfactorised weight: set dense_params to {o * i} (or fix shape)"
+                )
+        elif _split(self.params_per_dim, dp) is None:
+            raise GacError(
+                f"{where}: dense_params {dp} is not out x in for any weight with out + in = params_per_dim "
+                f"({self.params_per_dim}); set dense_params to the weight's out * in (and give 'shape': [out, in])"
+            )
+        if self.d_max is None:
+            object.__setattr__(self, "d_max", max(1, (dp - 1) // self.params_per_dim))
+
+    @property
+    def has_dense(self) -> bool:
+        """Whether the weight may stay unfactorised (a dense candidate)."""
+        return self.dense_params is not None
+
+    @property
+    def dense_dim(self) -> int | None:
+        """The dimension that stands for the dense option in plans: the dense weight's rank ``min(out, in)``."""
+        if self.dense_params is None:
+            return None
+        if self.shape is not None:
+            return min(self.shape)
+        return min(_split(self.params_per_dim, self.dense_params))
+
+    @property
+    def dense_star(self) -> bool:
+        """Whether the compressor's own choice (d*) is to keep the weight dense."""
+        return self.dense_params is not None and self.d_star == self.dense_dim
+
+    def is_dense(self, d: int) -> bool:
+        return self.dense_params is not None and int(d) == self.dense_dim
+
     def params(self, d: int) -> int:
-        """Parameters of this target at dimension ``d``."""
+        """Parameters of this target at dimension ``d`` (``dense_params`` at the dense option)."""
+        if self.dense_params is not None and int(d) == self.dense_dim:
+            return self.dense_params
         return self.params_per_dim * int(d)
 
     @property
     def params_star(self) -> float:
-        """Parameters at the unconstrained dimension d* (a float)."""
+        """Parameters at the unconstrained dimension d* (a float; ``dense_params`` when d* is dense)."""
+        if self.dense_star:
+            return float(self.dense_params)
         return self.params_per_dim * self.d_star
 
 
 def _is_bool(x) -> bool:
     return isinstance(x, bool)
+
+
+def _split(total: int, product: int) -> tuple[int, int] | None:
+    """``(a, b)`` positive integers with ``a + b == total`` and ``a * b == product`` (a >= b), or None."""
+    disc = total * total - 4 * product
+    if disc < 0:
+        return None
+    r = math.isqrt(disc)
+    if r * r != disc or (total + r) % 2:
+        return None
+    a, b = (total + r) // 2, (total - r) // 2
+    return (a, b) if b >= 1 else None
 
 
 def check_unique(targets: Sequence[Target]) -> None:

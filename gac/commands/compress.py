@@ -14,15 +14,19 @@ def add_arguments(p):
     p.add_argument("--proxy", default=None, help="importance proxy (default: the compressor's): magnitude, activation, gradient, fisher, "
                         "taylor, fisher_rms, random")
     p.add_argument("--allocation", default="default",
-                   help="d* rule: default (the compressor's reference: LLM-Pruner uniform, PaLU fisher_uniform), "
-                        "proportional, uniform, sensitivity, fisher_uniform")
+                   help="d* rule: default (the compressor's reference: ASVD sensitivity, SVD-LLM and LLM-Pruner uniform, "
+                        "PaLU fisher_uniform), proportional (gac's Eq. 2 rule), uniform, sensitivity, fisher_uniform; "
+                        "ASVD's sensitivity grid is --option sensitivity_grid=0.4,0.5,0.6,0.7,0.8,0.9")
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
     p.add_argument("--window", type=int, default=1,
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
     p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
-    p.add_argument("--calib", default="wikitext2", help="calibration text: wikitext2, tiny or a local file")
+    p.add_argument("--calib", default=None,
+                   help="calibration text: wikitext2, tiny or a local file (default: tiny's own training text for "
+                        "tiny and checkpoints built from it, else wikitext2)")
     p.add_argument("--calib-samples", type=int, default=32)
-    p.add_argument("--calib-seq-len", type=int, default=2048)
+    p.add_argument("--calib-seq-len", type=int, default=None,
+                   help="tokens per calibration sample (default: 256 for tiny, else 2048, the ASVD/SVD-LLM default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -40,9 +44,9 @@ def validate(args) -> None:
     from gac.align.candidates import check_unit, check_window
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import resolve_allocation
+    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.checkpoint import check_output_dir
-    from gac.compression.compress import KNAPSACK_SCORES
+    from gac.compression.compress import KNAPSACK_SCORES, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
     from gac.compression.importance import PROXIES
     from gac.data import is_named_source
@@ -63,12 +67,21 @@ def validate(args) -> None:
         raise unknown_name("strategy (--strategy)", args.strategy, STRATEGIES)
     if args.proxy is not None and args.proxy not in PROXIES:
         raise unknown_name("importance proxy (--proxy)", args.proxy, PROXIES)
-    try:
-        resolve_allocation(args.allocation, comp)
-    except GacError as e:
-        raise GacError(f"--allocation: {e}") from None
+    if args.allocation not in ALLOCATION_CHOICES:
+        raise unknown_name("allocation (--allocation)", args.allocation, ALLOCATION_CHOICES)
+    allocation = resolve_allocation(args.allocation, comp)
+    if allocation == "sensitivity" and not comp.supports_sensitivity:
+        raise GacError(f"--allocation sensitivity is not available for {comp.name}; use proportional or uniform")
+    check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
     if args.knapsack_score not in KNAPSACK_SCORES:
         raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
+    from gac.models import BUILTIN, base_model_of
+
+    on_tiny = base_model_of(args.model) in BUILTIN  # tiny's own text: no hub round trip for the offline model
+    if args.calib is None:
+        args.calib = "tiny" if on_tiny else "wikitext2"
+    if args.calib_seq_len is None:
+        args.calib_seq_len = 256 if on_tiny else 2048
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")

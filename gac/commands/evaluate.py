@@ -9,7 +9,8 @@ Evaluate MODEL: 'tiny' (the embedded model, offline), a gac checkpoint directory
 directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
 <task>_<metric>, prefill_ms, decode_ms_per_token); --json writes the full report (metrics, lm-eval's own results
 layout, protocol details, provenance). Tasks are lm-eval's registry names; an unknown name exits 2 with suggestions.
-Data: for 'tiny' the shipped held-out files are the defaults (no network); for other models WikiText-2 and the
+Data: for 'tiny' and gac checkpoints built from it the shipped held-out files are the defaults (no network; a
+checkpoint records its base model); for other models WikiText-2 and the
 lm-eval tasks come from the hub unless --ppl-data / --task-file (or --data tiny) point at local files.
 Examples:
   gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
@@ -31,7 +32,7 @@ def add_arguments(p):
                    help="run TASK's official config on a local JSONL file (repeatable)")
     p.add_argument("--data", choices=("auto", "tiny", "hub"), default="auto",
                    help="default data: 'tiny' = the shipped held-out files, 'hub' = WikiText-2 and lm-eval datasets "
-                        "from the hub, 'auto' = tiny's for the tiny model, else the hub (default)")
+                        "from the hub, 'auto' = tiny's for the tiny model and checkpoints built from it, else the hub (default)")
     p.add_argument("--latency", action="store_true", help="prefill and decode latency")
     p.add_argument("--seq-len", type=int, default=None,
                    help="perplexity window and prefill length (default: 2048 for perplexity and 1024 for prefill, "
@@ -74,7 +75,7 @@ def run(args) -> int:
     from gac.evaluation.report import evaluate, format_table, provenance
     from gac.evaluation.tasks import parse_tasks
     from gac.io import write_json_atomic
-    from gac.models import BUILTIN, describe, load_model
+    from gac.models import BUILTIN, base_model_of, describe, load_model
 
     files = _task_files(args.task_file)
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
@@ -86,7 +87,8 @@ def run(args) -> int:
                     ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
-    use_tiny = args.data == "tiny" or (args.data == "auto" and args.model in BUILTIN)
+    # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
+    use_tiny = args.data == "tiny" or (args.data == "auto" and base_model_of(args.model) in BUILTIN)
     ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")
     if use_tiny:
         from gac.fixtures import tiny_paths

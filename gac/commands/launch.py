@@ -7,6 +7,7 @@ HELP = "sweep status (done / failed / running / pending) and the local Slurm clu
 DESCRIPTION = """\
 gac launch status [--results-dir DIR] OVERRIDES...   every point of the sweep the overrides describe (the same
                                                      overrides as `experiments/run.py -m ...`), with its state
+                                                     and its Slurm job as squeue shows it (1_0: array 1, task 0)
 gac launch cluster start|stop [--dir D]              the loopback single-node Slurm cluster (root)
 """
 
@@ -14,7 +15,7 @@ gac launch cluster start|stop [--dir D]              the loopback single-node Sl
 def add_arguments(p):
     sub = p.add_subparsers(dest="launch_cmd", metavar="ACTION", required=True)
     s = sub.add_parser("status", help="list a sweep's points as done, failed, running or pending")
-    s.add_argument("overrides", nargs="*", help="sweep overrides, e.g. +experiment=table5 or ratio=0.1,0.2")
+    s.add_argument("overrides", nargs="*", help="sweep overrides, e.g. experiment=table5 or ratio=0.1,0.2")
     s.add_argument("--results-dir", default=None, help="the store (default: the config's results_dir)")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c = sub.add_parser("cluster", help="start or stop the loopback Slurm cluster used by the integration tests")
@@ -38,9 +39,12 @@ def run(args) -> int:
         return 0
     counts: dict[str, int] = {}
     width = max([len(" ".join(r["overrides"])) for r in rows] + [9])
-    print(f"{'state':<8} {'key':<16}  {'point':<{width}}  detail")
+    jw = max([len(r.get("slurm_job") or "") for r in rows] + [0])
+    job_head = f"{'slurm':<{jw}}  " if jw else ""
+    print(f"{'state':<8} {'key':<16}  {job_head}{'point':<{width}}  detail")
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
-        print(f"{r['state']:<8} {r['key']:<16}  {' '.join(r['overrides']):<{width}}  {r.get('detail') or ''}")
+        job = f"{r.get('slurm_job') or '':<{jw}}  " if jw else ""
+        print(f"{r['state']:<8} {r['key']:<16}  {job}{' '.join(r['overrides']):<{width}}  {r.get('detail') or ''}")
     print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" (of {len(rows)})")
     return 0

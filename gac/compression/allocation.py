@@ -20,6 +20,10 @@ generalised to any proxy and any target shape):
 
 More important weights (higher s_i) keep a larger fraction; equal scores give the uniform allocation.
 
+With dense options (``dense_dims``: low-rank targets that may stay unfactorised) the cap is the dense weight
+itself: ``hi_i = 1``, and a target whose share passes the largest factorised fraction (``params_per_dim_i * d_max_i /
+|W_i|``) jumps to dense (``d*_i = dense_dims[i]``); ``lambda`` is then the largest whose total stays <= B.
+
 ``"uniform"`` (``power = 0``) keeps the same fraction of every target: LLM-Pruner's reference default (each pruned
 layer loses the same share of its MLP channels, ``ch_sparsity`` without ``--global_pruning``).
 
@@ -37,12 +41,22 @@ floor in d* (``d*_g >= min(32, d_max_g)``, or, when the budget cannot give every
 uniform floor it can), so no group is starved below what the reference would keep and every d* stays at or above
 the alignment unit; the rounding itself is an alignment rule (``round_nearest`` with ``unit=32``).
 
-``"sensitivity"`` is ASVD's own search: the calibration perplexity of the model with *one* target truncated to each
-kept fraction of a grid (:func:`sensitivity_table`), then a bisection on a perplexity threshold: each target keeps
-the smallest grid fraction whose perplexity stays under the threshold, the threshold chosen as the lowest whose
-allocation fits B. The chosen fractions are then scaled (same clip rule, ``power = 1`` on the chosen fractions) to
-spend B exactly, and each target's per-parameter score for the aligned step (Eq. 4) is its perplexity increase per
-removed parameter, averaged over the grid.
+``"sensitivity"`` is ASVD's own search (Yuan et al. 2023, STRS; the reference ``hahnyuan/ASVD4LLM``,
+``sensitivity.py`` + ``binary_search.py``), reproduced step by step:
+
+1. the table (:func:`gac.compression.compress.sensitivity_table`): calibration perplexity of the model with *one*
+   weight truncated to each kept parameter ratio of the grid (the reference's 0.4, 0.5, ..., 0.9), every other
+   weight dense; the rank for ratio g is the reference's ``int(g * out * in) // (out + in)``;
+2. every (weight, ratio, perplexity) entry with ratio < 1 is sorted by perplexity, highest first; a cut at index
+   ``m`` accepts the entries from ``m`` on (perplexity below the threshold ``ppl[m]``); each weight keeps the smallest
+   accepted ratio, or stays dense when it has none (or when the rank would not save parameters);
+3. a binary search on ``m`` finds the threshold whose allocation meets the budget: the largest kept parameter count
+   that fits B, counted exactly (ranks, and ``out * in`` for dense weights). The reference's loop ends on its last
+   probe, which can be one entry past its (nominal) target; gac stops at the last cut that fits B.
+
+The chosen ranks are d* as they are: the ``unaligned`` strategy then reproduces the reference's model exactly.
+Each target's per-parameter score for the aligned step (Eq. 4, ``knapsack_score="proxy"``) is its perplexity increase
+per removed parameter, averaged over the grid.
 """
 
 from __future__ import annotations
@@ -58,6 +72,7 @@ log = logging.getLogger(__name__)
 ALLOCATIONS = ("proportional", "uniform", "sensitivity", "fisher_uniform")
 DEFAULT = "default"  # the compressor's own rule (Compressor.default_allocation): what its reference does
 ALLOCATION_CHOICES = (DEFAULT, *ALLOCATIONS)
+SENSITIVITY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the reference's param_ratio_candidates (ASVD4LLM, sensitivity.py)
 
 
 def resolve_allocation(name: str | None, compressor) -> str:
@@ -69,7 +84,36 @@ def resolve_allocation(name: str | None, compressor) -> str:
     if name not in ALLOCATIONS:
         raise unknown_name("allocation", str(name), ALLOCATION_CHOICES)
     return name
-SENSITIVITY_GRID = (0.2, 0.4, 0.6, 0.8)
+
+
+def check_sensitivity_grid(grid) -> tuple[float, ...]:
+    """A sensitivity grid: kept parameter ratios in (0, 1] (1 = dense), sorted, without repeats; else a GacError."""
+    if isinstance(grid, str):
+        try:
+            grid = [float(x) for x in grid.replace(",", " ").split()]
+        except ValueError:
+            raise GacError(f"sensitivity grid {grid!r} is not a list of numbers; give kept ratios such as "
+                           f"0.4,0.5,0.6,0.7,0.8,0.9") from None
+    try:
+        vals = [float(g) for g in grid]
+    except (TypeError, ValueError):
+        raise GacError(f"sensitivity grid {grid!r} is not a list of numbers; give kept parameter ratios in (0, 1] "
+                       f"such as {list(SENSITIVITY_GRID)}") from None
+    if any(isinstance(g, bool) for g in grid) or not vals:
+        raise GacError(f"sensitivity grid {grid!r} must be a non-empty list of kept parameter ratios in (0, 1]")
+    bad = [g for g in vals if not (math.isfinite(g) and 0 < g <= 1)]
+    if bad:
+        raise GacError(f"sensitivity grid {vals} has ratios outside (0, 1]: {bad}; each entry is the fraction of a "
+                       f"weight's parameters kept (1 = dense), e.g. {list(SENSITIVITY_GRID)}")
+    if all(g >= 1 for g in vals):
+        raise GacError(f"sensitivity grid {vals} has no ratio below 1: nothing could be compressed; add kept ratios "
+                       f"such as {list(SENSITIVITY_GRID)}")
+    return tuple(sorted(set(vals)))
+
+
+def reference_rank(dense: int, params_per_dim: int, ratio: float) -> int:
+    """The rank the reference gives a weight at kept parameter ratio ``ratio``: ``int(ratio * |W|) // (out + in)``."""
+    return int(dense * ratio) // params_per_dim
 
 
 def proportional_allocation(
@@ -81,8 +125,10 @@ def proportional_allocation(
     power: float = 0.5,
     min_keep: float = 0.25,
     weights: Sequence[float] | None = None,
+    dense_dims: Sequence[int | None] | None = None,
 ) -> list[float]:
-    """Continuous d*_i (see module docstring). ``weights`` replaces ``(s_i/s_bar)**power`` when given."""
+    """Continuous d*_i (see module docstring). ``weights`` replaces ``(s_i/s_bar)**power`` when given.
+    ``dense_dims[i]`` (not None): target i may stay dense; its d* is then ``dense_dims[i]``."""
     n = len(dense)
     if not (len(params_per_dim) == len(d_max) == len(scores) == n) or n == 0:
         raise GacError("allocation needs one dense size, params_per_dim, d_max and score per target (and >= 1 target)")
@@ -93,10 +139,12 @@ def proportional_allocation(
             raise GacError(f"allocation got a non-finite or negative score ({s}); scores must be finite and >= 0")
     total = float(sum(dense))
     hi = [p * dm / w for p, dm, w in zip(params_per_dim, d_max, dense)]
-    cap = sum(h * w for h, w in zip(hi, dense))
+    dd = list(dense_dims) if dense_dims is not None else [None] * n
+    top = [1.0 if x is not None else h for x, h in zip(dd, hi)]  # the most a target can keep: dense, or d_max
+    cap = sum(h * w for h, w in zip(top, dense))
     if budget >= cap:
-        log.info("budget %d >= the most the compressed weights can hold (%d): every target at d_max", budget, int(cap))
-        return [float(dm) for dm in d_max]
+        log.info("budget %d >= the most the compressed weights can hold (%d): every target at its top", budget, int(cap))
+        return [float(x) if x is not None else float(dm) for x, dm in zip(dd, d_max)]
     min_params = sum(params_per_dim)  # every target at d = 1
     if budget < min_params:
         raise InfeasibleBudgetError(budget, min_params, "every target at dimension 1")
@@ -108,8 +156,15 @@ def proportional_allocation(
     if sum(f * w for f, w in zip(lo, dense)) > budget:  # the floor alone overspends: drop it to d = 1
         lo = [p / w for p, w in zip(params_per_dim, dense)]
 
+    def keeps(lam):
+        out = []
+        for x, f, h, dn in zip(weights, lo, hi, dd):
+            k = max(lam * x, f)
+            out.append((1.0 if k > h else k) if dn is not None else min(k, h))  # past the top rank: dense (a jump)
+        return out
+
     def spend(lam):
-        return math.fsum(min(max(lam * x, f), h) * w for x, f, h, w in zip(weights, lo, hi, dense))
+        return math.fsum(k * w for k, w in zip(keeps(lam), dense))
 
     a, b = 0.0, 1.0
     while spend(b) < budget:
@@ -118,59 +173,103 @@ def proportional_allocation(
             break
     for _ in range(200):
         m = 0.5 * (a + b)
+        if m in (a, b):  # converged to float resolution: further steps change nothing
+            break
         if spend(m) <= budget:
             a = m
         else:
             b = m
-    keep = [min(max(a * x, f), h) for x, f, h in zip(weights, lo, hi)]
-    d = [k * w / p for k, w, p in zip(keep, dense, params_per_dim)]
-    return [min(max(x, 1.0), float(dm)) for x, dm in zip(d, d_max)]
+    out = []
+    for k, w, p, dm, x, h in zip(keeps(a), dense, params_per_dim, d_max, dd, hi):
+        if x is not None and k > h:
+            out.append(float(x))  # dense
+        else:
+            out.append(min(max(k * w / p, 1.0), float(dm)))
+    return out
 
 
 def sensitivity_allocation(
     dense: Sequence[int],
     params_per_dim: Sequence[int],
-    d_max: Sequence[int],
+    d_cap: Sequence[int],
     table: Sequence[Sequence[float]],
     grid: Sequence[float],
     base_ppl: float,
     budget: int,
-) -> tuple[list[float], list[float]]:
-    """ASVD's sensitivity search. ``table[i][k]``: calibration perplexity with target i alone at kept fraction ``grid[k]``.
+    dense_dims: Sequence[int | None] | None = None,
+) -> tuple[list[float], list[float], dict]:
+    """ASVD's sensitivity search (module docstring). ``table[i][k]``: calibration perplexity with target i alone at
+    kept parameter ratio ``grid[k]``; ``d_cap[i]``: the largest rank the factors hold; ``dense_dims[i]``: the plan
+    dimension of target i left dense (None: it cannot stay dense and keeps its largest rank instead).
 
-    Returns (d*, per-parameter scores).
+    Returns ``(d*, per-parameter scores, info)``; ``info`` holds the threshold, the cut, the kept ratio per target
+    and the exact parameter count.
     """
     n = len(dense)
-    hi = [min(1.0, p * dm / w) for p, dm, w in zip(params_per_dim, d_max, dense)]
-    grid = list(grid)
+    grid = [float(g) for g in grid]
+    if not (len(params_per_dim) == len(d_cap) == len(table) == n) or n == 0:
+        raise GacError("sensitivity search needs one dense size, params_per_dim, cap and table row per target")
+    dd = list(dense_dims) if dense_dims is not None else [None] * n
     for i, row in enumerate(table):
+        if len(row) != len(grid):
+            raise GacError(f"sensitivity table row #{i} has {len(row)} entries for a grid of {len(grid)}; recompute it")
         for v in row:
             if not math.isfinite(v):
-                raise GacError(f"sensitivity search: non-finite calibration perplexity for target #{i}; the truncated model diverged")
+                raise GacError(f"sensitivity search: non-finite calibration perplexity for target #{i}; the truncated "
+                               f"model diverged")
 
-    def pick(th):
-        fr = []
-        for i in range(n):
-            ok = [g for g, v in zip(grid, table[i]) if v <= th and g <= hi[i]]
-            fr.append(min(ok) if ok else hi[i])
-        return fr
+    def rank(i, g):  # None: dense (g >= 1, or the rank would not save parameters)
+        if g >= 1:
+            return None
+        r = max(1, reference_rank(dense[i], params_per_dim[i], g))
+        return r if r <= d_cap[i] or dd[i] is None else None
 
-    def cost(fr):
-        return sum(f * w for f, w in zip(fr, dense))
+    def cost(i, g):
+        r = rank(i, g)
+        if r is None:
+            return dense[i] if dd[i] is not None else params_per_dim[i] * d_cap[i]
+        return params_per_dim[i] * min(r, d_cap[i])
 
-    levels = sorted({v for row in table for v in row} | {base_ppl})
-    chosen = pick(levels[-1])
-    for th in levels:  # lowest threshold whose allocation fits
-        fr = pick(th)
-        if cost(fr) <= budget:
-            chosen = fr
-            break
+    entries = [(i, g, v) for i in range(n) for g, v in zip(grid, table[i]) if g < 1]
+    order = sorted(range(len(entries)), key=lambda k: -entries[k][2])  # stable: the reference's sorted(key=-ppl)
+    entries = [entries[k] for k in order]
+
+    def ratios(m):
+        r = [1.0] * n
+        for i, g, _ in entries[m:]:
+            r[i] = min(r[i], g)
+        return r
+
+    def total(m):
+        return sum(cost(i, g) for i, g in enumerate(ratios(m)))
+
+    if total(0) > budget:
+        smallest = min(g for g in grid if g < 1)
+        raise InfeasibleBudgetError(
+            budget, total(0), f"the sensitivity grid: every weight at its smallest kept ratio {smallest}; add smaller "
+            f"kept ratios to the grid (sensitivity_grid) or use allocation='proportional'")
+    lo, hi = 0, len(entries)  # total(lo) <= budget; total(len) = everything dense > budget
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if total(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    chosen = ratios(lo)
+    d = []
+    for i, g in enumerate(chosen):
+        r = rank(i, g)
+        if r is None:
+            d.append(float(dd[i]) if dd[i] is not None else float(d_cap[i]))
+        else:
+            d.append(float(min(r, d_cap[i])))
     scores = []
     for i in range(n):
-        incs = [max(v - base_ppl, 0.0) / max((1.0 - g) * dense[i], 1.0) for g, v in zip(grid, table[i])]
+        incs = [max(v - base_ppl, 0.0) / max((1.0 - g) * dense[i], 1.0) for g, v in zip(grid, table[i]) if g < 1]
         scores.append(max(sum(incs) / len(incs), 1e-12))
-    d = proportional_allocation(dense, params_per_dim, d_max, scores, budget, weights=chosen, min_keep=0.0)
-    return d, scores
+    info = {"cut": lo, "entries": len(entries), "threshold_ppl": entries[lo][2] if lo < len(entries) else None,
+            "kept_ratio": chosen, "params": total(lo)}
+    return d, scores, info
 
 
 PALU_BLOCK = 32  # PaLU rounds every group's rank to a multiple of 32, at least 32 (rounding_search_result)

@@ -196,6 +196,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "dtype": dtype,
             "base_config": model.config.to_dict(),
             "modules": specs,
+            "base_model": getattr(model, "_gac_base_model", None),  # tiny, a hub id or a directory (None: unknown)
             "recipe": recipe,
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
             "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None,
@@ -338,6 +339,7 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
         model = model.to(_dtype(dtype))
     model.eval()
     model._gac_recipe = meta.get("recipe")
+    model._gac_base_model = meta.get("base_model")
     model._gac_plan = meta.get("plan")
     guard_save_pretrained(model)
     tokenizer = None

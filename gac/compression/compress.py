@@ -33,6 +33,7 @@ from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, 
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
     SENSITIVITY_GRID,
+    check_sensitivity_grid,
     fisher_uniform_allocation,
     proportional_allocation,
     resolve_allocation,
@@ -40,11 +41,13 @@ from gac.compression.allocation import (
 )
 from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
-from gac.compression.importance import collect_activation_stats, collect_gradient_stats, get_proxy
+from gac.compression.importance import collect_gradient_stats, get_proxy, iter_activation_stats
 from gac.compression.modules import get_module, weight_params
+from gac.compression.resources import ResourceMeter
+from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
 from gac.errors import GacError, unknown_name
 from gac.faults import fault_point
-from gac.progress import stage, track
+from gac.progress import is_quiet, quiet_scope
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,8 @@ class Prepared:
     timings: dict
     sensitivity: dict | None = None
     notes: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)  # stage -> {"peak_rss_mb", ...[, "gpu_peak_mb"]} (ResourceMeter)
+    calib_ids: torch.Tensor | None = None  # kept only for a compressor with keeps_calibration (SVD-LLM's update)
 
     @property
     def dense_params(self) -> int:
@@ -125,7 +130,8 @@ class Prepared:
     def budget(self, ratio: float) -> int:
         return budget_for_ratio(self.dense_params, ratio)
 
-    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[list[Target], int]:
+    def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+                budget: int | None = None) -> tuple[list[Target], int]:
         """The gac targets (d* from the allocation) and the budget B for ``ratio``.
 
         ``knapsack_score`` is the per-parameter s_i handed to Eq. 4: ``"proxy"`` (the paper: the importance proxy's
@@ -134,13 +140,22 @@ class Prepared:
         """
         if knapsack_score not in KNAPSACK_SCORES:
             raise unknown_name("knapsack score", knapsack_score, KNAPSACK_SCORES)
-        budget = self.budget(ratio)
+        if budget is None:
+            budget = self.budget(ratio)
+        elif isinstance(budget, bool) or not isinstance(budget, int) or not 0 < budget < self.dense_params:
+            raise GacError(f"budget must be a positive number of parameters below the dense {self.dense_params:,}, "
+                           f"got {budget!r}")
         dense = [u.dense_params for u in self.units]
         ppd = [u.params_per_dim for u in self.units]
         dmax = [u.d_max(unit) for u in self.units]
+        ddims = [u.dense_dim for u in self.units]
         if self.allocation == "sensitivity":
             s = self.sensitivity
-            d_star, scores = sensitivity_allocation(dense, ppd, dmax, s["table"], s["grid"], s["base_ppl"], budget)
+            if not s:
+                raise GacError("this prepared state has no sensitivity table; prepare it with allocation='sensitivity'")
+            d_star, scores, info = sensitivity_allocation(dense, ppd, [u.d_cap for u in self.units], s["table"],
+                                                          s["grid"], s["base_ppl"], budget, ddims)
+            self._search = info
             score_of = dict(zip([u.name for u in self.units], scores))
         elif self.allocation == "fisher_uniform":
             sc = [self.scores[u.name] for u in self.units]
@@ -149,7 +164,7 @@ class Prepared:
         else:
             sc = [self.scores[u.name] for u in self.units]
             power = 0.0 if self.allocation == "uniform" else self.power
-            d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power)
+            d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power, dense_dims=ddims)
             score_of = self.scores
         if knapsack_score == "marginal":
             total = sum(dense)
@@ -163,11 +178,20 @@ class Prepared:
                 margin[u.name] = max(m, 0.0) * rel[u.name]
             score_of = margin
         targets = [
-            Target(u.name, float(min(d, dm)), float(score_of[u.name]), u.params_per_dim, d_max=dm, kind=u.kind,
-                   meta=self._kernel_meta(u))
+            Target(u.name, float(d if u.is_dense(d) else min(d, dm)), float(score_of[u.name]), u.params_per_dim,
+                   d_max=dm, kind=u.kind, meta=self._kernel_meta(u),
+                   dense_params=u.dense_params if u.dense_option else None,
+                   shape=tuple(u.meta["shape"]) if u.dense_option and "shape" in u.meta else None)
             for u, d, dm in zip(self.units, d_star, dmax)
         ]
         return targets, budget
+
+    def _search_report(self) -> dict | None:
+        info = getattr(self, "_search", None)
+        if info is None:
+            return None
+        return {"threshold_ppl": info["threshold_ppl"], "cut": info["cut"], "entries": info["entries"],
+                "params": info["params"], "kept_ratio": {u.name: r for u, r in zip(self.units, info["kept_ratio"])}}
 
     def _kernel_meta(self, u: Unit) -> dict:
         """What the hardware profile needs to measure a target's own kernels (gac.profiling.sweeps.target_shape)."""
@@ -180,10 +204,11 @@ class Prepared:
         return meta
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
-             candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE) -> tuple[Plan, list[Target]]:
+             candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+             budget: int | None = None) -> tuple[Plan, list[Target]]:
         if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
-        targets, budget = self.targets(ratio, unit, knapsack_score)
+        targets, budget = self.targets(ratio, unit, knapsack_score, budget)
         return align(targets, budget, strategy, unit, window, candidate_filter), targets
 
     def compress(
@@ -195,20 +220,38 @@ class Prepared:
         candidate_filter: CandidateFilter | None = None,
         copy_model: bool = True,
         knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+        budget: int | None = None,
     ) -> tuple[nn.Module, Plan, dict]:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
-        in place (saves memory; the Prepared object cannot be reused afterwards)."""
+        in place, one layer at a time, dropping each layer's factors as it goes (saves memory; the Prepared object
+        cannot be reused afterwards). ``budget``: see :meth:`targets`."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
-        t0 = time.perf_counter()
-        plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score)
-        t_plan = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        model = copy.deepcopy(self.model) if copy_model else self.model
-        if not copy_model:
-            self._consumed = True
-        self.compressor.apply(model, self.units, plan.dims, self.factors)
-        t_apply = time.perf_counter() - t1
+        meter = ResourceMeter(str(_device_of(self.model)))
+        with meter.stage("plan"):
+            plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score, budget)
+        keep_originals = self.compressor.keeps_calibration  # after_apply (SVD-LLM's update) reads the dense weights
+        with meter.stage("apply"):
+            model = copy.deepcopy(self.model) if copy_model else self.model
+            if copy_model:
+                originals = self.compressor.apply(model, self.units, plan.dims, self.factors) or {}
+            else:
+                self._consumed = True
+                originals = {}
+                # in place, one decoder layer at a time: each layer's dense weights and factors are freed before the
+                # next layer's compressed modules are built, so apply never holds a second copy of the weights
+                # (unless after_apply needs the originals)
+                for us in _units_by_layer(self.units, self.layout).values():
+                    old = self.compressor.apply(model, us, {u.name: plan.dims[u.name] for u in us if u.name in plan.dims},
+                                                self.factors)
+                    if keep_originals:
+                        originals.update(old or {})
+                    del old
+                    for u in us:
+                        self.factors.pop(u.name, None)
+            extra = self.compressor.after_apply(model, self.units, plan.dims, originals, self.calib_ids, self.layout)
+            del originals
+        t_plan, t_apply = meter.timings()["plan_s"], meter.timings()["apply_s"]
         actual = compressed_weight_params(model, self.units)
         if actual != plan.params:
             raise AssertionError(f"parameter accounting bug: modules hold {actual} weights, the plan says {plan.params}")
@@ -219,6 +262,7 @@ class Prepared:
             "allocation": self.allocation,
             "power": self.power,
             "ratio": ratio,
+            "budget": budget,  # None: floor((1 - ratio) * dense)
             "strategy": strategy,
             "unit": unit,
             "window": window,
@@ -238,14 +282,51 @@ class Prepared:
             "n_targets": len(self.units),
             "d_star": {t.name: t.d_star for t in targets},
             "dims": dict(plan.dims),
+            "dense": list(plan.dense),
+            "allocation_search": self._search_report() if self.allocation == "sensitivity" else None,
             "timings": {**self.timings, "plan_s": t_plan, "apply_s": t_apply},
+            "memory": {**self.memory, **meter.memory()},
             "compression_wall_s": self.timings["prepare_s"] + t_plan + t_apply,
             "notes": list(self.notes) + list(plan.notes),
             "gac_version": __version__,
+            **extra,
         }
         model._gac_recipe = recipe  # picked up by gac.compression.checkpoint.save_checkpoint
         model._gac_plan = plan
         return model, plan, report
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+CHECKPOINT_SHARE = 0.25  # auto checkpointing: one sample's backward activations above this share of free memory
+
+
+def _auto_checkpoint(model: nn.Module, layout: ModelLayout, calib_ids: torch.Tensor,
+                     reserved_bytes: int = 0) -> tuple[bool, str]:
+    """Whether the gradient pass should checkpoint its layers: one sample's saved activations (the estimate of
+    :mod:`gac.compression.footprint`) against the free memory of the model's device, less ``reserved_bytes`` (the
+    element-wise gradient sums the pass will hold)."""
+    from gac.compression.footprint import ACT_PER_TOKEN_H, ACT_PER_TOKEN_I
+    from gac.compression.resources import device_memory
+
+    p = next(model.parameters())
+    per_layer = calib_ids.shape[1] * (ACT_PER_TOKEN_H * layout.hidden_size + ACT_PER_TOKEN_I * layout.intermediate_size)
+    need_mb = layout.num_layers * per_layer * p.element_size() / 2**20
+    free = device_memory(str(p.device)).get("available_mb")
+    if free is not None:
+        free = max(free - reserved_bytes / 2**20, 0.0)
+    on = free is not None and need_mb > CHECKPOINT_SHARE * free
+    return on, f"one sample's activations ~{need_mb / 1024:.1f} GiB, {0 if free is None else free / 1024:.1f} GiB free"
+
+
+def _units_by_layer(units: list[Unit], layout: ModelLayout) -> dict[int, list[Unit]]:
+    """Units keyed by the last decoder layer their modules lie in (when that layer's statistics are complete)."""
+    out: dict[int, list[Unit]] = {}
+    for u in units:
+        out.setdefault(max(layout.layer_of(m) for m in u.modules), []).append(u)
+    return out
 
 
 def compressed_weight_params(model: nn.Module, units: list[Unit]) -> int:
@@ -263,22 +344,38 @@ def prepare(
     allocation: str | None = None,
     power: float = 0.5,
     proxy_seed: int = 0,
-    sensitivity_grid=SENSITIVITY_GRID,
+    sensitivity_grid=None,
     compressor_options: dict | None = None,
+    stream: bool = True,
+    grad_checkpoint: bool | None = None,
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
     ``proxy`` defaults to the compressor's own (ASVD: activation, SVD-LLM: magnitude, LLM-Pruner: taylor,
     PaLU: fisher_rms). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
-    ``None``/``"default"`` (the compressor's own, what its reference does: LLM-Pruner ``uniform``, PaLU
-    ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see :mod:`gac.compression.allocation`), ``uniform``,
-    ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's rank search).
+    ``None``/``"default"`` (the compressor's own, what its reference does: ASVD ``sensitivity``, SVD-LLM ``uniform``,
+    LLM-Pruner ``uniform``, PaLU ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see
+    :mod:`gac.compression.allocation`), ``uniform``, ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's
+    rank search). ``sensitivity_grid``: the kept ratios of the sensitivity table (default: the compressor's
+    ``sensitivity_grid`` option, else the reference's 0.4 ... 0.9).
+
+    Streaming (``stream=True``, the default): gradient statistics (row/column sums, small) are collected first; then
+    the activation statistics of one decoder layer at a time (:func:`~gac.compression.importance.iter_activation_stats`),
+    and as soon as a layer's are complete its units are scored and factorised (on the model's device) and its
+    statistics dropped, so X^T X / Y^T Y are held for one layer only. ``stream=False`` collects every layer's
+    statistics before the first factorisation (same results, more memory). ``grad_checkpoint``: activation
+    checkpointing in the gradient pass (same statistics, less memory, about one more forward); None (default)
+    turns it on when one sample's activations would take more than a quarter of the device's free memory
+    (:func:`_auto_checkpoint`; the choice is in ``notes``). The wall time and peak memory of each
+    stage are in ``prepared.timings`` / ``prepared.memory`` (:class:`~gac.compression.resources.ResourceMeter`).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
     proxy_name = proxy or comp.default_proxy
     prox = get_proxy(proxy_name, seed=proxy_seed)
     allocation = resolve_allocation(allocation, comp)
+    grid = check_sensitivity_grid(sensitivity_grid if sensitivity_grid is not None
+                                  else comp.sensitivity_grid or SENSITIVITY_GRID)
     if allocation == "sensitivity" and not comp.supports_sensitivity:
         raise GacError(f"the sensitivity allocation is not available for {comp.name}; use 'proportional' or 'uniform'")
     layout = discover(model)
@@ -300,78 +397,100 @@ def prepare(
         w = get_module(model, n).weight
         if not torch.isfinite(w).all():
             raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
+    meter = ResourceMeter(str(_device_of(model)))
+    scores: dict[str, float] = {}
+    factors: dict = {}
+    grad_stats: dict = {}
     fault_point("calibration")
-    t0 = time.perf_counter()
-    stats = {}
-    if need_act:
-        stats = collect_activation_stats(model, layout, calib_ids, mods, xtx=comp.needs_xtx)
-    if need_grad:
-        g = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise)
-        for n, st in g.items():
-            if n in stats:
-                stats[n].merge(st)
-            else:
-                stats[n] = st
-    t_cal = time.perf_counter() - t0
-    fault_point("scoring")
-    t0 = time.perf_counter()
-    with stage("scoring"):
-        scores = comp.score(model, units, stats, prox)
-    t_score = time.perf_counter() - t0
-    fault_point("factorize")
-    t0 = time.perf_counter()
-    factors = comp.factorize(model, units, stats, prox)
-    t_fact = time.perf_counter() - t0
-    del stats
     notes = []
+    if need_grad:
+        if grad_checkpoint is None:
+            reserved = 4 * len(prox.elementwise) * sum(get_module(model, n).weight.numel() for n in mods)
+            grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids, reserved)
+            if grad_checkpoint:
+                notes.append(f"gradient pass used activation checkpointing ({why})")
+        with meter.stage("gradients"):
+            grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
+                                                checkpoint=grad_checkpoint, layout=layout)
+    first = [True]
+
+    def score_and_factorize(us: list[Unit], st: dict, per_layer: bool = False) -> None:
+        # called once per decoder layer when streaming: the layer loop shows the progress, so the compressors' own
+        # per-call bars and closing lines stay quiet (one line per stage, not one per layer)
+        with quiet_scope(per_layer or is_quiet()):
+            _score_and_factorize(us, st)
+
+    def _score_and_factorize(us: list[Unit], st: dict) -> None:
+        if first[0]:  # the fault points of the two stages fire once, at the first layer's scores and factors
+            fault_point("scoring")
+        with meter.stage("score"):
+            scores.update(comp.score(model, us, st, prox))
+        if first[0]:
+            fault_point("factorize")
+            first[0] = False
+        with meter.stage("factorize"):
+            factors.update(comp.factorize(model, us, st, prox))
+
+    if need_act:
+        xtx, yty = comp.stat_requests(model, units)
+        by_layer = _units_by_layer(units, layout)
+        layer_stats = iter_activation_stats(model, layout, calib_ids, mods, xtx=xtx, yty=yty)
+        if not stream:  # every layer's statistics first, then every factorisation (for comparison and tests)
+            with meter.stage("calibration"):
+                layer_stats = list(layer_stats)
+        it = iter(layer_stats)
+        while True:
+            with meter.stage("calibration"):
+                item = next(it, None)
+            if item is None:
+                break
+            li, st = item
+            for n, g in grad_stats.items():
+                if n in st:
+                    st[n].merge(g)
+            score_and_factorize(by_layer.pop(li, []), st, per_layer=True)
+            item = st = None  # the layer's X^T X / Y^T Y go here, before the next layer's are accumulated
+        if by_layer:  # units whose modules lie in no decoder layer (cannot happen with discover's layouts)
+            raise GacError(f"no calibration statistics reached {[u.name for us in by_layer.values() for u in us][:3]}")
+    else:
+        score_and_factorize(units, grad_stats)
+    del grad_stats
     for u in units:
         how = factors.get(u.name, {}).get("whitening")
-        if how and how != "cholesky":
+        if how and how not in ("cholesky", "gram"):
             notes.append(f"{u.name}: whitening used {how}")
+    t = meter.timings()
+    timings = {"calibration_s": t.get("calibration_s", 0.0) + t.get("gradients_s", 0.0),
+               "score_s": t.get("score_s", 0.0), "factorize_s": t.get("factorize_s", 0.0)}
+    if need_grad:
+        timings["gradients_s"] = t["gradients_s"]
     prepared = Prepared(model, comp, proxy_name, cal_json, allocation, float(power), layout, units, scores, factors,
-                        {"calibration_s": t_cal, "score_s": t_score, "factorize_s": t_fact}, notes=notes)
+                        timings, notes=notes,
+                        calib_ids=calib_ids.detach().cpu().clone() if comp.keeps_calibration else None)
     if allocation == "sensitivity":
         t0 = time.perf_counter()
-        prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, tuple(sensitivity_grid))
+        with meter.stage("sensitivity"):
+            prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
+    prepared.memory = meter.memory()
     prepared.timings["prepare_s"] = time.perf_counter() - t_start
     log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
     return prepared
 
 
-@torch.no_grad()
-def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
-    dev = next(model.parameters()).device
-    nll, n = 0.0, 0
-    for s in range(calib_ids.shape[0]):
-        ids = calib_ids[s : s + 1].to(dev)
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        nll += float(loss) * (ids.shape[1] - 1)
-        n += ids.shape[1] - 1
-    return math.exp(nll / n)
-
-
-def sensitivity_table(model, comp: Compressor, units: list[Unit], factors: dict, calib_ids: torch.Tensor, grid) -> dict:
-    """ASVD's sensitivity: calibration perplexity with one unit at a time truncated to each kept fraction in ``grid``."""
-    from gac.compression.modules import replace_module
-
-    was = model.training
-    model.eval()
-    base = calibration_perplexity(model, calib_ids)
-    table = []
-    for u in track(units, "sensitivity table", "units"):
-        row = []
-        for g in grid:
-            d = max(1, min(u.d_cap, int(round(g * u.dense_params / u.params_per_dim))))
-            old = comp.apply(model, units, {u.name: d}, factors)
-            try:
-                row.append(calibration_perplexity(model, calib_ids))
-            finally:
-                for n, m in old.items():
-                    replace_module(model, n, m)
-        table.append(row)
-    model.train(was)
-    return {"grid": list(grid), "base_ppl": base, "table": table}
+def check_sensitivity_reach(allocation: str, comp: Compressor, ratio: float, grid=None) -> None:
+    """Fail before any work when the sensitivity grid cannot reach ``ratio`` (every weight at the grid's smallest kept
+    ratio still keeps more than ``1 - ratio`` of the parameters)."""
+    if allocation != "sensitivity":
+        return
+    grid = check_sensitivity_grid(grid if grid is not None else comp.sensitivity_grid or SENSITIVITY_GRID)
+    smallest = min(g for g in grid if g < 1)
+    if 1 - ratio < smallest:
+        raise GacError(
+            f"compression ratio {ratio} removes more than the sensitivity grid allows: its smallest kept ratio is "
+            f"{smallest} (at most {1 - smallest:.2f} removed); add smaller kept ratios to the grid "
+            f"(sensitivity_grid) or use allocation='proportional'"
+        )
 
 
 def compress_model(
@@ -393,12 +512,14 @@ def compress_model(
 ) -> tuple[nn.Module, Plan, dict]:
     """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
-    later calls on the same model, which then return compressed copies."""
+    later calls on the same model, which then return compressed copies. ``allocation``: see :func:`prepare`."""
     check_ratio(ratio)  # before any calibration work
     check_unit(unit)
     check_window(window)
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
+    comp = get_compressor(compressor, **(compressor_options or {}))
+    check_sensitivity_reach(resolve_allocation(allocation, comp), comp, ratio)
     key = None
     if cache is not None:
         key = json.dumps([id(model), str(compressor), compressor_options or {}, proxy, asdict(calibration) if calibration
@@ -406,8 +527,7 @@ def compress_model(
                          sort_keys=True, default=str)
     prepared = cache.get(key) if cache is not None else None
     if prepared is None:
-        prepared = prepare(model, tokenizer, compressor, proxy, calibration, calib_ids, allocation,
-                           compressor_options=compressor_options)
+        prepared = prepare(model, tokenizer, comp, proxy, calibration, calib_ids, allocation)
         if cache is not None:
             cache[key] = prepared
     return prepared.compress(ratio, strategy, unit, window, candidate_filter, copy_model=cache is not None,

@@ -24,15 +24,19 @@ proxy           weight_score (per parameter)                 rows / columns
 ``random``      seeded uniform (a baseline)                   seeded uniform
 ==============  ===========================================  =====================================================
 
-Calibration (:func:`collect_activation_stats`) runs the model *one decoder layer at a time*: the inputs of layer
+Calibration (:func:`iter_activation_stats`) runs the model *one decoder layer at a time*: the inputs of layer
 ``i`` for all calibration samples are the only activations held, hooks on that layer's projections fold each
-sample into running sums (``sum x^2``, ``sum |x|`` per input channel, and ``X^T X`` in float64 when asked), and the
-layer's outputs become the next layer's inputs. Gradient proxies (:func:`collect_gradient_stats`) need a backward
-pass through the whole model, one calibration sample at a time; a per-parameter hook folds each gradient into
-per-row/column sums and frees it at once, so no model-sized gradient buffer is ever held. The two element-wise
-proxies (``taylor``, ``fisher_rms``) are the exception: ``|w * g_bar|`` and ``sqrt(mean g^2)`` cannot be reduced
-before the last sample, so for the projections they score the pass keeps one float32 running sum per weight element
-(``sum_s g`` or ``sum_s g^2``: 4 bytes per compressed parameter) and reduces it to rows and columns at the end.
+sample into running float64 sums (``sum x^2``, ``sum |x|`` per input channel, ``X^T X`` and the output Gram
+``Y^T Y`` when asked; projections fed the same tensor share one set), the layer's statistics are *yielded* as
+soon as they are complete (the caller factorises that layer and drops them before the next layer runs), and the
+layer's outputs become the next layer's inputs. :func:`collect_activation_stats` gathers every layer's at once.
+Gradient proxies (:func:`collect_gradient_stats`) need a backward pass through the whole model, one calibration
+sample at a time; a per-parameter hook folds each gradient into per-row/column sums and frees it at once, so no
+model-sized gradient buffer is ever held, and ``checkpoint=True`` re-computes each layer in the backward instead of
+holding its activations. The two element-wise proxies (``taylor``, ``fisher_rms``) are the exception to "no model-
+sized buffer": ``|w * g_bar|`` and ``sqrt(mean g^2)`` cannot be reduced before the last sample, so for the
+projections they score the pass keeps one float32 running sum per weight element (``sum_s g`` or ``sum_s g^2``: 4
+bytes per compressed parameter) and reduces it to rows and columns at the end.
 
 Non-finite statistics fail loudly, naming the layer (:class:`~gac.errors.GacError`), instead of surfacing as a NaN
 perplexity later.
@@ -62,12 +66,14 @@ ELEMENTWISE = ("taylor_mean", "fisher_rms")  # statistics that need a running su
 
 @dataclass
 class WeightStats:
-    """Calibration statistics of one projection (all on CPU; float64 sums)."""
+    """Calibration statistics of one projection (float64 sums; projections fed the same input share the input sums'
+    tensors, so treat them as read-only)."""
 
     tokens: int = 0
     act_sq: torch.Tensor | None = None  # [in] sum over tokens of x_j^2
     act_abs: torch.Tensor | None = None  # [in] sum over tokens of |x_j|
     xtx: torch.Tensor | None = None  # [in, in] sum of x x^T (float64), only when asked
+    yty: torch.Tensor | None = None  # [out, out] sum of y y^T of the projection's output (float64), only when asked
     samples: int = 0  # gradient samples folded in
     taylor_row: torch.Tensor | None = None  # [out] sum_s |sum_j w_cj g_cj|
     taylor_col: torch.Tensor | None = None  # [in] sum_s sum_i |w_ij g_ij|
@@ -85,7 +91,7 @@ class WeightStats:
         return self.act_abs / self.tokens
 
     def merge(self, other: WeightStats) -> None:
-        for k in ("act_sq", "act_abs", "xtx", *GRADIENT_STATS):
+        for k in ("act_sq", "act_abs", "xtx", "yty", *GRADIENT_STATS):
             v = getattr(other, k)
             if v is not None:
                 setattr(self, k, v)
@@ -154,85 +160,197 @@ def _device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def collect_activation_stats(
-    model: nn.Module, layout, calib_ids: torch.Tensor, modules: list[str], xtx: bool = False
-) -> dict[str, WeightStats]:
-    """Per-projection input statistics from a layer-by-layer calibration forward (one layer's activations held).
+def _names(sel, modules) -> set[str]:
+    """``True`` -> all ``modules``; ``False``/None -> none; a collection -> those names."""
+    if sel is True:
+        return set(modules)
+    if not sel:
+        return set()
+    return set(sel)
 
-    ``modules`` are the dotted names of the projections to record; ``xtx`` also accumulates ``X^T X`` (float64).
+
+class _InputAcc:
+    """Running float64 sums of one distinct layer input (shared by the projections fed the same tensor)."""
+
+    __slots__ = ("tokens", "act_sq", "act_abs", "xtx")
+
+    def __init__(self):
+        self.tokens, self.act_sq, self.act_abs, self.xtx = 0, None, None, None
+
+    def add(self, x: torch.Tensor, want_xtx: bool) -> None:
+        x2 = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
+        sq, ab = (x2 * x2).sum(0), x2.abs().sum(0)
+        if self.act_sq is None:
+            self.act_sq, self.act_abs = sq, ab
+        else:
+            self.act_sq.add_(sq)
+            self.act_abs.add_(ab)
+        if want_xtx:
+            if self.xtx is None:
+                self.xtx = x2.T @ x2
+            else:
+                self.xtx.addmm_(x2.T, x2)
+        self.tokens += x2.shape[0]
+
+
+def iter_activation_stats(
+    model: nn.Module, layout, calib_ids: torch.Tensor, modules: list[str], xtx=False, yty=(),
+):
+    """Calibration statistics streamed one decoder layer at a time.
+
+    Yields ``(layer_index, {module: WeightStats})`` for every decoder layer that holds one of ``modules``, in order,
+    as soon as that layer's statistics are complete; the calibration forward is paused while the caller works (e.g.
+    factorises the layer's weights) and resumes when the next item is asked for, so a caller that drops each
+    layer's statistics after use holds one layer's worth at a time. Layers after the last one needed are not run.
+
+    Statistics stay on the model's device, in float64: per input channel ``sum x^2`` and ``sum |x|`` always,
+    ``X^T X`` for the modules in ``xtx`` (``True``: all) and the output Gram ``Y^T Y`` (``Y = X W^T``, out x out) for
+    the modules in ``yty``. Projections fed the *same* input tensor (q/k/v, gate/up) share one set of input sums (the
+    same tensors, computed once), so a layer's X^T X memory is one matrix per distinct input.
     """
     if calib_ids.ndim != 2 or calib_ids.numel() == 0:
         raise GacError(f"calibration ids must be a non-empty [n_samples, seq_len] tensor, got shape {tuple(calib_ids.shape)}")
     dev = _device_of(model)
     layers = model.get_submodule(layout.layers_path)
     wanted = set(modules)
-    stats: dict[str, WeightStats] = {}
+    want_xtx, want_yty = _names(xtx, modules), _names(yty, modules)
+    per_layer = []
+    for li in layout.layers:
+        names = sorted(n for n in wanted if n.startswith(li.prefix + "."))
+        if names:
+            per_layer.append((li, names))
+    missing = wanted - {n for _, ns in per_layer for n in ns}
+    if missing:
+        raise GacError(f"no calibration statistics for {sorted(missing)[:3]}...: these modules are not in the decoder layers")
+    if not per_layer:
+        return
+    last = per_layer[-1][0].index
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             h0, kw = _capture_layer_inputs(model, layers, calib_ids[:1].to(dev))
-            hidden = []
-            for s in range(calib_ids.shape[0]):
-                hs = h0 if s == 0 else _capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev), all_kwargs=False)[0]
-                hidden.append(hs)
-            for li in track(layout.layers, "calibration", "layers"):
+            hidden = [h0] + [_capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev), all_kwargs=False)[0]
+                             for s in range(1, calib_ids.shape[0])]
+            todo = dict(per_layer)
+            for li in track(layout.layers[: last + 1], "calibration", "layers"):
                 layer = layers[li.index]
-                names = [n for n in wanted if n.startswith(li.prefix + ".")]
-                acc = {n: WeightStats() for n in names}
-                memo: dict = {}
-                handles = []
-                for n in names:
-                    mod = model.get_submodule(n)
-
-                    def hook(m, args, _n=n, memo=memo, acc=acc):
-                        x = args[0]
-                        # q/k/v (and gate/up) receive the same tensor object: compute its statistics once. The memo
-                        # holds the tensor itself, so its memory cannot be reused by a later input while memoised.
-                        hit = next((v for (xx, v) in memo.values() if xx is x), None)
-                        if hit is None:
-                            x2 = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
-                            hit = (x2.shape[0], (x2 * x2).sum(0), x2.abs().sum(0), x2.T @ x2 if xtx else None)
-                            memo[len(memo)] = (x, hit)
-                        t, sq, ab, c = hit
-                        a = acc[_n]
-                        a.tokens += t
-                        a.act_sq = sq.clone() if a.act_sq is None else a.act_sq + sq
-                        a.act_abs = ab.clone() if a.act_abs is None else a.act_abs + ab
-                        if c is not None:
-                            a.xtx = c.clone() if a.xtx is None else a.xtx + c
-
-                    handles.append(mod.register_forward_pre_hook(hook))
-                try:
+                names = todo.get(li)
+                if not names:  # a layer without statistics to record: just advance the hidden states
                     for s in range(len(hidden)):
-                        memo.clear()
                         out = layer(hidden[s], **kw[li.index])
-                        out = out[0] if isinstance(out, tuple) else out
-                        _check_finite(out, f"output activations (sample {s})", li.prefix)
-                        hidden[s] = out
-                finally:
-                    for h in handles:
-                        h.remove()
-                    memo.clear()
-                for n, a in acc.items():
-                    for what in ("act_sq", "act_abs", "xtx"):
-                        v = getattr(a, what)
-                        if v is not None:
-                            _check_finite(v, f"input activation statistics ({what})", n)
-                            setattr(a, what, v.cpu())
-                    stats[n] = a
+                        hidden[s] = out[0] if isinstance(out, tuple) else out
+                    continue
+                yield li.index, _layer_stats(model, li, layer, names, hidden, kw[li.index], want_xtx, want_yty)
     finally:
         model.train(was_training)
-    missing = wanted - set(stats)
-    if missing:
-        raise GacError(f"no calibration statistics for {sorted(missing)[:3]}...: these modules are not in the decoder layers")
+
+
+def _layer_stats(model, li, layer, names, hidden, kw, want_xtx, want_yty) -> dict[str, WeightStats]:
+    """Run ``layer`` on every sample (``hidden`` is advanced in place) and return its modules' statistics."""
+    seen: list = []  # (module, input tensor) of the current sample, in call order
+    outs: list = []  # (module, output tensor) for the output Grams
+    handles = []
+    for n in names:
+        mod = model.get_submodule(n)
+        handles.append(mod.register_forward_pre_hook(lambda m, args, _n=n: seen.append((_n, args[0]))))
+        if n in want_yty:
+            handles.append(mod.register_forward_hook(lambda m, args, out, _n=n: outs.append((_n, out))))
+    acc_of: dict[str, _InputAcc] = {}
+    yty: dict[str, torch.Tensor] = {}
+    try:
+        for s in range(len(hidden)):
+            seen.clear()
+            outs.clear()
+            out = layer(hidden[s], **kw)
+            out = out[0] if isinstance(out, tuple) else out
+            _check_finite(out, f"output activations (sample {s})", li.prefix)
+            hidden[s] = out
+            # group this sample's projections by the input tensor object they received (q/k/v, gate/up)
+            groups: list[tuple[torch.Tensor, list[str]]] = []
+            for n, x in seen:
+                g = next((g for g in groups if g[0] is x), None)
+                if g is None:
+                    groups.append((x, [n]))
+                else:
+                    g[1].append(n)
+            for x, members in groups:
+                a = acc_of.get(members[0])
+                if a is None:
+                    a = _InputAcc()
+                if any(acc_of.get(n, a) is not a for n in members):
+                    raise GacError(f"{li.prefix}: projections {members} shared an input on sample {s} but not before; "
+                                   f"calibration statistics would be inconsistent")
+                a.add(x, any(n in want_xtx for n in members))
+                for n in members:
+                    acc_of[n] = a
+            for n, y in outs:
+                y2 = y.detach().reshape(-1, y.shape[-1]).to(torch.float64)
+                if n in yty:
+                    yty[n].addmm_(y2.T, y2)
+                else:
+                    yty[n] = y2.T @ y2
+            seen.clear()
+            outs.clear()
+    finally:
+        for h in handles:
+            h.remove()
+        seen.clear()
+        outs.clear()
+    stats = {}
+    for n in names:
+        a = acc_of.get(n)
+        if a is None:
+            raise GacError(f"{n} was never called in the calibration forward of {li.prefix}; is it part of the layer?")
+        for what in ("act_sq", "act_abs", "xtx"):
+            v = getattr(a, what)
+            if v is not None:
+                _check_finite(v, f"input activation statistics ({what})", n)
+        st = WeightStats(tokens=a.tokens, act_sq=a.act_sq, act_abs=a.act_abs,
+                         xtx=a.xtx if n in want_xtx else None)
+        if n in want_yty:
+            _check_finite(yty[n], "output Gram (Y^T Y)", n)
+            st.yty = yty[n]
+        stats[n] = st
     return stats
 
 
-def collect_gradient_stats(
-    model: nn.Module, calib_ids: torch.Tensor, modules: list[str], elementwise=()
+def collect_activation_stats(
+    model: nn.Module, layout, calib_ids: torch.Tensor, modules: list[str], xtx=False, yty=(), device: str = "cpu",
 ) -> dict[str, WeightStats]:
+    """Per-projection input statistics of every layer at once (:func:`iter_activation_stats` collected, moved to
+    ``device``). ``xtx`` (``True`` or a set of names) also accumulates ``X^T X``; ``yty`` the output Grams.
+
+    Holds every layer's statistics until it returns; :func:`gac.compression.compress.prepare` streams instead."""
+    stats: dict[str, WeightStats] = {}
+    moved: dict[int, torch.Tensor] = {}  # shared tensors stay shared after the move
+
+    def mv(t):
+        if t is None:
+            return None
+        if id(t) not in moved:
+            moved[id(t)] = t.to(device)
+        return moved[id(t)]
+
+    for _, layer_stats in iter_activation_stats(model, layout, calib_ids, modules, xtx=xtx, yty=yty):
+        for n, st in layer_stats.items():
+            for what in ("act_sq", "act_abs", "xtx", "yty"):
+                setattr(st, what, mv(getattr(st, what)))
+            stats[n] = st
+        moved.clear()
+    return stats
+
+
+def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: list[str], elementwise=(), *,
+                           checkpoint: bool = False, layout=None) -> dict[str, WeightStats]:
     """Per-projection gradient statistics (Taylor and Fisher), one calibration sample per backward pass.
+
+    Memory: the weights, one sample's activations for the backward, the logits, and one weight's gradient at a time
+    (each is folded into row/column sums by a hook and freed). ``checkpoint=True`` re-computes each decoder layer in
+    the backward instead of keeping its activations (activation checkpointing, in eval mode): the activations held
+    drop from every layer's to the layers' inputs plus one layer's, for about one more forward of compute
+    (docs/scale.md has the measured growth). ``layout`` (from :func:`~gac.compression.discovery.discover`) is
+    needed with ``checkpoint``.
 
     ``elementwise`` (a subset of :data:`ELEMENTWISE`) also yields the statistics that need the whole gradient:
     ``"taylor_mean"`` -> ``taylor_mean_row/col`` from ``g_bar = mean_s g_s``, the gradient of the batch-mean loss
@@ -276,6 +394,7 @@ def collect_gradient_stats(
 
     was_training = model.training
     model.eval()
+    wrapped = _checkpoint_layers(model, layout) if checkpoint else []
     try:
         for n, p in params.items():
             p.requires_grad_(True)
@@ -305,6 +424,8 @@ def collect_gradient_stats(
                 if getattr(st, what) is not None:
                     _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
     finally:
+        for layer in wrapped:
+            del layer.forward  # back to the class method
         for h in handles:
             h.remove()
         for p, f in saved_flags.items():
@@ -312,6 +433,19 @@ def collect_gradient_stats(
             p.grad = None
         model.train(was_training)
     return stats
+
+
+def _checkpoint_layers(model: nn.Module, layout) -> list[nn.Module]:
+    """Wrap every decoder layer's forward in non-reentrant activation checkpointing (works in eval mode, unlike the
+    Hugging Face switch, which needs ``model.train()``); the caller deletes the instance attribute to undo it."""
+    from torch.utils.checkpoint import checkpoint as _ckpt
+
+    if layout is None:
+        raise GacError("gradient checkpointing needs the model layout (gac.compression.discovery.discover(model))")
+    layers = model.get_submodule(layout.layers_path)
+    for layer in layers:
+        layer.forward = lambda *a, _f=layer.forward, **k: _ckpt(_f, *a, use_reentrant=False, **k)
+    return list(layers)
 
 
 # ------------------------------------------------------------------------------------------------ proxies

@@ -27,6 +27,7 @@ from gac.errors import GacError
 FORMAT = "gac-prepared"
 FORMAT_VERSION = 1
 _META_KEY = "gac_prepared"
+CALIB_KEY = "__calibration_ids__"  # the calibration token ids, kept for a compressor that needs them after apply
 
 
 def save_prepared(prepared, path: str | os.PathLike) -> Path:
@@ -48,6 +49,8 @@ def save_prepared(prepared, path: str | os.PathLike) -> Path:
             else:
                 raise GacError(f"factor field {unit}/{k} is a {type(v).__name__}; only tensors and JSON scalars are stored")
         factor_meta[unit] = meta
+    if getattr(prepared, "calib_ids", None) is not None:
+        tensors[CALIB_KEY] = prepared.calib_ids.detach().to("cpu").contiguous()
     state = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -63,6 +66,7 @@ def save_prepared(prepared, path: str | os.PathLike) -> Path:
         "timings": {k: v for k, v in prepared.timings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
         "sensitivity": prepared.sensitivity,
         "notes": list(prepared.notes),
+        "memory": getattr(prepared, "memory", {}) or {},
     }
     text = json.dumps(state, allow_nan=False, default=_jsonable)
     from gac.faults import fault_point
@@ -148,6 +152,12 @@ def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units
         raise GacError(f"{where}: its units ({len(state['units'])}) are not this model's ({len(names)}); it was "
                        f"prepared for another model or layer selection")
     factors: dict[str, dict] = {n: dict(state["factor_meta"].get(n, {})) for n in names}
+    calib_ids = tensors.pop(CALIB_KEY, None)
+    if calib_ids is not None and (calib_ids.dim() != 2 or calib_ids.dtype not in (torch.int64, torch.int32)):
+        raise GacError(f"{where}: its calibration token ids are not an [n, seq_len] integer tensor")
+    if compressor.keeps_calibration and calib_ids is None:
+        raise GacError(f"{where}: {compressor.name} {compressor.options()} needs the calibration token ids, which this "
+                       f"prepared state does not hold; prepare again")
     for key, t in tensors.items():
         unit, _, field = key.rpartition("/")
         if unit not in factors:
@@ -158,14 +168,44 @@ def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units
     scores = {k: float(v) for k, v in state["scores"].items()}
     if set(scores) != set(names) or not all(math.isfinite(v) and v >= 0 for v in scores.values()):
         raise GacError(f"{where}: scores do not cover this model's units with finite non-negative values")
+    _check_sensitivity(state.get("sensitivity"), len(names), where)
     return Prepared(model, compressor, state["proxy"], state["calibration"], state["allocation"], float(state["power"]),
                     layout, units, scores, factors, dict(state["timings"]), state.get("sensitivity"),
-                    list(state.get("notes", [])))
+                    list(state.get("notes", [])), memory=dict(state.get("memory") or {}), calib_ids=calib_ids)
+
+
+def _check_sensitivity(sens, n_units: int, where: str) -> None:
+    """A stored sensitivity table: one row per unit, one finite perplexity per grid ratio in (0, 1]."""
+    if sens is None:
+        return
+    from gac.compression.allocation import check_sensitivity_grid
+
+    try:
+        grid = check_sensitivity_grid(sens["grid"])
+        table, base = sens["table"], float(sens["base_ppl"])
+        ok = (list(grid) == [float(g) for g in sens["grid"]] and len(table) == n_units and math.isfinite(base)
+              and all(len(row) == len(grid) and all(math.isfinite(float(v)) for v in row) for row in table))
+    except (GacError, KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise GacError(f"{where}: its sensitivity table does not fit this model's {n_units} units (one finite "
+                       f"perplexity per unit and grid ratio); it was not loaded")
 
 
 def _check_factors(u, f: dict, where: str) -> None:
     """Shapes a unit's factors must have (low rank: A out x k, B k x in with k <= d_cap; pruning: a permutation)."""
-    if "A" in f or "B" in f:
+    if ("A" in f or "B" in f) and not ("A" in f and "B" in f):  # compact: one factor + S (lowrank_math.compact_factors)
+        one, S, kept_a = f.get("A", f.get("B")), f.get("S"), "A" in f
+        ok = one.ndim == 2 and S is not None and S.ndim == 1
+        if ok:  # A (out x k) is kept when out <= in, B (k x in) when out > in
+            k, side = (one.shape[1], one.shape[0]) if kept_a else (one.shape[0], one.shape[1])
+            other = u.dense_params // side
+            out_f, in_f = (side, other) if kept_a else (other, side)
+            ok = (S.numel() == k >= u.d_cap and side * other == u.dense_params and (out_f <= in_f) == kept_a)
+        if not ok:
+            raise GacError(f"{where}: the compact factors of {u.name} ({'A' if 'A' in f else 'B'} "
+                           f"{tuple(one.shape)}) do not fit the unit (dense {u.dense_params}, cap {u.d_cap})")
+    elif "A" in f or "B" in f:
         A, B = f.get("A"), f.get("B")
         if A is None or B is None or A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
             raise GacError(f"{where}: factors of {u.name} are incomplete or do not chain")

@@ -103,34 +103,100 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from gac.jobs.schema import register
+
+    register()  # conf/config.yaml composes the typed schema first
     d = str(Path(config_dir or CONF_DIR).resolve())
+    parsed = parse_overrides(overrides)
+    _check_experiment_override(parsed)
     try:
         if GlobalHydra.instance().is_initialized():
             return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
         with initialize_config_dir(config_dir=d, version_base="1.3"):
             return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as e:
-        raise GacError(_hydra_message(e, overrides, d)) from None
+        raise GacError(_hydra_message(e, parsed, d)) from None
 
 
-def _hydra_message(e: Exception, overrides: Sequence[str], conf_dir: str) -> str:
-    """Hydra's error plus a close-match suggestion for an unknown group option."""
-    import difflib
-    import re
+def parse_overrides(overrides: Sequence[str]) -> list:
+    """Hydra's own parse of command-line overrides (its public parser), a syntax error as one :class:`GacError`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    msg = str(e).strip().splitlines()[0]
-    m = re.search(r"Could not find '([^/']+)/([^']+)'", str(e))
-    if m:
-        group, option = m.groups()
-        gdir = Path(conf_dir) / group
-        known = sorted(p.stem for p in gdir.glob("*.yaml")) if gdir.is_dir() else []
-        close = difflib.get_close_matches(option, known, n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return f"unknown {group} {option!r}{hint} known {group} options: {', '.join(known)}"
-    m = re.search(r"Could not override '([^']+)'", str(e)) or re.search(r"Key '([^']+)' is not in struct", str(e))
-    if m:
-        return _unknown_key(m.group(1), conf_dir)
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as e:  # hydra.errors.OverrideParseException; its text names the bad override
+        raise GacError(f"cannot parse the overrides {list(overrides)}: {str(e).strip().splitlines()[0]}") from None
+
+
+def _check_experiment_override(parsed) -> None:
+    for o in parsed:
+        if o.key_or_group == "experiment" and o.is_add():
+            raise GacError(f"write experiment={o.value()} without '+': experiment is a config group with a default "
+                           f"in conf/config.yaml, which '+experiment=' clashes with")
+
+
+def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
+    """Hydra's error (its first line), with a close-match suggestion when an override names an unknown group option
+    or an unknown key. The culprit is found from the parsed overrides and the config tree, not from Hydra's text."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():  # "Error merging override x=y" says why only in its cause
+        why = str(cause).strip().splitlines()[0]
+        if why not in msg:
+            msg = f"{msg}: {why}"
+    groups = _group_options(conf_dir)
+    for o in parsed:
+        if o.is_delete() or o.is_sweep_override():
+            continue
+        name = o.key_or_group
+        if name in groups:
+            option = str(o.value())
+            if option not in groups[name] and option != "null":
+                return _unknown_option(name, option, groups[name], msg)
+    for o in parsed:
+        if o.is_delete() or o.is_add() or o.is_force_add() or o.key_or_group in groups:
+            continue
+        if "/" in o.key_or_group or o.key_or_group.startswith("hydra."):
+            continue
+        if not _key_exists(o.key_or_group, conf_dir, [x.input_line for x in parsed if x.key_or_group in groups]):
+            return _unknown_key(o.key_or_group, conf_dir)
     return msg
+
+
+def _group_options(conf_dir: str) -> dict[str, list[str]]:
+    root = Path(conf_dir)
+    return {g.name: sorted(p.stem for p in g.glob("*.yaml")) for g in sorted(root.iterdir()) if g.is_dir()
+            and g.name != "hydra"}
+
+
+def _unknown_option(group: str, option: str, known: list[str], hydra_msg: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(option, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {group} {option!r}{hint} known {group} options: {', '.join(known)} (hydra: {hydra_msg})"
+
+
+def _compose_plain(overrides: Sequence[str], conf_dir: str):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose("config", overrides=list(overrides))
+    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def _key_exists(path: str, conf_dir: str, group_overrides: list[str]) -> bool:
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = _compose_plain(group_overrides, conf_dir)
+    except Exception:  # noqa: BLE001 - the groups themselves fail: no key can be judged
+        return True
+    parent, _, leaf = path.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return node is not None and hasattr(node, "keys") and leaf in node
 
 
 def _unknown_key(path: str, conf_dir: str) -> str:
@@ -141,10 +207,10 @@ def _unknown_key(path: str, conf_dir: str) -> str:
     try:
         from omegaconf import OmegaConf
 
-        with_hydra = compose_config([], config_dir=conf_dir)
+        with_hydra = _compose_plain([], conf_dir)
         node = OmegaConf.select(with_hydra, parent) if parent else with_hydra
         known = sorted(str(k) for k in node) if node is not None and hasattr(node, "keys") else []
-        groups = sorted(p.name for p in Path(conf_dir).iterdir() if p.is_dir()) if not parent else []
+        groups = sorted(_group_options(conf_dir)) if not parent else []
         known = sorted(set(known) | set(groups))
     except Exception:  # noqa: BLE001 - the suggestion is a courtesy; the error stands without it
         known = []
@@ -180,19 +246,26 @@ def _is_swept(override: str) -> bool:
 
 
 def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -> list[list[str]]:
-    """The override list of every job of a multirun (Hydra's basic sweeper semantics: the cartesian product)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    """The override list of every job of a multirun: the cartesian product of the swept values, in the order of
+    Hydra's basic sweeper (the experiment's sweeper params first, then the command line; the last key varies
+    fastest). Built on Hydra's public override parser: ``a,b``, ``range(...)``, ``choice(...)``, ``glob(...)``."""
+    import itertools
 
     params = [f"{k}={v}" for k, v in (sweeper_params or {}).items()]
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
     params = [p for p in params if p.split("=", 1)[0] not in given] + list(overrides)
-    try:
-        parsed = OverridesParser.create().parse_overrides(params)
-    except Exception as e:
-        raise GacError(f"cannot parse the sweep overrides {params}: {e}") from None
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [list(job) for batch in batches for job in batch]
+    parsed = parse_overrides(params)
+    axes = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if o.is_interval_sweep():
+                raise GacError(f"{o.input_line}: an interval sweep needs an optimising sweeper; list the values "
+                               f"(a,b,c) or use range(...)")
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*axes)]
 
 
 def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None,
@@ -244,12 +317,10 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
-            import shutil
-
-            if shutil.which("sbatch") is None:
-                print("experiments/run.py: error: a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm "
-                      "here); use hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start",
-                      file=sys.stderr)
+            try:
+                check_slurm(config.hydra.launcher.get("partition"))
+            except GacError as e:
+                print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
         log.info("sweep checked: %d points", len(points))
 
@@ -277,6 +348,35 @@ class SweepCallback(_Callback):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)
+
+
+def check_slurm(partition: str | None = None) -> None:
+    """Before a Slurm launch: ``sbatch`` exists, Slurm answers (``sinfo``: a missing or wrong ``SLURM_CONF`` fails
+    here with one line, not in submitit's traceback), and the launcher's partition is one of the cluster's."""
+    import shutil
+    import subprocess
+
+    if shutil.which("sbatch") is None:
+        raise GacError("a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm here); use "
+                       "hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start")
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return
+    try:
+        r = subprocess.run([sinfo, "-h", "-o", "%P"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        r = subprocess.CompletedProcess([sinfo], 1, "", f"{type(e).__name__}: {e}")
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or [f"exit code {r.returncode}"]
+        conf = os.environ.get("SLURM_CONF")
+        raise GacError(f"Slurm does not answer here (sinfo: {lines[-1].removeprefix('sinfo: ')}); SLURM_CONF is "
+                       f"{repr(conf) if conf else 'unset'}: export SLURM_CONF=<your cluster's slurm.conf> (the loopback "
+                       f"cluster: `python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local")
+    partitions = sorted({p.strip().rstrip("*") for p in r.stdout.split() if p.strip()})
+    if partition and partitions and str(partition) not in partitions:
+        from gac.errors import unknown_name
+
+        raise unknown_name("Slurm partition (hydra.launcher.partition=...)", str(partition), partitions)
 
 
 def _bench_after_sweep(config) -> None:

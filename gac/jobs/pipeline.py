@@ -145,11 +145,13 @@ def spec_from_config(cfg: dict) -> JobSpec:
     """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
     from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import ALLOCATION_CHOICES
+    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
     from gac.evaluation.tasks import check_task_names
+    from gac.jobs.schema import validate_config
 
+    cfg = validate_config(cfg)  # types and the keys of every group (gac.jobs.schema); ranges and names below
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
         if comp.lower() not in COMPRESSORS and comp.lower().replace("-", "_") not in COMPRESSORS:
@@ -173,7 +175,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         raise unknown_name("allocation (config allocation=...)", allocation, ALLOCATION_CHOICES)
     for k in ("align.unit", "align.window", "seq_len"):
         v = _require(cfg, k)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if v <= 0:
             raise GacError(f"config: {k} must be a positive integer, got {v!r}")
     from gac.align.candidates import check_unit
 
@@ -207,11 +209,17 @@ def spec_from_config(cfg: dict) -> JobSpec:
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
     options = dict(_get(cfg, "compressor.options", {}) or {})
     if comp != BASELINE:
+        from gac.compression.compress import check_sensitivity_reach
         from gac.compression.compressors import get_compressor
 
-        get_compressor(comp, **options)  # unknown options fail now, with the accepted list
+        built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
+        allocation = resolve_allocation(allocation, built)
+        if allocation == "sensitivity" and not built.supports_sensitivity:
+            raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
+        check_sensitivity_reach(allocation, built, float(ratio))
     calibration = dict(_get(cfg, "calibration", {}) or {})
-    calibration.setdefault("seed", cfg.get("seed", 0))
+    if calibration.get("seed") is None:
+        calibration["seed"] = cfg.get("seed", 0)
     return JobSpec(
         model_name=str(_require(cfg, "model.name")),
         model_spec=str(_require(cfg, "model.spec")),
@@ -300,6 +308,64 @@ def _load_job_model(spec: JobSpec):
     from gac.models import load_model
 
     return load_model(spec.model_spec, dtype=spec.dtype, device=spec.device)
+
+
+MEMORY_CHECK_ENV = "GAC_SKIP_MEMORY_CHECK"  # =1 skips check_job_fits (when its estimate is known to be wrong)
+
+
+def job_model_config(spec: JobSpec):
+    """The job's model config without loading any weights, or None when it cannot be had offline (a hub model
+    that is not in the local cache, a gac checkpoint)."""
+    from gac.models import model_kind
+
+    if spec.random_weights and spec.arch:
+        from transformers import AutoConfig
+
+        arch = dict(spec.arch)
+        return AutoConfig.for_model(arch.pop("model_type"), **arch)
+    try:
+        kind = model_kind(spec.model_spec)
+    except GacError:
+        return None  # load_job_model reports a bad path with its own message
+    if kind == "builtin":
+        from gac.fixtures.tiny import tiny_config
+
+        return tiny_config()
+    if kind in ("local", "hub"):
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(spec.model_spec, local_files_only=True)
+        except Exception:  # not cached / not readable: loading will say what is wrong
+            return None
+    return None
+
+
+def check_job_fits(spec: JobSpec):
+    """Estimate the job's peak memory from its model config (:mod:`gac.compression.footprint`) and raise a
+    :class:`GacError` naming the estimate and what to change when it exceeds what the device (and, on a GPU, the
+    host) has free. Returns the estimate (None when there is nothing to check: the baseline, no offline config, or
+    ``GAC_SKIP_MEMORY_CHECK=1``)."""
+    if spec.is_baseline or os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+        return None
+    config = job_model_config(spec)
+    if config is None:
+        return None
+    from gac.compression.footprint import check_fits, estimate_footprint
+    from gac.compression.resources import device_memory
+
+    dtype = spec.dtype or ("float32" if spec.random_weights or spec.model_spec in ("tiny", "tiny-untrained")
+                           else str(getattr(config, "dtype", None) or "float32"))
+    cal = spec.calibration
+    fp = estimate_footprint(config, spec.compressor, dtype=str(dtype).removeprefix("torch."), device=spec.device,
+                            n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)),
+                            proxy=spec.proxy, compressor_options=spec.compressor_options)
+    host = device_memory("cpu")["available_mb"]
+    check_fits(fp, device_memory(spec.device), host_available_mb=host,
+               what=f"{spec.compressor} on {spec.model_name} ({fp.params / 1e9:.2f}B parameters, {fp.dtype}, "
+                    f"{spec.device})")
+    log.info("memory estimate for %s: %s", spec.model_name, fp.summary())
+    return fp
 
 
 def _prepared_cache_key(spec: JobSpec) -> str:
@@ -456,8 +522,14 @@ def _results_of(res: dict) -> dict:
     return {"results": res["tasks"], "metrics": res["metrics"], "lm_eval": res["lm_eval"]}
 
 
-def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list, hook=None) -> dict:
+def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resumed: list, hook=None,
+              meter=None) -> dict:
+    import contextlib
+
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
+
+    def measured(name):
+        return meter.stage(name) if meter is not None else contextlib.nullcontext()
 
     ev = spec.eval
     metrics: dict = {}
@@ -465,17 +537,19 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
     if ev.ppl and spec.ppl_source:
         if tokenizer is None and work.get("ppl") is None:
             raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
-        got = _stage(work, "ppl", resumed, lambda: perplexity(
-            model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
-            max_windows=ev.ppl_max_windows), timings, hook)
+        with measured("ppl"):
+            got = _stage(work, "ppl", resumed, lambda: perplexity(
+                model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
+                max_windows=ev.ppl_max_windows), timings, hook)
         metrics[ppl_metric(got.get("source") or spec.ppl_source)] = got["ppl"]
         details["perplexity"] = got
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:
             raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
-        got = _stage(work, "tasks", resumed, lambda: _results_of(evaluate_tasks(
-            model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size,
-            layout=True)), timings, hook)
+        with measured("tasks"):
+            got = _stage(work, "tasks", resumed, lambda: _results_of(evaluate_tasks(
+                model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size,
+                layout=True)), timings, hook)
         if "metrics" in got:
             metrics.update(got["metrics"])
         else:  # a work dir from before lm-eval's layout was kept: its per-task rows
@@ -487,38 +561,39 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         if got.get("lm_eval") is not None:
             details["lm_eval"] = got["lm_eval"]
     if ev.latency:
-        lat = work.get("latency") or {}
-        resumed += [f"latency:{k}" for k in lat]
-        t0 = time.perf_counter()
-        points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
-        todo = [(b, s) for b, s in points if prefill_point(b, s) not in lat]
-        if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
-            hook("latency")
-        with progress(len(todo), "latency", unit="points") as bar:
-            for b, s in points:
-                name = prefill_point(b, s)
-                if name not in lat:
-                    lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
-                                                trials=ev.trials, seed=spec.seed)
-                    work.put("latency", lat)
-                    bar.update()
-        if ev.decode_tokens > 0 and "decode" not in lat:
-            lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
-                                           trials=ev.trials, seed=spec.seed)
-            work.put("latency", lat)
-        main = prefill_point(ev.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
-        for name, r in lat.items():
-            if name == "decode":
-                metrics[DECODE] = r["median_ms"]
-            elif name == main:
-                metrics[PREFILL] = r["median_ms"]
-                if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
-                    metrics[PREFILL_SPREAD] = r["spread_pct"]
-            else:
-                metrics[name] = r["median_ms"]
-        details["latency"] = lat
-        if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in resumed):
-            timings["latency_s"] = time.perf_counter() - t0
+        with measured("latency"):
+            lat = work.get("latency") or {}
+            resumed += [f"latency:{k}" for k in lat]
+            t0 = time.perf_counter()
+            points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
+            todo = [(b, s) for b, s in points if prefill_point(b, s) not in lat]
+            if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
+                hook("latency")
+            with progress(len(todo), "latency", unit="points") as bar:
+                for b, s in points:
+                    name = prefill_point(b, s)
+                    if name not in lat:
+                        lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
+                                                    trials=ev.trials, seed=spec.seed)
+                        work.put("latency", lat)
+                        bar.update()
+            if ev.decode_tokens > 0 and "decode" not in lat:
+                lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
+                                               trials=ev.trials, seed=spec.seed)
+                work.put("latency", lat)
+            main = prefill_point(ev.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
+            for name, r in lat.items():
+                if name == "decode":
+                    metrics[DECODE] = r["median_ms"]
+                elif name == main:
+                    metrics[PREFILL] = r["median_ms"]
+                    if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
+                        metrics[PREFILL_SPREAD] = r["spread_pct"]
+                else:
+                    metrics[name] = r["median_ms"]
+            details["latency"] = lat
+            if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in resumed):
+                timings["latency_s"] = time.perf_counter() - t0
     for k, v in metrics.items():
         if v is not None and isinstance(v, float) and not math.isfinite(v):
             raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
@@ -531,6 +606,7 @@ def _provenance(spec: JobSpec) -> dict:
     p = provenance(device=spec.device)
     p["seed"] = spec.seed
     p["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+    p["slurm_array_job_id"] = os.environ.get("SLURM_ARRAY_JOB_ID")
     p["slurm_array_task_id"] = os.environ.get("SLURM_ARRAY_TASK_ID")
     p["slurm_restart_count"] = os.environ.get("SLURM_RESTART_COUNT")
     try:
@@ -574,6 +650,7 @@ def _skipped(store: ResultsStore, key: str, path: Path | None = None, why: str =
 
 def _attempt_info() -> dict:
     return {"host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
             "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
             "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -647,10 +724,14 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     work.put("attempts", {"attempts": attempts})
     timings: dict = {}  # seconds per stage measured by THIS attempt (numbers only)
     stages: dict = {"resumed": [], "prepare_cached": None}  # what a resumed job or a warm cache saved
+    from gac.compression.resources import ResourceMeter
+
+    meter = ResourceMeter(spec.device)  # wall time and peak memory per stage -> record["memory"] (_resources)
+    sub_memory: dict = {}  # the stages inside prepare / compress (calibration, score, factorize, plan, apply, ...)
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
     for lg in loggers:
-        lg.start(key, spec, base["config"])
+        lg.start(key, spec, base["config"], base["overrides"])
 
     def hook(stage: str) -> None:
         attempt.update(stage=stage, timings=dict(timings))  # how far an attempt got, even if it is killed next
@@ -664,26 +745,33 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             attempt["error"] = error
 
     try:
+        check_job_fits(spec)  # before anything is loaded: a clear error if weights + working set exceed the device
         hook("load")
         t0 = time.perf_counter()
-        model, tokenizer = load_job_model(spec)
+        with meter.stage("load"):
+            model, tokenizer = load_job_model(spec)
         timings["load_s"] = time.perf_counter() - t0
         stage_done("load", timings["load_s"], spec.model_name)
         plan_json, report, profile_meta = None, None, None
         if not spec.is_baseline:
             hook("prepare")  # calibration, scoring, factorization (or the shared cache entry)
             t0 = time.perf_counter()
-            prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force,
-                                      on_wait=lambda h: append_event(store.root, key, "waiting", what="scoring",
-                                                                     holder=h))
+            with meter.stage("prepare"):
+                prepared = prepare_cached(spec, model, tokenizer, store.cache_dir, refresh=force,
+                                          on_wait=lambda h: append_event(store.root, key, "waiting", what="scoring",
+                                                                         holder=h))
             timings["compress_prepare_s"] = time.perf_counter() - t0
             stage_done("prepare", timings["compress_prepare_s"],
                        "cached scores" if prepared.timings.get("cached") else "calibration, scores, factorization")
             stages["prepare_cached"] = bool(prepared.timings.get("cached"))
+            if not stages["prepare_cached"]:
+                timings.update({k: v for k, v in prepared.timings.items() if k in PREPARE_STAGE_TIMINGS})
+                sub_memory.update(prepared.memory)
             hook("plan")
             t0 = time.perf_counter()
-            targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
-            filt, profile = _candidate_filter(spec, targets, store.cache_dir)
+            with meter.stage("sweep"):
+                targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
+                filt, profile = _candidate_filter(spec, targets, store.cache_dir)
             timings["sweep_s"] = time.perf_counter() - t0
             if profile is not None:
                 profile_meta = dict(profile.meta)
@@ -693,6 +781,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             timings["compress_apply_s"] = report["timings"]["apply_s"]
             stage_done("plan and apply", timings["sweep_s"] + timings["dp_s"] + timings["compress_apply_s"],
                        f"{spec.strategy}, ratio {spec.ratio:g}")
+            sub_memory.update({k: v for k, v in report["memory"].items() if k in ("plan", "apply")})
             plan_json = plan.to_json()
             plan_json["d_star"] = report["d_star"]
             if work.get("plan") is None:
@@ -703,7 +792,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
 
                 save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
         t0 = time.perf_counter()
-        ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"], hook)
+        with meter.stage("evaluate"):
+            ev = _evaluate(spec, model, tokenizer, work, timings, stages["resumed"], hook, meter)
         timings["evaluate_s"] = time.perf_counter() - t0
         timings["total_s"] = time.perf_counter() - t_job
         stage_done("job", timings["total_s"], key)
@@ -720,6 +810,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             "evaluation": ev["details"],
             "profile": profile_meta,
             "timings": timings,
+            "memory": _resources(meter, sub_memory, spec),
             "attempts": attempts,
             "stages": stages,
             "provenance": _provenance(spec),
@@ -753,7 +844,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             raise
         try:
             store.write_failure(key, {**base, "error": error, "traceback": traceback.format_exc(),
-                                      "timings": timings, "attempt": attempt, "provenance": _safe_provenance(spec)})
+                                      "timings": timings, "memory": _resources(meter, sub_memory, spec),
+                                      "attempt": attempt, "provenance": _safe_provenance(spec)})
         except Exception as e2:  # noqa: BLE001 - a full disk must not hide the job's own error
             log.error("could not record the failure of %s: %s", key, e2)
         for lg in loggers:
@@ -762,6 +854,24 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     finally:
         for lg in loggers:
             lg.finish()
+
+
+PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s")
+
+
+def _resources(meter, sub_memory: dict, spec: JobSpec) -> dict:
+    """The record's ``memory`` block: peak host RSS (and GPU memory on CUDA) per stage, in MiB.
+
+    ``stages`` holds the job's own stages (load, prepare, sweep, evaluate, ppl, tasks, latency) and those measured
+    inside prepare / compress (calibration, gradients, score, factorize, sensitivity, plan, apply); each has
+    ``peak_rss_mb`` (the highest resident set size while it ran), ``start_rss_mb``, ``end_rss_mb`` and, on a CUDA
+    device, ``gpu_peak_mb`` (``torch.cuda.max_memory_allocated``, reset at the stage's start)."""
+    stages = {**meter.memory(), **sub_memory}
+    out = {"device": spec.device, "peak_rss_mb": meter.peak_mb(), "stages": stages}
+    gpu = [v["gpu_peak_mb"] for v in stages.values() if "gpu_peak_mb" in v]
+    if gpu:
+        out["gpu_peak_mb"] = max(gpu)
+    return out
 
 
 def _safe_provenance(spec):

@@ -1,6 +1,6 @@
 """Run loggers: a disk event log that is always on, and Weights & Biases behind the same small interface.
 
-A logger sees one job: ``start(key, spec, config)``, then ``log_record(record)`` or ``log_failure(error)``, then
+A logger sees one job: ``start(key, spec, config, overrides)``, then ``log_record(record)`` or ``log_failure(error)``, then
 ``finish()``. W&B is imported only when asked for and is offline by default (runs are written under
 ``<results_dir>/wandb``; ``wandb sync`` uploads them later), so nothing leaves the machine unless the user asks.
 """
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 class RunLogger(Protocol):
-    def start(self, key: str, spec, config: dict) -> None: ...
+    def start(self, key: str, spec, config: dict, overrides=()) -> None: ...
     def log_record(self, record: dict) -> None: ...
     def log_failure(self, error: str) -> None: ...
     def finish(self) -> None: ...
@@ -32,7 +32,9 @@ def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> N
     d.mkdir(parents=True, exist_ok=True)
     t = time.time()
     ev = {"event": kind, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "t": t,
-          "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"), **kw}
+          "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+          "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
+          "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **kw}
     with open(d / f"{key}.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(ev, default=str) + "\n")
 
@@ -52,7 +54,7 @@ class DiskLogger:
             return
         append_event(self.root, self.key, kind, **kw)
 
-    def start(self, key, spec, config) -> None:
+    def start(self, key, spec, config, overrides=()) -> None:
         self.key = key
         self.path = self.dir / f"{key}.jsonl"
         self._event("started", job=spec.job_fields())
@@ -71,8 +73,62 @@ class DiskLogger:
         self.key = None
 
 
+# Overrides that say where or how a job runs, not what it is: left out of W&B run names.
+_NAME_SKIP = ("results_dir", "hydra", "logger", "force", "on_busy", "sweep", "bench", "experiment", "experiment_name",
+              "save_model")
+LATENCY_HINTS = ("_ms", "prefill", "decode", "latency", "tok_per_s", "tokens_per_s")
+
+
+def run_name(job: dict, overrides=(), key: str = "") -> str:
+    """A W&B run name that says which point this is: the job's overrides (``compressor=asvd,align=gac,ratio=0.2``,
+    as Hydra's ``override_dirname``) without where/how-to-run keys; the job's fields when there are none. The
+    record key's first 6 characters follow, so equal-looking names from different configs stay apart."""
+    parts = []
+    for o in overrides or ():
+        k, sep, v = str(o).partition("=")
+        k = k.lstrip("+~")
+        if not sep or k.split(".")[0].split("/")[0] in _NAME_SKIP:
+            continue
+        parts.append(f"{k}={v}")
+    if not parts:
+        parts = [str(x) for x in (job.get("model"), job.get("compressor"), job.get("strategy"),
+                                  f"r{job['ratio']}" if job.get("ratio") is not None else None) if x]
+    return ",".join(parts) + (f" [{key[:6]}]" if key else "")
+
+
+def run_tags(job: dict, extra=()) -> list[str]:
+    """``experiment:table5``, ``model:tiny``, ``compressor:asvd``, ``strategy:gac``, ``gpu:h100`` and the user's."""
+    tags = [f"{k}:{job[k]}" for k in ("experiment", "model", "compressor", "strategy", "gpu") if job.get(k) is not None]
+    return [t[:64] for t in tags] + [str(t) for t in extra or () if str(t) not in tags]
+
+
+def namespaced_metrics(record: dict) -> dict:
+    """A record's numbers under W&B namespaces: ``quality/`` (perplexity, task scores), ``latency/`` (ms),
+    ``plan/`` (aligned fraction, parameters, budget), ``time/`` (seconds per stage)."""
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    out = {}
+    for k, v in (record.get("metrics") or {}).items():
+        if num(v):
+            out[f"{'latency' if any(h in k for h in LATENCY_HINTS) else 'quality'}/{k}"] = v
+    for k in ("aligned_fraction", "params", "budget"):
+        if num(record.get(k)):
+            out[f"plan/{k}"] = record[k]
+    for k, v in ((record.get("plan") or {}).get("aligned_by_unit") or {}).items():
+        if num(v):
+            out[f"plan/aligned_by_unit/{k}"] = v
+    for k, v in (record.get("timings") or {}).items():
+        if num(v):
+            out[f"time/{k}"] = v
+    return out
+
+
 class WandbLogger:
-    """One W&B run per job, grouped per sweep: config, metrics, the plan as a table, plan and profile artefacts."""
+    """One W&B run per job, grouped per sweep: named by the point's overrides, tagged by experiment, model,
+    compressor, strategy and GPU; metrics under quality/ latency/ plan/ time/, the plan as a table, plan and
+    profile artefacts. Each logged record leaves a ``wandb`` event in ``runs/<key>.jsonl`` (the run's id and the
+    record it logged), which ``gac wandb backfill`` reads to log only what has no run yet."""
 
     def __init__(self, results_dir: str | os.PathLike, project: str = "gac", entity: str | None = None,
                  mode: str = "offline", tags=()):
@@ -85,20 +141,25 @@ class WandbLogger:
         self.dir = Path(results_dir)
         self.project, self.entity, self.mode, self.tags = project, entity, mode, list(tags or [])
         self.run = None
+        self.key: str | None = None
         self.failed = False
 
-    def start(self, key, spec, config) -> None:
+    def start(self, key, spec, config, overrides=()) -> None:
+        job = spec.job_fields()
+        self.open(key, job, config, overrides, group=spec.sweep or spec.experiment, job_type=spec.experiment)
+
+    def open(self, key: str, job: dict, config: dict, overrides=(), group: str | None = None,
+             job_type: str | None = None) -> None:
         import wandb
 
         self.failed = False
+        self.key = key
         self.dir.mkdir(parents=True, exist_ok=True)
-        job = spec.job_fields()
-        name = "-".join(str(x) for x in (job["model"], job["compressor"], job["strategy"],
-                                         f"r{job['ratio']}" if job["ratio"] is not None else None, key[:6]) if x)
         self.run = wandb.init(
             project=self.project, entity=self.entity, mode=self.mode, dir=str(self.dir),
-            group=spec.sweep or spec.experiment, job_type=spec.experiment, name=name, id=None,
-            config={**config, "key": key, "job": job}, tags=self.tags, reinit="finish_previous",
+            group=group, job_type=job_type, name=run_name(job, overrides, key), id=None,
+            config={**(config or {}), "key": key, "job": job, "overrides": list(overrides or ())},
+            tags=run_tags(job, self.tags), reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off"),
         )
 
@@ -107,18 +168,17 @@ class WandbLogger:
 
         if self.run is None:
             return
-        metrics = {k: v for k, v in (record.get("metrics") or {}).items() if isinstance(v, (int, float))}
-        summary = {"aligned_fraction": record.get("aligned_fraction"), "params": record.get("params"),
-                   "budget": record.get("budget"), **{f"time/{k}": v for k, v in record.get("timings", {}).items()
-                                                     if isinstance(v, (int, float)) and not isinstance(v, bool)}}
-        self.run.log({**metrics, **{k: v for k, v in summary.items() if v is not None}})
+        numbers = namespaced_metrics(record)
+        self.run.log(numbers)
+        for k, v in numbers.items():
+            self.run.summary[k] = v
         plan = record.get("plan")
         if plan:
             d_star = plan.get("d_star", {})
             table = wandb.Table(columns=["target", "d_star", "dim", "aligned"])
             for name, d in plan["dims"].items():
                 table.add_data(name, d_star.get(name), d, d % plan["unit"] == 0)
-            self.run.log({"plan": table})
+            self.run.log({"plan/dims": table})
             art = wandb.Artifact(f"plan-{record['key']}", type="plan")
             with art.new_file("plan.json") as f:
                 json.dump(plan, f, indent=1)
@@ -126,6 +186,9 @@ class WandbLogger:
                 with art.new_file("profile_meta.json") as f:
                     json.dump(record["profile"], f, indent=1, default=str)
             self.run.log_artifact(art)
+        if self.key and not record.get("skipped"):
+            append_event(self.dir, self.key, "wandb", run_id=self.run.id, run_name=self.run.name, mode=self.mode,
+                         project=self.project, record=record.get("_path"), created=record.get("created"))
 
     def log_failure(self, error) -> None:
         self.failed = True
@@ -136,6 +199,7 @@ class WandbLogger:
         if self.run is not None:
             self.run.finish(exit_code=1 if self.failed else 0)
             self.run = None
+        self.key = None
 
 
 def build_loggers(results_dir: str | os.PathLike, wandb_cfg: dict | None) -> list:
@@ -147,49 +211,49 @@ def build_loggers(results_dir: str | os.PathLike, wandb_cfg: dict | None) -> lis
     return loggers
 
 
-def read_offline_run(run_dir: str | os.PathLike) -> dict:
-    """History rows, summary and config of an OFFLINE W&B run directory (``.../wandb/offline-run-*``), read from
-    its ``run-*.wandb`` log without syncing — for checks and for analysis on machines that never go online."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    files = sorted(Path(run_dir).glob("run-*.wandb"))
-    if not files:
-        raise GacError(f"no run-*.wandb file in {run_dir}; is it an offline W&B run directory?")
-    data = files[0].read_bytes()
-    block, pos, chunks, buf = 32768, 7, [], b""  # 7-byte file header: ':W&B', magic, version
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
+def logged_to_wandb(results_dir: str | os.PathLike, record: dict) -> dict | None:
+    """The ``wandb`` event of the run that logged exactly this record (same ``created`` stamp), or None."""
+    p = Path(results_dir) / "runs" / f"{record.get('key')}.jsonl"
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for ln in reversed(lines):
+        try:
+            ev = json.loads(ln)
+        except ValueError:
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if length == 0 and kind == 0:
-            break
-        chunk = data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind == 1:
-            chunks.append(chunk)
-        elif kind == 2:
-            buf = chunk
-        elif kind == 3:
-            buf += chunk
-        elif kind == 4:
-            chunks.append(buf + chunk)
-            buf = b""
-    out: dict = {"history": [], "summary": {}, "config": {}}
-    for c in chunks:
-        r = pb.Record()
-        r.ParseFromString(c)
-        kind = r.WhichOneof("record_type")
-        if kind == "history":
-            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item})
-        elif kind == "summary":
-            out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.summary.update})
-        elif kind == "config":
-            out["config"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.config.update})
-        elif kind == "run":  # the run record carries the initial config
-            out["config"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                                  for i in r.run.config.update})
-    return out
+        if isinstance(ev, dict) and ev.get("event") == "wandb" and ev.get("created") == record.get("created"):
+            return ev
+    return None
+
+
+def backfill_wandb(results_dir: str | os.PathLike, records: list[dict], project: str = "gac",
+                   entity: str | None = None, mode: str = "offline", tags=(), force: bool = False,
+                   dry_run: bool = False) -> list[dict]:
+    """Create a W&B run for every record that has none yet (skipped points, points run with the disk logger), the
+    same run a live job would have made. Returns one row per record: ``{"key", "name", "action", "run_id"}``
+    where action is ``logged``, ``has run`` (left alone; ``force`` logs it again) or ``would log`` (dry run)."""
+    rows = []
+    logger = None if dry_run else WandbLogger(results_dir, project=project, entity=entity, mode=mode, tags=tags)
+    for rec in records:
+        key, job = rec["key"], dict(rec.get("job") or {})
+        name = run_name(job, rec.get("overrides") or (), key)
+        prior = logged_to_wandb(results_dir, rec)
+        if prior and not force:
+            rows.append({"key": key, "name": name, "action": "has run", "run_id": prior.get("run_id")})
+            continue
+        if logger is None:
+            rows.append({"key": key, "name": name, "action": "would log", "run_id": None})
+            continue
+        experiment = job.get("experiment") or "default"
+        logger.open(key, job, rec.get("config") or {}, rec.get("overrides") or (),
+                    group=job.get("sweep") or experiment, job_type=experiment)
+        try:
+            run_id = logger.run.id
+            logger.run.summary["backfilled"] = True
+            logger.log_record(rec)
+        finally:
+            logger.finish()
+        rows.append({"key": key, "name": name, "action": "logged", "run_id": run_id})
+    return rows

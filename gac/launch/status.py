@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.results import ResultsStore
-from gac.results.lock import describe_holder, read_holder, same_machine, stale_reason
+from gac.results.lock import describe_holder, read_holder, same_machine, slurm_display_id, stale_reason
 from gac.results.store import CorruptRecord
 
 SLURM_ALIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
@@ -102,11 +102,13 @@ def point_state(store: ResultsStore, key: str, slurm: _Slurm | None = None, now:
     now = time.time() if now is None else now
     if store.is_done(key):
         try:
-            store.read_record(key)
+            rec = store.read_record(key)
         except CorruptRecord as e:
             return {"state": "corrupt", "detail": str(e)}
         reruns = len(store.record_paths(key)) - 1
-        return {"state": "done", "detail": str(store.record_path(key)) + (f" (+{reruns} re-run)" if reruns else "")}
+        prov = rec.get("provenance") if isinstance(rec.get("provenance"), dict) else {}
+        return {"state": "done", "detail": str(store.record_path(key)) + (f" (+{reruns} re-run)" if reruns else ""),
+                "slurm_job": slurm_display_id(prov)}
     events = _events(store, key)
     failures = store.failure_paths(key)
     holder = read_holder(store.lock_path(key))
@@ -118,19 +120,22 @@ def point_state(store: ResultsStore, key: str, slurm: _Slurm | None = None, now:
         if reason is None and job and not same_machine(holder) and slurm is not None:
             st = slurm.state(job)
             if st is not None and st not in SLURM_ALIVE:
-                reason = f"Slurm job {job} is {st.lower()}"
+                reason = f"Slurm job {slurm_display_id(holder)} is {st.lower()}"
         if reason is None:
             detail = f"on {describe_holder(holder)}{at}"
             if failures:
                 detail = f"retry after {len(failures)} failure(s) ({_error(failures[-1])}); {detail}"
-            return {"state": "running", "detail": detail, "stage": stage, "holder": holder}
+            return {"state": "running", "detail": detail, "stage": stage, "holder": holder,
+                    "slurm_job": slurm_display_id(holder)}
         return {"state": "interrupted", "detail": f"{reason} (was {describe_holder(holder)}{at}); re-launch to resume",
-                "stage": stage, "holder": holder}
+                "stage": stage, "holder": holder, "slurm_job": slurm_display_id(holder)}
     last = _last_attempt_events(events)
     if last and not any(ev.get("event") in _OUTCOMES for ev in last):
         ev = last[0]
-        return {"state": "interrupted", "stage": stage,
-                "detail": f"started on {ev.get('host')} pid {ev.get('pid')} at {ev.get('time')}{at} and never "
+        sid = slurm_display_id(ev)
+        job = f" (Slurm job {sid})" if sid else ""
+        return {"state": "interrupted", "stage": stage, "slurm_job": sid,
+                "detail": f"started on {ev.get('host')} pid {ev.get('pid')}{job} at {ev.get('time')}{at} and never "
                           f"finished; re-launch to resume"}
     if failures:
         return {"state": "failed", "detail": _error(failures[-1])}
@@ -164,6 +169,6 @@ def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> li
             detail = "same job as an earlier point (shares its record)"
         seen.add(key)
         rows.append({"overrides": pt["overrides"], "key": key, "state": st["state"], "detail": detail,
-                     "stage": st.get("stage")})
+                     "stage": st.get("stage"), "slurm_job": st.get("slurm_job")})
     return rows
 

@@ -79,6 +79,17 @@ def model_kind(spec: str | os.PathLike) -> str:
     return "hub"
 
 
+def base_model_of(spec: str | os.PathLike) -> str:
+    """The model ``spec`` was built from: a gac checkpoint's recorded base model (``tiny``, a hub id, a directory),
+    else ``spec`` itself. Picks a checkpoint's default evaluation data (tiny's shipped files for a tiny checkpoint)."""
+    s = str(spec)
+    if s not in BUILTIN and (Path(s).expanduser() / CHECKPOINT_MARKER).is_file():
+        from gac.compression.checkpoint import read_meta
+
+        return str(read_meta(s).get("base_model") or s)
+    return s
+
+
 def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify: bool = True):
     """``(model, tokenizer)`` for ``spec`` (see the module docstring), in eval mode on ``device``.
 
@@ -93,7 +104,9 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify:
     if kind == "builtin":
         from gac.fixtures import load_tiny
 
-        return load_tiny(dtype=None if dtype == "auto" else dtype, device=device, trained=s == "tiny")
+        model, tokenizer = load_tiny(dtype=None if dtype == "auto" else dtype, device=device, trained=s == "tiny")
+        model._gac_base_model = s  # a checkpoint saved from it records its base model (and so its default data)
+        return model, tokenizer
     if kind == "checkpoint":
         try:
             from gac.compression.checkpoint import load_checkpoint
@@ -107,7 +120,9 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify:
         else:
             model, tokenizer = loaded, _tokenizer_from(Path(s).expanduser())
         return model.eval(), tokenizer
-    return _load_hf(s, kind, dtype, device)
+    model, tokenizer = _load_hf(s, kind, dtype, device)
+    model._gac_base_model = s
+    return model, tokenizer
 
 
 def _tokenizer_from(path: Path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rule_candidates
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rank_candidates
 from gac.align.targets import Target
 from gac.errors import GacError
 from gac.profiling.device import device_info, dtype_name, resolve_device, resolve_dtype, stack_key
@@ -31,13 +31,14 @@ log = logging.getLogger(__name__)
 def needed_shapes(
     targets: Sequence[Target], unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW
 ) -> dict[str, set[int]]:
-    """context key -> the candidate dims the targets of that context need (rule-based or explicit candidates)."""
+    """context key -> the candidate dims the targets of that context need (rule-based or explicit candidates; a dense
+    option runs the model's own kernels and needs no sweep)."""
     need: dict[str, set[int]] = {}
     for t in targets:
         shape = target_shape(t)
         if shape is None:
             continue
-        dims = t.candidates if t.candidates is not None else rule_candidates(t.d_star, t.d_max, unit, window)
+        dims = t.candidates if t.candidates is not None else rank_candidates(t, unit, window)
         need.setdefault(context_key(t.kind, shape), set()).update(int(d) for d in dims)
     return need
 

@@ -273,9 +273,19 @@ class FileLock:
         self.release()
 
 
+def slurm_display_id(info: dict | None) -> str | None:
+    """A Slurm job as ``squeue`` shows it: ``ARRAYJOB_TASK`` (``1_0``) for an array task, else the job id."""
+    if not info:
+        return None
+    if info.get("slurm_array_job_id") and info.get("slurm_array_task_id") is not None:
+        return f"{info['slurm_array_job_id']}_{info['slurm_array_task_id']}"
+    return info.get("slurm_job_id") or None
+
+
 def describe_holder(info: dict | None) -> str:
     if not info:
         return "a job that is starting"
-    slurm = f", Slurm job {info['slurm_job_id']}" if info.get("slurm_job_id") else ""
+    sid = slurm_display_id(info)
+    slurm = f", Slurm job {sid}" if sid else ""
     since = f" since {info['started_iso']}" if info.get("started_iso") else ""
     return f"{info.get('host', '?')} pid {info.get('pid', '?')}{slurm}{since}"

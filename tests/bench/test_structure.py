@@ -65,8 +65,9 @@ def test_a_plan_that_does_not_fit_the_architecture_is_an_error():
     config = architecture("tiny")
     with pytest.raises(GacError, match=r"do not exist in this architecture"):
         Structure(config, "float32", "asvd", {}, {"model.layers.9.self_attn.q_proj": 64})
-    with pytest.raises(GacError, match=r"outside its valid range 1\.\.128"):  # q_proj 256x256: break-even 128
-        Structure(config, "float32", "asvd", {}, {"model.layers.0.self_attn.q_proj": 129})
+    # q_proj 256x256: rank 128 costs as much as the dense weight (the dense candidate, dim 256), so ranks stop at 127
+    with pytest.raises(GacError, match=r"outside its valid range 1\.\.127"):
+        Structure(config, "float32", "asvd", {}, {"model.layers.0.self_attn.q_proj": 128})
     with pytest.raises(GacError, match=r"outside its valid range"):
         Structure(config, "float32", "llm_pruner", {}, {"model.layers.0.mlp": 0})
     with pytest.raises(GacError, match=r"needs a rank for each of its"):

@@ -70,15 +70,16 @@ _PREPARED: dict = {}
 
 @pytest.fixture(scope="session")
 def prepared(base):
-    """prepared(compressor, proxy=None) -> Prepared, computed once per session."""
+    """prepared(compressor, proxy=None, allocation=None) -> Prepared, computed once per session."""
     from gac.compression.compress import prepare
 
     model, tok, calib, _, _ = base
 
-    def get(compressor: str, proxy: str | None = None, **opts):
-        key = (compressor, proxy, tuple(sorted(opts.items())))
+    def get(compressor: str, proxy: str | None = None, allocation: str | None = None, **opts):
+        key = (compressor, proxy, allocation, tuple(sorted(opts.items())))
         if key not in _PREPARED:
-            _PREPARED[key] = prepare(model, tok, compressor, proxy, calib_ids=calib, compressor_options=opts or None)
+            _PREPARED[key] = prepare(model, tok, compressor, proxy, calib_ids=calib, allocation=allocation,
+                                     compressor_options=opts or None)
         return _PREPARED[key]
 
     return get

@@ -166,7 +166,7 @@ def test_other_families_roundtrip(model_type, tmp_path):
         assert m2.model.layers[0].self_attn.k_proj.bias is not None
 
 
-def test_compress_cli(tmp_path, base):
+def test_compress_cli(tmp_path, base, monkeypatch):
     from gac.cli import main
 
     if base[4] != "tiny":
@@ -179,6 +179,20 @@ def test_compress_cli(tmp_path, base):
     assert main(["compress", "tiny", "--compressor", "asvd", "--ratio", "1.2", "-o", str(tmp_path / "y")]) == 2
     meta = read_meta(out)
     assert meta["recipe"]["strategy"] == "gac" and meta["plan"]["aligned_fraction"] == 1.0
+    assert meta["base_model"] == "tiny"
+    # the checkpoint knows its data: evaluating it needs no --data tiny and never asks the hub
+    import gac.evaluation.report as report
+
+    asked = {}
+
+    def fake_evaluate(model, tokenizer, **kw):
+        asked.update(kw)
+        raise GacError("stop after the data choice")
+
+    monkeypatch.setattr(report, "evaluate", fake_evaluate)
+    assert main(["evaluate", str(out), "--ppl", "--tasks", "piqa"]) == 2
+    assert asked["ppl_source"] == "tiny" and asked["task_files"]["piqa"].endswith(".jsonl")
+    assert main(["evaluate", str(out), "--ppl", "--data", "hub"]) == 2 and asked["ppl_source"] == "wikitext2"
 
 
 def test_bf16_cast_model_reloads_identically(tmp_path):

@@ -66,14 +66,14 @@ def test_truncated_weights_are_an_error_not_a_traceback(ckpt, verify, capsys):
 def test_audit_reads_the_weights_and_flags_an_edited_json(ckpt, compressed, capsys):
     meta = json.loads((ckpt / META_FILE).read_text())
     name, spec = next((n, s) for n, s in meta["modules"].items() if s["type"] == "lowrank")
-    true_rank = spec["rank"]
+    true_rank, true_out = spec["rank"], spec["out"]
     spec.update(rank=120, out=999)
     (ckpt / META_FILE).write_text(json.dumps(meta))
     assert main(["audit", str(ckpt), "--json", "--all"]) == 2
     out, err = capsys.readouterr()
     rep = json.loads(out)
     row = next(r for r in rep["weights"] if r["name"] == name)
-    assert row["dims"]["rank"] == true_rank and row["dims"]["out"] == compressed[0].config.hidden_size
+    assert row["dims"]["rank"] == true_rank and row["dims"]["out"] == true_out
     assert rep["shapes_from"] == "weights" and rep["config_mismatch"][0]["name"] == name
     assert "disagrees with the weights" in err and "rank=120" in err and err.count("\n") == 1
 
@@ -172,3 +172,30 @@ def test_compress_validates_everything_before_loading(tmp_path, capsys, monkeypa
         assert main(base + extra) == 2, extra
         assert msg in capsys.readouterr().err, extra
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+def test_compress_calibrates_tiny_on_its_own_text_by_default(tmp_path):
+    """`gac compress tiny` without --calib must not go to the hub for WikiText-2 (30 s of retries offline, then exit 2):
+    tiny and checkpoints built from it calibrate on tiny's training text, 256-token samples; other models keep the
+    papers' WikiText-2 x 2048."""
+    import argparse
+
+    from gac.commands import compress as C
+
+    p = argparse.ArgumentParser()
+    C.add_arguments(p)
+    args = p.parse_args(["tiny", "--compressor", "asvd", "--ratio", "0.2", "-o", str(tmp_path / "a")])
+    C.validate(args)
+    assert (args.calib, args.calib_seq_len) == ("tiny", 256)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    from gac.compression.checkpoint import FORMAT
+
+    (ck / "gac_checkpoint.json").write_text(json.dumps({"format": FORMAT, "format_version": 1, "base_model": "tiny"}))
+    args = p.parse_args([str(ck), "--compressor", "asvd", "--ratio", "0.2", "-o", str(tmp_path / "b")])
+    C.validate(args)
+    assert args.calib == "tiny"
+    args = p.parse_args(["meta-llama/Meta-Llama-3-8B", "--compressor", "asvd", "--ratio", "0.2", "--calib-seq-len",
+                         "512", "-o", str(tmp_path / "c")])
+    C.validate(args)
+    assert (args.calib, args.calib_seq_len) == ("wikitext2", 512)

@@ -118,7 +118,8 @@ def test_palu_group_size_must_divide_the_kv_heads(monkeypatch):
     m = small_model(num_attention_heads=8, num_key_value_heads=4, head_dim=16)
     import gac.compression.compress as cc
 
-    monkeypatch.setattr(cc, "collect_activation_stats", lambda *a, **k: pytest.fail("calibrated before validating"))
+    for f in ("iter_activation_stats", "collect_gradient_stats"):
+        monkeypatch.setattr(cc, f, lambda *a, **k: pytest.fail("calibrated before validating"))
     ids = torch.randint(0, 512, (2, 16))
     with pytest.raises(GacError, match=r"PaLU group_size 3 does not divide the model's 4 KV heads; pass a group_size "
                                        r"that does \(one of \[1, 2, 4\]\), e\.g\. compressor option group_size=2"):

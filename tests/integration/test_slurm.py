@@ -62,6 +62,12 @@ def test_2x2_sweep_lands_4_records(cluster, tmp_path):
     assert {(x["job"]["compressor"], x["job"]["strategy"]) for x in records} == {
         ("asvd", "unaligned"), ("asvd", "gac"), ("llm_pruner", "unaligned"), ("llm_pruner", "gac")}
     assert all(x["provenance"]["slurm_job_id"] for x in records)
+    # one array job, tasks 0..3 (as squeue shows them: ARRAY_TASK), named after the experiment
+    arrays = {x["provenance"]["slurm_array_job_id"] for x in records}
+    assert len(arrays) == 1 and sorted(x["provenance"]["slurm_array_task_id"] for x in records) == ["0", "1", "2", "3"]
+    names = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobName", "-j", arrays.pop()], env=cluster.env,
+                           capture_output=True, text=True, timeout=60)
+    assert set(names.stdout.split()) == {"gac-default"}, names.stdout + names.stderr
     assert all(x["aligned_fraction"] == 1.0 for x in records if x["job"]["strategy"] == "gac")
     assert all(x["metrics"]["ppl_tiny"] > 1 for x in records)
     assert [row["state"] for row in _status(tmp_path, sweep)] == ["done"] * 4

@@ -47,13 +47,13 @@ def test_model_specialisation_applies():
 
 @pytest.mark.parametrize("exp", _options("experiment"))
 def test_every_experiment_expands_to_valid_points(exp):
-    points = sweep_points([f"+experiment={exp}"])
+    points = sweep_points([f"experiment={exp}"])
     assert len(points) >= 2
     assert {p["config"]["experiment_name"] for p in points} == {exp}
 
 
 def test_table5_points_share_one_baseline():
-    points = sweep_points(["+experiment=table5"])
+    points = sweep_points(["experiment=table5"])
     assert len(points) == 6
     keys = [p["key"] for p in points]
     assert len(set(keys)) == 5  # the baseline ignores the alignment strategy
@@ -136,3 +136,65 @@ def test_slurm_launcher_without_sbatch_says_so(tmp_path):
               f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
     assert r.returncode == 2
     assert "`sbatch` is not on PATH" in r.stderr
+
+
+def test_experiment_is_a_group_with_a_null_default():
+    assert "experiment" not in compose_config([])
+    assert compose_config(["experiment=table5"])["experiment_name"] == "table5"
+    # the experiment overrides config.yaml's own values (it comes after _self_), the command line overrides both
+    assert compose_config(["experiment=proxy_compare"])["ratio"] == 0.2
+    assert compose_config(["experiment=proxy_compare", "ratio=0.3"])["ratio"] == 0.3
+
+
+def test_old_plus_experiment_form_fails_with_one_line(tmp_path):
+    with pytest.raises(GacError, match=r"write experiment=table5 without '\+'"):
+        sweep_points(["+experiment=table5"])
+    r = _run(["-m", "+experiment=table5", f"results_dir={tmp_path}/res", f"hydra.sweep.dir={tmp_path}/multirun"])
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "experiments/run.py: error: write experiment=table5 without '+': experiment is a config group with a default "
+        "in conf/config.yaml, which '+experiment=' clashes with"]
+
+
+def test_sweep_expansion_uses_no_private_hydra():
+    src = (ROOT / "gac" / "jobs" / "experiment.py").read_text()
+    assert "hydra._internal" not in src and "import re\n" not in src and "re.search" not in src
+    assert expand_sweep(["ratio=range(1,4)"]) == [["ratio=1"], ["ratio=2"], ["ratio=3"]]
+    with pytest.raises(GacError, match="cannot parse the overrides"):
+        expand_sweep(["ratio=0.1,,"])
+
+
+def _fake_slurm(tmp_path, sinfo_body):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("sbatch", "exit 1"), ("sinfo", sinfo_body)):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+
+def test_slurm_without_a_configuration_says_so_in_one_line(tmp_path):
+    env = _fake_slurm(tmp_path, "echo 'sinfo: error: fetch_config: DNS SRV lookup failed' >&2\n"
+                                "echo 'sinfo: fatal: Could not establish a configuration source' >&2\nexit 1")
+    r = _run(["-m", "hydra/launcher=slurm_local", "eval=none", f"results_dir={tmp_path}/res",
+              f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "experiments/run.py: error: Slurm does not answer here (sinfo: fatal: Could not establish a configuration "
+        "source); SLURM_CONF is unset: export SLURM_CONF=<your cluster's slurm.conf> (the loopback cluster: "
+        "`python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local"]
+
+
+def test_slurm_unknown_partition_is_named(tmp_path):
+    env = _fake_slurm(tmp_path, "echo 'debug*'")
+    r = _run(["-m", "hydra/launcher=slurm_h100", "eval=none", f"results_dir={tmp_path}/res",
+              f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
+    assert r.returncode == 2
+    assert "unknown Slurm partition (hydra.launcher.partition=...) 'gpu'" in r.stderr and "debug" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_slurm_job_name_carries_the_experiment():
+    for launcher in ("slurm_local", "slurm_h100", "slurm_a100"):
+        cfg = compose_config([f"hydra/launcher={launcher}", "experiment=table5"], return_hydra_config=True)
+        assert cfg.hydra.launcher.name == "gac-table5"

@@ -97,23 +97,6 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
     assert rec["metrics"]["ppl_tiny"] == json.loads(ppl_file.read_text())["ppl"]
 
 
-def test_wandb_offline_run_holds_the_metrics(make_cfg, tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    from gac.jobs.tracking import read_offline_run
-
-    cfg = make_cfg("compressor=asvd", "align=gac", "ratio=0.3", "eval.tasks=[]", "logger=wandb")
-    assert cfg["logger"]["wandb"]["mode"] == "offline"
-    rec = run_config(cfg)
-    runs = list((Path(cfg["results_dir"]) / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    run = read_offline_run(runs[0])
-    logged = {k: v for row in run["history"] for k, v in row.items()}
-    assert logged["ppl_tiny"] == pytest.approx(rec["metrics"]["ppl_tiny"])
-    assert logged["aligned_fraction"] == 1.0
-    assert run["config"]["key"] == rec["key"]
-    assert run["config"]["job"]["compressor"] == "asvd"
-
-
 def test_a_planted_cache_file_is_never_executed_and_force_bypasses_the_cache(make_cfg, tmp_path, monkeypatch):
     import os
     import pickle
@@ -137,3 +120,69 @@ def test_a_planted_cache_file_is_never_executed_and_force_bypasses_the_cache(mak
     forced = run_config({**make_cfg("compressor=asvd", "align=round_up", "eval=none", results_dir=results),
                          "force": True})
     assert forced["stages"]["prepare_cached"] is False
+
+
+def test_record_has_time_and_peak_memory_per_stage(make_cfg, tmp_path):
+    rec = run_config(make_cfg("compressor=svd_llm", "eval=none", results_dir=tmp_path / "r"))
+    mem = rec["memory"]
+    assert mem["device"] == "cpu" and mem["peak_rss_mb"] > 100
+    stages = mem["stages"]
+    for st in ("load", "prepare", "calibration", "score", "factorize", "sweep", "plan", "apply", "evaluate"):
+        m = stages[st]
+        assert m["peak_rss_mb"] >= max(m["start_rss_mb"], m["end_rss_mb"]) > 0, st
+        assert "gpu_peak_mb" not in m
+    assert mem["peak_rss_mb"] >= max(m["peak_rss_mb"] for m in stages.values())
+    for t in ("load_s", "calibration_s", "score_s", "factorize_s", "dp_s", "compress_apply_s"):
+        assert rec["timings"][t] >= 0, t
+
+
+def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monkeypatch):
+    import gac.jobs.pipeline as pl
+    from gac.errors import GacError
+
+    def boom(spec):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(pl, "load_job_model", boom)
+    arch = "{model_type:llama,hidden_size:8192,intermediate_size:28672,num_hidden_layers:80,num_attention_heads:64," \
+           "num_key_value_heads:8,vocab_size:128256}"
+    cfg = make_cfg("model=llama3_70b", "model.random_weights=true", f"model.arch={arch}", "gpu=cpu", "gpu.dtype=float32",
+                   "compressor=asvd", "eval=none", "calibration.source=random", results_dir=tmp_path / "r")
+    with pytest.raises(GacError, match=r"will not fit: host memory: needs about \d+\.\d GiB.*bfloat16"):
+        run_config(cfg)
+    failures = list((tmp_path / "r" / "failures").rglob("*.json"))
+    assert failures and "will not fit" in json.loads(failures[0].read_text())["error"]
+    monkeypatch.setenv(pl.MEMORY_CHECK_ENV, "1")  # the escape hatch skips the estimate (and then loads)
+    with pytest.raises(AssertionError, match="loaded"):
+        run_config(cfg)
+def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, tmp_path, monkeypatch):
+    """ASVD's default allocation is the reference's sensitivity search; its table (the slow part) is cached with
+    the prepared state and reused by every other ratio of a sweep."""
+    from gac.compression import compress as C
+
+    calls = []
+    real = C.sensitivity_table
+    monkeypatch.setattr(C, "sensitivity_table", lambda *a, **k: calls.append(1) or real(*a, **k))
+    recs = [run_config(make_cfg("compressor=asvd", "align=unaligned", f"ratio={r}", "eval=none",
+                                results_dir=tmp_path / "results")) for r in (0.15, 0.3)]
+    assert len(calls) == 1
+    assert recs[0]["stages"]["prepare_cached"] is False and recs[1]["stages"]["prepare_cached"] is True
+    for rec in recs:
+        assert rec["params"] <= rec["budget"] and isinstance(rec["plan"]["dense"], list)
+    assert recs[1]["params"] < recs[0]["params"]
+
+
+@pytest.mark.parametrize("override,msg", [
+    ("compressor.options.sensitivity_grid=[0.5,1.5]", "outside (0, 1]"),
+    ("ratio=0.7", "smallest kept ratio is 0.4"),
+])
+def test_config_rejects_what_the_sensitivity_search_cannot_do(make_cfg, override, msg):
+    from gac.errors import GacError
+    from gac.jobs.pipeline import spec_from_config
+
+    with pytest.raises(GacError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        spec_from_config(make_cfg("compressor=asvd", override))
+    assert spec_from_config(make_cfg("compressor=asvd", "ratio=0.7", "allocation=proportional")).allocation == \
+        "proportional"
+    assert spec_from_config(make_cfg("compressor=asvd")).allocation == "sensitivity"
+    assert spec_from_config(make_cfg("compressor=svd_llm")).allocation == "uniform"

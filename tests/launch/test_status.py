@@ -120,3 +120,24 @@ def test_mistyped_results_dir_is_an_error(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["launch", "status", "--results-dir", str(tmp_path / "empty")]) == 2
     assert "is not a gac results store" in capsys.readouterr().err
+
+
+def test_array_tasks_show_as_squeue_does(store, tmp_path, monkeypatch):
+    from gac.results.lock import describe_holder, slurm_display_id
+
+    holder = {"host": "gpu-node-3", "machine": "gpu-node-3-1", "pid": 4321, "token": "t", "slurm_job_id": "778",
+              "slurm_array_job_id": "777", "slurm_array_task_id": "1"}
+    assert slurm_display_id(holder) == "777_1" and "Slurm job 777_1" in describe_holder(holder)
+    assert slurm_display_id({"slurm_job_id": "5"}) == "5" and slurm_display_id({}) is None
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho RUNNING\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    store.lock_path("k").parent.mkdir(parents=True, exist_ok=True)
+    store.lock_path("k").write_text(json.dumps(holder))
+    st = point_state(store, "k", _Slurm())
+    assert st["state"] == "running" and st["slurm_job"] == "777_1" and "Slurm job 777_1" in st["detail"]
+    store.write_record("d", {**REC, "provenance": {"slurm_job_id": "780", "slurm_array_job_id": "777",
+                                                   "slurm_array_task_id": "3"}})
+    assert point_state(store, "d", _Slurm())["slurm_job"] == "777_3"

@@ -1,12 +1,25 @@
-"""ASVD (Yuan et al. 2023): activation-aware SVD of every projection, ``W diag(S) = U Sigma V^T``, ``S^-1`` folded into B."""
+"""ASVD (Yuan et al. 2023): activation-aware SVD of every projection, ``W diag(S) = U Sigma V^T``, ``S^-1`` folded into B.
+
+Its default allocation is the reference's sensitivity search (``gac.compression.allocation.sensitivity_allocation``):
+a calibration-perplexity table over kept parameter ratios (``sensitivity_grid``, the reference's 0.4 ... 0.9) and a
+binary search on the perplexity threshold that meets the budget; weights with no acceptable ratio stay dense.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
 from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
-from gac.compression.compressors.lowrank_math import asvd_factors
+from gac.compression.compressors.lowrank_math import (
+    DEFAULT_SVD,
+    SVD_METHODS,
+    asvd_factors,
+    asvd_scaling,
+    compact_factors,
+    rank_factors,
+)
 from gac.compression.discovery import PROJECTIONS, ModelLayout
 from gac.compression.importance import Proxy, WeightStats, check_score
 from gac.compression.modules import LowRankLinear, get_module, replace_module
@@ -15,14 +28,19 @@ from gac.progress import track
 
 
 class LowRankCompressor(Compressor):
-    """Shared by the per-projection low-rank compressors (ASVD, SVD-LLM): one unit per Linear."""
+    """Shared by the per-projection low-rank compressors (ASVD, SVD-LLM): one unit per Linear, each of which may
+    stay dense (plan dimension ``min(out, in)``: the Linear is left as it is)."""
 
-    def __init__(self, projections=PROJECTIONS, layers=None):
+    def __init__(self, projections=PROJECTIONS, layers=None, svd: str = DEFAULT_SVD):
         bad = [p for p in projections if p not in PROJECTIONS]
         if bad or not projections:
             raise GacError(f"unknown projections {bad}; choose among {', '.join(PROJECTIONS)}")
+        if svd not in SVD_METHODS:
+            raise GacError(f"unknown factorisation method svd={svd!r}; choose among {', '.join(SVD_METHODS)} "
+                           f"(see gac.compression.compressors.lowrank_math)")
         self.projections = tuple(projections)
         self.layers = layers
+        self.svd = svd
 
     def units(self, model, layout: ModelLayout) -> list[Unit]:
         idx = parse_layers(self.layers, layout.num_layers)
@@ -31,7 +49,8 @@ class LowRankCompressor(Compressor):
             mod = get_module(model, name)
             if not isinstance(mod, nn.Linear):
                 raise GacError(f"{name} is a {type(mod).__name__}, not a dense Linear; it is already compressed")
-            out.append(lowrank_unit(name, mod.out_features, mod.in_features, (name,), {"layer": layout.layer_of(name)}))
+            out.append(lowrank_unit(name, mod.out_features, mod.in_features, (name,), {"layer": layout.layer_of(name)},
+                                    dense=True))
         return out
 
     def score(self, model, units, stats, proxy: Proxy):
@@ -40,15 +59,24 @@ class LowRankCompressor(Compressor):
             for u in units
         }
 
-    def _factors(self, W: torch.Tensor, st: WeightStats | None, unit: Unit) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    def _factors(self, W: torch.Tensor, st: WeightStats | None, unit: Unit) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """(A, B, S, info): balanced factors on W's device and the k singular values S of the scaled weight."""
         raise NotImplementedError
 
     def factorize(self, model, units, stats, proxy):
+        """Factorise on the weights' device (a GPU when the model is on one); factors are kept on the host."""
         out = {}
         for u in track(units, "factorization (SVD)", "units"):
             W = get_module(model, u.name).weight
-            A, B, info = self._factors(W, stats.get(u.name), u)
-            out[u.name] = {"A": A.cpu(), "B": B.cpu(), **info}
+            A, B, S, info = self._factors(W, stats.get(u.name), u)
+            col_scale = info.pop("col_scale", None)
+            if self.svd.startswith("gram") and info.get("whitening") in (None, "gram"):
+                # keep the smaller factor; apply rebuilds the other from W (lowrank_math.compact_factors)
+                f = compact_factors(A, B, S, col_scale)
+            else:
+                f = {"A": A, "B": B, "S": S}
+            out[u.name] = {**{k: v.cpu() for k, v in f.items()}, **info}
+            del A, B, f
         return out
 
     def module_specs(self, model, units, dims):
@@ -68,13 +96,18 @@ class LowRankCompressor(Compressor):
                 continue
             r = int(dims[u.name])
             f = factors[u.name]
-            if not 1 <= r <= f["A"].shape[1]:
-                raise GacError(f"{u.name}: rank {r} outside the factorised range 1..{f['A'].shape[1]}")
+            if u.is_dense(r):  # left dense: the Linear stays as it is
+                if not isinstance(get_module(model, u.name), nn.Linear):
+                    raise GacError(f"{u.name}: the plan keeps it dense, but the model holds a compressed module there")
+                continue
+            k = f["S"].numel() if "S" in f else f["A"].shape[1]
+            if not 1 <= r <= k:
+                raise GacError(f"{u.name}: rank {r} outside the factorised range 1..{k} (or {u.d_full}: dense)")
             mod = get_module(model, u.name)
             W = mod.weight
-            new = LowRankLinear.from_factors(
-                f["A"][:, :r].to(W.device), f["B"][:r].to(W.device), bias=mod.bias, dtype=W.dtype
-            )
+            A, B = rank_factors(f, W, r)
+            new = LowRankLinear.from_factors(A, B, bias=mod.bias, dtype=W.dtype)
+            del A, B
             old[u.name] = replace_module(model, u.name, new)
         return old
 
@@ -82,19 +115,27 @@ class LowRankCompressor(Compressor):
 class ASVD(LowRankCompressor):
     """Activation-aware SVD. ``alpha``: exponent of the per-channel scale ``mean|X|^alpha`` (paper default 0.5).
 
-    All seven projections of every layer by default (224 weights on Llama-3-8B, as in the GAC paper).
+    All seven projections of every layer by default (224 weights on Llama-3-8B, as in the GAC paper). ``svd``: the
+    factorisation method (:data:`~gac.compression.compressors.lowrank_math.SVD_METHODS`; ``"exact"`` is the full
+    float64 SVD). ``sensitivity_grid``: the kept parameter ratios of the sensitivity table (each in (0, 1]; 1 means
+    dense).
     """
 
     name = "asvd"
     default_proxy = "activation"
     needs_act = True
+    default_allocation = "sensitivity"
 
-    def __init__(self, projections=PROJECTIONS, layers=None, alpha: float = 0.5):
-        super().__init__(projections, layers)
+    def __init__(self, projections=PROJECTIONS, layers=None, alpha: float = 0.5, sensitivity_grid=SENSITIVITY_GRID,
+                 svd: str = DEFAULT_SVD):
+        super().__init__(projections, layers, svd)
         self.alpha = float(alpha)
+        self.sensitivity_grid = check_sensitivity_grid(sensitivity_grid)
 
     def _factors(self, W, st, unit):
         if st is None or st.act_abs is None:
             raise GacError(f"ASVD needs activation statistics for {unit.name}; calibration did not record them")
-        A, B = asvd_factors(W, st.act_abs_mean(), self.alpha, max_rank=unit.d_cap, name=unit.name)
-        return A, B, {}
+        act = st.act_abs_mean()
+        A, B, S = asvd_factors(W, act, self.alpha, max_rank=unit.d_cap, name=unit.name, method=self.svd,
+                               return_sigma=True)
+        return A, B, S, {"col_scale": asvd_scaling(act, self.alpha, unit.name)}

@@ -8,10 +8,14 @@ A compressor is a small class (this module) plus pure tensor math in a sibling m
    a channel order); computed once, reused for every ratio and strategy;
 4. ``apply(model, dims, factors)`` — swap the layers for the chosen dimensions (through :func:`gac.compression.modules.replace_module`).
 
-Low-rank units cap ``d_max`` at the *break-even rank*: the largest rank whose factors ``r * (out + in)`` hold no
-more parameters than the dense ``out * in`` weight, rounded down to a multiple of the alignment unit (a rank-d_max
-factorisation is still applied; the dense weight is never kept), so the plan's parameter count is exactly the
-compressed model's weight count and ``d_max`` itself is aligned.
+Low-rank units cap ``d_max`` at the *break-even rank*, rounded down to a multiple of the alignment unit, so ``d_max``
+itself is aligned. A unit with a **dense option** (``dense_option``: ASVD's and SVD-LLM's per-projection units) may
+also stay unfactorised: its plan dimension is then ``d_full = min(out, in)`` at a cost of ``out * in``, and its cap is
+the largest rank whose factors ``r * (out + in)`` hold strictly fewer parameters than the dense weight — a rank at or
+above break-even is never useful beside the dense weight, which is exact and no larger. Units without a dense
+option (PaLU's head groups share one down-projection) cap at the largest rank holding no more parameters than the
+dense weight, and are always factorised. Either way the plan's parameter count is exactly the compressed model's
+weight count.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from gac.compression.discovery import ModelLayout
@@ -38,6 +43,7 @@ class Unit:
     d_cap: int  # the largest useful dimension (break-even rank for low rank)
     modules: tuple[str, ...]
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    dense_option: bool = False  # may stay unfactorised (plan dimension d_full, cost dense_params)
 
     def d_max(self, unit: int) -> int:
         if self.kind == "lowrank":
@@ -45,11 +51,23 @@ class Unit:
             return aligned if aligned >= unit else self.d_cap
         return self.d_cap
 
+    @property
+    def dense_dim(self) -> int | None:
+        """The plan dimension that means "left dense" (``d_full``), or None without a dense option."""
+        return self.d_full if self.dense_option else None
 
-def lowrank_unit(name: str, out_f: int, in_f: int, modules: tuple[str, ...], meta: dict | None = None) -> Unit:
-    ppd, dense = out_f + in_f, out_f * in_f
-    return Unit(name, "lowrank", ppd, dense, min(out_f, in_f), max(1, min(min(out_f, in_f), dense // ppd)), modules,
-                dict(meta or {}))
+    def is_dense(self, d: int) -> bool:
+        return self.dense_option and int(d) == self.d_full
+
+
+def lowrank_unit(name: str, out_f: int, in_f: int, modules: tuple[str, ...], meta: dict | None = None,
+                 dense: bool = False) -> Unit:
+    """A low-rank unit for an ``out_f x in_f`` weight; ``dense``: it may stay unfactorised (see the module docstring)."""
+    ppd, size = out_f + in_f, out_f * in_f
+    full = min(out_f, in_f)
+    cap = max(1, min(full - 1, (size - 1) // ppd)) if dense else max(1, min(full, size // ppd))
+    return Unit(name, "lowrank", ppd, size, full, cap, modules,
+                {"shape": [out_f, in_f], **(meta or {})}, dense_option=dense)
 
 
 def parse_layers(layers, n_layers: int, default: range | None = None) -> list[int]:
@@ -82,6 +100,15 @@ class Compressor:
     supports_sensitivity: bool = True
     # the d* rule that reproduces the method's reference implementation (gac.compression.allocation.ALLOCATIONS)
     default_allocation: str = "proportional"
+    sensitivity_grid: tuple[float, ...] | None = None  # kept-parameter ratios probed by allocation="sensitivity"
+
+    keeps_calibration: bool = False  # the calibration token ids are kept with the prepared state (for after_apply)
+
+    def after_apply(self, model: nn.Module, units: list[Unit], dims: dict[str, int], originals: dict, calib_ids,
+                    layout: ModelLayout) -> dict:
+        """A step after :meth:`apply` (SVD-LLM's parameter update); ``originals``: the modules apply replaced.
+        Returns extra report fields. The default does nothing."""
+        return {}
 
     def options(self) -> dict:
         """The constructor arguments, for the checkpoint recipe."""
@@ -118,7 +145,7 @@ class Compressor:
             more = f" (+{len(unknown) - 3} more)" if len(unknown) > 3 else ""
             raise GacError(
                 f"plan targets {unknown[:3]}{more} do not exist in this architecture for {self.name} (its {len(units)} "
-                f"targets look like {units[0].name!r} if units else 'nothing'); the plan was made for another model, "
+                f"targets look like {repr(units[0].name) if units else 'nothing'}); the plan was made for another model, "
                 f"compressor or compressor options — bench it with the model and options it was made for")
         for n, d in dims.items():
             u = by_name[n]
@@ -134,10 +161,13 @@ class Compressor:
         factors (``||A[:, k]||^2 = sigma_k``). Pruning overrides this with the ranked channel energies.
         """
         f = factors.get(unit.name, {})
+        S = f.get("S")
+        if S is not None:  # the singular values, stored by the factorisation: no pass over A
+            return S.double().pow(2)
         A = f.get("A")
         if A is None:
             return None
-        return A.double().pow(2).sum(0).pow(2)
+        return torch.linalg.vector_norm(A, dim=0).double().pow(4)
 
     def marginal_score(self, unit: Unit, d_star: float, factors: dict, align_unit: int) -> float | None:
         """Error per parameter of the aligned step that brackets d*: mean error of dimensions
@@ -152,6 +182,11 @@ class Compressor:
 
     def stat_modules(self, units: list[Unit]) -> list[str]:
         return sorted({m for u in units for m in u.modules})
+
+    def stat_requests(self, model: nn.Module, units: list[Unit]) -> tuple[set[str], set[str]]:
+        """Which modules calibration must collect ``X^T X`` for, and which the output Gram ``Y^T Y`` (out x out) for.
+        Default: X^T X for every statistics module when :attr:`needs_xtx`, no output Grams."""
+        return (set(self.stat_modules(units)) if self.needs_xtx else set()), set()
 
 
 def _jsonable(v):

@@ -28,6 +28,11 @@ allocation         ``fisher_uniform``: one score per projection,   ``proportiona
 PaLU then rounds each group's rank to the nearest multiple of 32 (at least 32): in gac that is the ``round_nearest``
 strategy with ``unit=32``; the ``unaligned`` strategy keeps the search's ranks as integers.
 
+``svd`` (gac's, as for ASVD / SVD-LLM): the factorisation method of
+:data:`~gac.compression.compressors.lowrank_math.SVD_METHODS`; ``exact`` is the reference's full float64 SVD, the
+default the Gram method of :data:`~gac.compression.compressors.lowrank_math.DEFAULT_SVD` (a head group is narrower
+than the hidden size, so the whitened Gram ``W_g X^T X W_g^T`` needs no ``L^-1``; docs/scale.md has the accuracy).
+
 ``group_size`` must divide the model's KV head count (PaLU raises otherwise); ``None`` means PaLU's 4, or all KV
 heads when the model has fewer than 4.
 """
@@ -38,7 +43,14 @@ import torch
 from torch import nn
 
 from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
-from gac.compression.compressors.lowrank_math import _lapack_threads, svd_factors, whitened_factors, whitening
+from gac.compression.compressors.lowrank_math import (
+    DEFAULT_SVD,
+    SVD_METHODS,
+    _lapack_threads,
+    svd_factors,
+    whitened_factors,
+    whitening,
+)
 from gac.compression.discovery import ModelLayout
 from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import GroupedLowRankLinear, get_module, replace_module
@@ -57,7 +69,7 @@ class PaLU(Compressor):
     supports_sensitivity = False
 
     def __init__(self, layers=None, group_size: int | None = None, projections=("k_proj", "v_proj"),
-                 decomposition: str = "whiten", rank_cap: str = "full"):
+                 decomposition: str = "whiten", rank_cap: str = "full", svd: str = DEFAULT_SVD):
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
             raise GacError(f"PaLU group_size must be a positive number of KV heads per group (or null for PaLU's "
                            f"{PALU_GROUP_SIZE}), got {group_size!r}")
@@ -68,8 +80,10 @@ class PaLU(Compressor):
             raise unknown_name("PaLU decomposition", str(decomposition), DECOMPOSITIONS)
         if rank_cap not in RANK_CAPS:
             raise unknown_name("PaLU rank_cap", str(rank_cap), RANK_CAPS)
+        if svd not in SVD_METHODS:
+            raise unknown_name("factorisation method (compressor option svd)", str(svd), SVD_METHODS)
         self.layers, self.group_size, self.projections = layers, group_size, tuple(projections)
-        self.decomposition, self.rank_cap = decomposition, rank_cap
+        self.decomposition, self.rank_cap, self.svd = decomposition, rank_cap, svd
         self.needs_xtx = decomposition == "whiten"  # X^T X of the k_proj / v_proj inputs from calibration
 
     def heads_per_group(self, num_kv_heads: int) -> int:
@@ -124,8 +138,8 @@ class PaLU(Compressor):
             W = get_module(model, m).weight
             a, b = u.meta["rows"]
             if self.decomposition == "svd":
-                A, B = svd_factors(W[a:b], max_rank=u.d_cap, name=u.name)
-                out[u.name] = {"A": A, "B": B}
+                A, B, S = svd_factors(W[a:b], max_rank=u.d_cap, name=u.name, method=self.svd, return_sigma=True)
+                out[u.name] = {"A": A.cpu(), "B": B.cpu(), "S": S.cpu()}
                 continue
             if m not in roots:  # one Cholesky factor per projection, shared by its head groups
                 st = stats.get(m)
@@ -134,8 +148,9 @@ class PaLU(Compressor):
                 with _lapack_threads(st.xtx):
                     roots[m] = whitening(st.xtx, name=m)
             L, how = roots[m]
-            A, B = whitened_factors(W[a:b], L, max_rank=u.d_cap, name=u.name)
-            out[u.name] = {"A": A, "B": B, "whitening": how}
+            A, B, S = whitened_factors(W[a:b], L, max_rank=u.d_cap, name=u.name, method=self.svd, how=how,
+                                       return_sigma=True)
+            out[u.name] = {"A": A.cpu(), "B": B.cpu(), "S": S.cpu(), "whitening": how}
         return out
 
     def module_specs(self, model, units, dims):

@@ -1,0 +1,220 @@
+"""How much memory a compression job needs, estimated from the model's config before anything is loaded.
+
+:func:`estimate_footprint` adds up, in bytes, what :func:`gac.compression.compress.prepare` holds at its peak on the
+job's device (and on the host, where the factors are kept):
+
+* **weights**: every parameter in the job's dtype (counted exactly on a meta-device copy of the architecture);
+* **calibration**: the hidden states of all calibration samples at one layer (``n * seq_len * hidden``) plus one
+  sample's pass through one layer (its projections' inputs and outputs, the float64 copies the statistics take);
+* **statistics**: one decoder layer's float64 ``X^T X`` / ``Y^T Y`` (what the compressor asks for; streaming drops
+  them once the layer is factorised, ``stream=False`` keeps every layer's);
+* **factorisation**: the working set of the largest weight's factorisation in its method's precision;
+* **gradients** (gradient/Fisher proxies, LLM-Pruner): one sample's activations kept for the backward (every layer,
+  or with ``grad_checkpoint`` the layers' inputs plus one layer), the logits with their float32 loss and gradient,
+  and one weight's gradient with the hook's float32 temporaries; with an element-wise proxy (``taylor``,
+  ``fisher_rms``: :data:`~gac.compression.importance.ELEMENTWISE`) also one float32 running sum per weight element
+  of the scored projections, held for the whole pass;
+* **factors**: the low-rank factors up to each weight's break-even rank in float32 (about the compressed weights'
+  own size), kept on the host;
+* a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``).
+
+The activation terms use per-token element counts of a Llama decoder layer's saved tensors
+(:data:`ACT_PER_TOKEN_H`, :data:`ACT_PER_TOKEN_I`); ``benchmarks/scale.py`` prints each run's estimate beside the
+measured peak (docs/scale.md). :func:`check_fits` turns an estimate above what the device has into a
+:class:`~gac.errors.GacError` naming the estimate and what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+from gac.errors import GacError
+
+log = logging.getLogger(__name__)
+
+MB = 1024.0 * 1024.0
+GB = 1024.0 * MB
+BASE_MB = 600.0  # interpreter + torch + transformers, measured RSS after import (~450-550 MB)
+# Saved-for-backward elements per token of one Llama decoder layer, in units of hidden (h) and intermediate (I)
+# widths: norms' inputs and outputs, q/k/v after rotary, attention output, o_proj input, residuals (~10 h); gate and
+# up outputs, the activation, the product, down_proj's input (~5 I). Checked against measured peaks (docs/scale.md).
+ACT_PER_TOKEN_H, ACT_PER_TOKEN_I = 10, 5
+_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+@dataclass
+class Footprint:
+    """Estimated peak bytes by component; ``device_bytes`` on the job's device, ``host_bytes`` on the host."""
+
+    device: str
+    dtype: str
+    params: int
+    weights: int
+    calibration: int
+    statistics: int
+    factorization: int
+    gradients: int
+    factors: int
+    base: int
+    device_bytes: int
+    host_bytes: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        parts = [f"weights {self.weights / GB:.1f}", f"calibration {self.calibration / GB:.2f}",
+                 f"statistics {self.statistics / GB:.2f}", f"factorisation {self.factorization / GB:.2f}"]
+        if self.gradients:
+            parts.append(f"gradients {self.gradients / GB:.2f}")
+        parts.append(f"factors {self.factors / GB:.2f}")
+        return ", ".join(parts) + " GiB"
+
+
+def _shapes(config) -> dict:
+    h = int(config.hidden_size)
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    hd = int(getattr(config, "head_dim", None) or h // heads)
+    return {"h": h, "inter": int(config.intermediate_size), "L": int(config.num_hidden_layers), "V": int(config.vocab_size),
+            "q": heads * hd, "kv": kv * hd}
+
+
+def count_params(config) -> int:
+    """Exact parameter count of ``config``'s causal LM (built on the meta device: no memory, no weights)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _linears(s: dict) -> dict[str, tuple[int, int]]:
+    """(out, in) of one decoder layer's projections."""
+    h, inter, q, kv = s["h"], s["inter"], s["q"], s["kv"]
+    return {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q), "gate_proj": (inter, h),
+            "up_proj": (inter, h), "down_proj": (h, inter)}
+
+
+def _scored_params(comp, s: dict, lin: dict) -> int:
+    """Weight elements of the projections the gradient pass scores (its statistics modules), from shapes alone."""
+    from gac.compression.compressors.base import parse_layers
+
+    L = s["L"]
+    if comp.name == "llm_pruner":
+        from gac.compression.compressors.llm_pruner import LAYER_PRESETS, layer_range
+
+        layers = comp.layers
+        idx = (parse_layers(None, L, default=layer_range(layers or "reference", L))
+               if layers is None or layers in LAYER_PRESETS else parse_layers(layers, L))
+        projs = ("gate_proj", "up_proj", "down_proj")
+    else:
+        idx = parse_layers(getattr(comp, "layers", None), L)
+        projs = tuple(getattr(comp, "projections", tuple(lin)))
+    return len(idx) * sum(o * i for p, (o, i) in lin.items() if p in projs)
+
+
+def estimate_footprint(config, compressor: str, *, dtype: str = "float32", device: str = "cpu", n_samples: int = 32,
+                       seq_len: int = 2048, proxy: str | None = None, compressor_options: dict | None = None,
+                       stream: bool = True, grad_checkpoint: bool = False, params: int | None = None) -> Footprint:
+    """The estimated peak memory of ``prepare`` for ``compressor`` on a model of ``config`` (see module docstring)."""
+    from gac.compression.compressors import get_compressor
+    from gac.compression.compressors.lowrank_math import DEFAULT_SVD
+    from gac.compression.importance import get_proxy
+
+    comp = get_compressor(compressor, **(compressor_options or {}))
+    prox = get_proxy(proxy or comp.default_proxy)
+    b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
+    s = _shapes(config)
+    h, inter, L, V = s["h"], s["inter"], s["L"], s["V"]
+    P = params if params is not None else count_params(config)
+    lin = _linears(s)
+    method = getattr(comp, "svd", DEFAULT_SVD)
+    lowrank = comp.name in ("asvd", "svd_llm", "palu")
+
+    need_act = comp.needs_act or comp.needs_xtx or "act" in prox.needs
+    need_grad = "grad" in prox.needs
+    calibration = 0
+    if need_act:
+        inputs = seq_len * (3 * h + inter) * b  # the distinct projection inputs of one sample at one layer
+        f64 = 2 * seq_len * max(h, inter) * 8  # float64 copy of the widest input and its square
+        calibration = n_samples * seq_len * h * b + seq_len * (4 * h + 3 * inter + 2 * s["kv"]) * b + inputs + f64
+    statistics = 0
+    if comp.name == "svd_llm":
+        if method.startswith("gram"):  # X^T X where out > in (gate/up share it), Y^T Y where out <= in
+            ins = {h} if any(o > i for o, i in lin.values()) else set()
+            statistics = 8 * (sum(n * n for n in ins) + sum(o * o for o, i in lin.values() if o <= i))
+        else:  # X^T X per distinct input: q/k/v, o, gate/up, down
+            statistics = 8 * (h * h + s["q"] ** 2 + h * h + inter * inter)
+    elif comp.name == "palu" and comp.needs_xtx:  # k_proj and v_proj share their input
+        statistics = 8 * h * h
+    elif getattr(comp, "needs_xtx", False):
+        statistics = 8 * (h * h + s["q"] ** 2 + h * h + inter * inter)
+    if not stream:
+        statistics *= L
+    factorization = 0
+    if lowrank:
+        c = 4 if method in ("gram32", "randomized") else 8
+        for o, i in lin.values():
+            mn, lo = o * i, min(o, i)
+            k = max(1, mn // (o + i))
+            if method == "exact":
+                ws = (2 * mn + o * lo + lo * i + 4 * lo * lo) * 8
+            elif comp.name == "svd_llm" and o > i:  # through the whitening, float64
+                ws = (2 * mn + 4 * i * i) * 8 + k * (o + i) * 8
+            else:
+                ws = 2 * mn * c + 3 * lo * lo * c + k * (o + i) * c
+            factorization = max(factorization, ws + k * (o + i) * 4)
+    gradients = 0
+    if need_grad:
+        per_layer = seq_len * (ACT_PER_TOKEN_H * h + ACT_PER_TOKEN_I * inter) * b
+        acts = (L * seq_len * h * b + per_layer) if grad_checkpoint else L * per_layer
+        logits = seq_len * V * (b + 12)  # lm_head output, float32 copy, log-softmax, its gradient
+        one_grad = max(o * i for o, i in lin.values()) * (b + 16)  # a weight's gradient and the hook's float32 temps
+        gradients = acts + logits + one_grad + len(prox.elementwise) * 4 * _scored_params(comp, s, lin)
+    factors = 0
+    if lowrank:
+        targets = {"palu": ("k_proj", "v_proj")}.get(comp.name, tuple(lin))
+        factors = L * sum(max(1, o * i // (o + i)) * (o + i) * 4 for p, (o, i) in lin.items() if p in targets)
+    weights = P * b
+    base = int(BASE_MB * MB)
+    work = max(calibration + statistics + factorization, gradients)
+    on_gpu = str(device).startswith("cuda")
+    if on_gpu:
+        device_bytes = weights + work
+        host_bytes = base + factors
+    else:
+        device_bytes = host_bytes = base + weights + factors + work
+    return Footprint(str(device), str(dtype), int(P), int(weights), int(calibration), int(statistics),
+                     int(factorization), int(gradients), int(factors), base, int(device_bytes), int(host_bytes))
+
+
+def check_fits(fp: Footprint, available: dict[str, float | None], host_available_mb: float | None = None,
+               what: str = "this job") -> None:
+    """Raise :class:`GacError` when ``fp`` needs more than ``available`` (``resources.device_memory``) holds."""
+    need_dev = fp.device_bytes / MB
+    have = available.get("available_mb")
+    on_gpu = str(fp.device).startswith("cuda")
+    problems = []
+    if have is not None and need_dev > have:
+        problems.append(f"{'GPU' if on_gpu else 'host'} memory: needs about {need_dev / 1024:.1f} GiB, "
+                        f"{have / 1024:.1f} GiB available on {available.get('device', fp.device)}")
+    if on_gpu and host_available_mb is not None and fp.host_bytes / MB > host_available_mb:
+        problems.append(f"host memory for the factors: needs about {fp.host_bytes / GB:.1f} GiB, "
+                        f"{host_available_mb / 1024:.1f} GiB available")
+    if not problems:
+        return
+    fixes = []
+    if fp.dtype == "float32":
+        fixes.append("a 16-bit dtype (gpu.dtype=bfloat16) halves the weights")
+    if not on_gpu:
+        fixes.append("a GPU (gpu=h100) holds the weights and working set off the host")
+    if fp.calibration > 0.05 * fp.device_bytes:
+        fixes.append("fewer calibration samples (calibration.n_samples) or a shorter calibration.seq_len")
+    if fp.gradients > 0.2 * fp.device_bytes:
+        fixes.append("a shorter calibration.seq_len (the gradient pass holds one sample's activations and logits)")
+    fixes.append("a smaller model or fewer layers (compressor.options.layers)")
+    raise GacError(f"{what} will not fit: {'; '.join(problems)} (estimate: {fp.summary()}); try "
+                   + ", or ".join(fixes) + " (see docs/scale.md)")

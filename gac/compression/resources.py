@@ -1,0 +1,232 @@
+"""Wall time and peak memory per stage: host RSS (sampled and checked against the process high-water mark) and
+GPU memory (``torch.cuda.max_memory_allocated``, reset per stage).
+
+>>> meter = ResourceMeter("cpu")
+>>> with meter.stage("calibration"):
+...     ...
+>>> meter.timings()     # {"calibration_s": 1.23}
+>>> meter.memory()      # {"calibration": {"peak_rss_mb": ..., "start_rss_mb": ..., "end_rss_mb": ..., "cpu_s": ...}}
+
+``cpu_s`` is the process's CPU time (user + system, all threads) during the stage: on a shared machine it is what
+the stage cost, while the wall time also counts the time other processes held the cores.
+
+A stage may be entered many times (streaming calibration enters ``calibration``, ``score`` and ``factorize`` once per
+decoder layer): its time is the sum, its peak the maximum. Stages nest: an inner stage's samples count for the outer
+ones too, and a GPU peak reset for an inner stage first folds the peak so far into every open stage.
+
+Host peak. A daemon thread reads the resident set size (``/proc/self/statm``) every ``interval`` seconds while a stage
+is open; at the end of a stage the kernel's high-water mark (``getrusage`` ``ru_maxrss``) is read too: when it rose
+during the stage the stage set a new process peak, and that exact value is the stage's peak. So a stage's peak is
+exact whenever it is the process's highest so far, and sampled (blind to spikes shorter than ``interval``)
+otherwise. Nothing process-wide is reset (the high-water mark stays what other tools expect).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import sys
+import threading
+import time
+
+MB = 1024.0 * 1024.0
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def current_rss() -> int:
+    """Resident set size of this process in bytes (0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def peak_rss() -> int:
+    """The process's resident high-water mark in bytes (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    v = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(v) if sys.platform == "darwin" else int(v) * 1024
+
+
+def _cuda(device) -> int | None:
+    """The CUDA device index to account on, or None (CPU jobs, or no CUDA)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    dev = torch.device(device) if device is not None else None
+    if dev is None or dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far (all threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _Open:
+    __slots__ = ("name", "t0", "cpu0", "peak", "gpu_peak", "start_rss", "hwm0")
+
+    def __init__(self, name: str, start_rss: int, hwm0: int):
+        self.name, self.t0, self.cpu0, self.peak, self.gpu_peak = name, time.perf_counter(), cpu_seconds(), start_rss, 0
+        self.start_rss, self.hwm0 = start_rss, hwm0
+
+
+class ResourceMeter:
+    """Per-stage wall time and peak memory (see the module docstring). ``device``: the job's device; GPU memory is
+    accounted when it is a CUDA device."""
+
+    def __init__(self, device: str | None = "cpu", interval: float = 0.005):
+        self.interval = float(interval)
+        self.cuda = _cuda(device)
+        self._open: list[_Open] = []
+        self._seconds: dict[str, float] = {}
+        self._mem: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.overall_peak = current_rss()
+
+    # -- sampling ------------------------------------------------------------------------------------------------
+    def _sample(self) -> None:
+        rss = current_rss()
+        with self._lock:
+            self.overall_peak = max(self.overall_peak, rss)
+            for o in self._open:
+                if rss > o.peak:
+                    o.peak = rss
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
+            self._sample()
+
+    def _start_thread(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(self._stop,), name="gac-rss-sampler", daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join()
+        self._stop = self._thread = None
+
+    def _fold_gpu(self) -> None:
+        if self.cuda is None:
+            return
+        import torch
+
+        p = int(torch.cuda.max_memory_allocated(self.cuda))
+        for o in self._open:
+            o.gpu_peak = max(o.gpu_peak, p)
+
+    # -- stages --------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        """Time ``name`` and record its peak host (and GPU) memory; repeated entries add up (time) or max (peak)."""
+        self._fold_gpu()
+        if self.cuda is not None:
+            import torch
+
+            torch.cuda.synchronize(self.cuda)
+            torch.cuda.reset_peak_memory_stats(self.cuda)
+        rss = current_rss()
+        o = _Open(name, rss, peak_rss())
+        with self._lock:
+            self._open.append(o)
+        if self._thread is None:
+            self._start_thread()
+        try:
+            yield self
+        finally:
+            if self.cuda is not None:
+                import torch
+
+                torch.cuda.synchronize(self.cuda)
+            self._sample()
+            self._fold_gpu()
+            end = current_rss()
+            hwm = peak_rss()
+            with self._lock:
+                self._open.remove(o)
+                idle = not self._open
+            if idle:
+                self._stop_thread()
+            if hwm > o.hwm0:  # this stage raised the process high-water mark: that value is its exact peak
+                o.peak = max(o.peak, hwm)
+                self.overall_peak = max(self.overall_peak, hwm)
+            self._record(o, end, time.perf_counter() - o.t0)
+
+    def _record(self, o: _Open, end_rss: int, seconds: float) -> None:
+        self._seconds[o.name] = self._seconds.get(o.name, 0.0) + seconds
+        m = self._mem.get(o.name)
+        if m is None:
+            m = self._mem[o.name] = {"peak_rss_mb": 0.0, "start_rss_mb": round(o.start_rss / MB, 1), "cpu_s": 0.0}
+            if self.cuda is not None:
+                m["gpu_peak_mb"] = 0.0
+        m["cpu_s"] = round(m["cpu_s"] + cpu_seconds() - o.cpu0, 3)
+        m["peak_rss_mb"] = round(max(m["peak_rss_mb"], o.peak / MB), 1)
+        m["end_rss_mb"] = round(end_rss / MB, 1)
+        if self.cuda is not None:
+            m["gpu_peak_mb"] = round(max(m["gpu_peak_mb"], o.gpu_peak / MB), 1)
+
+    def timings(self, suffix: str = "_s") -> dict[str, float]:
+        return {f"{k}{suffix}": v for k, v in self._seconds.items()}
+
+    def memory(self) -> dict[str, dict]:
+        return {k: dict(v) for k, v in self._mem.items()}
+
+    def peak_mb(self) -> float:
+        """The highest RSS seen while any stage was open (exact when a stage raised the process high-water mark)."""
+        return round(self.overall_peak / MB, 1)
+
+
+def device_memory(device: str = "cpu") -> dict:
+    """What the job's device holds: ``{"device", "total_mb", "available_mb"}`` (host: MemAvailable and any cgroup
+    limit; CUDA: ``torch.cuda.mem_get_info``)."""
+    idx = _cuda(device)
+    if idx is not None:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(idx)
+        return {"device": f"cuda:{idx}", "total_mb": total / MB, "available_mb": free / MB}
+    total = avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in f if ":" in ln}
+        total, avail = info.get("MemTotal"), info.get("MemAvailable")
+    except (OSError, ValueError):
+        pass
+    limit = _cgroup_limit()
+    if limit is not None:
+        used = _cgroup_usage() or 0
+        total = min(total or limit, limit)
+        avail = min(avail if avail is not None else limit, max(limit - used, 0))
+    return {"device": "cpu", "total_mb": None if total is None else total / MB,
+            "available_mb": None if avail is None else avail / MB}
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            s = f.read().strip()
+        return None if s in ("max", "") else int(s)
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_limit() -> int | None:
+    v = _read_int("/sys/fs/cgroup/memory.max")
+    if v is None:
+        v = _read_int("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+        if v is not None and v >= 1 << 60:  # cgroup v1 "unlimited"
+            v = None
+    return v
+
+
+def _cgroup_usage() -> int | None:
+    v = _read_int("/sys/fs/cgroup/memory.current")
+    return v if v is not None else _read_int("/sys/fs/cgroup/memory/memory.usage_in_bytes")

@@ -1,0 +1,200 @@
+"""The job config's types: dataclasses registered in Hydra's ConfigStore as ``gac_schema``.
+
+``conf/config.yaml`` lists ``gac_schema`` first in its defaults, so Hydra itself checks every value's type and every
+key of a group (``align.unit=abc`` or a typo'd key in a group file fail at composition, the file or override named).
+:func:`validate_config` applies the same schema to a plain dict (tests and notebooks build configs by hand) and turns
+OmegaConf's error into one :class:`~gac.errors.GacError` line with close matches. Ranges and names (ratio in (0, 1),
+known compressors, strategies, tasks...) stay in :func:`gac.jobs.pipeline.spec_from_config`, which has the
+suggestions.
+
+The top level is open (``+my_label=...`` adds a key); groups are closed (an unknown key is a typo).
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional  # noqa: UP035 - OmegaConf reads these annotations at runtime
+
+from omegaconf import MISSING
+
+from gac.errors import GacError
+
+SCHEMA_NAME = "gac_schema"
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    spec: str = MISSING
+    dtype: Optional[str] = None  # noqa: UP045
+    random_weights: bool = False
+    arch: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045
+    calibration_source: str = "wikitext2"
+    calibration_seq_len: int = 2048
+    ppl_source: Optional[str] = None  # noqa: UP045
+    task_files: Any = None  # "tiny", null (the hub) or {task: path}
+
+
+@dataclass
+class CompressorConfig:
+    name: str = MISSING
+    options: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006 - checked by the compressor itself
+
+
+@dataclass
+class ProxyConfig:
+    name: Optional[str] = None  # noqa: UP045 - null: the compressor's own proxy
+
+
+@dataclass
+class AlignConfig:
+    strategy: str = "gac"
+    unit: int = 8
+    window: int = 8
+    use_profile: bool = True
+    knapsack_score: str = "marginal"
+
+
+@dataclass
+class GpuConfig:
+    name: str = "cpu"
+    device: str = "cpu"
+    dtype: Optional[str] = None  # noqa: UP045
+    profile: str = "none"
+    allow_profile_mismatch: bool = False
+
+
+@dataclass
+class EvalConfig:  # gac.jobs.pipeline.EvalSpec's fields and defaults (tests/jobs/test_schema.py keeps them equal)
+    ppl: bool = True
+    ppl_seq_len: Optional[int] = None  # noqa: UP045
+    ppl_max_windows: Optional[int] = None  # noqa: UP045
+    tasks: List[str] = field(default_factory=lambda: ["piqa", "hellaswag"])  # noqa: UP006
+    limit: Optional[int] = 200  # noqa: UP045
+    batch_size: int = 8
+    latency: bool = True
+    latency_batch: int = 1
+    latency_seq_lens: List[int] = field(default_factory=lambda: [1024])  # noqa: UP006
+    latency_batches: List[Any] = field(default_factory=list)  # noqa: UP006 - [[batch, seq_len], ...]
+    decode_tokens: int = 0
+    warmup: Optional[int] = None  # noqa: UP045
+    iters: Optional[int] = None  # noqa: UP045
+    trials: Optional[int] = None  # noqa: UP045
+
+
+@dataclass
+class WandbConfig:
+    project: str = "gac"
+    entity: Optional[str] = None  # noqa: UP045
+    mode: str = "offline"
+    tags: List[str] = field(default_factory=list)  # noqa: UP006
+
+
+@dataclass
+class LoggerConfig:
+    wandb: Optional[WandbConfig] = None  # noqa: UP045 - null: the disk logger only
+
+
+@dataclass
+class CalibrationConfig:
+    source: str = "wikitext2"
+    n_samples: int = 32
+    seq_len: int = 2048
+    seed: Optional[int] = None  # noqa: UP045 - null: the job's seed
+
+
+@dataclass
+class BenchConfig:
+    after_sweep: bool = False
+    overrides: List[str] = field(default_factory=list)  # noqa: UP006
+
+
+@dataclass
+class GacConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    compressor: CompressorConfig = field(default_factory=CompressorConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    ratio: float = 0.15
+    seq_len: int = 1024
+    seed: int = 0
+    allocation: str = "default"
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    results_dir: str = "results"
+    force: bool = False
+    quiet: bool = False
+    verbose: bool = False
+    on_busy: str = "wait"
+    experiment_name: str = "default"
+    sweep: Optional[str] = None  # noqa: UP045
+    save_model: Optional[str] = None  # noqa: UP045
+    bench: BenchConfig = field(default_factory=BenchConfig)
+
+
+def register() -> None:
+    """Put the schema in Hydra's ConfigStore (idempotent); ``conf/config.yaml`` composes it first."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=GacConfig)
+
+
+def schema():
+    """The schema as an OmegaConf node (open: unknown keys are :func:`validate_config`'s own check)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(GacConfig)
+    OmegaConf.set_struct(node, False)
+    return node
+
+
+def validate_config(cfg: dict) -> dict:
+    """``cfg`` (a resolved config as a plain dict) checked against the schema: an unknown key in a group (``align``,
+    ``eval``, ``logger.wandb``...) or a value of the wrong type raises one :class:`GacError` line naming the key (with
+    close matches); returns the dict with values converted as OmegaConf does (``"8"`` -> 8 for an int field)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _check_keys(cfg, GacConfig, "", top=True)
+    try:
+        merged = OmegaConf.merge(schema(), cfg)
+    except OmegaConfBaseException as e:
+        key = str(getattr(e, "full_key", "") or "")
+        text = str(getattr(e, "msg", "") or str(e)).strip().splitlines()[0]
+        raise GacError(f"config: {key}: {text}" if key else f"config: {text}") from None
+    try:
+        out = OmegaConf.to_container(merged, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as e:
+        key = str(getattr(e, "full_key", "") or "")
+        raise GacError(f"config: missing key {key!r} (a required value; set it or pick a {key.split('.')[0]} "
+                       f"config)") from None
+    return out
+
+
+def _check_keys(d, cls, prefix: str, top: bool = False) -> None:
+    import difflib
+
+    if not isinstance(d, dict):
+        return
+    known = {f.name: f for f in fields(cls)}
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        f = known.get(k)
+        if f is None:
+            if top:
+                continue  # the top level is open: labels and +new keys are the user's
+            close = difflib.get_close_matches(str(k), list(known), n=3, cutoff=0.5)
+            parent = prefix.rstrip(".")
+            hint = f"; did you mean {' or '.join(repr(f'{parent}.{c}') for c in close)}?" if close else ""
+            raise GacError(f"config: unknown key {path!r}{hint} (known under {parent!r}: {', '.join(sorted(known))})")
+        inner = _dataclass_of(f)
+        if inner is not None:
+            _check_keys(v, inner, f"{path}.")
+
+
+def _dataclass_of(f):
+    t = f.type
+    for cand in (t, *getattr(t, "__args__", ())):
+        if hasattr(cand, "__dataclass_fields__"):
+            return cand
+    return None

@@ -1,0 +1,79 @@
+"""The typed config (gac.jobs.schema): Hydra checks types at composition, validate_config checks plain dicts."""
+
+import dataclasses
+
+import pytest
+from omegaconf import OmegaConf
+
+from gac.errors import GacError
+from gac.jobs.experiment import compose_config
+from gac.jobs.pipeline import EvalSpec, spec_from_config
+from gac.jobs.schema import EvalConfig, GacConfig, validate_config
+
+
+def _cfg(*overrides):
+    return OmegaConf.to_container(compose_config(list(overrides)), resolve=True)
+
+
+def test_eval_schema_matches_the_eval_spec():
+    spec = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(EvalSpec)}
+    schema = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+              for f in dataclasses.fields(EvalConfig)}
+    assert set(schema) == set(spec)
+    norm = {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.items()}
+    assert schema == norm  # same defaults: a hand-typed dict gets the same job key either way
+
+
+def test_the_schema_is_in_hydras_config_store():
+    from hydra.core.config_store import ConfigStore
+
+    compose_config([])
+    assert ConfigStore.instance().load("gac_schema.yaml").node._metadata.object_type is GacConfig
+
+
+@pytest.mark.parametrize("overrides,msg", [
+    (["align.unit=abc"], "align.unit=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["ratio=abc"], "Value 'abc' of type 'str' could not be converted to Float"),
+    (["eval.limit=many"], "could not be converted to Integer"),
+    (["align.windw=2"], "did you mean 'align.window'"),
+])
+def test_hydra_checks_types_when_composing(overrides, msg):
+    with pytest.raises(GacError, match=msg):
+        compose_config(overrides)
+
+
+@pytest.mark.parametrize("path,value,msg", [
+    ("align.unit", True, "config: align.unit: Value 'True' of type 'bool' could not be converted to Integer"),
+    ("seq_len", "long", "config: seq_len: Value 'long'"),
+    ("eval.latency_seq_lens", ["a"], r"config: eval.latency_seq_lens\[0\]"),
+    ("eval.taks", [], r"unknown key 'eval.taks'; did you mean 'eval.tasks'"),
+    ("logger.wandb", {"projct": "x"}, "did you mean 'logger.wandb.project'"),
+    ("align.unit", 0, "align.unit must be a positive integer"),  # the range check stays in spec_from_config
+])
+def test_plain_dicts_are_checked_against_the_schema(path, value, msg):
+    cfg = _cfg("logger=wandb")
+    parent, _, leaf = path.rpartition(".")
+    node = cfg
+    for p in parent.split(".") if parent else []:
+        node = node[p]
+    node[leaf] = value
+    with pytest.raises(GacError, match=msg):
+        spec_from_config(cfg)
+
+
+def test_added_key_in_a_group_is_refused_but_top_level_labels_are_free():
+    with pytest.raises(GacError, match="unknown key 'align.windw'"):
+        spec_from_config(_cfg("+align.windw=2"))
+    assert spec_from_config(_cfg("+my_label=x")).key == spec_from_config(_cfg()).key
+
+
+def test_strings_that_are_numbers_convert_and_keep_the_key():
+    cfg = _cfg()
+    key = spec_from_config(cfg).key
+    cfg["align"]["unit"] = "8"
+    cfg["ratio"] = "0.15"
+    assert spec_from_config(cfg).key == key
+    del cfg["model"]["name"]
+    with pytest.raises(GacError, match="missing key 'model.name'"):
+        validate_config(cfg)

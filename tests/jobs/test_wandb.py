@@ -1,0 +1,165 @@
+"""W&B runs as W&B users expect them: names from the point's overrides, tags, metric namespaces, and a backfill from
+the store. The run contents are checked through the logger's calls into a recording stand-in for the wandb module
+(W&B's offline format is private); the real wandb writes the offline run directories."""
+
+import contextlib
+import io
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from gac.jobs.experiment import run_config
+from gac.jobs.tracking import backfill_wandb, namespaced_metrics, run_name, run_tags
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Run:
+    def __init__(self, calls, **kw):
+        self.kw, self.id, self.name = kw, f"fake{len(calls)}", kw.get("name")
+        self.logged, self.summary, self.artifacts, self.exit_code = [], {}, [], None
+        calls.append(self)
+
+    def log(self, d):
+        self.logged.append(d)
+
+    def log_artifact(self, a):
+        self.artifacts.append(a)
+
+    def finish(self, exit_code=0):
+        self.exit_code = exit_code
+
+
+def _fake_wandb(monkeypatch) -> list:
+    calls: list = []
+    mod = types.ModuleType("wandb")
+    mod.init = lambda **kw: _Run(calls, **kw)
+    mod.Settings = lambda **kw: kw
+
+    class Table:
+        def __init__(self, columns):
+            self.columns, self.rows = columns, []
+
+        def add_data(self, *row):
+            self.rows.append(row)
+
+    class Artifact:
+        def __init__(self, name, type):
+            self.name, self.type, self.files = name, type, {}
+
+        @contextlib.contextmanager
+        def new_file(self, name):
+            buf = io.StringIO()
+            yield buf
+            self.files[name] = buf.getvalue()
+
+    mod.Table, mod.Artifact = Table, Artifact
+    monkeypatch.setitem(sys.modules, "wandb", mod)
+    return calls
+
+
+def test_run_name_carries_the_swept_overrides_not_the_plumbing():
+    job = {"model": "tiny", "compressor": "asvd", "strategy": "gac", "ratio": 0.2}
+    name = run_name(job, ["proxy=fisher", "align=gac", "results_dir=/x", "hydra.sweep.dir=/m",
+                          "hydra/launcher=slurm_local", "experiment=proxy_compare", "+compressor.options.alpha=1"],
+                    "abcdef0123456789")
+    assert name == "proxy=fisher,align=gac,compressor.options.alpha=1 [abcdef]"
+    assert run_name(job, [], "abcdef0123456789") == "tiny,asvd,gac,r0.2 [abcdef]"
+    # the five proxy-comparison runs differ by more than a hash
+    names = {run_name(job, [f"proxy={p}", "align=gac"]) for p in ("magnitude", "activation", "gradient", "fisher", "random")}
+    assert len(names) == 5
+
+
+def test_tags_and_metric_namespaces():
+    job = {"experiment": "table5", "model": "tiny", "compressor": "asvd", "strategy": "gac", "gpu": "h100"}
+    assert run_tags(job, ["mine"]) == ["experiment:table5", "model:tiny", "compressor:asvd", "strategy:gac",
+                                       "gpu:h100", "mine"]
+    rec = {"metrics": {"ppl_wikitext2": 9.5, "piqa_acc": 0.6, "prefill_ms": 3.0, "prefill_ms@64": 3.1,
+                       "decode_ms_per_token": 1.0, "note": "x"},
+           "aligned_fraction": 1.0, "params": 10, "budget": 11, "plan": {"aligned_by_unit": {"8": 1.0}},
+           "timings": {"compress": 2.5, "flag": True}}
+    assert namespaced_metrics(rec) == {
+        "quality/ppl_wikitext2": 9.5, "quality/piqa_acc": 0.6, "latency/prefill_ms": 3.0, "latency/prefill_ms@64": 3.1,
+        "latency/decode_ms_per_token": 1.0, "plan/aligned_fraction": 1.0, "plan/params": 10, "plan/budget": 11,
+        "plan/aligned_by_unit/8": 1.0, "time/compress": 2.5}
+
+
+class _Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def backfill_cli(capsys, monkeypatch):
+    from gac.cli import main
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+    def run(results, *args):
+        capsys.readouterr()
+        rc = main(["wandb", "backfill", str(results), *args])
+        out = capsys.readouterr()
+        return _Result(rc, out.out, out.err)
+
+    return run
+
+
+def test_live_run_then_backfill(make_cfg, tmp_path, monkeypatch, backfill_cli):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    results = tmp_path / "results"
+    cfg = make_cfg("compressor=asvd", "align=gac", "ratio=0.3", "eval.tasks=[]", "logger=wandb")
+    assert cfg["logger"]["wandb"]["mode"] == "offline"
+    rec = run_config(cfg, overrides=["compressor=asvd", "align=gac", "ratio=0.3", f"results_dir={results}"])
+    # the real wandb wrote one offline run; the store's event log names it and the record it logged
+    events = [json.loads(x) for x in (results / "runs" / f"{rec['key']}.jsonl").read_text().splitlines()]
+    wb = [e for e in events if e["event"] == "wandb"]
+    assert len(wb) == 1 and wb[0]["created"] == rec["created"]
+    assert wb[0]["run_name"] == f"compressor=asvd,align=gac,ratio=0.3 [{rec['key'][:6]}]"
+    runs = list((results / "wandb").glob("offline-run-*"))
+    assert [r.name.rsplit("-", 1)[-1] for r in runs] == [wb[0]["run_id"]]
+
+    # a skipped re-launch logs nothing; a backfill leaves the logged record alone
+    again = run_config(cfg)
+    assert again["skipped"]
+    r = backfill_cli(results)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("has run") and len(list((results / "wandb").glob("offline-run-*"))) == 1
+
+    # --force logs it again: the same name, tags, config and namespaced metrics a live job writes
+    calls = _fake_wandb(monkeypatch)
+    from gac.jobs.bench import select_records
+    from gac.results import ResultsStore
+
+    recs = select_records(list(ResultsStore(results).iter_records()))
+    rows = backfill_wandb(results, recs, force=True)
+    assert [x["action"] for x in rows] == ["logged"] and len(calls) == 1
+    run = calls[0]
+    assert run.kw["name"] == wb[0]["run_name"] and run.kw["mode"] == "offline"
+    assert run.kw["tags"] == ["experiment:default", "model:tiny", "compressor:asvd", "strategy:gac", "gpu:cpu"]
+    assert run.kw["config"]["key"] == rec["key"] and run.kw["config"]["job"]["compressor"] == "asvd"
+    logged = {k: v for d in run.logged for k, v in d.items()}
+    assert logged["quality/ppl_tiny"] == pytest.approx(rec["metrics"]["ppl_tiny"])
+    assert logged["plan/aligned_fraction"] == 1.0 and "latency/prefill_ms" in logged
+    assert logged["plan/dims"].columns == ["target", "d_star", "dim", "aligned"] and logged["plan/dims"].rows
+    assert run.summary["backfilled"] is True and run.exit_code == 0
+    assert "plan.json" in run.artifacts[0].files
+
+
+def test_backfill_of_disk_logger_records_and_filters(make_cfg, tmp_path, backfill_cli):
+    results = tmp_path / "results"
+    rec = run_config(make_cfg("compressor=asvd", "align=unaligned", "ratio=0.3", "eval=none"))
+    assert not (results / "wandb").exists()
+    r = backfill_cli(results, "--where", "compressor=llm_pruner")
+    assert r.returncode == 2 and "no completed record matches compressor='llm_pruner'" in r.stderr
+    r = backfill_cli(results, "--dry-run")
+    assert r.returncode == 0 and r.stdout.startswith(f"would log {rec['key']}")
+    r = backfill_cli(results, "--where", "strategy=unaligned")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"logged    {rec['key']}  tiny,asvd,unaligned,r0.3")
+    assert len(list((results / "wandb").glob("offline-run-*"))) == 1
+    r = backfill_cli(results)
+    assert r.stdout.startswith("has run")
+    assert backfill_cli(tmp_path / "nope").returncode == 2

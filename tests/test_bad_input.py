@@ -1,0 +1,96 @@
+"""The bad-input catalogue (docs/bad-input.md) is executable: every row runs and must exit 2 with its one line.
+
+Each row's command runs against files this module makes in ``{T}`` (a temporary directory); ``gac ...`` rows run
+in-process through :func:`gac.cli.main` (validation happens before any model is loaded, so they take about a
+second each), ``python experiments/run.py ...`` rows as a subprocess (Hydra composes the config). After each row
+nothing may have been written where the command writes (its ``-o``/``--json`` path, a results directory).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bad-input.md"
+ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<cmd>[^`]+)` \| (?P<exit>\d+) \| `(?P<msg>[^`]+)` \|$")
+
+
+def catalogue() -> list[tuple[str, str, int, str]]:
+    rows = [ROW.match(line) for line in DOC.read_text().splitlines()]
+    return [(m["case"], m["cmd"], int(m["exit"]), m["msg"]) for m in rows if m]
+
+
+def test_the_catalogue_is_there_and_parsed():
+    rows = catalogue()
+    table_lines = [ln for ln in DOC.read_text().splitlines() if ln.startswith("| ") and "`" in ln]
+    assert len(rows) == len(table_lines) >= 30  # no row silently unparsed (and so untested)
+    assert {r[2] for r in rows} == {2}
+
+
+def _files(T: Path) -> None:
+    """The inputs the rows name."""
+    (T / "full").mkdir()
+    (T / "full" / "keep.txt").write_text("a colleague's result")
+    ck = T / "corrupt_ck"
+    ck.mkdir()
+    (ck / "gac_checkpoint.json").write_text("{corrupt")
+    (T / "piqa_label_x.jsonl").write_text(json.dumps({"goal": "g", "sol1": "a", "sol2": "b", "label": "x"}) + "\n")
+    (T / "hellaswag_2.jsonl").write_text(json.dumps({"ctx": "c", "ctx_a": "c", "ctx_b": "", "activity_label": "x",
+                                                     "endings": ["a", "b"], "label": 0}) + "\n")
+    (T / "alloc_not_json.json").write_text("{not json")
+    tgt = {"name": "a", "d_star": 10, "score": 1, "params_per_dim": 10}
+    (T / "alloc_1e308.json").write_text(json.dumps({"budget": 1000, "targets": [{**tgt, "score": 1e308}]}))
+    (T / "alloc_infeasible.json").write_text(json.dumps({"budget": 5, "targets": [{**tgt, "d_max": 16}]}))
+    (T / "alloc_dense_cost.json").write_text(json.dumps({"budget": 10000, "targets": [
+        {**tgt, "params_per_dim": 20, "d_max": 8, "kind": "lowrank", "dense_params": 99, "shape": [10, 10]}]}))
+    (T / "plan_wrong_model.json").write_text(json.dumps({"dims": {"model.layers.9.self_attn.q_proj": 64}}))
+    (T / "plan_ok.json").write_text(json.dumps({"dims": {"model.layers.0.self_attn.q_proj": 64}}))
+
+
+def _outputs(argv: list[str]) -> list[Path]:
+    """Where a command would write: its -o / --json / --output value and a results_dir=... override."""
+    outs = []
+    for i, a in enumerate(argv):
+        if a in ("-o", "--output", "--json") and i + 1 < len(argv):
+            outs.append(Path(argv[i + 1]))
+        if a.startswith("results_dir="):
+            outs.append(Path(a.split("=", 1)[1]))
+    return outs
+
+
+@pytest.fixture(scope="module")
+def T(tmp_path_factory):
+    t = tmp_path_factory.mktemp("bad")
+    _files(t)
+    return t
+
+
+@pytest.mark.parametrize("case,cmd,code,msg", catalogue(), ids=[r[0][:60] for r in catalogue()])
+def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, capsys):
+    argv = shlex.split(cmd.replace("{T}", str(T)))
+    outs = [p for p in _outputs(argv) if not p.exists()]
+    if argv[0] == "gac":
+        from gac.cli import main
+
+        rc = main(argv[1:])
+        err = capsys.readouterr().err
+    else:
+        assert argv[:2] == ["python", "experiments/run.py"], cmd
+        p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        rc, err = p.returncode, p.stderr
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("Loading weights")]
+    assert rc == code, (case, err)
+    extra = ["nothing was launched."] if " -m " in f" {cmd} " else []
+    assert len(lines) == 1 + len(extra) and lines[1:] == extra, (case, lines)
+    assert msg in lines[0] and "Traceback" not in err, (case, lines[0])
+    assert re.match(r"^(gac [a-z]+|experiments/run\.py): error: ", lines[0]), lines[0]
+    for p in outs:
+        assert not p.exists(), f"{case}: {p} was written"
+    assert (T / "full" / "keep.txt").read_text() == "a colleague's result"
