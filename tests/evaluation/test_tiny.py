@@ -49,13 +49,11 @@ def test_eval_files_come_from_held_out_text(tiny_files, provenance):
     train_text = tiny_files.wikitext["train"].read_text()
     for row in piqa[:50]:
         true = row["sol1"] if row["label"] == 0 else row["sol2"]
-        fake = row["sol2"] if row["label"] == 0 else row["sol1"]
-        assert f"{row['goal']} {true}" in test_text and sorted(true.split()) == sorted(fake.split())
+        assert f"{row['goal']} {true}" in test_text
         assert row["goal"] not in train_text
     for row in hs[:50]:
         true = row["endings"][int(row["label"])]
         assert f"{row['ctx_b']} {true}" in test_text
-        assert all(sorted(e.split()) == sorted(true.split()) for e in row["endings"])
     # labels are balanced enough that always answering one position scores near chance
     assert 0.4 < sum(r["label"] for r in piqa) / len(piqa) < 0.6
 
@@ -75,8 +73,14 @@ def test_trained_tiny_beats_untrained_tiny_on_all_three_metrics(scores):
     assert u["ppl"] > 2000  # about the vocabulary size: an untrained model knows nothing
     assert t["ppl"] < u["ppl"] / 10
     assert u["piqa"] < 0.65 and u["hellaswag"] < 0.4  # chance is 0.5 and 0.25
-    assert t["piqa"] > u["piqa"] + 0.2 and t["piqa"] > 0.75
+    assert t["piqa"] > u["piqa"] + 0.2 and t["piqa"] > 0.6
     assert t["hellaswag"] > u["hellaswag"] + 0.2 and t["hellaswag"] > 0.5
+
+
+def test_trained_tiny_is_below_the_ceiling_of_both_task_files(scores):
+    # the distractors are local perturbations of the true text, so the task columns can show a quality loss
+    # (the v1 word-shuffled distractors gave 0.98 / 0.995 whatever the compression)
+    assert scores["trained"]["piqa"] < 0.9 and scores["trained"]["hellaswag"] < 0.9
 
 
 def _truncate_rank(model, rank: int):
@@ -100,3 +104,14 @@ def test_perplexity_degrades_monotonically_as_ranks_are_cut(tiny):
     assert ppl[0] == pytest.approx(perplexity(model, tok, "tiny", seq_len=512, max_windows=4)["ppl"], rel=1e-4)
     assert all(a < b for a, b in zip(ppl, ppl[1:], strict=False)), ppl
     assert ppl[-1] > 1.5 * ppl[0]
+
+
+@pytest.mark.slow  # ~1-2 min on a loaded 2-core machine
+def test_task_accuracies_fall_as_ranks_are_cut(tiny, tiny_files):
+    model, tok = tiny
+    acc = {}
+    for rank in (256, 16):
+        tasks = evaluate_tasks(_truncate_rank(model, rank), tok, limit=200, local_files=tiny_files.task_files,
+                               batch_size=16)
+        acc[rank] = {t: tasks[t]["acc"] for t in ("piqa", "hellaswag")}
+    assert acc[16]["piqa"] < acc[256]["piqa"] - 0.02 and acc[16]["hellaswag"] < acc[256]["hellaswag"] - 0.02, acc
