@@ -72,7 +72,10 @@ def T(tmp_path_factory):
     return t
 
 
-@pytest.mark.parametrize("case,cmd,code,msg", catalogue(), ids=[r[0][:60] for r in catalogue()])
+CASES = catalogue()
+
+
+@pytest.mark.parametrize("case,cmd,code,msg", CASES, ids=[r[0][:60] for r in CASES])
 def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, capsys):
     argv = shlex.split(cmd.replace("{T}", str(T)))
     outs = [p for p in _outputs(argv) if not p.exists()]

@@ -47,7 +47,7 @@ from gac.compression.resources import ResourceMeter
 from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
 from gac.errors import GacError, unknown_name
 from gac.faults import fault_point
-from gac.progress import is_quiet, quiet_scope
+from gac.progress import quiet_scope
 
 log = logging.getLogger(__name__)
 
@@ -414,13 +414,7 @@ def prepare(
                                                 checkpoint=grad_checkpoint, layout=layout)
     first = [True]
 
-    def score_and_factorize(us: list[Unit], st: dict, per_layer: bool = False) -> None:
-        # called once per decoder layer when streaming: the layer loop shows the progress, so the compressors' own
-        # per-call bars and closing lines stay quiet (one line per stage, not one per layer)
-        with quiet_scope(per_layer or is_quiet()):
-            _score_and_factorize(us, st)
-
-    def _score_and_factorize(us: list[Unit], st: dict) -> None:
+    def score_and_factorize(us: list[Unit], st: dict) -> None:
         if first[0]:  # the fault points of the two stages fire once, at the first layer's scores and factors
             fault_point("scoring")
         with meter.stage("score"):
@@ -448,7 +442,10 @@ def prepare(
             for n, g in grad_stats.items():
                 if n in st:
                     st[n].merge(g)
-            score_and_factorize(by_layer.pop(li, []), st, per_layer=True)
+            # once per decoder layer: the layer loop shows the progress, so the compressors' own per-call bars and
+            # closing lines stay quiet (one line per stage, not one per layer)
+            with quiet_scope(True):
+                score_and_factorize(by_layer.pop(li, []), st)
             item = st = None  # the layer's X^T X / Y^T Y go here, before the next layer's are accumulated
         if by_layer:  # units whose modules lie in no decoder layer (cannot happen with discover's layouts)
             raise GacError(f"no calibration statistics reached {[u.name for us in by_layer.values() for u in us][:3]}")
