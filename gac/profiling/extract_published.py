@@ -491,6 +491,23 @@ def profile_meta(gpu: str, commit: str, ex: dict, tool_version: str) -> dict:
     }
 
 
+#: Llama-3-8B's architecture (conf/model/llama3_8b.yaml's arch block)
+LLAMA3_8B_ARCH = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0,
+                  "max_position_embeddings": 8192}
+REFERENCE_SEQ = 128
+
+
+def framework_reference(gpu: str, prefill: dict, commit: str) -> dict:
+    """The one end-to-end number a published profile carries: the baseline Llama-3-8B prefill at S=128 (batch 1),
+    from which the predictor solves its per-kernel launch cost (gac.predict). Everything else it fits is kernel data."""
+    return {"model": "llama3_8b", "arch": LLAMA3_8B_ARCH, "batch": 1, "seq_len": REFERENCE_SEQ,
+            "prefill_ms": round(prefill["baseline"][REFERENCE_SEQ], 4),
+            "source": f"{REPO_URL} @ {commit[:7]}: {FIGURES[gpu]['prefill']}, the baseline bar at S={REFERENCE_SEQ}",
+            "conditions": "HF LlamaForCausalLM fp16, model(ids, use_cache=False), CUDA events, mean of 30 after 5 "
+                          "warm-up (scripts/llmpruner_gac_experiment.py)"}
+
+
 def git_commit(repo: Path) -> str | None:
     try:
         return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -517,6 +534,7 @@ def write_all(repo: str | Path, out: str | Path, e2e_out: str | Path | None, com
         ex = extract_gpu(repo, gpu)
         prefill[gpu] = ex["prefill"]
         meta = profile_meta(gpu, commit, ex, __version__)
+        meta["framework_reference"] = framework_reference(gpu, ex["prefill"], commit)
         prof = HardwareProfile(pd.DataFrame(ex["rows"]), meta)
         done[gpu] = {"rows": len(prof.table), "checks": ex["checks"]}
         if not check_only:
