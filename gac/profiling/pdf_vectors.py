@@ -265,12 +265,56 @@ def _fit(ticks: list[tuple[float, float]], what: str) -> AxisMap:
     return AxisMap(float(slope), float(offset), sorted(ticks), resid)
 
 
+def _spine_rects(page: Page) -> set[tuple[float, float, float, float]]:
+    """Rectangles drawn as four unclipped strokes (an axes' spines)."""
+    v, h = [], []
+    for p in page.paths:
+        if p.clip is not None or p.op != "S" or len(p.points) != 2:
+            continue
+        (x0, y0), (x1, y1) = p.points
+        if abs(x0 - x1) < 1e-3 and abs(y0 - y1) > 10:
+            v.append((x0, min(y0, y1), max(y0, y1)))
+        elif abs(y0 - y1) < 1e-3 and abs(x0 - x1) > 10:
+            h.append((y0, min(x0, x1), max(x0, x1)))
+    out = set()
+    for xa, ya0, ya1 in v:
+        for xb, yb0, yb1 in v:
+            if xb <= xa + 10 or abs(ya0 - yb0) > 0.1 or abs(ya1 - yb1) > 0.1:
+                continue
+            if any(abs(y - ya0) < 0.1 and abs(a - xa) < 0.1 and abs(b - xb) < 0.1 for y, a, b in h):
+                out.add((xa, ya0, xb, ya1))
+    return out
+
+
+def _label_near(texts: list[Text], x: float, y: float, axis: str, limit: float = 12.0) -> Text | None:
+    """The numeric text nearest a tick's outer end: below an x tick (its centre), left of a y tick (its middle)."""
+    best, dist = None, limit
+    for t in texts:
+        if parse_number(t.text) is None:
+            continue
+        w = 0.55 * t.size * len(t.text)
+        cx, cy = t.x + w / 2, t.y + 0.35 * t.size
+        if axis == "x" and t.y < y:
+            d = abs(cx - x) + 0.25 * abs(cy - y)
+        elif axis == "y" and t.x < x:
+            d = abs(cy - y) + 0.25 * abs(t.x + w - x)
+        else:
+            continue
+        if d < dist:
+            best, dist = t, d
+    return best
+
+
 def find_axes(page: Page, tick_len: tuple[float, float] = (1.5, 6.0)) -> list[Axes]:
-    """Every axes of ``page``: a data rectangle with at least two numerically labelled y ticks, sorted top to bottom,
-    then left to right. A tick is a short stroke perpendicular to a side of the rectangle, outside it, drawn in the
-    same top-level block as its label (how matplotlib writes a tick)."""
+    """Every axes of ``page``: a data rectangle (a clip rectangle data are drawn in, or four spines) with at least two
+    numerically labelled y ticks, sorted top to bottom, then left to right. A tick is a short stroke perpendicular to
+    a side of the rectangle, outside it; its label is the numeric text in the same top-level block (how the GAC
+    figures are written) or else the nearest one beyond the tick's end."""
     rects = sorted({p.clip for p in page.paths if p.clip is not None} |
                    {m.clip for m in page.markers if m.clip is not None})
+    for r in sorted(_spine_rects(page)):
+        if not any(all(abs(a - b) < 0.6 for a, b in zip(r, q)) for q in rects):
+            rects.append(r)
     # a clip rectangle that only a full-page background uses is not an axes
     rects = [r for r in rects if (r[2] - r[0]) < page.width - 1 or (r[3] - r[1]) < page.height - 1]
     texts_by_block: dict[int, list[Text]] = {}
@@ -284,17 +328,25 @@ def find_axes(page: Page, tick_len: tuple[float, float] = (1.5, 6.0)) -> list[Ax
             if p.clip is not None or p.op not in ("S", "B", "B*") or len(p.points) != 2:
                 continue
             (ax_, ay_), (bx_, by_) = p.points
-            numeric = [(t.text, parse_number(t.text)) for t in texts_by_block.get(p.block, [])]
-            numeric = [(t, v) for t, v in numeric if v is not None]
-            labels = [v for _, v in numeric]
-            if abs(ax_ - bx_) < 1e-3 and tick_len[0] <= abs(ay_ - by_) <= tick_len[1] and x0 - 0.5 <= ax_ <= x1 + 0.5 \
-                    and abs(max(ay_, by_) - y0) < 0.6:
-                xmarks.append((ax_, numeric[0][0] if len(numeric) == 1 else ""))
-                if len(labels) == 1:
-                    xt.append((ax_, labels[0]))
-            elif abs(ay_ - by_) < 1e-3 and tick_len[0] <= abs(ax_ - bx_) <= tick_len[1] and y0 - 0.5 <= ay_ <= y1 + 0.5 \
-                    and abs(max(ax_, bx_) - x0) < 0.6 and len(labels) == 1:
-                yt.append((ay_, labels[0]))
+            block = [t for t in texts_by_block.get(p.block, []) if parse_number(t.text) is not None]
+            is_x = abs(ax_ - bx_) < 1e-3 and tick_len[0] <= abs(ay_ - by_) <= tick_len[1] and \
+                x0 - 0.5 <= ax_ <= x1 + 0.5 and abs(max(ay_, by_) - y0) < 0.6
+            is_y = abs(ay_ - by_) < 1e-3 and tick_len[0] <= abs(ax_ - bx_) <= tick_len[1] and \
+                y0 - 0.5 <= ay_ <= y1 + 0.5 and abs(max(ax_, bx_) - x0) < 0.6
+            if not (is_x or is_y):
+                continue
+            if len(block) == 1:
+                label = block[0]
+            elif is_x:
+                label = _label_near(page.texts, ax_, min(ay_, by_), "x")
+            else:
+                label = _label_near(page.texts, min(ax_, bx_), ay_, "y")
+            if is_x:
+                xmarks.append((ax_, label.text if label is not None else ""))
+                if label is not None:
+                    xt.append((ax_, parse_number(label.text)))
+            elif label is not None:
+                yt.append((ay_, parse_number(label.text)))
         if len({v for _, v in yt}) < 2:
             continue
         xmap = None
