@@ -19,9 +19,10 @@ ALLOWED = {
     "models": BASE | {"compression", "fixtures"},
     "evaluation": BASE | {"align", "compression", "data", "fixtures", "models"},
     "profiling": BASE | {"align", "evaluation"},
+    "predict": BASE | {"align", "compression", "evaluation", "profiling"},  # kernel data + shapes -> GPU latency
     "analysis": BASE | {"align", "results", "profiling"},
-    "jobs": BASE | {"align", "compression", "data", "fixtures", "models", "evaluation", "profiling", "results",
-                    "analysis"},
+    "jobs": BASE | {"align", "compression", "data", "fixtures", "models", "evaluation", "profiling", "predict",
+                    "results", "analysis"},
     "launch": BASE | {"jobs", "results"},
 }
 

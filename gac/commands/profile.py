@@ -30,6 +30,7 @@ def run(args) -> int:
 
     from gac.profiling import HardwareProfile, analyze, sdpa_backend_table, summarize, tier_table
     from gac.profiling.figures import save_figures
+    from gac.profiling.profile import is_derived_sweep
 
     prof = HardwareProfile.load(args.profile_dir)
     if args.action == "show":
@@ -58,6 +59,9 @@ def run(args) -> int:
             for ctx in prof.contexts():
                 a = analyze(prof.table, "target", args.tolerance, None, context=ctx)
                 print(f"  {ctx}: {a.cliffs or '-'}")
+            continue
+        if is_derived_sweep(sweep):
+            print(f"  {sweep}: not analysed (a median-filtered curve as drawn in a figure, not measurements)")
             continue
         a = analyze(prof.table, sweep, args.tolerance, args.horizon)
         print(f"  {sweep}: {a.cliffs or '-'}")

@@ -473,6 +473,23 @@ def _candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
     from gac.profiling import ProfileFilter, dimension_sweep
 
     explicit = spec.profile not in PROFILE_MODES
+    from gac.profiling.published import PUBLISHED_GPUS
+
+    if spec.profile == "auto" and spec.gpu in PUBLISHED_GPUS:
+        # a profile measured on this node (cached) or shipped for this device wins; else the published one of the GPU
+        try:
+            profile = dimension_sweep(
+                targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
+                window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles", measure=False)
+            profile.meta["used"] = "measured on this node (cached) or shipped for this device"
+        except GacError:
+            from gac.profiling.published import published_profile
+
+            profile = published_profile(spec.gpu)
+            profile.meta["used"] = (f"published {spec.gpu} kernel data (no profile measured on this node): "
+                                    f"{profile.device_name}")
+            log.info("candidate filter: %s", profile.meta["used"])
+            return ProfileFilter(profile), profile  # a GPU model's published data: no device-name check
     profile = dimension_sweep(
         targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
         window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles",

@@ -125,9 +125,12 @@ def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto",
     blue circles, misaligned vermillion crosses; cliffs (:func:`gac.profiling.cliffs.analyze`) are ringed; SDPA
     panels shade the FA2 head-dim templates and draw each forced backend where the profile has them.
     Returns ``{op: Figure}``; raises ValueError when no row of ``backend`` is left."""
+    from gac.profiling.profile import is_derived_sweep
+
     t = table
     if "context" in t.columns:
         t = t[t["context"].fillna("").astype(str) == ""]
+    t = t[~t["sweep"].astype(str).map(is_derived_sweep)]  # curves as drawn in a figure, not measurements
     forced = t[(t["backend"] != backend) & (t["backend"] != "auto")] if "backend" in t.columns else t.iloc[0:0]
     t = t[t["backend"] == backend] if "backend" in t.columns else t
     if t.empty:
