@@ -7,7 +7,7 @@ HELP = "compress a model (ASVD, SVD-LLM, LLM-Pruner, PaLU) with aligned dimensio
 
 
 def add_arguments(p):
-    p.add_argument("model", help="'tiny', a Hugging Face hub id or a local HF model directory")
+    p.add_argument("model", help="'tiny', 'smollm2', a Hugging Face hub id or a local HF model directory")
     p.add_argument("--compressor", required=True, help="asvd, svd_llm, llm_pruner or palu")
     p.add_argument("--ratio", type=float, required=True, help="fraction of the compressed weights' parameters removed, in (0, 1)")
     p.add_argument("--strategy", default="gac", help="gac (default), unaligned, round_nearest, round_up, round_down, rebalance")
@@ -22,11 +22,12 @@ def add_arguments(p):
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
     p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
     p.add_argument("--calib", default=None,
-                   help="calibration text: wikitext2, tiny or a local file (default: tiny's own training text for "
-                        "tiny and checkpoints built from it, else wikitext2)")
+                   help="calibration text: wikitext2, tiny or a local file (default: the named model's own text for "
+                        "tiny, smollm2 and checkpoints built from them, else wikitext2)")
     p.add_argument("--calib-samples", type=int, default=32)
     p.add_argument("--calib-seq-len", type=int, default=None,
-                   help="tokens per calibration sample (default: 256 for tiny, else 2048, the ASVD/SVD-LLM default)")
+                   help="tokens per calibration sample (default: 256 for tiny, 512 for smollm2, else 2048, the "
+                        "ASVD/SVD-LLM default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -75,13 +76,14 @@ def validate(args) -> None:
     check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
     if args.knapsack_score not in KNAPSACK_SCORES:
         raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
-    from gac.models import BUILTIN, base_model_of
+    from gac.fixtures import default_data
+    from gac.models import base_model_of
 
-    on_tiny = base_model_of(args.model) in BUILTIN  # tiny's own text: no hub round trip for the offline model
+    named = default_data(base_model_of(args.model))  # a named model's own text: no hub round trip offline
     if args.calib is None:
-        args.calib = "tiny" if on_tiny else "wikitext2"
+        args.calib = named["calibration_source"] if named else "wikitext2"
     if args.calib_seq_len is None:
-        args.calib_seq_len = 256 if on_tiny else 2048
+        args.calib_seq_len = named["calibration_seq_len"] if named else 2048
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")

@@ -5,12 +5,12 @@ from __future__ import annotations
 NAME = "evaluate"
 HELP = "perplexity, lm-eval task scores and latency of a model or a gac checkpoint"
 DESCRIPTION = """\
-Evaluate MODEL: 'tiny' (the embedded model, offline), a gac checkpoint directory, a local Hugging Face model
-directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
+Evaluate MODEL: 'tiny' (the embedded model, offline), 'smollm2' (a real 135M Llama, built once), a gac
+checkpoint directory, a local Hugging Face model directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
 <task>_<metric>, prefill_ms, decode_ms_per_token); --json writes the full report (metrics, lm-eval's own results
 layout, protocol details, provenance). Tasks are lm-eval's registry names; an unknown name exits 2 with suggestions.
-Data: for 'tiny' and gac checkpoints built from it the shipped held-out files are the defaults (no network; a
-checkpoint records its base model); for other models WikiText-2 and the
+Data: for 'tiny', 'smollm2' and gac checkpoints built from them their local files are the defaults (no network;
+a checkpoint records its base model); for other models WikiText-2 and the
 lm-eval tasks come from the hub unless --ppl-data / --task-file (or --data tiny) point at local files.
 Examples:
   gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
@@ -20,7 +20,7 @@ Examples:
 
 
 def add_arguments(p):
-    p.add_argument("model", metavar="MODEL", help="'tiny', a gac checkpoint dir, a local HF dir or a hub id")
+    p.add_argument("model", metavar="MODEL", help="'tiny', 'smollm2', a gac checkpoint dir, a local HF dir or a hub id")
     p.add_argument("--ppl", action="store_true", help="WikiText-2 perplexity (non-overlapping windows of --seq-len)")
     p.add_argument("--ppl-data", metavar="SOURCE",
                    help="'wikitext2' (hub), 'tiny', or a local .txt/.jsonl/.parquet (default: per --data)")
@@ -32,7 +32,8 @@ def add_arguments(p):
                    help="run TASK's official config on a local JSONL file (repeatable)")
     p.add_argument("--data", choices=("auto", "tiny", "hub"), default="auto",
                    help="default data: 'tiny' = the shipped held-out files, 'hub' = WikiText-2 and lm-eval datasets "
-                        "from the hub, 'auto' = tiny's for the tiny model and checkpoints built from it, else the hub (default)")
+                        "from the hub, 'auto' = a named model's own (tiny, smollm2) for it and checkpoints built from it, "
+                        "else the hub (default)")
     p.add_argument("--latency", action="store_true", help="prefill and decode latency")
     p.add_argument("--seq-len", type=int, default=None,
                    help="perplexity window and prefill length (default: 2048 for perplexity and 1024 for prefill, "
@@ -74,8 +75,9 @@ def run(args) -> int:
     from gac.errors import GacError
     from gac.evaluation.report import evaluate, format_table, provenance
     from gac.evaluation.tasks import parse_tasks
+    from gac.fixtures import default_data
     from gac.io import write_json_atomic
-    from gac.models import BUILTIN, base_model_of, describe, load_model
+    from gac.models import base_model_of, describe, load_model
 
     files = _task_files(args.task_file)
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
@@ -88,12 +90,13 @@ def run(args) -> int:
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
     # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
-    use_tiny = args.data == "tiny" or (args.data == "auto" and base_model_of(args.model) in BUILTIN)
-    ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")
-    if use_tiny:
-        from gac.fixtures import tiny_paths
+    named = default_data("tiny") if args.data == "tiny" else (
+        default_data(base_model_of(args.model)) if args.data == "auto" else None)
+    ppl_source = args.ppl_data or (named["ppl_source"] if named else "wikitext2")
+    if named:
+        from gac.fixtures import task_files_of
 
-        files = {**{t: str(p) for t, p in tiny_paths().task_files.items() if t in tasks}, **files}
+        files = {**{t: str(p) for t, p in task_files_of(named["task_files"]).items() if t in tasks}, **files}
 
     from gac.evaluation.tasks import check_local_file
 

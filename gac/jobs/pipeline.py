@@ -328,9 +328,9 @@ def job_model_config(spec: JobSpec):
     except GacError:
         return None  # load_job_model reports a bad path with its own message
     if kind == "builtin":
-        from gac.fixtures.tiny import tiny_config
+        from gac.fixtures import named_config
 
-        return tiny_config()
+        return named_config(spec.model_spec)
     if kind in ("local", "hub"):
         from transformers import AutoConfig
 
@@ -354,7 +354,7 @@ def check_job_fits(spec: JobSpec):
     from gac.compression.footprint import check_fits, estimate_footprint
     from gac.compression.resources import device_memory
 
-    dtype = spec.dtype or ("float32" if spec.random_weights or spec.model_spec in ("tiny", "tiny-untrained")
+    dtype = spec.dtype or ("float32" if spec.random_weights or spec.model_spec in ("tiny", "tiny-untrained", "smollm2")
                            else str(getattr(config, "dtype", None) or "float32"))
     cal = spec.calibration
     fp = estimate_footprint(config, spec.compressor, dtype=str(dtype).removeprefix("torch."), device=spec.device,
@@ -379,6 +379,10 @@ def _prepared_cache_key(spec: JobSpec) -> str:
         from gac.fixtures.tiny import recipe_hash
 
         ident["tiny_recipe"] = recipe_hash()
+    elif spec.model_spec == "smollm2":
+        from gac.fixtures import named_identity
+
+        ident["smollm2_recipe"] = named_identity("smollm2")
     text = json.dumps(ident, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

