@@ -613,7 +613,7 @@ def _provenance(spec: JobSpec) -> dict:
         import torch
 
         if spec.device.startswith("cuda") and torch.cuda.is_available():
-            p["device_name"] = torch.cuda.get_device_name()
+            p["device_name"] = torch.cuda.get_device_name(torch.device(spec.device))  # the job's GPU, not cuda:0
     except Exception:  # provenance must never fail a job
         pass
     return p
