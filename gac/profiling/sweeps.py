@@ -48,12 +48,12 @@ from gac.profiling.kernels import (
     sdpa_with_backend,
     selected_sdpa_backend,
 )
-
-KERNEL_NAME_MODES = (True, False, "process")  # in this process after all timing / none / in a child process
 from gac.profiling.profile import COLUMNS, HardwareProfile, empty_table
 from gac.profiling.timing import TimingProtocol, time_op
 
 log = logging.getLogger(__name__)
+
+KERNEL_NAME_MODES = (True, False, "process")  # in this process after all timing / none / in a child process
 
 SWEEPS = ("sdpa", "gemm", "tput", "gemv")
 GEMM_AXES = ("M", "N", "K")

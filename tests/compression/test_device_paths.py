@@ -111,7 +111,7 @@ def _old_local_update(model, units, dims, originals, calib_ids, layout, ridge=1e
         for u in group:
             replace_module(model, u.name, originals[u.name])
 
-            def hook(mod, inp, out, name=u.name):
+            def hook(mod, inp, out, name=u.name, grams=grams):
                 x = inp[0].detach().reshape(-1, inp[0].shape[-1]).double().cpu()
                 grams[name] += x.T @ x
 
