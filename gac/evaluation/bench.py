@@ -286,7 +286,6 @@ def _host_available() -> int | None:
 
 def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
     """``("resident" | "swap", why, estimate)``."""
-    import torch
 
     est = memory_estimate(variants, points)
     need = est["weights"] + est["activations"]
@@ -297,7 +296,9 @@ def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
             raise GacError(f"the {len(variants)} variants need about {gb(need)} but the host has {gb(avail)} available; "
                            f"bench fewer variants at a time (--where ...)")
         return "resident", f"cpu: all {len(variants)} variants in host memory ({gb(need)} estimated)", est
-    free, _ = torch.cuda.mem_get_info(dev)
+    from gac.compression.resources import device_memory
+
+    free = device_memory(str(dev))["available_mb"] * 2**20  # the driver's free + this process's unused cache
     budget = MEMORY_FRACTION * free
     if mode == "resident" or (mode == "auto" and need <= budget):
         if need > free:

@@ -201,3 +201,80 @@ def test_tiny_untrained_in_fp16_keeps_inv_freq_float32():
     assert m.model.layers[0].self_attn.q_proj.weight.dtype == torch.float16
     ref = copy.deepcopy(load_model("tiny-untrained", dtype="fp32")[0].model.rotary_emb.inv_freq)
     assert torch.equal(m.model.rotary_emb.inv_freq, ref)
+
+
+# ------------------------------------------------------------------------------------------ resource meter
+
+
+def test_a_timing_stage_pauses_the_sampler_thread_of_every_open_stage():
+    import threading
+
+    from gac.compression.resources import ResourceMeter
+
+    def sampler_alive():
+        return any(t.name == "gac-rss-sampler" and t.is_alive() for t in threading.enumerate())
+
+    meter = ResourceMeter("cpu")
+    with meter.stage("evaluate"):
+        assert meter.sampling and sampler_alive()
+        with meter.stage("latency", sample=False):
+            assert not meter.sampling and not sampler_alive()
+            with meter.stage("inner"):  # a sampled stage inside a paused one stays unsampled
+                assert not meter.sampling
+        assert meter.sampling and sampler_alive()  # the outer stage samples again
+    assert not meter.sampling and not sampler_alive()
+    mem = meter.memory()
+    assert mem["latency"]["peak_rss_mb"] > 0 and mem["evaluate"]["peak_rss_mb"] >= mem["latency"]["peak_rss_mb"]
+
+
+def test_gpu_free_memory_counts_this_process_cached_blocks(monkeypatch):
+    """mem_get_info's free excludes what this process's caching allocator holds unused; its next allocations get
+    that first, so the available memory is free + reserved - allocated (on the job's cuda:N)."""
+    import gac.compression.resources as resources
+
+    GiB = 2**30
+    asked = []
+    monkeypatch.setattr(resources, "_cuda", lambda device: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: asked.append(i) or (10 * GiB, 80 * GiB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: 6 * GiB)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i: 2 * GiB)
+    got = resources.device_memory("cuda:1")
+    assert got == {"device": "cuda:1", "total_mb": 80 * 1024, "available_mb": 14 * 1024} and asked == [1]
+
+
+# ------------------------------------------------------------------------------------ benchmarks/scale.py on cuda
+
+
+def _scale_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "scale.py"
+    spec = importlib.util.spec_from_file_location("scale_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_scale_benchmark_on_cuda_passes_the_device_and_reports_the_gpu_peak(tmp_path, monkeypatch, capsys):
+    import json
+    import subprocess
+
+    scale = _scale_module()
+    cmds = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **k: cmds.append(cmd) or subprocess.CompletedProcess(cmd, 1, "",
+                                                                                                            "no"))
+    scale.main(["jobs", "--device", "cuda", "--shapes", "tiny", "--compressors", "asvd", "--out", str(tmp_path / "x")])
+    scale.main(["grads", "--device", "cuda", "--shapes", "tiny", "--out", str(tmp_path / "x")])
+    assert cmds and all("--device" in c and c[c.index("--device") + 1] == "cuda" for c in cmds)
+    row = {"kind": "job", "shape": "l8bx2", "compressor": "asvd", "device": "cuda", "threads": 2, "params": 10**9,
+           "timings": {"load_s": 1.0, "compress_prepare_s": 5.0}, "loadavg": [1.0], "arch": {},
+           "memory": {"device": "cuda", "peak_rss_mb": 3 * 1024, "gpu_peak_mb": 20 * 1024,
+                      "stages": {"load": {"peak_rss_mb": 3 * 1024, "gpu_peak_mb": 16 * 1024}}},
+           "estimate": {"device_bytes": 21 * 2**30, "host_bytes": 2 * 2**30}}
+    (tmp_path / "s.json").write_text(json.dumps([row]))
+    capsys.readouterr()
+    scale.main(["report", "--out", str(tmp_path / "s.json")])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("| l8bx2"))
+    assert "| 20.00 (GPU) |" in line and "| 21.00 |" in line and "1.0 / 16.00" in line  # not the host's 3 GiB
