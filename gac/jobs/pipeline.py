@@ -423,6 +423,8 @@ def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **est
     estimate, or None when no config can be had offline (then nothing is checked)."""
     from gac.dtypes import dtype_name
 
+    if os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+        return None
     config = model_config_offline(model_spec)
     if config is None:
         return None
