@@ -195,7 +195,16 @@ def check_device(device):
     return dev
 
 
-def _nvidia_smi(index: int) -> dict:
+def _smi_id(props, index) -> str:
+    """How nvidia-smi names this torch device: its UUID (torch's index counts CUDA_VISIBLE_DEVICES, nvidia-smi's
+    counts the machine's GPUs, so ``-i <torch index>`` can read another GPU's clocks), else the index."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    return str(index)
+
+
+def _nvidia_smi(index) -> dict:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return {}
@@ -245,7 +254,7 @@ def device_info(dev) -> dict:
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         info.update(index=dev.index, cuda=torch.version.cuda, capability=f"{props.major}.{props.minor}",
-                    memory_gb=round(props.total_memory / 2**30, 2), **_nvidia_smi(dev.index))
+                    memory_gb=round(props.total_memory / 2**30, 2), **_nvidia_smi(_smi_id(props, dev.index)))
     else:
         info.update(threads=torch.get_num_threads(), note=CPU_NOTE, **_cpu_facts())
     return info

@@ -176,3 +176,25 @@ def test_perplexity_protocol_unchanged_by_the_chunks(tiny):
     a = perplexity_of_ids(tiny, ids, seq_len=128, batch_size=4)
     b = perplexity_of_ids(tiny, ids, seq_len=128, batch_size=4, chunk_tokens=3)
     assert a["n_windows"] == 7 and a["ppl"] == pytest.approx(b["ppl"], rel=1e-6)
+
+
+def test_nvidia_smi_is_asked_about_the_gpu_torch_uses(monkeypatch):
+    """With CUDA_VISIBLE_DEVICES=3, torch's cuda:0 is the machine's GPU 3: nvidia-smi is asked by UUID."""
+    import shutil
+    import subprocess
+
+    import gac.evaluation.bench as bench
+
+    asked = []
+
+    def run(cmd, **k):
+        asked.append(cmd[cmd.index("-i") + 1])
+        return subprocess.CompletedProcess(cmd, 0, "NVIDIA H100 80GB HBM3, 550.54, 1980 MHz, 2619 MHz, 1980 MHz, "
+                                                    "2619 MHz, 700 W, 35, Enabled, Default\n", "")
+
+    monkeypatch.setattr(shutil, "which", lambda exe: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", run)
+    props = SimpleNamespace(uuid="8f3b2c1e-0000-4000-8000-123456789abc")
+    info = bench._nvidia_smi(bench._smi_id(props, 0))
+    assert asked == ["GPU-8f3b2c1e-0000-4000-8000-123456789abc"] and info["nvidia_smi.clocks.sm"] == "1980 MHz"
+    assert bench._smi_id(SimpleNamespace(), 2) == "2"
