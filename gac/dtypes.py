@@ -5,7 +5,7 @@
   are emulated and slow). Before this rule, ``"auto"`` meant fp16 in :mod:`gac.profiling` but the checkpoint's own
   dtype (bf16 for Llama-3) in :mod:`gac.models`: a job could measure its kernels in one dtype and run in another.
 * A job's dtype: ``gpu.dtype`` when set (an override for every model on that GPU), else ``model.dtype`` (the model
-  configs say float16 for the 7-8B models, float32 for ``tiny``), else ``"auto"``; the GPU configs leave
+  configs say float16 for the 7-8B models; ``tiny`` leaves it null), else ``"auto"``; the GPU configs leave
   ``gpu.dtype`` null, so ``model.dtype=bfloat16 gpu=h100`` runs in bf16 (:func:`job_dtype`).
 * ``None`` in :func:`gac.models.load_model` keeps the model's own dtype (tiny: float32; a gac checkpoint: the one it
   was saved in; a Hugging Face model: its config's).

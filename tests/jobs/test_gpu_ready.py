@@ -104,6 +104,7 @@ def test_a_failing_child_costs_the_names_not_the_measurement(monkeypatch, caplog
 
 @pytest.mark.parametrize(("overrides", "dtype"), [
     (("model=tiny", "gpu=cpu"), "float32"),
+    (("model=tiny", "gpu=h100"), "float16"),  # tiny leaves its dtype to "auto"
     (("model=llama3_8b", "gpu=h100"), "float16"),  # model.dtype (the paper's)
     (("model=llama3_8b", "gpu=h100", "model.dtype=bfloat16"), "bfloat16"),  # was silently float16 (gpu.dtype won)
     (("model=llama3_8b", "gpu=a100", "gpu.dtype=bf16"), "bfloat16"),  # gpu.dtype overrides every model's
