@@ -15,7 +15,8 @@ job's device (and on the host, where the factors are kept):
   ``fisher_rms``: :data:`~gac.compression.importance.ELEMENTWISE`) also one float32 running sum per weight element
   of the scored projections, held for the whole pass;
 * **factors**: the low-rank factors up to each weight's break-even rank in float32 (about the compressed weights'
-  own size), kept on the host;
+  own size), kept on the host (on a GPU job the host also holds the weights while the model loads, before it moves
+  to the GPU: the host's peak is the larger of the two);
 * a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``);
 * **evaluation** (with ``evaluation=EvalLoad(...)``, what a job evaluates after compressing, or the whole work of
   the uncompressed baseline, ``compressor="none"``): the largest of perplexity (one batch of windows through a
@@ -177,7 +178,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         on_gpu = str(device).startswith("cuda")
         device_bytes = weights + ev if on_gpu else base + weights + ev
         return Footprint(str(device), str(dtype), int(P), int(weights), 0, 0, 0, 0, 0, base, int(device_bytes),
-                         int(base if on_gpu else device_bytes), int(ev))
+                         int(base + weights if on_gpu else device_bytes), int(ev))  # loaded on the host first
     comp = get_compressor(compressor, **(compressor_options or {}))
     prox = get_proxy(proxy or comp.default_proxy)
     b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
@@ -238,7 +239,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     on_gpu = str(device).startswith("cuda")
     if on_gpu:
         device_bytes = weights + work
-        host_bytes = base + factors
+        host_bytes = base + max(factors, weights)  # gac.models loads on the host, then moves the model to the GPU
     else:
         device_bytes = host_bytes = base + weights + factors + work
     return Footprint(str(device), str(dtype), int(P), int(weights), int(calibration), int(statistics),
@@ -267,7 +268,7 @@ def check_fits(fp: Footprint, available: dict[str, float | None], host_available
         problems.append(f"{'GPU' if on_gpu else 'host'} memory: needs about {need_dev / 1024:.1f} GiB, "
                         f"{have / 1024:.1f} GiB available on {available.get('device', fp.device)}")
     if on_gpu and host_available_mb is not None and fp.host_bytes / MB > host_available_mb:
-        problems.append(f"host memory for the factors: needs about {fp.host_bytes / GB:.1f} GiB, "
+        problems.append(f"host memory (the weights while loading, the factors): needs about {fp.host_bytes / GB:.1f} GiB, "
                         f"{host_available_mb / 1024:.1f} GiB available")
     if not problems:
         return
