@@ -367,6 +367,8 @@ def smoke_check(dev, dtype: str | None = None, workdir: str | None = None) -> Ch
         from gac.models import load_model
 
         dt = dtype_name(dtype or "auto", dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)  # the smoke's own peak, not the SDPA checks'
         t0 = time.perf_counter()
         times = {}
         model, tok = load_model("tiny", dtype=dt, device=str(dev))
