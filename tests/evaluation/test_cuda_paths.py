@@ -198,3 +198,11 @@ def test_nvidia_smi_is_asked_about_the_gpu_torch_uses(monkeypatch):
     info = bench._nvidia_smi(bench._smi_id(props, 0))
     assert asked == ["GPU-8f3b2c1e-0000-4000-8000-123456789abc"] and info["nvidia_smi.clocks.sm"] == "1980 MHz"
     assert bench._smi_id(SimpleNamespace(), 2) == "2"
+
+
+def test_the_memory_estimate_uses_the_loss_chunk_perplexity_uses():
+    import importlib
+
+    from gac.compression import footprint
+
+    assert footprint.LOSS_CHUNK_BYTES == importlib.import_module("gac.evaluation.perplexity").LOSS_CHUNK_BYTES
