@@ -100,22 +100,33 @@ def run(args) -> int:
 
     from gac.compression.checkpoint import check_output_dir, save_checkpoint
     from gac.compression.compress import Calibration, compress_model
+    from gac.jobs.pipeline import check_model_fits, is_out_of_memory, out_of_memory
     from gac.models import load_model
 
     validate(args)
     out = Path(args.output)
-    model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
-    # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
-    dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes))
     opts = parse_options(args.option)
     if args.layers:
         opts["layers"] = args.layers
-    model, plan, report = compress_model(
-        model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit, window=args.window,
-        calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
-        allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
-    )
+    # weights + calibration + factorisation against the device, before the model is loaded
+    fp = check_model_fits(args.model, args.compressor, args.dtype, args.device, n_samples=args.calib_samples,
+                          seq_len=args.calib_seq_len, proxy=args.proxy, compressor_options=opts or None)
+    stage = "load"
+    try:
+        model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
+        # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
+        dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes))
+        stage = "compress"
+        model, plan, report = compress_model(
+            model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit,
+            window=args.window, calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
+            allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
+        )
+    except Exception as e:
+        if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
+            raise out_of_memory(e, stage, args, fp) from None
+        raise
     save_checkpoint(model, tok, out, overwrite=args.force)
     logging.getLogger(__name__).info("saved %s", out)
     summary = {k: report[k] for k in ("budget", "params", "budget_met", "aligned_fraction", "compression_wall_s")}

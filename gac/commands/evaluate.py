@@ -107,18 +107,32 @@ def run(args) -> int:
         from gac.io import check_writable
 
         check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device, verify=not args.no_verify)
-    if tokenizer is None and (args.ppl or tasks):
-        raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer with "
-                       f"the checkpoint, or run only --latency")
-    info = describe(model)
-    report = evaluate(
-        model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
-        ppl_batch_size=args.batch_size or 1, tasks=tasks, limit=args.limit, task_files=files,
-        task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
-        latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
-        warmup=args.warmup, iters=args.iters, trials=args.trials,
-    )
+    from gac.compression.footprint import EvalLoad
+    from gac.jobs.pipeline import check_model_fits, is_out_of_memory, out_of_memory
+
+    load = EvalLoad(ppl_batch=(args.batch_size or 1) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
+                    task_batch=(args.batch_size or 16) if tasks else 0,
+                    latency_points=((args.latency_batch, args.seq_len or 1024),) if args.latency else ())
+    fp = check_model_fits(args.model, "none", args.dtype, args.device, evaluation=load)  # before loading anything
+    stage = "load"
+    try:
+        model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device, verify=not args.no_verify)
+        if tokenizer is None and (args.ppl or tasks):
+            raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer "
+                           f"with the checkpoint, or run only --latency")
+        info = describe(model)
+        stage = "evaluate"
+        report = evaluate(
+            model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
+            ppl_batch_size=args.batch_size or 1, tasks=tasks, limit=args.limit, task_files=files,
+            task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
+            latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
+            warmup=args.warmup, iters=args.iters, trials=args.trials,
+        )
+    except Exception as e:
+        if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
+            raise out_of_memory(e, stage, args, fp) from None
+        raise
     print(format_table(report, info))
     if args.json:
         doc = {

@@ -381,9 +381,11 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
             g2 = g * g
             fr, fc = g2.sum(1), g2.sum(0)
             for what, v in (("taylor_row", row), ("taylor_col", col), ("fisher_row", fr), ("fisher_col", fc)):
-                v = v.double().cpu()
-                cur = getattr(st, what)
-                setattr(st, what, v if cur is None else cur + v)
+                cur = getattr(st, what)  # float64 on the weight's device: no host copy (and no sync) per sample
+                if cur is None:
+                    setattr(st, what, v.double())
+                else:
+                    cur.add_(v)
             if n in g_sum:
                 g_sum[n].add_(g)
             if n in g2_sum:
@@ -422,6 +424,7 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                 st.fisher_rms_row, st.fisher_rms_col = f.sum(1).double().cpu(), f.sum(0).double().cpu()
             for what in GRADIENT_STATS:
                 if getattr(st, what) is not None:
+                    setattr(st, what, getattr(st, what).cpu())  # one copy per statistic, after the last sample
                     _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
     finally:
         for layer in wrapped:
@@ -502,11 +505,15 @@ class Activation(Proxy):
     def _xnorm(self, name, st):
         return (_need(st, "act_sq", self.name, name) / max(st.tokens, 1)).sqrt()
 
+    # computed on W's device (streamed calibration leaves the statistics there; a W on the GPU with statistics on
+    # the host works too), returned on the host like every proxy's energies
     def row_energy(self, name, W, st):
-        return (W.detach().double().abs().cpu() * self._xnorm(name, st)[None, :]).sum(1)
+        xn = self._xnorm(name, st).to(W.device)
+        return (W.detach().double().abs() * xn[None, :]).sum(1).cpu()
 
     def col_energy(self, name, W, st):
-        return W.detach().double().abs().cpu().sum(0) * self._xnorm(name, st)
+        xn = self._xnorm(name, st).to(W.device)
+        return (W.detach().double().abs().sum(0) * xn).cpu()
 
 
 class Gradient(Proxy):

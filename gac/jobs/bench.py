@@ -152,7 +152,10 @@ def model_identity(rec: dict) -> dict:
 
 
 def record_dtype(rec: dict) -> str:
-    return str(_cfg(rec, "gpu.dtype") or _cfg(rec, "model.dtype") or "float32")
+    """The dtype a record's job ran in (the rule of :func:`gac.dtypes.job_dtype`: gpu.dtype > model.dtype > auto)."""
+    from gac.dtypes import job_dtype
+
+    return job_dtype(_cfg(rec, "gpu.dtype"), _cfg(rec, "model.dtype"), _cfg(rec, "gpu.device") or "cpu")
 
 
 def _is_baseline(rec: dict) -> bool:

@@ -148,6 +148,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
+    from gac.dtypes import job_dtype
     from gac.evaluation.tasks import check_task_names
     from gac.jobs.schema import validate_config
 
@@ -234,7 +235,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         compressor_options=options,
         allocation=allocation,
         calibration=calibration,
-        dtype=_get(cfg, "gpu.dtype") or _get(cfg, "model.dtype"),
+        dtype=job_dtype(_get(cfg, "gpu.dtype"), _get(cfg, "model.dtype"), device),  # gpu.dtype > model.dtype > auto
         random_weights=bool(_get(cfg, "model.random_weights", False)),
         arch=_get(cfg, "model.arch"),
         ppl_source=_get(cfg, "model.ppl_source"),
@@ -300,72 +301,165 @@ def _load_job_model(spec: JobSpec):
 
         arch = dict(spec.arch)
         config = AutoConfig.for_model(arch.pop("model_type"), **arch)
-        dtype = resolve_dtype(spec.dtype) or torch.float32
+        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
         torch.manual_seed(spec.seed)
         with torch.device(spec.device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         return model.eval(), None
     from gac.models import load_model
 
-    return load_model(spec.model_spec, dtype=spec.dtype, device=spec.device)
+    return load_model(spec.model_spec, dtype=spec.dtype or "auto", device=spec.device)
 
 
 MEMORY_CHECK_ENV = "GAC_SKIP_MEMORY_CHECK"  # =1 skips check_job_fits (when its estimate is known to be wrong)
 
 
-def job_model_config(spec: JobSpec):
-    """The job's model config without loading any weights, or None when it cannot be had offline (a hub model
-    that is not in the local cache, a gac checkpoint)."""
+def model_config_offline(model_spec: str, arch: dict | None = None):
+    """A model's config without loading weights or touching the network: tiny's, a local or cached hub model's
+    ``config.json``, a gac checkpoint's base config, else one built from ``arch`` (the ``model.arch`` block of the
+    model configs: so a hub model that is not downloaded yet is still checked before it is). None when none of
+    these exists."""
     from gac.models import model_kind
 
+    try:
+        kind = model_kind(model_spec)
+    except GacError:
+        kind = None  # load_job_model reports a bad path with its own message
+    if kind == "builtin":
+        from gac.fixtures import named_config
+
+        return named_config(model_spec)
+    if kind in ("local", "hub"):
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(model_spec, local_files_only=True)
+        except Exception:  # noqa: BLE001 - not cached / not readable: fall back to the arch block
+            pass
+    if kind == "checkpoint":
+        from gac.compression.checkpoint import read_meta
+
+        try:
+            from transformers import AutoConfig
+
+            base = dict(read_meta(model_spec)["base_config"])
+            return AutoConfig.for_model(base.pop("model_type"), **base)  # an upper bound: the uncompressed model
+        except Exception:  # noqa: BLE001 - loading reports a damaged checkpoint itself
+            return None
+    if arch:
+        from transformers import AutoConfig
+
+        a = dict(arch)
+        try:
+            return AutoConfig.for_model(a.pop("model_type"), **a)
+        except Exception:  # noqa: BLE001 - a bad arch block fails where the model is built
+            return None
+    return None
+
+
+def job_model_config(spec: JobSpec):
+    """The job's model config without loading any weights (:func:`model_config_offline`), or None."""
     if spec.random_weights and spec.arch:
         from transformers import AutoConfig
 
         arch = dict(spec.arch)
         return AutoConfig.for_model(arch.pop("model_type"), **arch)
-    try:
-        kind = model_kind(spec.model_spec)
-    except GacError:
-        return None  # load_job_model reports a bad path with its own message
-    if kind == "builtin":
-        from gac.fixtures import named_config
+    return model_config_offline(spec.model_spec, spec.arch)
 
-        return named_config(spec.model_spec)
-    if kind in ("local", "hub"):
-        from transformers import AutoConfig
 
-        try:
-            return AutoConfig.from_pretrained(spec.model_spec, local_files_only=True)
-        except Exception:  # not cached / not readable: loading will say what is wrong
-            return None
-    return None
+def eval_load(spec: JobSpec):
+    """The job's evaluation as :class:`gac.compression.footprint.EvalLoad` (what the memory check adds)."""
+    from gac.compression.footprint import EvalLoad
+
+    ev = spec.eval
+    points = ()
+    if ev.latency:
+        points = tuple((ev.latency_batch, s) for s in ev.latency_seq_lens) + tuple(ev.latency_batches)
+    return EvalLoad(ppl_batch=ev.batch_size if ev.ppl and spec.ppl_source else 0,
+                    ppl_seq_len=int(ev.ppl_seq_len or 2048), task_batch=ev.batch_size if ev.tasks else 0,
+                    latency_points=points)
 
 
 def check_job_fits(spec: JobSpec):
-    """Estimate the job's peak memory from its model config (:mod:`gac.compression.footprint`) and raise a
-    :class:`GacError` naming the estimate and what to change when it exceeds what the device (and, on a GPU, the
-    host) has free. Returns the estimate (None when there is nothing to check: the baseline, no offline config, or
-    ``GAC_SKIP_MEMORY_CHECK=1``)."""
-    if spec.is_baseline or os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+    """Estimate the job's peak memory from its model config (:mod:`gac.compression.footprint`: compression, when
+    there is any, and the evaluation) and raise a :class:`GacError` naming the estimate and what to change when it
+    exceeds what the device (and, on a GPU, the host) has free, or when the weights alone exceed the GPU (gac runs a
+    model on one device). Returns the estimate (None when there is nothing to check: no config can be had offline,
+    or ``GAC_SKIP_MEMORY_CHECK=1``)."""
+    if os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
         return None
     config = job_model_config(spec)
     if config is None:
+        log.info("memory not checked before loading %s: no config offline (no arch block, not cached)",
+                 spec.model_name)
         return None
+    from gac.dtypes import auto_dtype
+
+    cal = spec.calibration
+    return check_fits_before_loading(
+        config, spec.model_name, spec.compressor, spec.dtype or auto_dtype(spec.device), spec.device,
+        n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)), proxy=spec.proxy,
+        compressor_options=spec.compressor_options, evaluation=eval_load(spec))
+
+
+def check_fits_before_loading(config, model_name: str, compressor: str, dtype, device: str, **estimate):
+    """:func:`gac.compression.footprint.estimate_footprint` of a model ``config`` (``compressor="none"``: no
+    compression) checked against ``device`` and the host (:func:`~gac.compression.footprint.check_fits`); returns
+    the estimate. Used by jobs, ``gac compress`` and ``gac evaluate`` before they load anything."""
     from gac.compression.footprint import check_fits, estimate_footprint
     from gac.compression.resources import device_memory
 
-    dtype = spec.dtype or ("float32" if spec.random_weights or spec.model_spec in ("tiny", "tiny-untrained", "smollm2")
-                           else str(getattr(config, "dtype", None) or "float32"))
-    cal = spec.calibration
-    fp = estimate_footprint(config, spec.compressor, dtype=str(dtype).removeprefix("torch."), device=spec.device,
-                            n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)),
-                            proxy=spec.proxy, compressor_options=spec.compressor_options)
-    host = device_memory("cpu")["available_mb"]
-    check_fits(fp, device_memory(spec.device), host_available_mb=host,
-               what=f"{spec.compressor} on {spec.model_name} ({fp.params / 1e9:.2f}B parameters, {fp.dtype}, "
-                    f"{spec.device})")
-    log.info("memory estimate for %s: %s", spec.model_name, fp.summary())
+    fp = estimate_footprint(config, compressor, dtype=str(dtype).removeprefix("torch."), device=device, **estimate)
+    check_fits(fp, device_memory(device), host_available_mb=device_memory("cpu")["available_mb"],
+               what=f"{'the uncompressed model' if compressor == BASELINE else compressor} on {model_name} "
+                    f"({fp.params / 1e9:.2f}B parameters, {fp.dtype}, {device})")
+    log.info("memory estimate for %s: %s", model_name, fp.summary())
     return fp
+
+
+def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **estimate):
+    """The memory check of ``gac compress`` / ``gac evaluate``: :func:`check_fits_before_loading` on the model's
+    offline config (``dtype`` None: the model's own, as :func:`gac.models.load_model` loads it). Returns the
+    estimate, or None when no config can be had offline (then nothing is checked)."""
+    from gac.dtypes import dtype_name
+
+    if os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+        return None
+    config = model_config_offline(model_spec)
+    if config is None:
+        return None
+    own = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    dt = dtype_name(dtype, device) or dtype_name(own.removeprefix("torch."), device)
+    from gac.models import BUILTIN
+
+    if model_spec in BUILTIN and dtype is None:
+        dt = "float32"  # the named fixtures (tiny, smollm2) load in float32 unless told otherwise
+    return check_fits_before_loading(config, model_spec, compressor, dt, device, **estimate)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError``), without importing torch for other errors."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None) if torch is not None else None
+    return oom is not None and isinstance(e, oom)
+
+
+def out_of_memory(e: BaseException, stage: str | None, spec, fp) -> GacError:
+    """A one-line :class:`GacError` for a ``torch.OutOfMemoryError`` raised in ``stage``: what ran out, the estimate
+    made before loading, and what to change (``spec``: anything with a ``device``)."""
+    from gac.compression.footprint import memory_fixes
+
+    first = (str(e).strip().splitlines() or ["out of memory"])[0]
+    tried = first.split(". ")[0][:160]  # "CUDA out of memory. Tried to allocate 2.00 GiB" -> its first sentence
+    if "Tried to allocate" in first:
+        tried += ", " + first[first.index("Tried to allocate"):].split(". ")[0]
+    est = (f"the estimate before loading was {fp.device_bytes / 2**30:.1f} GiB ({fp.summary()})" if fp is not None
+           else "no estimate could be made before loading (no model config offline)")
+    fixes = memory_fixes(fp) if fp is not None else ["a smaller model, dtype or evaluation batch"]
+    return GacError(f"out of memory on {spec.device} in stage {stage or 'load'} ({tried}); {est}; try "
+                    + ", or ".join(fixes) + ", or a GPU no other process is using (nvidia-smi)")
 
 
 def _prepared_cache_key(spec: JobSpec) -> str:
@@ -549,8 +643,8 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
 
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
 
-    def measured(name):
-        return meter.stage(name) if meter is not None else contextlib.nullcontext()
+    def measured(name, sample=True):
+        return meter.stage(name, sample=sample) if meter is not None else contextlib.nullcontext()
 
     ev = spec.eval
     metrics: dict = {}
@@ -582,7 +676,7 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         if got.get("lm_eval") is not None:
             details["lm_eval"] = got["lm_eval"]
     if ev.latency:
-        with measured("latency"):
+        with measured("latency", sample=False):  # no sampler thread while latency is timed
             lat = work.get("latency") or {}
             resumed += [f"latency:{k}" for k in lat]
             t0 = time.perf_counter()
@@ -634,7 +728,7 @@ def _provenance(spec: JobSpec) -> dict:
         import torch
 
         if spec.device.startswith("cuda") and torch.cuda.is_available():
-            p["device_name"] = torch.cuda.get_device_name()
+            p["device_name"] = torch.cuda.get_device_name(torch.device(spec.device))  # the job's GPU, not cuda:0
     except Exception:  # provenance must never fail a job
         pass
     return p
@@ -765,8 +859,10 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         if error:
             attempt["error"] = error
 
+    estimate: list = [None]  # the memory estimate, named by an out-of-memory error
     try:
-        check_job_fits(spec)  # before anything is loaded: a clear error if weights + working set exceed the device
+        # before anything is loaded: a clear error if weights + working set exceed the device
+        estimate[0] = check_job_fits(spec)
         hook("load")
         t0 = time.perf_counter()
         with meter.stage("load"):
@@ -790,7 +886,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                 sub_memory.update(prepared.memory)
             hook("plan")
             t0 = time.perf_counter()
-            with meter.stage("sweep"):
+            with meter.stage("sweep", sample=False):  # the dimension sweep times kernels: no sampler thread
                 targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
                 filt, profile = _candidate_filter(spec, targets, store.cache_dir)
             timings["sweep_s"] = time.perf_counter() - t0
@@ -855,6 +951,9 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             lg.log_record(stored)
         return stored
     except BaseException as e:
+        oom = is_out_of_memory(e)
+        if oom:  # one line naming the stage, the estimate and the fix (the traceback stays in the failure record)
+            e = out_of_memory(e, attempt.get("stage"), spec, estimate[0])
         error = f"{type(e).__name__}: {e}"
         end_attempt("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", error)
         try:
@@ -871,6 +970,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             log.error("could not record the failure of %s: %s", key, e2)
         for lg in loggers:
             lg.log_failure(error)
+        if oom:
+            raise e from None
         raise
     finally:
         for lg in loggers:
