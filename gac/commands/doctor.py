@@ -32,7 +32,20 @@ def run(args) -> int:
         if Path(args.json).exists() and not args.force:
             raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
         check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
-    res = run_doctor(device=args.device, smoke=not args.no_smoke)
+    # one line per check: the smoke's own INFO lines and progress would bury them (-v shows them)
+    import logging
+
+    from gac.progress import quiet_scope
+
+    lib = logging.getLogger("gac")
+    level = lib.level
+    if not getattr(args, "verbose", False):
+        lib.setLevel(logging.WARNING)
+    try:
+        with quiet_scope(not getattr(args, "verbose", False)):
+            res = run_doctor(device=args.device, smoke=not args.no_smoke)
+    finally:
+        lib.setLevel(level)
     for line in res["lines"]:
         print(line)
     print(f"{res['failed']} check(s) failed" if res["failed"] else "all checks passed")
