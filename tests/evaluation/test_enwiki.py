@@ -64,7 +64,7 @@ def _article(i: int) -> str:
     sents = [f"Article number {i} begins with a sentence that has quite a few plain words in it, about topic {i}.",
              f"The second sentence of article {i} says something else entirely about the river and the hills.",
              f"A third sentence follows here, and it mentions that the town of {i} has a market every week.",
-             f"Finally the fourth sentence closes the paragraph with a remark on weather and the long winter."]
+             "Finally the fourth sentence closes the paragraph with a remark on weather and the long winter."]
     body = "\n\n".join(" ".join(sents) for _ in range(3))
     return f"'''Topic {i}''' intro.\n== Overview ==\n{body}\n== See also ==\n* [[Elsewhere]]"
 
