@@ -115,3 +115,26 @@ def test_a_changed_dump_is_refused(dump, tmp_path):
     with pytest.raises(GacError, match="not the pinned dump"):
         enwiki.build_enwiki(dump=bad)
     assert not enwiki.default_dir().exists()
+
+
+def test_next_sentence_items_are_what_they_say():
+    """HellaSwag format: the true next sentence among three other sentences of the same article (not adjacent, of
+    similar length); PiQA format: a sentence's second half against another sentence's of similar length."""
+    docs = [(f"Doc {d}", [f"Sentence {i} of document {d} has some words in it, exactly {i % 5 + 8} of them here." +
+                          " more" * (i % 5) for i in range(30)]) for d in range(3)]
+    piqa, hs = enwiki.next_sentence_items(docs, 40, 40, seed=0)
+    assert len(piqa) == 40 and len(hs) == 40
+    for r in hs:
+        title = r["activity_label"]
+        sents = dict(docs)[title]
+        i = sents.index(r["endings"][int(r["label"])])
+        assert r["ctx_a"] == sents[i - 1] and r["ctx_b"] == ""
+        others = [sents.index(e) for k, e in enumerate(r["endings"]) if k != int(r["label"])]
+        assert len(set(others)) == 3 and all(abs(j - i) > 1 for j in others)
+        n = len(sents[i].split())
+        assert all(abs(len(sents[j].split()) - n) <= max(2, n // 4) for j in others)
+    for r in piqa:
+        true = [r["sol1"], r["sol2"]][r["label"]]
+        whole = [s for s in sum((x for _, x in docs), []) if s.startswith(r["goal"] + " ")]
+        assert whole and whole[0] == f"{r['goal']} {true}"
+        assert [r["sol1"], r["sol2"]][1 - r["label"]] != true
