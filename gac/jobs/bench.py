@@ -410,13 +410,14 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
 
 def predicted_points(variants, points, gpu: str) -> dict:
     """Every variant's predicted prefill ms on ``gpu`` (gac.predict, published kernel data) at the bench's points."""
+    from gac.metrics import prefill_point
     from gac.predict import Predictor
     from gac.predict.report import column_label
 
     pred = Predictor(gpu)
     out = {"gpu": pred.gpu, "label": column_label(pred.gpu), "issue_ms": pred.issue_ms, "points": {}}
     for b, s in points:
-        name = f"prefill_b{b}_s{s}"
+        name = prefill_point(int(b), int(s))  # the bench's own point names, so records and tables match
         vs = {}
         for v in variants:
             vs[v.label] = {"ms": pred.predict(v.structure, int(b), int(s)).total_ms, "record_key": v.key}
