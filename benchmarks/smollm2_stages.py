@@ -1,6 +1,7 @@
 """Where the time of `experiment=table5` goes on a real model (SmolLM2-135M), stage by stage, on this CPU.
 
     flock /tmp/gac-cpu.lock python benchmarks/smollm2_stages.py stages --model smollm2 --json st.json
+    flock /tmp/gac-cpu.lock python benchmarks/smollm2_stages.py check --model smollm2 --dtypes float32 bfloat16
     flock /tmp/gac-cpu.lock python benchmarks/smollm2_stages.py probes --model smollm2 --samples 32 8 2 1 --json st.json
     flock /tmp/gac-cpu.lock python benchmarks/smollm2_stages.py table --model smollm2 --samples 8 --layers 0-9 --out t8.json
     python benchmarks/smollm2_stages.py compare --model smollm2 --table t8.json --subsets 1 2 4 --json cmp.json
@@ -15,6 +16,8 @@
   sample) and the layer-cached way with its 2-sample check; LLM-Pruner's gradient pass (with its scores); the plan
   (DP) and apply at rho 0.15; perplexity on the test text (1024-token windows), the two tasks (200 items each) and
   the prefill latency (batch 1, 1024 tokens, the CPU protocol), on the dense model.
+* ``check``: the relative disagreement of the sensitivity table's layer-cache check (cached path, every sample in
+  one forward, against one sample per forward) per dtype and calibration seed: what its tolerances must allow.
 * ``probes``: the cost of one sensitivity probe (one weight truncated, calibration perplexity from its layer on) at
   the first, middle and last layer, for each ``--samples`` (probe samples), and the whole table's cost from them
   (probe time is linear in the layers left: fitted per probe-sample count, summed over the 210 weights x 6 ratios).
@@ -148,6 +151,40 @@ def stages(args) -> list[dict]:
     return T.rows
 
 
+# ------------------------------------------------------------------------------------------------------- check
+def check(args) -> list[dict]:
+    """The disagreement the sensitivity table's layer-cache check must allow: the cached path (every sample in one
+    forward) against one sample per forward, per dtype and calibration seed."""
+    from gac.compression import sensitivity as S
+    from gac.compression.compress import Calibration
+    from gac.compression.discovery import discover
+    from gac.models import load_model
+
+    rows = []
+    for dt in args.dtypes:
+        model, tok = load_model(args.model, dtype=dt)
+        layout = discover(model)
+        for seed in (0, 1, 2):
+            ids = Calibration(args.text, args.calib_samples, args.calib_seq_len, seed).token_ids(tok)
+            fast = S._LayerCache(model, layout, ids).sample_nll()
+            full = S.sample_nll(model, ids)
+            seq = ids.shape[1] - 1
+
+            def rel(k, fast=fast, full=full, seq=seq):
+                a, b = S._ppl(fast[:k], seq), S._ppl(full[:k], seq)
+                return abs(a - b) / b
+
+            row = {"part": "check", "model": args.model, "dtype": dt, "seed": seed, "ppl": S._ppl(full, seq),
+                   "rel_first2": rel(2), "rel_all": rel(ids.shape[0]), "tolerance": S.probe_tolerance(model.dtype),
+                   "load": _load()}
+            rows.append(row)
+            print(f"  {args.model} {dt} seed {seed}: ppl {row['ppl']:.6f}; relative difference first 2 samples "
+                  f"{row['rel_first2']:.2e}, all {row['rel_all']:.2e} (tolerance {row['tolerance']:.1e}); "
+                  f"load {row['load']}", flush=True)
+        del model
+    return rows
+
+
 # ------------------------------------------------------------------------------------------------------- probes
 def probes(args) -> list[dict]:
     import torch
@@ -246,6 +283,14 @@ def table(args) -> list[dict]:
     if not units:
         print("nothing to do: every selected row is in", out)
         return []
+    if args.threads:  # a fixed thread count for the probes, instead of the library's choice (ADAPTIVE_THREADS)
+        import torch
+
+        from gac.compression import sensitivity as S
+
+        S.SMALL_CPU_WORK = 0  # (the rule before the adaptive choice)
+        S.ADAPTIVE_THREADS = False
+        torch.set_num_threads(args.threads[0])
     t0 = time.perf_counter()
     load0 = _load()
     tab = sensitivity_table(model, p.compressor, units, p.factors, calib, SENSITIVITY_GRID, layout=layout,
@@ -466,7 +511,8 @@ def report(rows: list[dict]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["stages", "probes", "table", "refine", "compare", "report"])
+    ap.add_argument("part", choices=["stages", "check", "probes", "table", "refine", "compare", "report"])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="check: model dtypes")
     ap.add_argument("--model", default="smollm2", help="smollm2 (gac's fixture) or a local Hugging Face directory")
     ap.add_argument("--text", default="tiny", help="calibration / perplexity text source (default: tiny's)")
     ap.add_argument("--calib-samples", type=int, default=32)
@@ -494,6 +540,8 @@ def main(argv=None) -> int:
     if args.part == "stages":
         rows = stages(args)
         args.json = None  # written stage by stage
+    elif args.part == "check":
+        rows = check(args)
     elif args.part == "probes":
         args.samples = args.samples or [32, 8, 2, 1]
         rows = probes(args)

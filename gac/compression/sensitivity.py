@@ -11,9 +11,12 @@ prepared state. Two things make one probe cheaper than a full forward without ch
   one sample at a time leaves small GEMMs to a contended thread pool: 94 s instead of 7 s per perplexity on ``tiny``
   on the loaded 2-core CI machine).
 
-* on the CPU, small probes (hidden size x chunk tokens up to ``SMALL_CPU_WORK``) run on one thread: on a busy
-  machine the thread pool's barriers cost more than they save (tiny's table with 4 x 64 calibration tokens: 9 s on
-  one thread, 61 s on two, measured at load average 7 on the 2-core CI machine).
+* on the CPU the probes use whichever is faster *now*, the thread pool or one thread (:class:`_ThreadChooser`:
+  probes of one weight timed alternately, again every :data:`RECHECK_PROBES` probes): on a quiet 2-core machine the
+  pool is 1.5-1.9x faster for every probe size measured (tiny 4 x 64 tokens: 2.6 s against 4.3 s for its table;
+  SmolLM2-135M 1 x 256 to 32 x 256 tokens per probe, docs/scale.md), while on a busy one its barriers can cost more
+  than they save (tiny's 4 x 64 table: 9 s on one thread, 61 s on two at load average 7). The choices made are in
+  the table's ``probe`` record.
 
 The dense perplexity (the table's base) is computed through the same cached path, and checked against the plain
 full forward (the reference's loop, one sample per forward) on the first :data:`CHECK_SAMPLES` samples: if the two
@@ -29,7 +32,6 @@ chosen allocation is measured in docs/scale.md.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -44,7 +46,8 @@ from gac.errors import GacError
 log = logging.getLogger(__name__)
 
 CHUNK_TOKENS = 16384
-SMALL_CPU_WORK = 1 << 22  # hidden_size * tokens per chunk below which CPU probes run single-threaded
+RECHECK_PROBES = 120  # probes between two timings of pool against one thread (a multiple of the grid's 6)
+ADAPTIVE_THREADS = True  # False: the probes keep torch's thread count (benchmarks that time a fixed count)
 CHECK_SAMPLES = 2  # samples on which the layer-cached perplexity is checked against the full forward
 
 # Relative disagreement allowed between the layer-cached dense perplexity and the full forward of the same model and
@@ -61,20 +64,39 @@ CHECK_SAMPLES = 2  # samples on which the layer-cached perplexity is checked aga
 PROBE_RTOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 4 * 2.0 ** -11, torch.bfloat16: 4 * 2.0 ** -8}
 
 
-@contextlib.contextmanager
-def _threads_for(model: nn.Module, calib_ids: torch.Tensor, chunk_tokens: int):
-    dev = next(model.parameters()).device
-    hidden = int(getattr(getattr(model, "config", None), "hidden_size", 0) or 0)
-    work = hidden * min(int(calib_ids.numel()), int(chunk_tokens))
-    old = torch.get_num_threads()
-    small = dev.type == "cpu" and work <= SMALL_CPU_WORK and old > 1
-    if small:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        if small:
-            torch.set_num_threads(old)
+class _ThreadChooser:
+    """Thread count for the next CPU probe: the pool (torch's setting) or one thread, whichever was faster on the last
+    trial (four probes of one weight, alternately, every :data:`RECHECK_PROBES` probes)."""
+
+    TRIAL = 4
+
+    def __init__(self, pool: int, every: int = RECHECK_PROBES):
+        self.pool, self.every = int(pool), max(self.TRIAL + 1, int(every))
+        self.n, self.best, self.trial = 0, self.pool, {}
+        self.used: dict[int, int] = {}
+        self.trials: list[dict] = []
+
+    def threads(self) -> int:
+        phase = self.n % self.every
+        if phase < self.TRIAL:
+            return self.pool if phase % 2 == 0 else 1
+        return self.best
+
+    def record(self, threads: int, seconds: float) -> None:
+        phase = self.n % self.every
+        if phase < self.TRIAL:
+            self.trial.setdefault(threads, []).append(seconds)
+            if phase == self.TRIAL - 1:
+                self.best = min(self.trial, key=lambda t: sum(self.trial[t]) / len(self.trial[t]))
+                self.trials.append({"probe": self.n, **{f"{t}_threads_s": round(sum(v) / len(v), 4)
+                                                         for t, v in self.trial.items()}, "chose": self.best})
+                self.trial = {}
+        self.used[threads] = self.used.get(threads, 0) + 1
+        self.n += 1
+
+    def report(self) -> dict:
+        return {"pool": self.pool, "probes_by_threads": {str(k): v for k, v in sorted(self.used.items())},
+                "trials": self.trials}
 
 
 def probe_tolerance(dtype: torch.dtype) -> float:
@@ -204,12 +226,13 @@ def sensitivity_table(model: nn.Module, comp, units: list, factors: dict, calib_
     was = model.training
     model.eval()
     t0 = time.perf_counter()
-    with _threads_for(model, calib_ids, chunk_tokens):
-        try:
-            return _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0,
-                          keep_samples)
-        finally:
-            model.train(was)
+    threads = torch.get_num_threads()
+    try:
+        return _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0,
+                      keep_samples)
+    finally:
+        torch.set_num_threads(threads)
+        model.train(was)
 
 
 def _check_cache(model, cache: _LayerCache, calib_ids: torch.Tensor, base_nll: torch.Tensor) -> dict:
@@ -265,6 +288,9 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
              "" if cache else "; full forward per probe")
     table: list = [None] * len(units)
     samples: list = [None] * len(units)
+    dev = next(model.parameters()).device
+    pool = torch.get_num_threads()
+    chooser = _ThreadChooser(pool, RECHECK_PROBES) if ADAPTIVE_THREADS and dev.type == "cpu" and pool > 1 else None
     for done, k in enumerate(order, start=1):
         u = units[k]
         if cache is not None:
@@ -278,7 +304,13 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
                 continue
             old = comp.apply(model, units, {u.name: d}, factors)
             try:
+                if chooser is not None:
+                    th = chooser.threads()
+                    torch.set_num_threads(th)
+                tp = time.perf_counter()
                 nll = cache.sample_nll() if cache is not None else sample_nll(model, calib_ids)
+                if chooser is not None:
+                    chooser.record(th, time.perf_counter() - tp)
             finally:
                 for n, m in old.items():
                     replace_module(model, n, m)
@@ -293,6 +325,9 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
             el = time.perf_counter() - t0
             log.info("sensitivity %d/%d %s: ppl %s; %.0fs elapsed, ETA %.0fs", done, len(units), u.name,
                      " ".join(f"{v:.2f}" for v in row), el, el / done * (len(units) - done))
+    if chooser is not None:
+        torch.set_num_threads(pool)
+        probe["threads"] = chooser.report()
     out = {"grid": list(grid), "base_ppl": base, "table": table, "probe": probe}
     if keep_samples:
         out.update(sample_nll=samples, base_sample_nll=base_nll.tolist())

@@ -175,3 +175,32 @@ def test_batched_calibration_gives_the_per_sample_statistics(monkeypatch):
         for what in ("act_sq", "act_abs", "xtx"):
             assert torch.allclose(getattr(one[n], what), getattr(many[n], what), rtol=1e-5, atol=1e-8), (n, what)
     assert torch.allclose(one[mods[0]].yty, many[mods[0]].yty, rtol=1e-5, atol=1e-8)
+
+
+def test_thread_chooser_takes_the_faster_and_checks_again():
+    c = S._ThreadChooser(pool=2, every=10)
+    seen = []
+    for i in range(30):
+        th = c.threads()
+        seen.append(th)
+        # the pool is faster in the first window, one thread afterwards (a machine that became busy)
+        c.record(th, (1.0 if th == 2 else 1.6) if i < 10 else (3.0 if th == 2 else 1.2))
+    assert seen[:4] == [2, 1, 2, 1]  # the trial alternates
+    assert set(seen[4:10]) == {2} and set(seen[14:20]) == {1} and set(seen[24:30]) == {1}
+    rep = c.report()
+    assert [t["chose"] for t in rep["trials"]] == [2, 1, 1] and sum(rep["probes_by_threads"].values()) == 30
+
+
+def test_the_table_records_its_thread_choices(monkeypatch):
+    monkeypatch.setattr(S, "RECHECK_PROBES", 5)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        table, _ = _table(small_model(num_hidden_layers=1), _ids())
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(old)
+    th = table["probe"]["threads"]
+    n_probes = sum(1 for row in table["table"] for g in GRID if g < 1)
+    assert th["pool"] == 2 and sum(th["probes_by_threads"].values()) == n_probes == 14
+    assert len(th["trials"]) == 3 and all(t["chose"] in (1, 2) for t in th["trials"])
