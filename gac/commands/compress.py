@@ -47,7 +47,7 @@ def validate(args) -> None:
     from gac.align.targets import check_ratio
     from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.checkpoint import check_output_dir
-    from gac.compression.compress import KNAPSACK_SCORES, check_sensitivity_reach
+    from gac.compression.compress import KNAPSACK_SCORES, check_probe_samples, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
     from gac.compression.importance import PROXIES
     from gac.data import is_named_source
@@ -87,6 +87,7 @@ def validate(args) -> None:
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
+    check_probe_samples(allocation, comp, args.calib_samples)  # ASVD's sensitivity_samples: within them
     if not is_named_source(args.calib) and not Path(args.calib).expanduser().is_file():
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)

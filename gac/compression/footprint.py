@@ -5,7 +5,8 @@ job's device (and on the host, where the factors are kept):
 
 * **weights**: every parameter in the job's dtype (counted exactly on a meta-device copy of the architecture);
 * **calibration**: the hidden states of all calibration samples at one layer (``n * seq_len * hidden``) plus one
-  sample's pass through one layer (its projections' inputs and outputs, the float64 copies the statistics take);
+  forward through one layer (its projections' inputs and outputs, the float64 copies the statistics take) of one
+  sample, or of several short ones together (up to :data:`~gac.compression.importance.CALIB_CHUNK_TOKENS` tokens);
 * **statistics**: one decoder layer's float64 ``X^T X`` / ``Y^T Y`` (what the compressor asks for; streaming drops
   them once the layer is factorised, ``stream=False`` keeps every layer's);
 * **factorisation**: the working set of the largest weight's factorisation in its method's precision;
@@ -193,9 +194,12 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     need_grad = "grad" in prox.needs
     calibration = 0
     if need_act:
-        inputs = seq_len * (3 * h + inter) * b  # the distinct projection inputs of one sample at one layer
-        f64 = 2 * seq_len * max(h, inter) * 8  # float64 copy of the widest input and its square
-        calibration = n_samples * seq_len * h * b + seq_len * (4 * h + 3 * inter + 2 * s["kv"]) * b + inputs + f64
+        from gac.compression.importance import CALIB_CHUNK_TOKENS
+
+        t = seq_len * max(1, min(n_samples, CALIB_CHUNK_TOKENS // max(1, seq_len)))  # tokens of one layer forward
+        inputs = t * (3 * h + inter) * b  # the distinct projection inputs of one forward at one layer
+        f64 = 2 * t * max(h, inter) * 8  # float64 copy of the widest input and its square
+        calibration = n_samples * seq_len * h * b + t * (4 * h + 3 * inter + 2 * s["kv"]) * b + inputs + f64
     statistics = 0
     if comp.name == "svd_llm":
         if method.startswith("gram"):  # X^T X where out > in (gate/up share it), Y^T Y where out <= in

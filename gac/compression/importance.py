@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 GRADIENT_STATS = ("taylor_row", "taylor_col", "fisher_row", "fisher_col", "taylor_mean_row", "taylor_mean_col",
                   "fisher_rms_row", "fisher_rms_col")
 ELEMENTWISE = ("taylor_mean", "fisher_rms")  # statistics that need a running sum per weight element (module docstring)
+# calibration runs a layer on several samples at once, up to this many tokens per forward (one sample when a sample
+# is longer): batch-1 forwards of short samples leave small GEMMs to a contended thread pool (SmolLM2-135M, 32 x 256
+# tokens on the loaded 2-core CPU: docs/scale.md); the statistics are the same sums, in another order
+CALIB_CHUNK_TOKENS = 2048
 
 
 @dataclass
@@ -258,14 +262,17 @@ def _layer_stats(model, li, layer, names, hidden, kw, want_xtx, want_yty) -> dic
             handles.append(mod.register_forward_hook(lambda m, args, out, _n=n: outs.append((_n, out))))
     acc_of: dict[str, _InputAcc] = {}
     yty: dict[str, torch.Tensor] = {}
+    per = max(1, CALIB_CHUNK_TOKENS // max(1, int(hidden[0].shape[-2]))) if hidden else 1  # samples per forward
     try:
-        for s in range(len(hidden)):
+        for s in range(0, len(hidden), per):
             seen.clear()
             outs.clear()
-            out = layer(hidden[s], **kw)
+            e = min(s + per, len(hidden))
+            out = layer(hidden[s] if e == s + 1 else torch.cat(hidden[s:e]), **kw)
             out = out[0] if isinstance(out, tuple) else out
-            _check_finite(out, f"output activations (sample {s})", li.prefix)
-            hidden[s] = out
+            _check_finite(out, f"output activations (sample {s})" if e == s + 1 else
+                          f"output activations (samples {s}..{e - 1})", li.prefix)
+            hidden[s:e] = list(out.split(hidden[s].shape[0])) if e > s + 1 else [out]
             # group this sample's projections by the input tensor object they received (q/k/v, gate/up)
             groups: list[tuple[torch.Tensor, list[str]]] = []
             for n, x in seen:

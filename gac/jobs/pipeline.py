@@ -222,6 +222,13 @@ def spec_from_config(cfg: dict) -> JobSpec:
     calibration = dict(_get(cfg, "calibration", {}) or {})
     if calibration.get("seed") is None:
         calibration["seed"] = cfg.get("seed", 0)
+    if comp != BASELINE:
+        from gac.compression.compress import check_probe_samples
+
+        try:
+            check_probe_samples(allocation, built, int(calibration.get("n_samples") or 0))
+        except GacError as e:
+            raise GacError(f"config compressor.options: {e}") from None
     return JobSpec(
         model_name=str(_require(cfg, "model.name")),
         model_spec=str(_require(cfg, "model.spec")),
