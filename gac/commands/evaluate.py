@@ -100,6 +100,23 @@ def run(args) -> int:
     for t in tasks:  # every row against the task's schema, before the model is loaded
         if t in files:
             check_local_file(t, files[t])
+    from gac.data import check_source
+    from gac.evaluation.tasks import check_hub_tasks
+    from gac.jobs.pipeline import check_model_here, model_max_positions
+
+    check_model_here(args.model)
+    if args.ppl:
+        check_source(ppl_source, "test", "--ppl-data")  # a binary file, a fifo, the hub while offline
+    check_hub_tasks([t for t in tasks if t not in files])  # not a minute of retries after the model is loaded
+    limit = model_max_positions(args.model)
+    lengths = [("seq_len", "--seq-len", args.seq_len)] if args.seq_len is not None else []
+    if args.latency:
+        lengths.append(("decode_prompt + decode_tokens", "--decode-prompt + --decode-tokens",
+                        args.decode_prompt + args.decode_tokens))
+    for name, flag, n in lengths:
+        if limit is not None and n > limit:
+            raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}, max_position_embeddings); "
+                           f"use {flag} <= {limit}")
     if args.json:
         from gac.io import check_writable
 

@@ -27,7 +27,7 @@ def test_clipped_to_unit_and_d_max_with_d_max_allowed():
 
 @pytest.mark.parametrize("unit", [8, 16, 32, 64])
 def test_all_rule_candidates_are_aligned_or_d_max(unit):
-    for d_star in [0.0, 1.5, 63.9, 107.3, 1000.2, 4090.0]:
+    for d_star in [0.25, 1.5, 63.9, 107.3, 1000.2, 4090.0]:
         for c in rule_candidates(d_star, 4096, unit=unit, window=4):
             assert c % unit == 0 or c == 4096
             assert unit <= c <= 4096
@@ -51,6 +51,8 @@ def test_filter_removes_cliffs_and_errors_when_empty():
     "kw,msg",
     [
         (dict(d_star=float("nan")), "d_star must be a finite"),
+        (dict(d_star=0.0), "d_star must be a finite number > 0"),
+        (dict(d_star=-1.0), "d_star must be a finite number > 0"),
         (dict(score=float("nan")), "score must be a finite"),
         (dict(score=float("inf")), "score must be a finite"),
         (dict(score=-1.0), "score must be >= 0"),
