@@ -108,8 +108,8 @@ def check_source(source: str | os.PathLike, split: str = "test", what: str = "te
         why = hub_unreachable()
         if why is not None and not hub_dataset_cached(WIKITEXT2_HUB[0]):
             raise GacError(f"{what} {s!r} is WikiText-2 from the Hugging Face hub, which is not reachable here ({why}) "
-                           f"and not in the local cache; pass a local copy instead (wiki.{split}.raw, its parquet "
-                           f"file or a .jsonl with a 'text' field), or 'tiny' for the tiny model")
+                           f"and not in the local cache; to use a local copy, pass its file instead (wiki.{split}.raw, "
+                           f"its parquet file or a .jsonl with a 'text' field), or 'tiny' for the tiny model")
         return
     path = Path(s).expanduser()
     if path.exists() and not path.is_file() and not path.is_dir():

@@ -81,12 +81,17 @@ def run(args) -> int:
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
+    if args.json and Path(args.json).is_dir():
+        raise GacError(f"--json {args.json!r} is a directory; give a file name for the report")
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
-                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
+                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt),
+                    ("--iters", args.iters), ("--trials", args.trials)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
+    if args.warmup is not None and args.warmup < 0:
+        raise GacError(f"--warmup must be at least 0 (got {args.warmup})")
     # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
     use_tiny = args.data == "tiny" or (args.data == "auto" and base_model_of(args.model) in BUILTIN)
     ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")

@@ -277,6 +277,10 @@ def check_command_line(argv: Sequence[str]) -> None:
     if flags:
         overrides = [o for o in overrides if not _is_swept(o)]
     try:
+        launcher = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == "hydra/launcher"]
+        if launcher and not flags and launcher[-1].split("=", 1)[1] != "local":
+            raise GacError(f"{launcher[-1]} applies to multiruns only: without -m this job would run here, on this "
+                           f"machine; add -m to submit it (python experiments/run.py -m {' '.join(overrides)})")
         compose_config(overrides)
     except GacError as e:
         print(f"experiments/run.py: error: {e}", file=sys.stderr)

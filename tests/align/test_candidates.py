@@ -69,3 +69,17 @@ def test_filter_removes_cliffs_and_errors_when_empty():
 def test_bad_targets(kw, msg):
     with pytest.raises(GacError, match=msg):
         T(**kw)
+
+
+def test_d_star_zero_is_refused_and_huge_windows_are_bounded():
+    from gac.align.candidates import MAX_CANDIDATES
+
+    with pytest.raises(GacError, match="d_star must be a finite number > 0"):
+        rule_candidates(0.0, 4096, unit=8, window=1)
+    with pytest.raises(GacError, match="give the target a d_max"):
+        rule_candidates(10.0, None, unit=8, window=1_000_000)
+    # with d_max the window is clipped before anything is enumerated: every multiple of 8 up to d_max, at once
+    assert rule_candidates(10.0, 4096, unit=8, window=1_000_000) == tuple(range(8, 4097, 8))
+    assert len(rule_candidates(10.0, 8 * MAX_CANDIDATES, unit=8, window=10**9)) == MAX_CANDIDATES
+    # exact arithmetic: a d* of 1e17 keeps its window (floats lose it: (d* - 8) / 8 rounds to d* / 8)
+    assert rule_candidates(1e17, None, unit=8, window=1) == (10**17,)
