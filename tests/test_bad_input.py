@@ -75,6 +75,9 @@ def _files_2(T: Path, tgt: dict) -> None:
     os.mkfifo(T / "fifo")
     (T / "binary.txt").write_bytes(bytes(range(256)) * 64)
     (T / "store" / "records").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(ROOT / "tests" / "analysis" / "fixtures" / "profile", T / "profile")
 
 
 def _outputs(argv: list[str]) -> list[Path]:

@@ -120,7 +120,7 @@ def run(args) -> int:
                         args.decode_prompt + args.decode_tokens))
     for name, flag, n in lengths:
         if limit is not None and n > limit:
-            raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}, max_position_embeddings); "
+            raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
                            f"use {flag} <= {limit}")
     if args.json:
         from gac.io import check_writable

@@ -363,9 +363,15 @@ def model_max_positions(model_spec: str) -> int | None:
     try:
         kind = model_kind(model_spec)
         if kind == "builtin":
-            from gac.fixtures.tiny import tiny_config
+            try:  # every built-in model (tiny, smollm2, ...) by name, where gac.fixtures has that registry
+                from gac.fixtures import named_config
 
-            n = getattr(tiny_config(), "max_position_embeddings", None)
+                config = named_config(model_spec)
+            except ImportError:
+                from gac.fixtures.tiny import tiny_config
+
+                config = tiny_config()
+            n = getattr(config, "max_position_embeddings", None)
         elif kind == "checkpoint":
             from gac.compression.checkpoint import read_meta
 
