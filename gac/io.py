@@ -124,6 +124,8 @@ def read_json(path: str | os.PathLike, what: str = "file") -> object:
         raise GacError(f"{what} {str(p)!r} does not exist")
     if p.is_dir():
         raise GacError(f"{what} {str(p)!r} is a directory, expected a JSON file")
+    if not p.is_file():  # a fifo would block the read forever, a device never ends
+        raise GacError(f"{what} {str(p)!r} is not a regular file (a fifo, socket or device), expected a JSON file")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

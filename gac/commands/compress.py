@@ -88,10 +88,19 @@ def validate(args) -> None:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
     check_probe_samples(allocation, comp, args.calib_samples)  # ASVD's sensitivity_samples: within them
-    if not is_named_source(args.calib) and not Path(args.calib).expanduser().is_file():
+    if not is_named_source(args.calib) and not Path(args.calib).expanduser().exists():
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
     check_output_dir(args.output, overwrite=args.force)
+    from gac.data import check_source
+    from gac.jobs.pipeline import check_model_here, model_max_positions
+
+    check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
+    check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading
+    limit = model_max_positions(args.model)
+    if limit is not None and args.calib_seq_len > limit:
+        raise GacError(f"--calib-seq-len {args.calib_seq_len} is above the model's maximum sequence length ({limit}, "
+                       f"max_position_embeddings); use at most {limit}")
 
 
 def run(args) -> int:

@@ -83,12 +83,17 @@ def run(args) -> int:
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
+    if args.json and Path(args.json).is_dir():
+        raise GacError(f"--json {args.json!r} is a directory; give a file name for the report")
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
-                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
+                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt),
+                    ("--iters", args.iters), ("--trials", args.trials)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
+    if args.warmup is not None and args.warmup < 0:
+        raise GacError(f"--warmup must be at least 0 (got {args.warmup})")
     # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
     named = default_data("tiny") if args.data == "tiny" else (
         default_data(base_model_of(args.model)) if args.data == "auto" else None)
@@ -103,6 +108,23 @@ def run(args) -> int:
     for t in tasks:  # every row against the task's schema, before the model is loaded
         if t in files:
             check_local_file(t, files[t])
+    from gac.data import check_source
+    from gac.evaluation.tasks import check_hub_tasks
+    from gac.jobs.pipeline import check_model_here, model_max_positions
+
+    check_model_here(args.model)
+    if args.ppl:
+        check_source(ppl_source, "test", "--ppl-data")  # a binary file, a fifo, the hub while offline
+    check_hub_tasks([t for t in tasks if t not in files])  # not a minute of retries after the model is loaded
+    limit = model_max_positions(args.model)
+    lengths = [("seq_len", "--seq-len", args.seq_len)] if args.seq_len is not None else []
+    if args.latency:
+        lengths.append(("decode_prompt + decode_tokens", "--decode-prompt + --decode-tokens",
+                        args.decode_prompt + args.decode_tokens))
+    for name, flag, n in lengths:
+        if limit is not None and n > limit:
+            raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
+                           f"use {flag} <= {limit}")
     if args.json:
         from gac.io import check_writable
 

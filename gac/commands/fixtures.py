@@ -74,6 +74,9 @@ def run(args) -> int:
             raise GacError(f"{out} already exists; pass --force to replace it")
         if args.steps is not None and args.steps < 1:
             raise GacError(f"--steps must be at least 1 (got {args.steps})")
+        from gac.io import check_writable
+
+        check_writable(out.resolve().parent, "directory of --out", probe_bytes=1)  # before 30 minutes of training
         prov = build_tiny(out, sdist=args.sdist, steps=args.steps, evaluate=not args.no_eval)
         print(f"built tiny in {out} ({prov['build_seconds']} s): val ppl {prov['val_ppl']} "
               f"(untrained {prov['untrained_val_ppl']}), final train loss {prov['final_train_loss']}")

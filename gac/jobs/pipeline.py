@@ -207,6 +207,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if extra:
         raise GacError(f"config: unknown eval key(s) {sorted(extra)}; known: {sorted(known_eval)}")
     ev["tasks"] = tasks
+    _check_numbers(cfg, ev)
     ev["latency_seq_lens"] = tuple(int(s) for s in ev.get("latency_seq_lens") or ())
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
     options = dict(_get(cfg, "compressor.options", {}) or {})
@@ -258,6 +259,139 @@ def spec_from_config(cfg: dict) -> JobSpec:
         experiment=str(cfg.get("experiment_name", "default")),
         sweep=cfg.get("sweep"),
     )
+
+
+def _check_numbers(cfg: dict, ev: dict) -> None:
+    """The ranges of the numbers the schema only types: checked with the rest, before any work (each of these used
+    to fail after loading or compressing, leaving a failures/ entry)."""
+
+    def need(key: str, v, lo: int, none_ok: bool = False, what: str = "") -> None:
+        if v is None and none_ok:
+            return
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise GacError(f"config: {key} must be an integer >= {lo}{' or null' if none_ok else ''}{what}, got {v!r}")
+
+    cal = _get(cfg, "calibration", {}) or {}
+    need("calibration.n_samples", cal.get("n_samples"), 1)
+    need("calibration.seq_len", cal.get("seq_len"), 2, what=" (tokens per calibration sample)")
+    for key, example in (("results_dir", "results"), ("experiment_name", "default")):
+        if key in cfg and not str(cfg[key] or "").strip():
+            raise GacError(f"config: {key} is empty; give it a value (e.g. {key}={example}) or leave it out")
+    need("eval.ppl_seq_len", ev.get("ppl_seq_len"), 2, none_ok=True)
+    need("eval.ppl_max_windows", ev.get("ppl_max_windows"), 1, none_ok=True, what=" (null scores the whole text)")
+    need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
+    for k in ("batch_size", "latency_batch"):
+        need(f"eval.{k}", ev.get(k, 1), 1)
+    need("eval.decode_tokens", ev.get("decode_tokens", 0), 0)
+    need("eval.warmup", ev.get("warmup"), 0, none_ok=True)
+    for k in ("iters", "trials"):
+        need(f"eval.{k}", ev.get(k), 1, none_ok=True)
+    for i, v in enumerate(ev.get("latency_seq_lens") or ()):
+        need(f"eval.latency_seq_lens[{i}]", v, 1)
+    for i, pair in enumerate(ev.get("latency_batches") or ()):
+        ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in pair)
+        if not ok:
+            raise GacError(f"config: eval.latency_batches[{i}] must be a pair [batch, seq_len] of positive integers, "
+                           f"got {pair!r}; write eval.latency_batches='[[4,1024],[8,1024]]'")
+
+
+def check_job_here(spec: JobSpec) -> None:
+    """What only the machine that runs the job can check, before anything is written or loaded: the job's device is
+    there, its sequence lengths fit the model's positions, and tasks that need the hub can reach it."""
+    if spec.device.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(spec.device.split(":")[1]) if ":" in spec.device and spec.device.split(":")[1].isdigit() else 0
+        if n == 0 or index >= n:
+            have = f"{n} CUDA device(s)" if n else "no CUDA"
+            raise GacError(f"this job runs on {spec.device} (gpu={spec.gpu}), but this machine has {have}; run it on a "
+                           f"GPU node (e.g. hydra/launcher=slurm_h100), or use gpu=cpu here")
+    if not spec.random_weights:
+        try:
+            check_model_here(spec.model_spec)  # a missing directory, a file, the hub offline: now
+        except GacError as e:
+            raise GacError(f"config: model.spec: {e}") from None
+    from gac.data import check_source
+
+    if not spec.is_baseline and spec.calibration.get("source") != "random":
+        check_source(str(spec.calibration.get("source")), "train", "calibration.source")
+    if spec.eval.ppl and spec.ppl_source:
+        check_source(str(spec.ppl_source), "test", "model.ppl_source")
+    limit = _max_positions(spec)
+    if limit is not None:
+        ev = spec.eval
+        lengths = [("calibration.seq_len", int(spec.calibration.get("seq_len") or 0))] if not spec.is_baseline else []
+        if ev.ppl and spec.ppl_source and ev.ppl_seq_len is not None:
+            lengths.append(("eval.ppl_seq_len", ev.ppl_seq_len))
+        if ev.latency:
+            lengths += [("seq_len" if s == spec.seq_len else "eval.latency_seq_lens", s) for s in ev.latency_seq_lens]
+            lengths += [("eval.latency_batches", s) for _, s in ev.latency_batches]
+            if ev.decode_tokens > 0:
+                lengths.append(("eval.decode_tokens + 128 (the decode prompt)", ev.decode_tokens + 128))
+        for key, n in lengths:
+            if n > limit:
+                raise GacError(f"config: {key}={n} is above the maximum sequence length of model {spec.model_name} "
+                               f"({limit}, max_position_embeddings); use at most {limit}")
+    if spec.eval.tasks:
+        from gac.evaluation.tasks import check_hub_tasks
+
+        local = _task_files(spec) or {}
+        check_hub_tasks([t for t in spec.eval.tasks if t not in local])
+
+
+def check_model_here(model_spec: str) -> None:
+    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache or the
+    hub answers (otherwise loading retries for a minute before it fails)."""
+    from gac.data import hub_repo_cached, hub_unreachable
+    from gac.models import model_kind
+
+    if model_kind(model_spec) != "hub":
+        return
+    why = hub_unreachable()
+    if why is not None and not hub_repo_cached(str(model_spec), "model"):
+        raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
+                       f"model is not in the local cache; download it where the hub is reachable (`huggingface-cli "
+                       f"download {model_spec} --local-dir DIR`) and pass DIR, or use 'tiny' (offline)")
+
+
+def _max_positions(spec: JobSpec) -> int | None:
+    if spec.random_weights:
+        config = job_model_config(spec)
+        n = getattr(config, "max_position_embeddings", None) if config is not None else None
+        return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return model_max_positions(spec.model_spec)
+
+
+def model_max_positions(model_spec: str) -> int | None:
+    """A model's ``max_position_embeddings`` from its config alone (no weights read): tiny's, a gac checkpoint's
+    base config, a local directory's or a cached hub model's config.json; None when it cannot be had offline."""
+    from gac.models import model_kind
+
+    try:
+        kind = model_kind(model_spec)
+        if kind == "builtin":
+            try:  # every built-in model (tiny, smollm2, ...) by name, where gac.fixtures has that registry
+                from gac.fixtures import named_config
+
+                config = named_config(model_spec)
+            except ImportError:
+                from gac.fixtures.tiny import tiny_config
+
+                config = tiny_config()
+            n = getattr(config, "max_position_embeddings", None)
+        elif kind == "checkpoint":
+            from gac.compression.checkpoint import read_meta
+
+            n = (read_meta(model_spec).get("base_config") or {}).get("max_position_embeddings")
+        else:
+            from transformers import AutoConfig
+
+            n = getattr(AutoConfig.from_pretrained(model_spec, local_files_only=True), "max_position_embeddings", None)
+    except Exception:  # noqa: BLE001 - a bad path or config: loading reports it with its own message
+        return None
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 # ----------------------------------------------------------------------------------------------------- stages
@@ -749,6 +883,7 @@ STAGE_NAMES = {"tasks": "lm-eval tasks"}
 def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None) -> None:
     """Everything that can fail on bad input or a bad disk, checked before a second of compute: the store is
     writable with room to spare, the task files match their task's schema, the checkpoint path is free."""
+    check_job_here(spec)
     store.prepare_for_writing()
     if spec.eval.tasks:
         files = _task_files(spec) or {}
