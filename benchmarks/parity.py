@@ -89,6 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ref-tables-only", action="store_true",
                     help="compute the references' sensitivity tables into --ref-tables and stop (splits a long ASVD "
                          "run on smollm2 into two shorter ones)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the uncompressed model's perplexity")
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress (sensitivity tables take minutes)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -153,8 +154,8 @@ def main(argv=None) -> int:
                   f"load average {os.getloadavg()[0]:.2f}", flush=True)
         return 0
 
-    base = ppl(model)
-    print(f"{args.model}: baseline perplexity {base:.2f} ({args.eval_seq_len}-token windows of {args.text} test); "
+    base = float("nan") if args.no_baseline else ppl(model)
+    print(f"{args.model}: baseline perplexity {'not measured' if args.no_baseline else f'{base:.2f}'} ({args.eval_seq_len}-token windows of {args.text} test); "
           f"calibration {args.calib_samples} x {args.calib_seq_len} {args.text} train tokens, seed {args.seed}; "
           f"ASVD probe samples {args.probe_samples or 'all'}; torch threads "
           f"{torch.get_num_threads()}; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
