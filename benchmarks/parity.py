@@ -83,6 +83,13 @@ def main(argv=None) -> int:
                     help="torch CPU threads (default 1: on the shared 2-core machine the references' one-sample "
                          "forwards ran 13x slower on 2 contended threads than on 1)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--ref-tables", default=None,
+                    help="JSON file of the references' sensitivity tables (ASVD): read when it exists and was made "
+                         "with the same model, text, calibration and probe samples; written after a table is computed")
+    ap.add_argument("--ref-tables-only", action="store_true",
+                    help="compute the references' sensitivity tables into --ref-tables and stop (splits a long ASVD "
+                         "run on smollm2 into two shorter ones)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the uncompressed model's perplexity")
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress (sensitivity tables take minutes)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -94,6 +101,8 @@ def main(argv=None) -> int:
     from gac.evaluation import perplexity
     from gac.models import load_model
 
+    if args.ref_tables_only and not args.ref_tables:
+        raise SystemExit("--ref-tables-only needs --ref-tables FILE")
     refs = available_refs()
     names = args.compressors
     missing = [n for n in names if n.partition(":")[0] not in refs]
@@ -111,8 +120,42 @@ def main(argv=None) -> int:
         return perplexity(m, tok, args.text, seq_len=args.eval_seq_len, batch_size=args.eval_batch,
                           max_windows=args.eval_windows)["ppl"]
 
-    base = ppl(model)
-    print(f"{args.model}: baseline perplexity {base:.2f} ({args.eval_seq_len}-token windows of {args.text} test); "
+    table_key = {"model": args.model, "text": args.text, "calib": [args.calib_samples, args.calib_seq_len, args.seed],
+                 "probe_samples": args.probe_samples}
+    saved = {}
+    if args.ref_tables and os.path.exists(args.ref_tables):
+        with open(args.ref_tables) as f:
+            saved = json.load(f)
+        if saved.get("key") != table_key:
+            raise SystemExit(f"{args.ref_tables} was made for {saved.get('key')}, not {table_key}: remove it or "
+                             f"name another file")
+    saved_tables = {label: {n: {float(p): v for p, v in row.items()} for n, row in t.items()}
+                    for label, t in saved.get("tables", {}).items()}
+
+    def save_table(label, tab):
+        if args.ref_tables and tab is not None:
+            saved_tables[label] = tab
+            with open(args.ref_tables, "w") as f:
+                json.dump({"key": table_key, "tables": saved_tables}, f)
+
+    if args.ref_tables_only:
+        for label in names:
+            name, _, flag = label.partition(":")
+            reference = load_ref(refs[name])
+            if "table" not in inspect.signature(reference).parameters or label in saved_tables:
+                continue
+            kw = {flag: True} if flag else {}
+            if args.probe_samples is not None and name == "asvd":
+                kw["probe_samples"] = args.probe_samples
+            t1 = time.perf_counter()
+            ref = reference(model, tok, calib, args.ratios[0], **kw)
+            save_table(label, ref.get("table"))
+            print(f"{label}: reference sensitivity table in {time.perf_counter() - t1:.0f}s -> {args.ref_tables}; "
+                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        return 0
+
+    base = float("nan") if args.no_baseline else ppl(model)
+    print(f"{args.model}: baseline perplexity {'not measured' if args.no_baseline else f'{base:.2f}'} ({args.eval_seq_len}-token windows of {args.text} test); "
           f"calibration {args.calib_samples} x {args.calib_seq_len} {args.text} train tokens, seed {args.seed}; "
           f"ASVD probe samples {args.probe_samples or 'all'}; torch threads "
           f"{torch.get_num_threads()}; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
@@ -132,11 +175,15 @@ def main(argv=None) -> int:
         t_prep = time.perf_counter() - t0
         print(f"{label}: gac prepared in {t_prep:.0f}s (proxy {prep.proxy}, allocation {prep.allocation}, "
               f"{len(prep.units)} targets, {prep.dense_params:,} dense weight parameters)", flush=True)
-        table = None
+        table = saved_tables.get(label)
+        if table is not None:
+            print(f"{label}: the reference's sensitivity table read from {args.ref_tables}", flush=True)
         for rho in args.ratios:
             t1 = time.perf_counter()
             ref = reference(model, tok, calib, rho, table=table) if takes_table else reference(model, tok, calib, rho)
             t_ref = time.perf_counter() - t1
+            if ref.get("table") is not None and ref.get("table") is not table:
+                save_table(label, ref["table"])
             table = ref.get("table", table)
             if int(ref["dense_params"]) != prep.dense_params:
                 raise SystemExit(f"{name}: the reference compresses {ref['dense_params']:,} dense parameters, gac "
