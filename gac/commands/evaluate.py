@@ -16,6 +16,7 @@ Examples:
   gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
   gac evaluate meta-llama/Meta-Llama-3-8B --dtype fp16 --device cuda --ppl --tasks piqa,hellaswag --latency
   gac evaluate ./llama3 --ppl --ppl-data ./wiki.test.raw --task-file piqa=./piqa_valid.jsonl --tasks piqa
+  gac evaluate ./SmolLM2-135M --ppl --ppl-data enwiki --ppl-windows 4     # a quick look on the CPU
 """
 
 
