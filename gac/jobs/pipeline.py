@@ -316,7 +316,7 @@ def resolve_model_data(cfg: dict) -> dict:
     group = model.get("name") if model.get("name") in NAMED_MODELS else None
     if model.get("name") in NAMED_MODELS and spec != model.get("name"):
         model["name"] = model_label(spec)
-    own = None if model.get("random_weights") else default_data(base_model_of(spec))
+    own = default_data(base_model_of(spec))
     ev = cfg.get("eval") or {}
     used = {"calibration.source": str(_get(cfg, "compressor.name")) != BASELINE,
             "model.ppl_source": bool(ev.get("ppl")), "model.task_files": bool(ev.get("tasks"))}
