@@ -40,4 +40,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from gac.cli import guard_closed_pipe
+
+    guard_closed_pipe()  # `... | head`: quiet, no BrokenPipeError traceback
     main()

@@ -33,7 +33,10 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
+    from gac.cli import guard_closed_pipe
     from gac.jobs.experiment import check_command_line
+
+    guard_closed_pipe()  # `python experiments/run.py --cfg job | head`: quiet, no BrokenPipeError traceback
 
     check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
     main()

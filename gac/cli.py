@@ -84,6 +84,37 @@ def _silence_stdout() -> None:
         pass
 
 
+class _ClosedPipeSafe:
+    """``sys.stdout`` for entry points that cannot stop at the first closed pipe (Hydra's, whose own error handler
+    would print the traceback): once the reader has gone, output goes to /dev/null and the run goes on, its record
+    written, instead of ending in a BrokenPipeError traceback."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _silence_stdout()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def guard_closed_pipe() -> None:
+    """Make ``python experiments/run.py ... | head`` end quietly (see :class:`_ClosedPipeSafe`)."""
+    if not isinstance(sys.stdout, _ClosedPipeSafe) and sys.stdout is not None:
+        sys.stdout = _ClosedPipeSafe(sys.stdout)
+
+
 def _run(parser, args) -> int:
     from gac.progress import is_quiet, quiet_libraries, quiet_scope
 

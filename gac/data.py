@@ -110,9 +110,11 @@ def check_source(source: str | os.PathLike, split: str = "test", what: str = "te
     if s in _WIKITEXT2_ALIASES:
         why = hub_unreachable()
         if why is not None and not hub_dataset_cached(WIKITEXT2_HUB[0]):
+            give = (lambda v: f"{what} {v}") if what.startswith("--") else (lambda v: f"{what}={v}")
             raise GacError(f"{what} {s!r} is WikiText-2 from the Hugging Face hub, which is not reachable here ({why}) "
-                           f"and not in the local cache; to use a local copy, pass its file instead (wiki.{split}.raw, "
-                           f"its parquet file or a .jsonl with a 'text' field), or 'tiny' for the tiny model")
+                           f"and not in the local cache; give a local copy with {give('FILE')} (wiki.{split}.raw, its "
+                           f"parquet file or a .jsonl with a 'text' field), or offline text shipped with gac: "
+                           f"{give('enwiki')} (English Wikipedia) or {give('tiny')} (tiny's Shakespeare)")
         return
     path = Path(s).expanduser()
     if path.exists() and not path.is_file() and not path.is_dir():
@@ -264,7 +266,9 @@ def _hub_wikitext2_rows(split: str) -> list[str]:
         f"to use a local copy, download {name} ({config}) where the hub is reachable and pass the file instead of "
         f"'wikitext2': the raw text (wiki.{'valid' if split == 'validation' else split}.raw), its parquet file "
         f"({config}/{split}-00000-of-00001.parquet) or a .jsonl with a 'text' field, e.g. "
-        f"`gac evaluate MODEL --ppl --ppl-data /path/wiki.{split}.raw`"
+        + ("`gac compress MODEL ... --calib /path/wiki.train.raw` (a job: model.calibration_source=FILE)"
+           if split == "train" else
+           f"`gac evaluate MODEL --ppl --ppl-data /path/wiki.{split}.raw` (a job: model.ppl_source=FILE)")
     )
     try:
         import datasets

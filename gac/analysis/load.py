@@ -176,6 +176,9 @@ def _record_row(rec: Mapping) -> dict:
     if own is not None and PREFILL in metrics and own not in metrics and any(parse_seq_metric(m) for m in metrics):
         row[own] = row[PREFILL]
     row.update(_plan_columns(rec.get("plan"), where))
+    ev = rec.get("evaluation")
+    ppl = ev.get("perplexity") if isinstance(ev, Mapping) else None
+    row["ppl_warning"] = ppl.get("warning") if isinstance(ppl, Mapping) else None  # a wrecked model (perplexity.py)
     if row["aligned_fraction"] is None and row.get("plan_aligned") is not None:
         row["aligned_fraction"] = row["plan_aligned"]
     row.pop("plan_aligned", None)

@@ -131,6 +131,11 @@ def write_report(
     index = rep.out_dir / "index.md"
     lines = ["# gac report", "", f"{len(df)} completed records.", "", "## Files", ""]
     lines += [f"- {p.name}" for p in rep.written]
+    wrecked = df[df["ppl_warning"].notna()] if "ppl_warning" in df.columns else df.iloc[:0]
+    if len(wrecked):  # said once at the top: their rows sit in the tables like any other
+        lines += ["", "## Warnings", ""] + [
+            f"- {r.model}, {r.compressor}" + (f" ratio {r.ratio:g}" if pd.notna(r.ratio) else "")
+            + f" ({r.strategy}; record {r.key}): {r.ppl_warning}" for r in wrecked.itertuples()]
     if rep.skipped:
         lines += ["", "## Skipped", ""] + [f"- {s}" for s in rep.skipped]
     lines += [""] + rep.sections

@@ -20,6 +20,7 @@ import pandas as pd
 from gac.analysis.load import parse_seq_metric, plan_dims
 from gac.errors import GacError
 from gac.metrics import is_ppl, prefill_point
+from gac.results import AnyOf
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,8 @@ def _setting(row: Mapping, field: str, baseline: bool):
 
 
 def show_value(v) -> str:
+    if isinstance(v, AnyOf):
+        return "|".join(show_value(x) for x in v)
     if isinstance(v, tuple):
         return "[" + ",".join(str(x) for x in v) + "]"
     return f"{v:g}" if isinstance(v, float) else str(v)
@@ -244,20 +247,22 @@ def filter_settings(df: pd.DataFrame, where: Mapping[str, object] | None, what: 
             raise GacError(f"{what}: no records have a setting {field!r}; filter by a config key such as "
                            f"{sorted(known)[:3]} or by {', '.join(_FRAME_FILTERS[:2])}")
         hit, real = [], 0
+        wanted = [_parse(x) for x in (value if isinstance(value, AnyOf) else (value,))]  # a repeated key: OR
         for r in df.to_dict("records"):
             base = is_baseline(r["compressor"], r["strategy"])
             if field in df.columns and field != "config":
                 v = r.get(field)
-                match = v is not None and _same(_parse(v), _parse(value))
+                match = v is not None and any(_same(_parse(v), w) for w in wanted)
                 free = base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")
             else:
                 v = _setting(r, field, base)
-                match = v is not _ANY and _same(v, _parse(value))
+                match = v is not _ANY and any(_same(v, w) for w in wanted)
                 free = base and _top(field) in COMPRESSION_SETTINGS
             real += bool(match)
             hit.append(match or free)
         if not real:  # only baselines passed (they fit any value of a compression setting): nothing matched
-            raise GacError(f"{what}: no records match {field}={show_value(_parse(value))}; values in the records: "
+            shown = "|".join(show_value(w) for w in wanted)
+            raise GacError(f"{what}: no records match {field}={shown}; values in the records: "
                            f"{_values_of(df, field)}")
         keep &= pd.Series(hit, index=df.index)
     out = df[keep]

@@ -38,7 +38,8 @@ def add_arguments(p):
     p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?", help="the results store the sweep wrote to")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="keep records whose job field (model, compressor, proxy, strategy, ratio, unit, gpu, seq_len, "
-                        "experiment, sweep), key, or config path (compressor.options.alpha) equals VALUE (repeatable)")
+                        "experiment, sweep), key, or config path (compressor.options.alpha) equals VALUE; repeatable: one key "
+                        "given twice keeps either value (OR), different keys must all match (AND)")
     p.add_argument("--sweep", help="keep records of this sweep label")
     p.add_argument("--experiment", help="keep records of this experiment (table5, ratio_sweep, ...)")
     p.add_argument("--plan", action="append", default=[], metavar="FILE",

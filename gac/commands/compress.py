@@ -32,6 +32,9 @@ def add_arguments(p):
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a compressor option (repeatable), e.g. group_size=2, decomposition=svd, rank_cap=break_even")
+    p.add_argument("--sensitivity-limit", default=None, metavar="DURATION",
+                   help="ASVD's sensitivity search: refuse when its estimate (printed before it starts) is above this "
+                        "(90m, 12h, 3600 seconds, or none; default $GAC_SENSITIVITY_LIMIT, else 2h)")
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
     p.add_argument("--device", default="cpu")
     p.add_argument("-o", "--output", required=True, help="checkpoint directory (must not exist or be empty)")
@@ -88,6 +91,11 @@ def validate(args) -> None:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
     check_probe_samples(allocation, comp, args.calib_samples)  # ASVD's sensitivity_samples: within them
+    from gac.compression.sensitivity import parse_duration, sensitivity_limit
+
+    given = getattr(args, "sensitivity_limit", None)
+    args.sensitivity_limit_s = (parse_duration(given, "--sensitivity-limit") if given is not None
+                                else sensitivity_limit())  # a bad duration (flag or $GAC_SENSITIVITY_LIMIT) fails now
     if not is_named_source(args.calib) and not Path(args.calib).expanduser().exists():
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
@@ -132,6 +140,7 @@ def run(args) -> int:
             model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit,
             window=args.window, calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
             allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
+            sensitivity_limit_s=args.sensitivity_limit_s,
         )
     except Exception as e:
         if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback

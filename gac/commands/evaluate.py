@@ -16,6 +16,7 @@ Examples:
   gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
   gac evaluate meta-llama/Meta-Llama-3-8B --dtype fp16 --device cuda --ppl --tasks piqa,hellaswag --latency
   gac evaluate ./llama3 --ppl --ppl-data ./wiki.test.raw --task-file piqa=./piqa_valid.jsonl --tasks piqa
+  gac evaluate ./SmolLM2-135M --ppl --ppl-data enwiki --ppl-windows 4     # a quick look on the CPU
 """
 
 
@@ -24,6 +25,9 @@ def add_arguments(p):
     p.add_argument("--ppl", action="store_true", help="WikiText-2 perplexity (non-overlapping windows of --seq-len)")
     p.add_argument("--ppl-data", metavar="SOURCE",
                    help="'wikitext2' (hub), 'tiny', or a local .txt/.jsonl/.parquet (default: per --data)")
+    p.add_argument("--ppl-windows", type=int, default=None, metavar="N",
+                   help="score only the first N perplexity windows (default: the whole text; a quick check of a "
+                        "large model on the CPU; the report says 'the first N of M windows')")
     p.add_argument("--tasks", metavar="T1,T2",
                    help="lm-eval tasks, groups or tags by their registry names, comma-separated (piqa,hellaswag; "
                         "arc_easy, mmlu, ... from the hub); tiny's piqa/hellaswag run offline on shipped files")
@@ -83,13 +87,15 @@ def run(args) -> int:
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
+    if args.ppl_windows is not None and not args.ppl:
+        raise GacError("--ppl-windows caps perplexity windows, but --ppl is not given; add --ppl")
     if args.json and Path(args.json).is_dir():
         raise GacError(f"--json {args.json!r} is a directory; give a file name for the report")
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
                     ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt),
-                    ("--iters", args.iters), ("--trials", args.trials)):
+                    ("--iters", args.iters), ("--trials", args.trials), ("--ppl-windows", args.ppl_windows)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
     if args.warmup is not None and args.warmup < 0:
@@ -146,7 +152,7 @@ def run(args) -> int:
         stage = "evaluate"
         report = evaluate(
             model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
-            ppl_batch_size=args.batch_size or 1, tasks=tasks, limit=args.limit, task_files=files,
+            ppl_batch_size=args.batch_size or 1, ppl_max_windows=args.ppl_windows, tasks=tasks, limit=args.limit, task_files=files,
             task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
             latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
             warmup=args.warmup, iters=args.iters, trials=args.trials,

@@ -30,7 +30,8 @@ def add_arguments(p):
     p.add_argument("--sweep", default=None, help="only the records of this sweep label (the baseline is shared)")
     p.add_argument("--experiment", default=None, help="only the records of this experiment label")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                   help="only records whose config KEY (e.g. align.window, eval.limit) equals VALUE (repeatable)")
+                   help="only records whose config KEY (e.g. align.window, eval.limit) equals VALUE; repeatable: one key "
+                        "given twice keeps either value (OR), different keys must all match (AND)")
 
 
 def _split(text: str) -> list[str]:
@@ -39,13 +40,14 @@ def _split(text: str) -> list[str]:
 
 def _where(args) -> dict:
     from gac.errors import GacError
+    from gac.results import add_filter
 
-    where = {}
+    where: dict = {}
     for item in args.where:
         key, sep, value = str(item).partition("=")
         if not sep or not key.strip():
             raise GacError(f"--where {item!r}: expected KEY=VALUE, e.g. --where align.window=8")
-        where[key.strip()] = value.strip()
+        add_filter(where, key.strip(), value.strip())  # a key given again: either value (OR)
     for name in ("sweep", "experiment"):
         if getattr(args, name) is not None:
             where[name] = getattr(args, name)

@@ -6,6 +6,19 @@ that are not multiples of it (paper Table 4: 8 for cuBLAS tier-1 kernels and SDP
 16 for Tensor Core K and L2 sectors, 32 for FA2 templates). It also checks the attention ``head_dim`` against
 FlashAttention (``head_dim % 8 == 0`` and ``<= 256``) and the head sizes vLLM serves. A weight counts as aligned
 at unit u when all its dimensions are multiples of u; the aligned fraction is over weights.
+
+Head counts (``heads``): what the attention kernels and serving engines require of the number of query heads H and
+KV heads K, per layer as the weights give them (q_proj / k_proj outputs over ``head_dim``):
+
+* grouped-query attention needs ``H % K == 0`` (each KV head serves H/K query heads: transformers' ``repeat_kv``,
+  FlashAttention's MQA/GQA "number of heads in Q divisible by the number of heads in KV"); a head count that is not
+  a whole number of heads (an output not a multiple of ``head_dim``) breaks every kernel;
+* vLLM's tensor parallelism over TP GPUs shards heads: ``H % TP == 0`` (``ModelConfig.verify_with_parallel_config``:
+  "Total number of attention heads (H) must be divisible by tensor parallel size (TP)") and ``K % TP == 0`` when
+  ``K >= TP``, else ``TP % K == 0`` (KV heads replicated; the ``assert`` in every vLLM attention module, e.g.
+  ``LlamaAttention``). The audit lists which TP in (1, 2, 4, 8) a model can be served at; SmolLM2's 9 query heads
+  allow TP 1 only. Those TP sizes are a serving constraint, not a speed rule: a model that allows only TP 1 runs
+  fine on one GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +33,37 @@ from gac.errors import GacError
 
 AUDIT_UNITS = (8, 16, 32)
 VLLM_HEAD_SIZES = (64, 80, 96, 112, 128, 256)
+TP_SIZES = (1, 2, 4, 8)  # the tensor-parallel sizes of one node the head-count check reports
+
+
+def vllm_tp_ok(heads: int, kv_heads: int, tp: int) -> bool:
+    """Whether vLLM accepts ``heads`` query / ``kv_heads`` KV heads at tensor-parallel size ``tp`` (module docstring)."""
+    if heads % tp:
+        return False
+    return kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
+
+
+def head_checks(specs: dict[str, dict], head_dim: int, num_heads: int, num_kv_heads: int) -> dict:
+    """The head counts of every layer (from the q_proj / k_proj outputs) checked as the module docstring says."""
+    per_layer: dict[str, dict[str, float]] = {}
+    for name, spec in specs.items():
+        proj = name.rsplit(".", 1)[-1]
+        if proj not in ("q_proj", "k_proj") or "out" not in spec:
+            continue
+        layer = name.rsplit(".", 2)[0]
+        per_layer.setdefault(layer, {})[proj] = spec["out"] / head_dim if head_dim else 0
+    counts = {(v.get("q_proj", num_heads), v.get("k_proj", num_kv_heads)) for v in per_layer.values()} or {
+        (num_heads, num_kv_heads)}
+    problems = []
+    for h, k in sorted(counts):
+        if h != int(h) or k != int(k) or not h or not k:
+            problems.append(f"q/k outputs of {h * head_dim:g}/{k * head_dim:g} are not whole heads of {head_dim}")
+        elif int(h) % int(k):
+            problems.append(f"{int(h)} query heads are not a multiple of {int(k)} KV heads (GQA needs H % K == 0)")
+    whole = [(int(h), int(k)) for h, k in counts if h == int(h) and k == int(k) and h and k]
+    tp = [t for t in TP_SIZES if whole and all(vllm_tp_ok(h, k, t) for h, k in whole)]
+    return {"query_heads": sorted({h for h, _ in whole}), "kv_heads": sorted({k for _, k in whole}),
+            "gqa_ok": not problems, "problems": problems, "vllm_tp_sizes": tp}
 
 
 def _dims(spec: dict) -> dict[str, int]:
@@ -34,7 +78,8 @@ def _dims(spec: dict) -> dict[str, int]:
     return {"in": spec["in"], "out": spec["out"]}
 
 
-def audit_specs(specs: dict[str, dict], head_dim: int, model_type: str = "", source: str = "") -> dict:
+def audit_specs(specs: dict[str, dict], head_dim: int, model_type: str = "", source: str = "",
+                num_heads: int | None = None, num_kv_heads: int | None = None) -> dict:
     rows = []
     for name, spec in specs.items():
         dims = _dims(spec)
@@ -51,6 +96,7 @@ def audit_specs(specs: dict[str, dict], head_dim: int, model_type: str = "", sou
         "head_dim": head_dim,
         "head_dim_flash_ok": head_dim % 8 == 0 and head_dim <= 256,
         "head_dim_vllm_ok": head_dim in VLLM_HEAD_SIZES,
+        "heads": head_checks(specs, head_dim, num_heads, num_kv_heads) if num_heads else None,
         "weights": rows,
     }
 
@@ -60,7 +106,7 @@ def audit_model(model: nn.Module, source: str = "") -> dict:
 
     layout = discover(model)
     specs = {n: module_spec(get_module(model, n)) for n in layout.linear_names(PROJECTIONS)}
-    return audit_specs(specs, layout.head_dim, layout.model_type, source)
+    return audit_specs(specs, layout.head_dim, layout.model_type, source, layout.num_heads, layout.num_kv_heads)
 
 
 def _local_or_hub(spec: str | os.PathLike) -> Path | None:
@@ -168,7 +214,7 @@ def audit_checkpoint(path: str | os.PathLike) -> dict:
         elif got != spec:
             mismatch.append({"name": n, "json": spec, "weights": got})
     specs = {n: (w if w is not None else recorded[n]) for n, w in from_weights.items()}
-    rep = audit_specs(specs, layout.head_dim, layout.model_type, str(path))
+    rep = audit_specs(specs, layout.head_dim, layout.model_type, str(path), layout.num_heads, layout.num_kv_heads)
     rep["shapes_from"] = "weights"
     rep["config_mismatch"] = mismatch
     return rep
@@ -205,14 +251,35 @@ def format_audit(rep: dict, all_weights: bool = False) -> str:
         + ", ".join(f"mod {u}: {100 * f:.1f}%" for u, f in rep["aligned_fraction_by_unit"].items()),
         f"head_dim {rep['head_dim']}: FlashAttention {'ok' if rep['head_dim_flash_ok'] else 'NOT accepted (needs %8 == 0, <= 256)'}"
         f"; vLLM head sizes {'ok' if rep['head_dim_vllm_ok'] else 'unsupported'}",
-        f"{'weight':<48} {'dims':<44} breaks",
     ]
+    heads = rep.get("heads")
+    if heads:
+        lines.append(format_heads(heads))
+    lines.append(f"{'weight':<48} {'dims':<44} breaks")
+    header = len(lines)
     for r in rep["weights"]:
         broken = [f"mod{u}:{','.join(v)}" for u, v in r["misaligned"].items() if v]
         if not broken and not all_weights:
             continue
         dims = " ".join(f"{k}={v}" for k, v in r["dims"].items())
         lines.append(f"{r['name']:<48} {dims:<44} {' '.join(broken) or '-'}")
-    if len(lines) == 3:
+    if len(lines) == header:
         lines.append("(every weight is aligned to 32)")
     return "\n".join(lines)
+
+
+def format_heads(heads: dict) -> str:
+    """``heads 9 query / 3 KV: GQA ok; vLLM tensor parallel TP=1 only (H % TP, K % TP or TP % K)``."""
+    h = "/".join(str(x) for x in heads["query_heads"]) or "?"
+    k = "/".join(str(x) for x in heads["kv_heads"]) or "?"
+    gqa = "GQA ok" if heads["gqa_ok"] else "NOT accepted: " + "; ".join(heads["problems"])
+    tp = heads["vllm_tp_sizes"]
+    if not tp:
+        serve = "vLLM: no tensor-parallel size in 1, 2, 4, 8"
+    elif len(tp) == len(TP_SIZES):
+        serve = "vLLM tensor parallel TP=1, 2, 4, 8 all ok"
+    else:
+        no = [t for t in TP_SIZES if t not in tp]
+        serve = (f"vLLM tensor parallel TP={', '.join(map(str, tp))} only (not {', '.join(map(str, no))}: needs "
+                 f"query heads % TP == 0 and KV heads % TP == 0, or TP % KV heads == 0)")
+    return f"heads {h} query / {k} KV: {gqa}; {serve}"

@@ -348,6 +348,7 @@ def prepare(
     compressor_options: dict | None = None,
     stream: bool = True,
     grad_checkpoint: bool | None = None,
+    sensitivity_limit_s: float | None | str = "env",
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
@@ -368,6 +369,10 @@ def prepare(
     turns it on when one sample's activations would take more than a quarter of the device's free memory
     (:func:`_auto_checkpoint`; the choice is in ``notes``). The wall time and peak memory of each
     stage are in ``prepared.timings`` / ``prepared.memory`` (:class:`~gac.compression.resources.ResourceMeter`).
+
+    The sensitivity search (``allocation="sensitivity"``) logs its estimated cost first (one timed forward) and
+    raises :class:`GacError` naming what makes it cheaper when the estimate is above ``sensitivity_limit_s``
+    (``"env"``: ``$GAC_SENSITIVITY_LIMIT``, else 2 h; None: no limit; :mod:`gac.compression.sensitivity`).
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
@@ -394,6 +399,11 @@ def prepare(
             cal_json = {"source": "token_ids", "n_samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
     probe_samples = getattr(comp, "sensitivity_samples", None) if allocation == "sensitivity" else None
     check_probe_samples(allocation, comp, int(calib_ids.shape[0]) if calib_ids is not None else 0)
+    if allocation == "sensitivity":  # its cost said (and refused above the limit) before the calibration starts
+        from gac.compression.sensitivity import check_cost, estimate_cost, sensitivity_limit
+
+        estimate = estimate_cost(model, layout, units, grid, calib_ids, probe_samples)
+        log.info("%s", check_cost(estimate, units, grid, sensitivity_limit(sensitivity_limit_s), comp.name))
     mods = comp.stat_modules(units)
     for n in mods:
         w = get_module(model, n).weight
@@ -523,10 +533,12 @@ def compress_model(
     allocation: str | None = None,
     compressor_options: dict | None = None,
     knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
+    sensitivity_limit_s: float | None | str = "env",
 ) -> tuple[nn.Module, Plan, dict]:
     """One-shot compression. Without ``cache`` the model is compressed in place; with a ``cache`` dict, the
     scored state is stored there (keyed by compressor, options, proxy, calibration and allocation) and reused by
-    later calls on the same model, which then return compressed copies. ``allocation``: see :func:`prepare`."""
+    later calls on the same model, which then return compressed copies. ``allocation`` and
+    ``sensitivity_limit_s``: see :func:`prepare`."""
     check_ratio(ratio)  # before any calibration work
     check_unit(unit)
     check_window(window)
@@ -543,7 +555,8 @@ def compress_model(
                          sort_keys=True, default=str)
     prepared = cache.get(key) if cache is not None else None
     if prepared is None:
-        prepared = prepare(model, tokenizer, comp, proxy, calibration, calib_ids, allocation)
+        prepared = prepare(model, tokenizer, comp, proxy, calibration, calib_ids, allocation,
+                           sensitivity_limit_s=sensitivity_limit_s)
         if cache is not None:
             cache[key] = prepared
     return prepared.compress(ratio, strategy, unit, window, candidate_filter, copy_model=cache is not None,

@@ -99,6 +99,138 @@ class _ThreadChooser:
                 "trials": self.trials}
 
 
+#: the longest sensitivity search that starts without being asked for (seconds): the estimate above it refuses with
+#: the options that make the search cheaper. ``GAC_SENSITIVITY_LIMIT`` sets another (``90m``, ``12h``, ``3600``;
+#: ``none``: no limit). 2 h: about the reference's search on Llama-3-8B on one GPU; a search of hours on a CPU is
+#: almost always a configuration that meant something smaller.
+DEFAULT_LIMIT_S = 2 * 3600.0
+LIMIT_ENV = "GAC_SENSITIVITY_LIMIT"
+
+
+def parse_duration(text: str, what: str = LIMIT_ENV) -> float | None:
+    """``"90m"``, ``"12h"``, ``"3600"`` / ``"3600s"`` -> seconds; ``"none"``/``"off"`` -> None (no limit)."""
+    t = str(text).strip().lower()
+    if t in ("none", "off", "inf", "0"):
+        return None
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(t[-1:])
+    num = t[:-1] if scale else t
+    try:
+        v = float(num) * (scale or 1)
+    except ValueError:
+        v = -1.0
+    if not (v > 0 and math.isfinite(v)):
+        raise GacError(f"{what}={text!r} is not a duration; write e.g. 90m, 12h or 3600 (seconds), or none for no "
+                       f"limit")
+    return v
+
+
+def sensitivity_limit(limit_s: float | None | str = "env") -> float | None:
+    """The limit in seconds: ``limit_s`` if given (None: no limit), else ``$GAC_SENSITIVITY_LIMIT``, else
+    :data:`DEFAULT_LIMIT_S`."""
+    import os
+
+    if limit_s != "env":
+        return None if limit_s is None else float(limit_s)
+    env = os.environ.get(LIMIT_ENV)
+    return parse_duration(env) if env not in (None, "") else DEFAULT_LIMIT_S
+
+
+def format_duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 90:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def count_probes(units: list, grid) -> int:
+    """Probes the table will run: every (unit, kept ratio < 1) whose rank saves parameters (as :func:`_table`)."""
+    n = 0
+    for u in units:
+        for g in grid:
+            if g < 1 and max(1, reference_rank(u.dense_params, u.params_per_dim, g)) <= u.d_cap:
+                n += 1
+    return n
+
+
+@torch.no_grad()
+def estimate_cost(model: nn.Module, layout, units: list, grid, calib_ids: torch.Tensor,
+                  probe_samples: int | None = None, chunk_tokens: int = CHUNK_TOKENS) -> dict:
+    """What the sensitivity table will cost here, before it (and the calibration before it) starts. Timed on this
+    machine, now: the decoder layers on one chunk of calibration samples as the probes batch them (after a short
+    warm-up), and the LM head on one sample; each probe is then the layers' time per token x the probe's tokens x
+    the share of the layers it runs (from the probed weight's layer on; all where a weight lies in no layer), plus
+    the head over its tokens. Returns ``{"seconds", "probes", "forward_s", "tokens_per_probe", "model_share",
+    "samples", "seq_len"}`` (``forward_s``: one whole pass over the probe tokens)."""
+    grid = check_sensitivity_grid(grid)
+    n, seq = int(calib_ids.shape[0]), int(calib_ids.shape[1])
+    n = min(n, int(probe_samples)) if probe_samples is not None else n
+    dev = next(model.parameters()).device
+    parent = layout.layers_path.rpartition(".")[0]
+    body = model.get_submodule(parent) if parent else model
+    head = model.get_output_embeddings()
+    chunk = calib_ids[: max(1, min(n, int(chunk_tokens) // max(1, seq)))].to(dev)
+
+    def timed(fn) -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t = time.perf_counter()
+        out = fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter() - t, out
+
+    was = model.training
+    model.eval()
+    try:
+        body(input_ids=chunk[:1, : min(seq, 16)], use_cache=False)  # warm-up
+        layers_s, out = timed(lambda: body(input_ids=chunk, use_cache=False))
+        h = out[0] if isinstance(out, tuple) else getattr(out, "last_hidden_state", out)
+        head_s = timed(lambda: head(h[0, :-1]).float())[0] if head is not None else 0.0
+    finally:
+        model.train(was)
+    layers_per_token = layers_s / chunk.numel()
+    head_per_token = head_s / max(1, seq - 1)
+    layers = model.get_submodule(layout.layers_path)
+    layer_params = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    total = sum(layer_params) or 1
+    tail = [sum(layer_params[i:]) / total for i in range(len(layer_params))]
+    share, probes = 0.0, 0
+    for u in units:
+        k = count_probes([u], grid)
+        layer = _layer_of(u, layout)
+        share += k * (tail[layer] if layer is not None else 1.0)
+        probes += k
+    tokens = n * seq
+    full = tokens * (layers_per_token + head_per_token)  # one whole pass over the probe tokens
+    # the probes, then the dense base, its check and moving the cache through the layers (about three passes)
+    seconds = tokens * (layers_per_token * share + head_per_token * probes) + 3 * full
+    return {"seconds": seconds, "probes": probes, "forward_s": full, "tokens_per_probe": tokens,
+            "model_share": share / probes if probes else 0.0, "samples": n, "seq_len": seq}
+
+
+def check_cost(estimate: dict, units: list, grid, limit_s: float | None, compressor: str = "asvd") -> str:
+    """The line that announces the estimate; :class:`GacError` naming what makes it cheaper when it is above
+    ``limit_s`` (None: no limit)."""
+    grid = check_sensitivity_grid(grid)
+    kept = [g for g in grid if g < 1]
+    line = (f"sensitivity search: {estimate['probes']} probes ({len(units)} weights x {len(kept)} kept ratios), each "
+            f"{estimate['samples']} x {estimate['seq_len']} calibration tokens through {100 * estimate['model_share']:.0f}% "
+            f"of the layers on average: about {format_duration(estimate['seconds'])} here (one timed pass over them: "
+            f"{estimate['forward_s']:.3g} s)")
+    if limit_s is not None and estimate["seconds"] > limit_s:
+        allow = f"{max(1, math.ceil(estimate['seconds'] / 3600 * 1.2))}h"
+        raise GacError(
+            f"{line}, above the limit of {format_duration(limit_s)}; make it cheaper with the {compressor} options "
+            f"sensitivity_samples=N (probe on N of the {estimate['samples']} samples), a shorter sensitivity_grid "
+            f"(now {len(kept)} kept ratios) or layers=START:END (fewer weights), or fewer or shorter calibration "
+            f"samples, or skip the search with allocation=proportional (gac compress: --option "
+            f"sensitivity_samples=8, --layers, --calib-samples, --allocation; a job: compressor.options.*, "
+            f"calibration.n_samples, allocation=); or allow it: --sensitivity-limit {allow} (gac compress) or "
+            f"{LIMIT_ENV}={allow}")
+    return line
+
+
 def probe_tolerance(dtype: torch.dtype) -> float:
     """The relative tolerance of the layer-cache check for a model in ``dtype`` (:data:`PROBE_RTOL`; another dtype:
     float32's)."""

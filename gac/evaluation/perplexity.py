@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 
 from gac.errors import GacError
@@ -150,7 +151,10 @@ def perplexity_of_ids(model, ids, seq_len: int | None = None, batch_size: int = 
             f"the text has {n_text} tokens, fewer than one window of seq_len={seq_len}; use a longer text or a "
             f"smaller seq_len"
         )
+    n_windows_total = n_windows
     if max_windows is not None:
+        if int(max_windows) < 1:
+            raise GacError(f"max_windows={max_windows}; use at least 1 (None scores the whole text)")
         n_windows = min(n_windows, int(max_windows))
     if batch_size < 1:
         raise GacError(f"batch_size={batch_size}; use at least 1")
@@ -173,17 +177,34 @@ def perplexity_of_ids(model, ids, seq_len: int | None = None, batch_size: int = 
             model.train()
     n_tokens = n_windows * (seq_len - 1)
     nll = total / n_tokens
-    return {
-        "ppl": math.exp(nll),
+    ppl = math.exp(nll) if nll < math.log(sys.float_info.max) else math.inf
+    out = {
+        "ppl": ppl,
         "nll": nll,
         "n_tokens": n_tokens,
         "n_windows": n_windows,
+        "n_windows_total": n_windows_total,
         "seq_len": seq_len,
         "n_text_tokens": n_text,
         "dropped_tokens": n_text - n_windows * seq_len,
         "batch_size": batch_size,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+    warning = wrecked_warning(ppl, getattr(getattr(model, "config", None), "vocab_size", None))
+    if warning:
+        out["warning"] = warning
+        log.warning("%s", warning)
+    return out
+
+
+def wrecked_warning(ppl: float, vocab_size: int | None) -> str | None:
+    """A perplexity above the vocabulary size is worse than guessing every token uniformly at random (whose
+    perplexity is exactly the vocabulary size): the model no longer models the text, whatever else it scores.
+    Returns the one-line warning the log, the record (``evaluation.perplexity.warning``) and the reports carry."""
+    if not vocab_size or not (ppl > vocab_size):
+        return None
+    return (f"perplexity {ppl:.4g} is above the vocabulary size ({vocab_size}), worse than a uniform guess over it: "
+            f"the model is wrecked, so its task scores and speed compare with nothing")
 
 
 def perplexity(model, tokenizer, text_or_source: str | os.PathLike = "wikitext2", seq_len: int | None = None,

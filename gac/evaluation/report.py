@@ -50,7 +50,7 @@ def provenance(device: str | None = None) -> dict:
 
 
 def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, seq_len: int | None = None,
-             ppl_batch_size: int = 1, tasks: Iterable[str] | None = None, limit: int | None = 200,
+             ppl_batch_size: int = 1, ppl_max_windows: int | None = None, tasks: Iterable[str] | None = None, limit: int | None = 200,
              task_files: Mapping[str, str | os.PathLike] | None = None, task_batch_size: int = 16,
              latency: bool = False, latency_batch: int = 1, latency_seq_len: int | None = None,
              decode_prompt_len: int = 128, decode_tokens: int = 128, warmup: int | None = None,
@@ -59,7 +59,8 @@ def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, s
     """Run perplexity (if ``ppl_source``), lm-eval tasks (if ``tasks``) and latency (if ``latency``).
 
     ``warmup/iters/trials`` are the prefill protocol (None: 50/200/3 on CUDA, fewer on CPU); ``decode_warmup`` and
-    ``decode_iters`` count whole generations of ``decode_tokens`` tokens (trials shared).
+    ``decode_iters`` count whole generations of ``decode_tokens`` tokens (trials shared). ``ppl_max_windows``
+    scores only the first windows of the perplexity text (None: all of it).
     Returns ``{"perplexity", "tasks", "lm_eval", "latency", "metrics"}`` where ``metrics`` is flat, with the names
     the results store uses (:mod:`gac.metrics`: ``ppl_<dataset>``, ``piqa_acc``, ``piqa_acc_norm``, ...,
     ``prefill_ms``, ``decode_ms_per_token``) and ``lm_eval`` is lm-eval's own results layout.
@@ -72,7 +73,8 @@ def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, s
     out: dict = {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {}}
     names = parse_tasks(tasks) if tasks else []
     if ppl_source is not None:
-        out["perplexity"] = perplexity(model, tokenizer, ppl_source, seq_len=seq_len, batch_size=ppl_batch_size)
+        out["perplexity"] = perplexity(model, tokenizer, ppl_source, seq_len=seq_len, batch_size=ppl_batch_size,
+                                       max_windows=ppl_max_windows)
         out["metrics"][ppl_metric(out["perplexity"]["source"])] = out["perplexity"]["ppl"]
     if names:
         res = evaluate_tasks(model, tokenizer, names, limit=limit, local_files=task_files, batch_size=task_batch_size,
@@ -114,7 +116,11 @@ def format_table(report: dict, model_info: dict | None = None) -> str:
     p = report.get("perplexity")
     if p:
         lines.append(f"{ppl_metric(p['source']):<34} {p['ppl']:>12.3f} {'':>9} {p['n_windows']:>8}")
-        lines.append(f"  perplexity on {p['source']}, windows of S={p['seq_len']}")
+        total = p.get("n_windows_total")
+        part = f", the first {p['n_windows']} of {total} windows" if total and total > p["n_windows"] else ""
+        lines.append(f"  perplexity on {p['source']}, windows of S={p['seq_len']}{part}")
+        if p.get("warning"):
+            lines.append(f"  WARNING: {p['warning']}")
     metrics = report.get("metrics") or {}
     for t, r in (report.get("tasks") or {}).items():
         for name, value in r.get("metrics", {}).items():

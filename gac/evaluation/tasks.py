@@ -204,11 +204,12 @@ def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory:
     return names
 
 
-def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0) -> None:
+def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0, via: str = "cli") -> None:
     """Tasks that load their data from the hub (no local file) can: the hub answers here, or the task's dataset is
     in the local Hugging Face cache. Otherwise a :class:`GacError` now, not a minute of retries after the model was
     loaded (or compressed). Tasks whose dataset cannot be told (a group, a Python task) are given the benefit of the
-    doubt."""
+    doubt. ``via``: how the caller's user gives local files, ``"cli"`` (``gac evaluate`` flags) or ``"config"`` (a
+    job's ``model.task_files``); the message names those."""
     tasks = list(dict.fromkeys(tasks))
     if not tasks:
         return
@@ -219,11 +220,17 @@ def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0) -> None:
         return
     missing = [t for t in tasks if _dataset_cached(t) is False]
     if missing:
+        shipped = set(missing) <= {"piqa", "hellaswag"}  # tiny's (and enwiki's) offline files hold these two
+        if via == "config":
+            fix = (f"model.task_files={{{missing[0]}: FILE.jsonl}}"
+                   + (" (or model.task_files=tiny / enwiki, the shipped offline files)" if shipped else ""))
+        else:
+            fix = (f"--task-file {missing[0]}=FILE.jsonl"
+                   + (" (or --data tiny, the shipped offline piqa/hellaswag files)" if shipped else ""))
         raise GacError(
             f"task(s) {', '.join(missing)} load their data from the Hugging Face hub, which is not reachable here "
-            f"({why}), and the dataset is not in the local cache; give local JSONL files (gac evaluate: --task-file "
-            f"{missing[0]}=FILE.jsonl; a job: model.task_files={{{missing[0]}: FILE.jsonl}}), drop the task, or run "
-            f"where the hub is reachable"
+            f"({why}), and the dataset is not in the local cache; give local JSONL files with {fix}, drop the task, "
+            f"or run where the hub is reachable"
         )
 
 
@@ -424,10 +431,19 @@ def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fe
             raise GacError(
                 f"could not load the task data from {where} ({type(e).__name__}: {str(e).strip()[:300]}); without "
                 f"the hub, pass local JSONL files (`--task-file piqa=/path/piqa.jsonl`, or local_files={{...}} in "
-                f"Python); `gac evaluate tiny` uses the shipped ones"
+                f"Python), or `--data tiny` for the shipped offline piqa/hellaswag files"
             ) from None
         lm = _hflm()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
-        res = lm_eval.simple_evaluate(
+        with _quiet_git_hash():
+            res = _simple_evaluate(lm_eval, lm, tm, loaded, run_names, num_fewshot, limit, bootstrap_iters,
+                                   log_samples, seed)
+    if res is None:
+        raise GacError("lm-eval returned no results (a non-zero rank of a distributed run?)")
+    return res, run_names
+
+
+def _simple_evaluate(lm_eval, lm, tm, loaded, run_names, num_fewshot, limit, bootstrap_iters, log_samples, seed):
+    return lm_eval.simple_evaluate(
             model=lm, tasks=list(run_names.values()), task_manager=tm, num_fewshot=num_fewshot, limit=limit,
             bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
             torch_random_seed=seed, fewshot_random_seed=seed,
@@ -436,9 +452,33 @@ def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fe
             bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
             torch_random_seed=seed, fewshot_random_seed=seed,
         )
-    if res is None:
-        raise GacError("lm-eval returned no results (a non-zero rank of a distributed run?)")
-    return res, run_names
+
+
+@contextlib.contextmanager
+def _quiet_git_hash():
+    """lm-eval records ``git describe --always`` of the working directory and lets git print "fatal: not a git
+    repository" on stderr outside a checkout (lm_eval/loggers/utils.py). The same lookup, git's stderr discarded,
+    for the duration of one evaluation; the recorded ``git_hash`` is unchanged (None outside a checkout)."""
+    import subprocess
+
+    import lm_eval.evaluator as ev
+    from lm_eval.loggers import utils as lm_utils
+
+    def quiet():
+        try:
+            return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+        except (subprocess.CalledProcessError, OSError):
+            return lm_utils.get_commit_from_path(os.getcwd())
+
+    original = getattr(ev, "get_git_commit_hash", None)
+    if original is None:  # another lm-eval layout: leave it alone
+        yield
+        return
+    ev.get_git_commit_hash = quiet
+    try:
+        yield
+    finally:
+        ev.get_git_commit_hash = original
 
 
 def _num(x) -> float | None:

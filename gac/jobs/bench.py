@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.results import ResultsStore, config_key
+from gac.results import AnyOf, ResultsStore, add_filter, config_key
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,9 @@ CONF_NAME = "bench"
 
 # ---------------------------------------------------------------------------------------------- selection
 def parse_where(items: Sequence[str] | dict | None) -> dict[str, str]:
-    """``["compressor=asvd", "ratio=0.15"]`` (or a dict) -> ``{"compressor": "asvd", "ratio": "0.15"}``."""
+    """``["compressor=asvd", "ratio=0.15"]`` (or a dict) -> ``{"compressor": "asvd", "ratio": "0.15"}``; a key given
+    twice keeps either value: ``["compressor=asvd", "compressor=palu"]`` -> ``{"compressor": AnyOf(("asvd", "palu"))}``
+    (different keys: all must match)."""
     if not items:
         return {}
     if isinstance(items, dict):  # Hydra turns +where.compressor.options.alpha=0.5 into nested dicts
@@ -54,7 +56,7 @@ def parse_where(items: Sequence[str] | dict | None) -> dict[str, str]:
         k, sep, v = str(it).partition("=")
         if not sep or not k.strip():
             raise GacError(f"filter {it!r} is not KEY=VALUE; e.g. --where compressor=asvd --where ratio=0.15")
-        out[k.strip()] = v.strip()
+        add_filter(out, k.strip(), v.strip())  # a key given again: either value (OR)
     return out
 
 
@@ -121,10 +123,11 @@ def select_records(records: list[dict], where: dict | None = None, sweep: str | 
         wanted = set(keys)
         out = [r for r in out if r.get("key") in wanted]
     for k, v in filters.items():
-        out = [r for r in out if _matches(_lookup(r, k), v)]
+        alternatives = tuple(v) if isinstance(v, AnyOf) else (v,)
+        out = [r for r in out if any(_matches(_lookup(r, k), a) for a in alternatives)]
     if not out:
         avail = {k: sorted({str(_lookup(r, k)) for r in records if _lookup(r, k) is not _MISSING})[:12] for k in filters}
-        what = ", ".join(f"{k}={v!r}" for k, v in filters.items()) or (f"{len(keys)} record keys" if keys else "no filter")
+        what = ", ".join(f"{k}={str(v) if isinstance(v, AnyOf) else repr(v)}" for k, v in filters.items()) or (f"{len(keys)} record keys" if keys else "no filter")
         raise GacError(f"no completed record matches {what}; values in the store: "
                        f"{'; '.join(f'{k}: {v}' for k, v in avail.items()) or 'none'}")
     return _latest_per_key(out)

@@ -24,7 +24,7 @@ _FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that
 
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
-    from gac.jobs.pipeline import run_job, spec_from_config
+    from gac.jobs.pipeline import resolve_model_data, run_job, spec_from_config
     from gac.jobs.tracking import build_loggers
     from gac.progress import quiet_libraries, set_quiet
     from gac.results import ResultsStore
@@ -33,6 +33,7 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
         set_quiet(bool(cfg["quiet"]))
     quiet_libraries(verbose=bool(cfg.get("verbose", False)))
     spec = spec_from_config(cfg)
+    cfg = resolve_model_data(cfg)  # the record's config says what ran: the model's label and its data, not "auto"
     if spec.sweep is None and sweep_dir is not None:
         spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
     results_dir = Path(os.path.expanduser(str(cfg.get("results_dir", "results")))).resolve()
@@ -87,6 +88,9 @@ def format_record(record: dict) -> str:
     for k, v in sorted((record.get("metrics") or {}).items()):
         if isinstance(v, float):
             lines.append(f"  {k:<24} {v:.4g}")
+    warning = ((record.get("evaluation") or {}).get("perplexity") or {}).get("warning")
+    if warning:
+        lines.append(f"  WARNING: {warning}")
     if record.get("_path"):
         lines.append(f"  record: {record['_path']}")
     return "\n".join(lines)

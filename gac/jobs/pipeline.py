@@ -152,7 +152,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.evaluation.tasks import check_task_names
     from gac.jobs.schema import validate_config
 
-    cfg = validate_config(cfg)  # types and the keys of every group (gac.jobs.schema); ranges and names below
+    cfg = resolve_model_data(validate_config(cfg))  # types and keys (gac.jobs.schema); the model's label and data
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
         if comp.lower() not in COMPRESSORS and comp.lower().replace("-", "_") not in COMPRESSORS:
@@ -220,6 +220,10 @@ def spec_from_config(cfg: dict) -> JobSpec:
         if allocation == "sensitivity" and not built.supports_sensitivity:
             raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
         check_sensitivity_reach(allocation, built, float(ratio))
+        if allocation == "sensitivity":
+            from gac.compression.sensitivity import sensitivity_limit
+
+            sensitivity_limit()  # a bad $GAC_SENSITIVITY_LIMIT fails with the config, not after calibration
     calibration = dict(_get(cfg, "calibration", {}) or {})
     if calibration.get("seed") is None:
         calibration["seed"] = cfg.get("seed", 0)
@@ -259,6 +263,81 @@ def spec_from_config(cfg: dict) -> JobSpec:
         experiment=str(cfg.get("experiment_name", "default")),
         sweep=cfg.get("sweep"),
     )
+
+
+#: a data key's value meaning "the model's own data" (conf/model/tiny.yaml, smollm2.yaml): a named fixture's files for
+#: it and for gac checkpoints built from it; for any other model the key must be given (exit 2 naming it)
+AUTO_DATA = "auto"
+_DATA_KEYS = (  # (where the job reads it, the model key that sets it, the example fix)
+    ("calibration.source", "model.calibration_source", "a local .txt/.jsonl file, or wikitext2 from the hub"),
+    ("model.ppl_source", "model.ppl_source", "a local .txt/.jsonl file, or wikitext2 from the hub"),
+    ("model.task_files", "model.task_files", "'{piqa: FILE.jsonl}', or null for the hub's datasets"),
+)
+
+
+def model_label(spec: str) -> str:
+    """The name a model given only by ``model.spec`` is recorded under: a named fixture's name, a directory's name
+    (a gac checkpoint's or a Hugging Face model's), else the hub id."""
+    from gac.fixtures import NAMED_MODELS
+
+    s = str(spec)
+    if s in NAMED_MODELS:
+        return s
+    p = Path(s).expanduser()
+    if p.is_dir() or s.startswith((".", "/", "~")):
+        return p.resolve().name or s
+    return s
+
+
+def resolve_model_data(cfg: dict) -> dict:
+    """``cfg`` with the model's label and data resolved (a new dict; ``cfg`` is not changed).
+
+    * ``model.spec`` replacing a named fixture's (``model=tiny model.spec=DIR``): the job is named by what is loaded
+      (:func:`model_label`), not ``tiny``; ``model.name=NAME`` set to anything else keeps NAME.
+    * a data key set to ``auto`` (tiny's and smollm2's configs): the loaded model's own data (a named fixture's, or
+      the fixture a gac checkpoint was built from); a model without data of its own needs the key set, else
+      :class:`GacError` naming each key the job would read (calibration only when it compresses, perplexity text
+      only with ``eval.ppl``, task files only with ``eval.tasks``): tiny's data never score another model unasked.
+    """
+    import copy
+
+    from gac.fixtures import NAMED_MODELS, default_data
+    from gac.models import base_model_of
+
+    model = cfg.get("model")
+    if not isinstance(model, dict):
+        return cfg
+    spec = str(model.get("spec"))
+    if not any(_get(cfg, where) == AUTO_DATA for where, _, _ in _DATA_KEYS) and not (
+            model.get("name") in NAMED_MODELS and spec != model.get("name")):
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    model = cfg["model"]
+    group = model.get("name") if model.get("name") in NAMED_MODELS else None
+    if model.get("name") in NAMED_MODELS and spec != model.get("name"):
+        model["name"] = model_label(spec)
+    own = default_data(base_model_of(spec))
+    ev = cfg.get("eval") or {}
+    used = {"calibration.source": str(_get(cfg, "compressor.name")) != BASELINE,
+            "model.ppl_source": bool(ev.get("ppl")), "model.task_files": bool(ev.get("tasks"))}
+    missing = []
+    for where, key, example in _DATA_KEYS:
+        value = own[key.split(".")[1]] if own else None
+        for path in {where, key}:
+            if _get(cfg, path) == AUTO_DATA:
+                parent, leaf = path.rsplit(".", 1)
+                cfg[parent][leaf] = value
+                if own is None and used[where] and path == where:
+                    missing.append(f"{key} ({example})")
+    p = Path(spec).expanduser()
+    not_a_model_dir = (p.exists() or spec.startswith((".", "/", "~"))) and not p.is_dir()
+    if missing and not not_a_model_dir:  # a missing or wrong path: check_job_here names that, the first thing to fix
+        mine = default_data(group) if group else None
+        on_purpose = f"; ={mine['ppl_source']} uses {group}'s data on purpose" if mine else ""
+        raise GacError(f"config: model.spec={spec} has no calibration/evaluation data of its own (only "
+                       f"{', '.join(NAMED_MODELS)} and gac checkpoints built from them do) and another model's are not "
+                       f"used unasked: set {'; '.join(missing)}{on_purpose}")
+    return cfg
 
 
 def _check_numbers(cfg: dict, ev: dict) -> None:
@@ -339,7 +418,7 @@ def check_job_here(spec: JobSpec) -> None:
         from gac.evaluation.tasks import check_hub_tasks
 
         local = _task_files(spec) or {}
-        check_hub_tasks([t for t in spec.eval.tasks if t not in local])
+        check_hub_tasks([t for t in spec.eval.tasks if t not in local], via="config")
 
 
 def check_model_here(model_spec: str) -> None:

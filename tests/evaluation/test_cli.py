@@ -50,7 +50,7 @@ def test_gac_evaluate_latency(tmp_path, capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--tasks", "piqa,hellaswg"], "unknown lm-eval task 'hellaswg'; did you mean 'hellaswag'"),
     (["--ppl", "--seq-len", "4096"], "seq_len=4096 is above the model's maximum sequence length (1024"),
-    (["--ppl", "--ppl-data", "wikitext2"], "to use a local copy"),
+    (["--ppl", "--ppl-data", "wikitext2"], "give a local copy with --ppl-data FILE"),
     (["--ppl", "--ppl-data", "wikitxt-2"], "did you mean"),
     (["--task-file", "piqa"], "must be TASK=PATH"),
     ([], "nothing to evaluate"),
