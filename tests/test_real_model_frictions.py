@@ -304,6 +304,12 @@ def test_the_search_says_its_cost_and_refuses_above_the_limit(monkeypatch):
     for fix in ("sensitivity_samples=N", "sensitivity_grid", "layers=START:END", "allocation=proportional",
                 "--sensitivity-limit", "GAC_SENSITIVITY_LIMIT="):
         assert fix in msg, fix
+    # probing on fewer samples than were calibrated: the message counts both
+    with pytest.raises(GacError) as e:
+        cc.prepare(model, tok, "asvd", calibration=cal, sensitivity_limit_s=1e-9,
+                   compressor_options={"sensitivity_samples": 1})
+    msg = str(e.value)
+    assert "each 1 x 64 calibration tokens" in msg and "probe on N of the 4 calibration samples; now 1" in msg, msg
 
 
 def test_the_estimate_counts_what_the_table_runs():

@@ -161,10 +161,10 @@ def estimate_cost(model: nn.Module, layout, units: list, grid, calib_ids: torch.
     warm-up), and the LM head on one sample; each probe is then the layers' time per token x the probe's tokens x
     the share of the layers it runs (from the probed weight's layer on; all where a weight lies in no layer), plus
     the head over its tokens. Returns ``{"seconds", "probes", "forward_s", "tokens_per_probe", "model_share",
-    "samples", "seq_len"}`` (``forward_s``: one whole pass over the probe tokens)."""
+    "samples", "calibration_samples", "seq_len"}`` (``forward_s``: one whole pass over the probe tokens)."""
     grid = check_sensitivity_grid(grid)
-    n, seq = int(calib_ids.shape[0]), int(calib_ids.shape[1])
-    n = min(n, int(probe_samples)) if probe_samples is not None else n
+    n_calib, seq = int(calib_ids.shape[0]), int(calib_ids.shape[1])
+    n = min(n_calib, int(probe_samples)) if probe_samples is not None else n_calib
     dev = next(model.parameters()).device
     parent = layout.layers_path.rpartition(".")[0]
     body = model.get_submodule(parent) if parent else model
@@ -206,7 +206,8 @@ def estimate_cost(model: nn.Module, layout, units: list, grid, calib_ids: torch.
     # the probes, then the dense base, its check and moving the cache through the layers (about three passes)
     seconds = tokens * (layers_per_token * share + head_per_token * probes) + 3 * full
     return {"seconds": seconds, "probes": probes, "forward_s": full, "tokens_per_probe": tokens,
-            "model_share": share / probes if probes else 0.0, "samples": n, "seq_len": seq}
+            "model_share": share / probes if probes else 0.0, "samples": n, "calibration_samples": n_calib,
+            "seq_len": seq}
 
 
 def check_cost(estimate: dict, units: list, grid, limit_s: float | None, compressor: str = "asvd") -> str:
@@ -222,7 +223,8 @@ def check_cost(estimate: dict, units: list, grid, limit_s: float | None, compres
         allow = f"{max(1, math.ceil(estimate['seconds'] / 3600 * 1.2))}h"
         raise GacError(
             f"{line}, above the limit of {format_duration(limit_s)}; make it cheaper with the {compressor} options "
-            f"sensitivity_samples=N (probe on N of the {estimate['samples']} samples), a shorter sensitivity_grid "
+            f"sensitivity_samples=N (probe on N of the {estimate.get('calibration_samples', estimate['samples'])} "
+            f"calibration samples; now {estimate['samples']}), a shorter sensitivity_grid "
             f"(now {len(kept)} kept ratios) or layers=START:END (fewer weights), or fewer or shorter calibration "
             f"samples, or skip the search with allocation=proportional (gac compress: --option "
             f"sensitivity_samples=8, --layers, --calib-samples, --allocation; a job: compressor.options.*, "
