@@ -26,4 +26,9 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # one line and exit code 130, not a traceback
+        from gac.jobs.experiment import interrupted
+
+        sys.exit(interrupted("experiments/bench.py", resumes=False))

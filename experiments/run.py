@@ -33,7 +33,10 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
-    from gac.jobs.experiment import check_command_line
+    from gac.jobs.experiment import check_command_line, interrupted
 
-    check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
-    main()
+    try:
+        check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
+        main()
+    except KeyboardInterrupt:  # Ctrl-C outside the job itself (composing, a sweep between points)
+        sys.exit(interrupted())

@@ -52,6 +52,9 @@ def _files(T: Path) -> None:
         {**tgt, "params_per_dim": 20, "d_max": 8, "kind": "lowrank", "dense_params": 99, "shape": [10, 10]}]}))
     (T / "plan_wrong_model.json").write_text(json.dumps({"dims": {"model.layers.9.self_attn.q_proj": 64}}))
     (T / "plan_ok.json").write_text(json.dumps({"dims": {"model.layers.0.self_attn.q_proj": 64}}))
+    from tests.bad_store_fixtures import store_files
+
+    store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
 
 
 def _outputs(argv: list[str]) -> list[Path]:
