@@ -1,7 +1,10 @@
-"""gac against the reference procedure of each compressor, at equal parameters, on ``tiny`` (issue 13's protocol).
+"""gac against the reference procedure of each compressor, at equal parameters, on ``tiny`` (issue 13's protocol)
+or another model (``--model``: SmolLM2-135M, issue 24).
 
-    flock /tmp/gac-heavy.lock python benchmarks/parity.py                  # ASVD and SVD-LLM, rho 0.15 0.30
+    flock /tmp/gac-cpu.lock python benchmarks/parity.py                  # ASVD and SVD-LLM, rho 0.15 0.30
     python benchmarks/parity.py --compressors asvd --ratios 0.15 --json out.json
+    flock /tmp/gac-cpu.lock python benchmarks/parity.py --model smollm2 --compressors svd_llm --ratios 0.15
+    flock /tmp/gac-cpu.lock python benchmarks/parity.py --model smollm2 --compressors asvd --ratios 0.15 --probe-samples 1
 
 For each compressor that has an independent reference implementation in ``benchmarks/parity_refs/<name>.py``
 (a function ``reference(model, tokenizer, calib_ids, ratio) -> dict(model, kept_params, dense_params, notes)``
@@ -15,7 +18,12 @@ rho:
 3. gac's ``gac`` strategy (aligned, exact knapsack) runs at the same budget: what alignment costs or gains.
 
 Protocol: perplexity on tiny's full test text in non-overlapping 1024-token windows (62 windows; baseline 233.37),
-calibration 32 x 256 tokens from tiny's train text, seed 0, float32 on CPU. ``svd_llm:update`` is SVD-LLM with the
+calibration 32 x 256 tokens from tiny's train text, seed 0, float32 on CPU. On another model the same texts
+(``--text``) and windows. ``--probe-samples N``: ASVD's sensitivity probes (one calibration perplexity per weight
+and kept ratio) run on the first N calibration samples, on both sides (gac's ``sensitivity_samples``, the
+reference's ``probe_samples``); the activation statistics still use all of them. The reference probes with full
+forwards (its own loop), so on SmolLM2-135M (210 weights x 6 ratios) its table costs about 1260 x N forwards of 256
+tokens. ``svd_llm:update`` is SVD-LLM with the
 reference's optional parameter-update step (``--step 2``) on both sides. gac prepares each compressor once
 (scores, factors, sensitivity table) and reuses it for every ratio; a reference whose ``reference`` accepts a
 ``table`` keyword gets its own sensitivity table back for the next ratio (it does not depend on the ratio).
@@ -60,11 +68,16 @@ def main(argv=None) -> int:
                          "the reference with OPT=True and gac with the compressor option OPT=true; PaLU and "
                          "LLM-Pruner: benchmarks/parity_prune.py)")
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
+    ap.add_argument("--model", default="tiny", help="tiny (default), smollm2 or a local Hugging Face directory")
+    ap.add_argument("--text", default="tiny", help="calibration (train split) and perplexity (test split) text source")
+    ap.add_argument("--probe-samples", type=int, default=None,
+                    help="ASVD: sensitivity probes on the first N calibration samples, both sides (default: all)")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-seq-len", type=int, default=1024)
     ap.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows (quick checks)")
+    ap.add_argument("--eval-batch", type=int, default=1, help="windows per perplexity forward")
     ap.add_argument("--target", type=float, default=0.5, help="allowed PPL excess of gac unaligned over the reference, %%")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: on the shared 2-core machine the references' one-sample "
@@ -90,26 +103,32 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     load0 = os.getloadavg()
     t_start = time.perf_counter()
-    model, tok = load_model("tiny", dtype=torch.float32)
+    model, tok = load_model(args.model, dtype=torch.float32)
     model.eval()
-    calib = Calibration("tiny", args.calib_samples, args.calib_seq_len, args.seed).token_ids(tok)
+    calib = Calibration(args.text, args.calib_samples, args.calib_seq_len, args.seed).token_ids(tok)
 
     def ppl(m) -> float:
-        return perplexity(m, tok, "tiny", seq_len=args.eval_seq_len, max_windows=args.eval_windows)["ppl"]
+        return perplexity(m, tok, args.text, seq_len=args.eval_seq_len, batch_size=args.eval_batch,
+                          max_windows=args.eval_windows)["ppl"]
 
     base = ppl(model)
-    print(f"tiny: baseline perplexity {base:.2f} ({args.eval_seq_len}-token windows); calibration "
-          f"{args.calib_samples} x {args.calib_seq_len} tiny train tokens, seed {args.seed}; torch threads "
+    print(f"{args.model}: baseline perplexity {base:.2f} ({args.eval_seq_len}-token windows of {args.text} test); "
+          f"calibration {args.calib_samples} x {args.calib_seq_len} {args.text} train tokens, seed {args.seed}; "
+          f"ASVD probe samples {args.probe_samples or 'all'}; torch threads "
           f"{torch.get_num_threads()}; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     rows = []
     for label in names:
         name, _, flag = label.partition(":")
         reference = load_ref(refs[name])
+        options = {flag: True} if flag else {}
         if flag:
             reference = functools.partial(reference, **{flag: True})
+        if args.probe_samples is not None and name == "asvd":
+            reference = functools.partial(reference, probe_samples=args.probe_samples)
+            options["sensitivity_samples"] = args.probe_samples
         takes_table = "table" in inspect.signature(reference).parameters
         t0 = time.perf_counter()
-        prep = prepare(model, tok, name, calib_ids=calib, compressor_options={flag: True} if flag else None)
+        prep = prepare(model, tok, name, calib_ids=calib, compressor_options=options or None)
         t_prep = time.perf_counter() - t0
         print(f"{label}: gac prepared in {t_prep:.0f}s (proxy {prep.proxy}, allocation {prep.allocation}, "
               f"{len(prep.units)} targets, {prep.dense_params:,} dense weight parameters)", flush=True)

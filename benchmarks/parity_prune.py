@@ -1,10 +1,12 @@
 """Parity of gac's PaLU and LLM-Pruner with their reference procedures on ``tiny`` (issue #13).
 
-    flock /tmp/gac-heavy.lock python benchmarks/parity_prune.py                  # both compressors, rho 0.15 0.30
+    flock /tmp/gac-cpu.lock python benchmarks/parity_prune.py                  # both compressors, rho 0.15 0.30
     python benchmarks/parity_prune.py --compressors llm_pruner --eval-windows 8  # a quick look
+    flock /tmp/gac-cpu.lock python benchmarks/parity_prune.py --model smollm2 --ratios 0.15 --no-before
 
 Protocol (the issue's): calibration 32 x 256 tokens of tiny's train text (seed 0) for gac and for the reference;
-perplexity on tiny's full test text in 1024-token windows (baseline 233.37). For each compressor and rho:
+perplexity on tiny's full test text in 1024-token windows (baseline 233.37); ``--model`` another model on the same
+texts (``--text``; SmolLM2-135M: issue 24). For each compressor and rho:
 
 1. the reference procedure (``benchmarks/parity_refs/<name>.py``: an independent re-implementation of the authors'
    default procedure, sharing no compression code with gac) at rho -> its model and kept parameter count;
@@ -36,10 +38,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--compressors", nargs="+", default=["palu", "llm_pruner"], choices=["palu", "llm_pruner"])
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.15, 0.30])
+    ap.add_argument("--model", default="tiny", help="tiny (default), smollm2 or a local Hugging Face directory")
+    ap.add_argument("--text", default="tiny", help="calibration (train split) and perplexity (test split) text source")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=256)
     ap.add_argument("--eval-seq-len", type=int, default=1024)
     ap.add_argument("--eval-windows", type=int, default=None, help="score only the first N windows (quick looks)")
+    ap.add_argument("--eval-batch", type=int, default=1, help="windows per perplexity forward")
     ap.add_argument("--no-before", action="store_true",
                     help="skip the 'gac before #13' column (PaLU: svd + fisher + proportional + break-even cap; "
                          "LLM-Pruner: gradient + proportional)")
@@ -57,15 +62,17 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     t_start = time.perf_counter()
     load0 = os.getloadavg()
-    model, tok = load_model("tiny", dtype=torch.float32)
+    model, tok = load_model(args.model, dtype=torch.float32)
     model.eval()
-    calib = Calibration("tiny", args.calib_samples, args.calib_seq_len, seed=0).token_ids(tok)
+    calib = Calibration(args.text, args.calib_samples, args.calib_seq_len, seed=0).token_ids(tok)
 
     def ppl(m) -> float:
-        return perplexity(m, tok, "tiny", seq_len=args.eval_seq_len, max_windows=args.eval_windows)["ppl"]
+        return perplexity(m, tok, args.text, seq_len=args.eval_seq_len, batch_size=args.eval_batch,
+                          max_windows=args.eval_windows)["ppl"]
 
     base = ppl(model)
-    print(f"tiny: baseline PPL {base:.2f}; calibration {tuple(calib.shape)}; eval windows of {args.eval_seq_len}"
+    print(f"{args.model}: baseline PPL {base:.2f}; calibration {tuple(calib.shape)} of {args.text}; eval windows of "
+          f"{args.eval_seq_len}"
           f"{'' if args.eval_windows is None else f' (first {args.eval_windows})'}; load average {load0[0]:.2f}")
     rows, extra = [], []
     for name in args.compressors:

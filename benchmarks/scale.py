@@ -7,13 +7,16 @@
     python benchmarks/scale.py plan --out scale.json        # the plan step at Llama-3-8B shapes (224 targets)
     python benchmarks/scale.py grads --shapes h512 h1024 llama1b --out scale.json   # gradient pass memory
     python benchmarks/scale.py report --out scale.json      # the tables, fitted growth and the 8B extrapolation
+    python benchmarks/scale.py jobs --device cuda --shapes l8bx2 --threads 2 --out gpu.json   # on a GPU node
 
 Every part appends its rows to ``--out`` (JSON), so a long measurement can be split into runs that each hold the
 shared lock briefly; ``report`` reads them all. ``jobs`` runs each (shape, compressor) as its own process (a clean
 peak RSS), through the real job (:func:`gac.jobs.pipeline.run_job`: random Llama-shaped fp32 weights built from a
 config, ``calibration.source=random`` 8 x 256 tokens, ratio 0.15, ``eval=none``), pinned to one core with one thread
 (``taskset -c 1``, the issue's baseline) unless ``--threads 2``; the row is the record's per-stage ``timings`` and
-``memory`` plus the memory estimate (:mod:`gac.compression.footprint`) made before loading.
+``memory`` plus the memory estimate (:mod:`gac.compression.footprint`) made before loading. With ``--device cuda``
+the model and the work live on the GPU: the rows' peak is the GPU's (``torch.cuda.max_memory_allocated`` per stage,
+the record's ``gpu_peak_mb``) beside the estimate's device bytes, and the host RSS is reported as host RSS.
 
 Shapes: ``tiny`` (the embedded model's architecture), ``hN`` (hidden N, intermediate 4N, N/64 heads, N/256 KV
 heads, 4 layers, Llama-3 vocabulary, tied embeddings: the growth family), ``llama1b`` (Llama-3.2-1B), ``l8bxK``
@@ -99,6 +102,7 @@ def one_job(args) -> int:
     row = {"kind": "job", "shape": args.shape, "compressor": args.compressor, "threads": args.threads,
            "allocation": args.allocation,
            "svd": args.svd, "samples": args.samples, "calib_len": args.calib_len, "arch": arch,
+           "device": args.device,
            "params": None if fp is None else fp.params, "timings": rec["timings"], "memory": rec["memory"],
            "estimate": None if fp is None else fp.to_json(), "n_targets": rec["compression"]["n_targets"], **_env()}
     print(json.dumps(row))
@@ -110,7 +114,8 @@ def jobs(args) -> int:
     for shape in args.shapes:
         for comp in args.compressors:
             cmd = [sys.executable, __file__, "one", "--shape", shape, "--compressor", comp, "--threads",
-                   str(args.threads), "--samples", str(args.samples), "--calib-len", str(args.calib_len)]
+                   str(args.threads), "--samples", str(args.samples), "--calib-len", str(args.calib_len),
+                   "--device", args.device]
             if args.svd:
                 cmd += ["--svd", args.svd]
             cmd += ["--allocation", args.allocation]
@@ -130,13 +135,24 @@ def jobs(args) -> int:
     return 0
 
 
+def _on_gpu(r: dict) -> bool:
+    return str(r.get("device") or r.get("memory", {}).get("device") or "cpu").startswith("cuda")
+
+
+def _peak_key(r: dict) -> str:
+    """The per-stage peak a row reports: GPU memory on a GPU run (the host RSS there is not the job's peak)."""
+    return "gpu_peak_mb" if _on_gpu(r) else "peak_rss_mb"
+
+
 def _print_job(r: dict) -> None:
     t, m = r["timings"], r["memory"]["stages"]
     key = {"dp": "plan", "compress_apply": "apply"}
-    st = " ".join(f"{k[:-2]} {v:.1f}s/{m.get(key.get(k[:-2], k[:-2]), {}).get('peak_rss_mb', float('nan')) / 1024:.2f}G"
+    pk = _peak_key(r)
+    st = " ".join(f"{k[:-2]} {v:.1f}s/{m.get(key.get(k[:-2], k[:-2]), {}).get(pk, float('nan')) / 1024:.2f}G"
                   for k, v in t.items() if k.endswith("_s") and k[:-2] in STAGES)
+    peak = r["memory"].get(pk, float("nan"))
     print(f"{r['shape']:<8} {r['compressor']:<10} threads {r['threads']} prepare {t.get('compress_prepare_s', 0):.1f}s "
-          f"peak {r['memory']['peak_rss_mb'] / 1024:.2f}G | {st} | load {r['loadavg'][0]}", flush=True)
+          f"{'GPU ' if _on_gpu(r) else ''}peak {peak / 1024:.2f}G | {st} | load {r['loadavg'][0]}", flush=True)
 
 
 STAGES = ("load", "calibration", "gradients", "score", "factorize", "dp", "apply", "compress_apply")
@@ -160,10 +176,10 @@ def one_grad(args) -> int:
     arch = shape_arch(args.shape)
     a = dict(arch)
     config = AutoConfig.for_model(a.pop("model_type"), **a)
-    meter = ResourceMeter("cpu")
+    meter = ResourceMeter(args.device)
     with meter.stage("load"):
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config).eval()
+        model = AutoModelForCausalLM.from_config(config).eval().to(args.device)
     lay = discover(model)
     comp = get_compressor("llm_pruner")
     names = comp.stat_modules(comp.units(model, lay))
@@ -173,10 +189,15 @@ def one_grad(args) -> int:
     with meter.stage("gradients"):
         collect_gradient_stats(model, ids, names, elementwise=elementwise, checkpoint=ck, layout=lay)
     m = meter.memory()["gradients"]
-    fp = estimate_footprint(config, "llm_pruner", n_samples=args.samples, seq_len=args.calib_len, grad_checkpoint=ck)
+    fp = estimate_footprint(config, "llm_pruner", n_samples=args.samples, seq_len=args.calib_len, grad_checkpoint=ck,
+                            device=args.device)
+    if args.device.startswith("cuda"):  # the GPU's peak (weights included) over the weights: what the pass adds
+        start, peak = meter.memory()["load"]["gpu_peak_mb"], m["gpu_peak_mb"]
+    else:
+        start, peak = m["start_rss_mb"], m["peak_rss_mb"]
     row = {"kind": "grad", "shape": args.shape, "arch": arch, "checkpoint": ck, "threads": args.threads,
-           "samples": args.samples, "calib_len": args.calib_len, "seconds": meter.timings()["gradients_s"],
-           "start_mb": m["start_rss_mb"], "peak_mb": m["peak_rss_mb"], "growth_mb": m["peak_rss_mb"] - m["start_rss_mb"],
+           "device": args.device, "samples": args.samples, "calib_len": args.calib_len,
+           "seconds": meter.timings()["gradients_s"], "start_mb": start, "peak_mb": peak, "growth_mb": peak - start,
            "estimate_mb": fp.gradients / 2**20, "params": fp.params, **_env()}
     print(json.dumps(row))
     return 0
@@ -186,7 +207,8 @@ def grads(args) -> int:
     for shape in args.shapes:
         for ck in ("off", "on"):
             cmd = [sys.executable, __file__, "one-grad", "--shape", shape, "--checkpoint", ck, "--threads",
-                   str(args.threads), "--samples", str(args.samples), "--calib-len", str(args.calib_len)]
+                   str(args.threads), "--samples", str(args.samples), "--calib-len", str(args.calib_len),
+                   "--device", args.device]
             if args.threads == 1 and args.pin is not None:
                 cmd = ["taskset", "-c", str(args.pin)] + cmd
             r = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)},
@@ -195,7 +217,8 @@ def grads(args) -> int:
                 print(f"{shape} checkpoint {ck}: failed\n{r.stderr[-2000:]}", file=sys.stderr)
                 continue
             row = json.loads(r.stdout.strip().splitlines()[-1])
-            print(f"{shape:<8} checkpoint {ck:<3} {row['seconds']:7.1f}s  peak-over-start {row['growth_mb'] / 1024:6.2f} GiB"
+            print(f"{shape:<8} checkpoint {ck:<3} {row['seconds']:7.1f}s  {'GPU ' if _on_gpu(row) else ''}"
+                  f"peak-over-start {row['growth_mb'] / 1024:6.2f} GiB"
                   f"  estimate {row['estimate_mb'] / 1024:6.2f} GiB | load {row['loadavg'][0]}", flush=True)
             _append(args.out, [row])
     return 0
@@ -375,7 +398,7 @@ def _flops_8b(comp: str, tokens: int, svd: str = "gram32") -> dict:
 def report(args) -> int:
     rows = _load(args.out)
     job = [r for r in rows if r.get("kind") == "job"]
-    print("## Per-stage wall time (s) and peak host RSS (GiB)\n")
+    print("## Per-stage wall time (s) and peak memory (GiB): host RSS on CPU rows, GPU memory on cuda rows\n")
     cols = ("load", "gradients", "calibration", "score", "factorize", "dp", "compress_apply")
     print("| shape | params | compressor | allocation | threads | prepare s | prepare CPU s | " + " | ".join(cols)
           + " | sensitivity s | peak GiB | fp32 model GiB | estimate GiB | load avg |")
@@ -388,7 +411,7 @@ def report(args) -> int:
             if f"{c}_s" not in t:
                 cells.append("")
                 continue
-            pk = m.get(mem_key.get(c, c), {}).get("peak_rss_mb")
+            pk = m.get(mem_key.get(c, c), {}).get(_peak_key(r))
             cells.append(f"{t[f'{c}_s']:.1f} / {pk / 1024:.2f}" if pk else f"{t[f'{c}_s']:.1f}")
         est = r.get("estimate") or {}
         p = r.get("params") or 0
@@ -397,9 +420,9 @@ def report(args) -> int:
         print(f"| {r['shape']} | {p / 1e9:.3f}B | {r['compressor']} | {r.get('allocation', 'proportional')} | "
               f"{r['threads']} | {t.get('compress_prepare_s', 0):.1f} | {'' if cpu is None else f'{cpu:.1f}'} | "
               + " | ".join(cells) + f" | {'' if sens is None else f'{sens:.1f}'} | "
-              f"{r['memory']['peak_rss_mb'] / 1024:.2f} | {p * 4 / 2**30:.2f} | "
-              f"{est.get('host_bytes', 0) / 2**30:.2f} | {r['loadavg'][0]} |")
-    fam = [r for r in job if r["shape"].startswith("h") and r["threads"] == 1]
+              f"{_row_peak(r) / 1024:.2f}{' (GPU)' if _on_gpu(r) else ''} | {p * 4 / 2**30:.2f} | "
+              f"{est.get('device_bytes' if _on_gpu(r) else 'host_bytes', 0) / 2**30:.2f} | {r['loadavg'][0]} |")
+    fam = [r for r in job if r["shape"].startswith("h") and r["threads"] == 1 and not _on_gpu(r)]
     if fam:
         print("\n## Fitted growth (one thread): log-log slope of each stage's time and peak-RSS increase against the "
               "hidden size h (4 layers, I = 4h)\n")
@@ -426,6 +449,11 @@ def report(args) -> int:
     _report_plan(rows)
     _extrapolate(job)
     return 0
+
+
+def _row_peak(r: dict) -> float:
+    """A job row's peak in MiB: the GPU's on a cuda row (the record's gpu_peak_mb), else the host RSS."""
+    return float(r["memory"].get("gpu_peak_mb") or 0.0) if _on_gpu(r) else float(r["memory"]["peak_rss_mb"])
 
 
 def _report_grads(rows):

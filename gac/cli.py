@@ -41,12 +41,49 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _prog=f"gac {mod.NAME}")
+        _COMMANDS[f"gac {mod.NAME}"] = mod
     return parser
 
 
+_COMMANDS: dict = {}  # "gac NAME" -> its module (for the Ctrl-C message)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``gac ARGV``. Bad input: one line ``gac CMD: error: ...`` on stderr, exit code 2. Ctrl-C (at any point,
+    start-up included): one line ``gac CMD: interrupted; ...``, exit code 130, never a traceback."""
+    prog = "gac"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        prog = getattr(args, "_prog", prog)
+        return _run(parser, args)
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupted_message(prog)}", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `gac align x.json | head`: the reader left; nothing more to say
+        _silence_stdout()
+        return 141
+
+
+def interrupted_message(prog: str) -> str:
+    """What Ctrl-C means for a command: whether a re-run resumes (its module sets ``RESUMES = True``) or starts again."""
+    mod = _COMMANDS.get(prog)
+    if mod is not None and getattr(mod, "RESUMES", False):
+        return "interrupted; re-run to resume"
+    return "interrupted; re-run the command to start again"
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:  # point stdout at /dev/null so the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _run(parser, args) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -62,9 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     except GacError as e:
         print(f"{args._prog}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{args._prog}: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

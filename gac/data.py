@@ -6,6 +6,8 @@ One function reads text, whatever its origin:
   dataset ``Salesforce/wikitext``, config ``wikitext-2-raw-v1``, the split asked for (``test`` for perplexity,
   ``train`` for calibration);
 * ``"tiny"``: the held-out Shakespeare text shipped with the embedded ``tiny`` model (splits train, validation, test);
+* ``"enwiki"``: English Wikipedia articles (the shortened 2016 dump in the ``gensim==4.4.0`` wheel's test data, markup
+  stripped, split by article; built once into the user cache by :mod:`gac.fixtures.enwiki`, needs PyPI once);
 * a local file: ``.txt`` (read line by line exactly as the hub's wikitext loader reads ``wiki.test.raw``: one row per
   line, whitespace-only lines become empty rows), ``.jsonl`` (one object per line with a ``"text"`` field) or
   ``.parquet`` (a ``text`` column, e.g. the hub's own ``test-00000-of-00001.parquet``).
@@ -16,19 +18,21 @@ SVD-LLM): a local copy of ``wiki.test.raw`` gives the same text, hence the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from pathlib import Path
 
 from gac.errors import GacError, unknown_name
-from gac.metrics import TINY_ALIASES, WIKITEXT2_ALIASES
+from gac.metrics import ENWIKI_ALIASES, TINY_ALIASES, WIKITEXT2_ALIASES
 
 log = logging.getLogger(__name__)
 
 WIKITEXT2_HUB = ("Salesforce/wikitext", "wikitext-2-raw-v1")
 _WIKITEXT2_ALIASES = WIKITEXT2_ALIASES
 _TINY_ALIASES = TINY_ALIASES
+_ENWIKI_ALIASES = ENWIKI_ALIASES
 SPLITS = ("train", "validation", "test")
 _SUFFIXES = (".txt", ".raw", ".jsonl", ".parquet")
 JOIN = "\n\n"
@@ -36,11 +40,11 @@ JOIN = "\n\n"
 
 def known_sources() -> list[str]:
     """The named sources :func:`load_text` accepts (besides local file paths)."""
-    return [*_WIKITEXT2_ALIASES, *_TINY_ALIASES]
+    return [*_WIKITEXT2_ALIASES, *_TINY_ALIASES, *_ENWIKI_ALIASES]
 
 
 def is_named_source(source: str) -> bool:
-    return source in _WIKITEXT2_ALIASES or source in _TINY_ALIASES
+    return source in _WIKITEXT2_ALIASES or source in _TINY_ALIASES or source in _ENWIKI_ALIASES
 
 
 def looks_like_source(x: object) -> bool:
@@ -62,6 +66,112 @@ def _is_file(x: str) -> bool:
         return False
 
 
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached from here (offline env vars, DNS, a refused connection), or None."""
+    import socket
+    from urllib.parse import urlparse
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{var} is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return f"{host}: {e.strerror or e}"
+
+
+def hub_dataset_cached(path: str) -> bool:
+    """Whether the hub dataset ``path`` (``org/name``) is in the local Hugging Face caches (hub or datasets)."""
+    data = Path(os.environ.get("HF_DATASETS_CACHE") or _hf_home() / "datasets").expanduser()
+    return hub_repo_cached(path, "dataset") or (data / path.replace("/", "___")).is_dir()
+
+
+def hub_repo_cached(repo: str, kind: str = "model") -> bool:
+    """Whether the hub repository ``repo`` (a model or a dataset) has a snapshot in the local hub cache."""
+    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("TRANSFORMERS_CACHE") or _hf_home() / "hub")
+    return (hub.expanduser() / f"{kind}s--{repo.replace('/', '--')}" / "snapshots").is_dir()
+
+
+def _hf_home() -> Path:
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
+
+
+def check_source(source: str | os.PathLike, split: str = "test", what: str = "text source") -> None:
+    """A cheap check, before any model is loaded, that :func:`load_text` will be able to read ``source``: the hub
+    answers (or holds WikiText-2 in the local cache) for ``wikitext2``; a local file exists, is a regular file and
+    starts as its format says (UTF-8 text; a JSON line with ``text``; a parquet file with a ``text`` column). Reads at
+    most 1 MiB."""
+    s = str(source)
+    if s in _TINY_ALIASES:
+        return
+    if s in _WIKITEXT2_ALIASES:
+        why = hub_unreachable()
+        if why is not None and not hub_dataset_cached(WIKITEXT2_HUB[0]):
+            raise GacError(f"{what} {s!r} is WikiText-2 from the Hugging Face hub, which is not reachable here ({why}) "
+                           f"and not in the local cache; to use a local copy, pass its file instead (wiki.{split}.raw, "
+                           f"its parquet file or a .jsonl with a 'text' field), or 'tiny' for the tiny model")
+        return
+    path = Path(s).expanduser()
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise GacError(f"{what} {s!r} is not a regular file (a fifo, socket or device); pass a .txt, .jsonl or "
+                       f".parquet file")
+    if not path.is_file():
+        load_rows(source, split)  # the missing-file, directory and unknown-name messages
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError as e:
+        raise GacError(f"cannot read {what} {s!r} ({e.strerror or e}); check its permissions") from None
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(path).names
+        except Exception as e:  # noqa: BLE001 - pyarrow raises its own kinds for a file that is not parquet
+            raise GacError(f"{what} {s!r} is not a readable parquet file ({type(e).__name__}); pass a .txt, .jsonl "
+                           f"or .parquet file") from None
+        if "text" not in names:
+            raise GacError(f"{path} has no 'text' column (columns: {', '.join(names)})")
+        return
+    _decode(head, path, what, complete=len(head) < (1 << 20))
+    if suffix == ".jsonl":
+        first = next((ln for ln in head.decode("utf-8", errors="ignore").splitlines() if ln.strip()), None)
+        if first is not None and (len(head) < (1 << 20) or "\n" in head.decode("utf-8", errors="ignore")):
+            try:
+                obj = json.loads(first)
+            except json.JSONDecodeError as e:
+                raise GacError(f"{path}:1 is not valid JSON ({e.msg}); each line must be an object") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise GacError(f'{path}:1 has no string field "text"; each line must be {{"text": "..."}}')
+
+
+@contextlib.contextmanager
+def _utf8(path: Path):
+    """``open(path, encoding="utf-8")`` whose decoding error (a binary file, another encoding) is a GacError."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            yield f
+        except UnicodeDecodeError as e:
+            raise GacError(f"text file {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start} of a chunk); "
+                           f"pass a text file (.txt, .jsonl or .parquet), or convert it: iconv -t UTF-8") from None
+
+
+def _decode(raw: bytes, path: Path, what: str = "text file", complete: bool = True) -> str:
+    """``raw`` as UTF-8, or a GacError naming the first bad byte (a binary file, another encoding)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if not complete and e.start >= len(raw) - 3:  # a character cut by the 1 MiB read
+            return raw[: e.start].decode("utf-8")
+        raise GacError(f"{what} {str(path)!r} is not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r}); "
+                       f"pass a text file (.txt, .jsonl or .parquet), or convert it: iconv -t UTF-8") from None
+
+
 def load_rows(source: str | os.PathLike, split: str = "test") -> list[str]:
     """The rows of a text source, before joining (see the module docstring for the sources)."""
     if split not in SPLITS:
@@ -72,9 +182,16 @@ def load_rows(source: str | os.PathLike, split: str = "test") -> list[str]:
         from gac.fixtures import tiny_paths
 
         return _file_rows(tiny_paths().wikitext[split])
+    if isinstance(source, str) and source in _ENWIKI_ALIASES:
+        from gac.fixtures.enwiki import enwiki_paths
+
+        return _file_rows(enwiki_paths()[split])
     path = Path(source).expanduser()
     if path.is_file():
         return _file_rows(path)
+    if path.exists() and not path.is_dir():
+        raise GacError(f"text source {str(source)!r} is not a regular file (a fifo, socket or device); pass a .txt, "
+                       f".jsonl or .parquet file")
     if path.is_dir():
         raise GacError(
             f"text source {str(source)!r} is a directory; pass one file (.txt, .jsonl or .parquet), e.g. "
@@ -107,7 +224,7 @@ def _file_rows(path: Path) -> list[str]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows = []
-        with open(path, encoding="utf-8") as f:
+        with _utf8(path) as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -121,13 +238,17 @@ def _file_rows(path: Path) -> list[str]:
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises its own kinds for a file that is not parquet
+            raise GacError(f"{path} is not a readable parquet file ({type(e).__name__}); pass a .txt, .jsonl or "
+                           f".parquet file") from None
         if "text" not in table.column_names:
             raise GacError(f"{path} has no 'text' column (columns: {', '.join(table.column_names)})")
         rows = [r if r is not None else "" for r in table.column("text").to_pylist()]
     else:
         # the hub's wikitext loader: one row per line, newline kept, whitespace-only lines become ""
-        with open(path, encoding="utf-8") as f:
+        with _utf8(path) as f:
             rows = [line if line.strip() else "" for line in f]
     if not any(r.strip() for r in rows):
         raise GacError(

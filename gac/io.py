@@ -168,6 +168,8 @@ def read_json(path: str | os.PathLike, what: str = "file", max_bytes: int | None
         raise GacError(f"{what} {str(p)!r} does not exist")
     if p.is_dir():
         raise GacError(f"{what} {str(p)!r} is a directory, expected a JSON file")
+    if not p.is_file():  # a fifo would block the read forever, a device never ends
+        raise GacError(f"{what} {str(p)!r} is not a regular file (a fifo, socket or device), expected a JSON file")
     try:
         if max_bytes is not None and p.stat().st_size > max_bytes:
             raise GacError(f"{what} {str(p)!r} is {p.stat().st_size / 2**20:,.0f} MiB, larger than any such file gac "

@@ -1,7 +1,9 @@
 """Metric names: one name per quantity, the same in records, CLI output, W&B, tables and reports.
 
-* ``ppl_<dataset>``: perplexity on the text actually scored (``ppl_wikitext2``, ``ppl_tiny``; a local file gives its
-  stem, ``./wiki.test.raw`` -> ``ppl_wiki_test``);
+* ``ppl_<dataset>``: perplexity on the text actually scored (``ppl_wikitext2``, ``ppl_tiny``, ``ppl_enwiki``); a
+  local file is named by its dataset, never by its split: the file name without split words (test, valid, raw, shard
+  numbers), else the nearest informative directory (``wikitext-2-raw/wiki.test.raw`` -> ``ppl_wikitext2``,
+  ``ptb/test.txt`` -> ``ppl_ptb``, ``./My Corpus.jsonl`` -> ``ppl_my_corpus``; a bare ``test.txt`` -> ``ppl_text``);
 * ``<task>_<metric>`` (``piqa_acc``, ``hellaswag_acc_norm``, ``piqa_acc_stderr``): lm-eval's metric with filter
   ``none``; another filter is appended (``gsm8k_exact_match_strict_match``);
 * ``prefill_ms``: the job's own prefill point (its ``seq_len``, at ``eval.latency_batch``); further points of a
@@ -26,10 +28,19 @@ PREFILL_SPREAD = "prefill_ms_spread"
 DECODE = "decode_ms_per_token"
 
 #: the names ``"wikitext2"`` goes by (the hub's ``Salesforce/wikitext``, config ``wikitext-2-raw-v1``)
-WIKITEXT2_ALIASES = ("wikitext2", "wikitext-2", "wikitext2-raw", "wikitext-2-raw-v1", "Salesforce/wikitext", "wikitext")
+WIKITEXT2_ALIASES = ("wikitext2", "wikitext-2", "wikitext2-raw", "wikitext-2-raw", "wikitext-2-raw-v1", "Salesforce/wikitext",
+                     "wikitext")
 TINY_ALIASES = ("tiny",)
+#: English Wikipedia articles from the gensim==4.4.0 wheel's test data (gac.fixtures.enwiki)
+ENWIKI_ALIASES = ("enwiki",)
 _SPLIT_NOTE = re.compile(r"\s*\((train|validation|test)\)\s*$")
 _NOT_WORD = re.compile(r"[^a-z0-9]+")
+# words that name a split, a format or a place, not a dataset: dropped from file and directory names
+_SPLIT_WORDS = frozenset({"train", "training", "test", "testing", "valid", "validation", "val", "dev", "heldout",
+                          "raw", "tokens", "of", "split", "splits"})
+_GENERIC_DIRS = frozenset({"eval", "data", "datasets", "dataset", "text", "texts", "tmp", "temp", "files", "corpus",
+                           "corpora", "home", "root", "users", "mnt", "work", "cache"})
+_FILE_PREFIXES = frozenset({"wiki"})  # WikiText's own files: wiki.test.raw (the directory says which WikiText)
 
 
 def dataset_name(source) -> str:
@@ -41,15 +52,41 @@ def dataset_name(source) -> str:
         return "wikitext2"
     if s in TINY_ALIASES:
         return "tiny"
+    if s in ENWIKI_ALIASES:
+        return "enwiki"
     if s in ("", "<text>"):
         return "text"
-    name = PurePath(s).name
-    for suffix in (".parquet", ".jsonl", ".json", ".txt", ".raw"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
+    path = PurePath(s)
+    stem = path.name
+    for suffix in (".parquet", ".jsonl", ".json", ".txt", ".raw", ".tokens"):
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
             break
-    name = _NOT_WORD.sub("_", name.lower()).strip("_")
-    return name or "text"
+    own = _dataset_words(stem)
+    if own and not (len(own) == 1 and own[0] in _FILE_PREFIXES):
+        return _known("_".join(own))
+    for parent in list(path.parents)[:3]:  # the dataset's directory: wikitext-2-raw/, ptb/, tiny/eval/
+        words = _dataset_words(parent.name)
+        if words and "_".join(words) not in _GENERIC_DIRS:
+            return _known("_".join(words))
+    return _known("_".join(own)) if own else "text"
+
+
+def _dataset_words(name: str) -> list[str]:
+    """The words of a file or directory name that can name a dataset (no split words, no shard numbers)."""
+    return [w for w in _NOT_WORD.split(name.lower())
+            if w and w not in _SPLIT_WORDS and not (w.isdigit() and (len(w) >= 4 or w.startswith("0")))]
+
+
+def _known(name: str) -> str:
+    """A named source's own name when ``name`` is one of its spellings (``wikitext_2`` -> ``wikitext2``,
+    ``enwiki_gensim_4_4_0`` -> ``enwiki``), else ``name``."""
+    if name in {"_".join(_dataset_words(a)) for a in WIKITEXT2_ALIASES}:
+        return "wikitext2"
+    first = name.split("_")[0]
+    if first in TINY_ALIASES or first in ENWIKI_ALIASES:
+        return first
+    return name
 
 
 def ppl_metric(source) -> str:

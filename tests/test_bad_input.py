@@ -52,9 +52,35 @@ def _files(T: Path) -> None:
         {**tgt, "params_per_dim": 20, "d_max": 8, "kind": "lowrank", "dense_params": 99, "shape": [10, 10]}]}))
     (T / "plan_wrong_model.json").write_text(json.dumps({"dims": {"model.layers.9.self_attn.q_proj": 64}}))
     (T / "plan_ok.json").write_text(json.dumps({"dims": {"model.layers.0.self_attn.q_proj": 64}}))
+    _files_2(T, tgt)
     from tests.bad_store_fixtures import store_files
 
     store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
+
+
+def _files_2(T: Path, tgt: dict) -> None:
+    """The inputs of the second catalogue's CLI, align and config rows."""
+    import os
+
+    (T / "alloc_ok.json").write_text(json.dumps({"budget": 1000, "targets": [{**tgt, "d_star": 10.5}]}))
+    (T / "alloc_dstar0.json").write_text(json.dumps({"budget": 10**8, "targets": [
+        {**tgt, "d_star": 0, "params_per_dim": 8192, "d_max": 4392},
+        {**tgt, "name": "b", "d_star": 300.5, "params_per_dim": 8192, "d_max": 4096}]}))
+    (T / "alloc_dstar0_nomax.json").write_text(json.dumps({"budget": 10**8, "targets": [{**tgt, "d_star": 0}]}))
+    (T / "alloc_ppd62.json").write_text(json.dumps({"budget": 10**23, "targets": [{**tgt, "params_per_dim": 2**62}]}))
+    (T / "alloc_dstar1e300.json").write_text(json.dumps({"budget": 10**9, "targets": [{**tgt, "d_star": 1e300}]}))
+    # ties the exact reduction cannot break: candidates 1000/2000/2001, the slack a sum of them cannot fill exactly
+    ties = [{"name": f"t{i}", "d_star": 1.5, "score": 1, "params_per_dim": 1, "candidates": [1000, 2000, 2001]}
+            for i in range(3000)]
+    (T / "alloc_ties.json").write_text(json.dumps({"budget": 1000 * 3000 + 10500, "targets": ties}))
+    with open(T / "alloc_1gib.json", "wb") as f:  # sparse: a gibibyte of zeros on no disk
+        f.truncate(2**30)
+    os.mkfifo(T / "fifo")
+    (T / "binary.txt").write_bytes(bytes(range(256)) * 64)
+    (T / "store" / "records").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(ROOT / "tests" / "analysis" / "fixtures" / "profile", T / "profile")
 
 
 def _outputs(argv: list[str]) -> list[Path]:
@@ -78,18 +104,30 @@ def T(tmp_path_factory):
 CASES = catalogue()
 
 
+ENV = re.compile(r"^[A-Z][A-Z0-9_]*=")  # a row may start with VAR=value settings, as a shell line does
+
+
 @pytest.mark.parametrize("case,cmd,code,msg", CASES, ids=[r[0][:60] for r in CASES])
-def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, capsys):
+def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, capsys, monkeypatch):
     argv = shlex.split(cmd.replace("{T}", str(T)))
+    env = {}
+    while argv and ENV.match(argv[0]):
+        k, v = argv.pop(0).split("=", 1)
+        env[k] = v
     outs = [p for p in _outputs(argv) if not p.exists()]
     if argv[0] == "gac":
         from gac.cli import main
 
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
         rc = main(argv[1:])
         err = capsys.readouterr().err
     else:
+        import os
+
         assert argv[:2] == ["python", "experiments/run.py"], cmd
-        p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **env})
         rc, err = p.returncode, p.stderr
     lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("Loading weights")]
     assert rc == code, (case, err)

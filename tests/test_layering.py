@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1] / "gac"
 
 # What each package may import (besides itself). Foundations: errors, io, faults, _moved; the utilities data/fixtures
 # (text sources, the embedded tiny model) sit below compression; models (any model or a gac checkpoint) above it.
-BASE = {"errors", "io", "faults", "_moved", "metrics", "progress", "(gac)"}  # metrics: names; progress: bars/lines
+BASE = {"errors", "io", "faults", "_moved", "metrics", "progress", "dtypes", "(gac)"}  # metrics: names; progress: bars/lines; dtypes: the "auto" rule
 ALLOWED = {
     "align": BASE,
     "results": BASE,
@@ -19,9 +19,10 @@ ALLOWED = {
     "models": BASE | {"compression", "fixtures"},
     "evaluation": BASE | {"align", "compression", "data", "fixtures", "models"},
     "profiling": BASE | {"align", "evaluation"},
+    "predict": BASE | {"align", "compression", "evaluation", "profiling"},  # kernel data + shapes -> GPU latency
     "analysis": BASE | {"align", "results", "profiling"},
-    "jobs": BASE | {"align", "compression", "data", "fixtures", "models", "evaluation", "profiling", "results",
-                    "analysis"},
+    "jobs": BASE | {"align", "compression", "data", "fixtures", "models", "evaluation", "profiling", "predict",
+                    "results", "analysis"},
     "launch": BASE | {"jobs", "results"},
 }
 

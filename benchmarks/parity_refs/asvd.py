@@ -101,9 +101,12 @@ def _calib_ppl(model, calib_ids) -> float:
 
 
 @torch.no_grad()
-def reference(model, tokenizer, calib_ids, ratio: float, table: dict | None = None) -> dict:
+def reference(model, tokenizer, calib_ids, ratio: float, table: dict | None = None,
+              probe_samples: int | None = None) -> dict:
     """ASVD at compression ratio ``ratio`` (the fraction of the projections' parameters removed). ``table``: a
-    sensitivity table from an earlier call on the same model and calibration (it does not depend on the ratio)."""
+    sensitivity table from an earlier call on the same model and calibration (it does not depend on the ratio).
+    ``probe_samples``: the sensitivity perplexities on the first N calibration samples only (the authors use all;
+    a shorter calibration for the table on a larger model, issue 24), the activation scales on all of them."""
     torch.manual_seed(0)
     model = copy.deepcopy(model).eval()
     linears = _projections(model)
@@ -114,7 +117,7 @@ def reference(model, tokenizer, calib_ids, ratio: float, table: dict | None = No
             table[name] = {}
             for p in GRID:
                 setattr(parent, attr, _factor(lin, scales[id(lin)], p))
-                table[name][p] = _calib_ppl(model, calib_ids)
+                table[name][p] = _calib_ppl(model, calib_ids if probe_samples is None else calib_ids[:probe_samples])
             setattr(parent, attr, lin)
     entries = sorted(((n, p, v) for n, row in table.items() for p, v in row.items() if p < 1), key=lambda e: -e[2])
     numel = {n: lin.weight.numel() for n, _, _, lin in linears}

@@ -118,7 +118,18 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
     return Allocation(targets, budget, unit, window)
 
 
+MAX_FILE_BYTES = 256 * 2**20  # 256 MiB: ~1M targets; JSON parsing takes ~2x the file in memory, and far more targets
+# than any model has (a 405B model has ~900 projections) is a wrong file, not an allocation
+
+
 def load_allocation(path: str | os.PathLike) -> Allocation:
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+        raise GacError(f"allocation file {str(p)!r} is {p.stat().st_size / 2**20:,.0f} MiB, more than the "
+                       f"{MAX_FILE_BYTES // 2**20} MiB an allocation can need (about a million targets); check that it "
+                       f"is the allocation JSON")
     return parse_allocation(read_json(path, "allocation file"), source=str(path))
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
-from gac.align.targets import Target
+from gac.align.targets import Target, check_d_star
 from gac.errors import GacError
 
 DEFAULT_UNIT = 8
@@ -58,16 +59,29 @@ def check_window(window) -> int:
     return window
 
 
+MAX_CANDIDATES = 8192  # per target: a window past this is a typo (it would take minutes and gigabytes to enumerate)
+
+
 def rule_candidates(d_star: float, d_max: int | None, unit: int = DEFAULT_UNIT, window: int = DEFAULT_WINDOW) -> tuple[int, ...]:
     """Multiples of ``unit`` with ``|d - d_star| < window * unit``, within ``[unit, d_max]``, plus ``d_max`` if in the window."""
     unit, window = check_unit(unit), check_window(window)
+    exact = Fraction(check_d_star(d_star))  # exact arithmetic: a d* of 1e17 must not lose its window to rounding
     span = window * unit
-    k_lo = max(1, math.floor((d_star - span) / unit) + 1)
-    k_hi = math.ceil((d_star + span) / unit) - 1
-    dims = [k * unit for k in range(k_lo, k_hi + 1) if abs(k * unit - d_star) < span]
+    k_lo = max(1, math.floor((exact - span) / unit) + 1)
+    k_hi = math.ceil((exact + span) / unit) - 1
+    if d_max is not None:
+        k_hi = min(k_hi, d_max // unit)  # a wide window never enumerates past d_max
+    if k_hi - k_lo + 1 > MAX_CANDIDATES:
+        raise GacError(
+            f"a candidate window of {window:,} units around d*={d_star:g} holds {k_hi - k_lo + 1:,} dimensions"
+            + ("" if d_max is not None else " (the target has no d_max to bound it)")
+            + f", more than the {MAX_CANDIDATES:,} a target may have; use a window of at most "
+            f"{max(1, MAX_CANDIDATES // 2):,} units" + ("" if d_max is not None else " or give the target a d_max")
+        )
+    dims = [k * unit for k in range(k_lo, k_hi + 1) if abs(k * unit - exact) < span]
     if d_max is not None:
         dims = [d for d in dims if d <= d_max]
-        if d_max - d_star < span or not dims:
+        if d_max - exact < span or not dims:
             dims.append(d_max)
     return tuple(sorted(set(dims)))
 
@@ -79,7 +93,10 @@ def rank_candidates(target: Target, unit: int = DEFAULT_UNIT, window: int = DEFA
     """
     unit, window = check_unit(unit), check_window(window)
     if not target.dense_star:
-        dims = rule_candidates(target.d_star, target.d_max, unit, window)
+        try:
+            dims = rule_candidates(target.d_star, target.d_max, unit, window)
+        except GacError as e:
+            raise GacError(f"target {target.name!r}: {e}") from None
     elif window == 1:
         return ()
     else:

@@ -14,7 +14,10 @@ overshoot the budget and miss the optimum. This solver is exact in integers and 
    and is removed. Items left with one option are fixed. This reduction is exact, not a heuristic.
 3. A dynamic programme over the remaining slack (in units of g) solves the reduced problem exactly;
    ties go to the smaller total cost, then to the cheaper option of the earlier item, so the result is
-   deterministic.
+   deterministic. Its table is bounded (1 GiB, ``GAC_SOLVER_MAX_MB``): when ties survive the reduction (equal
+   scores make every penalty zero), a larger core is solved exactly for a better lower bound (which may meet the
+   upper bound, a proof of optimality, or shrink the allowed sets); if the DP still does not fit, the solver
+   raises :class:`GacError` with the memory it would need, never an inexact answer.
 
 Values are floats; the reduction keeps a relative tolerance of 1e-9 so rounding never removes an optimal
 option. Costs are Python/NumPy integers (no overflow below 2**63).
@@ -23,16 +26,17 @@ option. Costs are Python/NumPy integers (no overflow below 2**63).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gac.errors import InfeasibleBudgetError
+from gac.errors import GacError, InfeasibleBudgetError
 
 _REL_TOL = 1e-9
-_CORE = 32  # items solved exactly for the lower bound
+_CORE_SIZES = (32, 256, 2048, 16384)  # items solved exactly for the lower bound (more only while the DP is too big)
 
 
 @dataclass
@@ -107,32 +111,35 @@ def solve_mckp(costs: Sequence[Sequence[int]], values: Sequence[Sequence[float]]
     red = [gn - lam * e for gn, e in zip(gain, ext)]  # v - lambda e
     red_max = [float(r.max()) for r in red]
     ub = lam * slack + sum(red_max)
-    lb_choice = _core_lower_bound(ext, gain, red, red_max, slack, lp_choice)
-    lb = float(sum(gain[i][j] for i, j in enumerate(lb_choice)))
-    gap = max(0.0, ub - lb)
-    tol = _REL_TOL * max(1.0, abs(ub), abs(lb), sum(abs(float(gn[-1])) for gn in gain))
-    if gap <= tol:  # the incumbent meets the upper bound: it is optimal
+    tol_scale = max(1.0, abs(ub), sum(abs(float(gn[-1])) for gn in gain))
+    lb_choice, lb, gap = None, -math.inf, math.inf
+    limit = dp_limit_bytes()
+    for core_size in _CORE_SIZES:  # a larger core only when the exact DP below would not fit in memory
+        choice = _core_lower_bound(ext, gain, red, red_max, slack, lp_choice, core_size, limit)
+        value = float(sum(gain[i][j] for i, j in enumerate(choice)))
+        if lb_choice is None or value > lb:
+            lb_choice, lb = choice, value
+        gap = max(0.0, ub - lb)
+        tol = _REL_TOL * max(tol_scale, abs(lb))
         stats = {"n_items": n, "g": g, "slack_units": int(slack), "lambda": lam, "ub": ub, "lb": lb,
-                 "n_free": 0, "dp_width": 0}
-        return _finish(lb_choice, opt_cost, opt_val, opt_idx, t0, stats)
-
-    allowed: list[np.ndarray] = []
-    for i in range(n):
-        pen = red_max[i] - red[i]
-        ok = np.flatnonzero(pen <= gap + tol)
-        if lb_choice[i] not in ok:  # keeps the incumbent representable (a no-op unless rounding)
-            ok = np.union1d(ok, [lb_choice[i]])
-        allowed.append(ok)
+                 "n_free": 0, "dp_width": 0, "core": core_size}
+        if gap <= tol:  # the incumbent meets the upper bound: it is optimal
+            return _finish(lb_choice, opt_cost, opt_val, opt_idx, t0, stats)
+        allowed, free, rem, width = _reduce(ext, red, red_max, gap, tol, lb_choice, slack)
+        need = _dp_bytes(len(free), width)
+        if need <= limit or core_size >= n:
+            break
+    if need > limit:
+        raise GacError(
+            f"the exact solver would need {_size(need)} for this allocation ({len(free):,} targets whose "
+            f"candidates stay tied after the exact reduction, {width + 1:,} budget steps), above its limit of "
+            f"{_size(limit)}; ties like this come from equal or proportional scores: give the targets "
+            f"distinct scores, or raise the limit with {DP_LIMIT_ENV}=<MiB> if the memory is there"
+        )
 
     # 3. Fix single-option items; DP over the rest.
     choice = [int(a[0]) for a in allowed]
-    free = [i for i in range(n) if len(allowed[i]) > 1]
-    fixed_cost = sum(int(ext[i][allowed[i][0]]) for i in range(n) if len(allowed[i]) == 1)
-    free_base = sum(int(ext[i][allowed[i][0]]) for i in free)
-    rem = slack - fixed_cost - free_base
-    width = 0
     if free and rem >= 0:
-        width = min(rem, sum(int(ext[i][allowed[i][-1]] - ext[i][allowed[i][0]]) for i in free))
         sub = _dp(
             [ext[i][allowed[i]] - ext[i][allowed[i][0]] for i in free],
             [gain[i][allowed[i]] for i in free],
@@ -145,9 +152,55 @@ def solve_mckp(costs: Sequence[Sequence[int]], values: Sequence[Sequence[float]]
     value = float(sum(gain[i][choice[i]] for i in range(n)))
     if value < lb - tol:  # never worse than the incumbent
         choice = list(lb_choice)
-    stats = {"n_items": n, "g": g, "slack_units": int(slack), "lambda": lam, "ub": ub, "lb": lb,
-             "n_free": len(free), "dp_width": int(width)}
+    stats.update(n_free=len(free), dp_width=int(width))
     return _finish(choice, opt_cost, opt_val, opt_idx, t0, stats)
+
+
+def _reduce(ext, red, red_max, gap, tol, lb_choice, slack):
+    """The exact reduction: options whose penalty exceeds the gap cannot be optimal. Returns the allowed options per
+    item, the items left free, the slack left for them above their cheapest allowed options, and the DP's width."""
+    allowed: list[np.ndarray] = []
+    for i in range(len(ext)):
+        pen = red_max[i] - red[i]
+        ok = np.flatnonzero(pen <= gap + tol)
+        if lb_choice[i] not in ok:  # keeps the incumbent representable (a no-op unless rounding)
+            ok = np.union1d(ok, [lb_choice[i]])
+        allowed.append(ok)
+    free = [i for i in range(len(ext)) if len(allowed[i]) > 1]
+    fixed_cost = sum(int(ext[i][allowed[i][0]]) for i in range(len(ext)) if len(allowed[i]) == 1)
+    free_base = sum(int(ext[i][allowed[i][0]]) for i in free)
+    rem = slack - fixed_cost - free_base
+    width = 0
+    if free and rem >= 0:
+        width = min(rem, sum(int(ext[i][allowed[i][-1]] - ext[i][allowed[i][0]]) for i in free))
+    return allowed, free, rem, width
+
+
+DP_LIMIT_ENV = "GAC_SOLVER_MAX_MB"
+_DP_LIMIT_MB = 1024
+
+
+def dp_limit_bytes() -> int:
+    """The most memory the exact DP may take (its choice table): 1 GiB, or ``GAC_SOLVER_MAX_MB``."""
+    raw = os.environ.get(DP_LIMIT_ENV, "").strip()
+    if not raw:
+        return _DP_LIMIT_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not math.isfinite(mb) or mb <= 0:
+        raise GacError(f"{DP_LIMIT_ENV}={raw!r} must be a positive number of MiB (the exact solver's memory limit)")
+    return int(mb * 2**20)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _dp_bytes(m: int, width: int) -> int:
+    """Memory of :func:`_dp` over ``m`` items and ``width + 1`` states: the choice table plus two value rows."""
+    return m * (width + 1) * 2 + 3 * (width + 1) * 8 if m else 0
 
 
 def _finish(choice, opt_cost, opt_val, opt_idx, t0, stats) -> MCKPResult:
@@ -193,31 +246,48 @@ def _lp_break(ext, gain, slack) -> tuple[float, list[int]]:
     return 0.0, choice  # everything fits (handled by the caller)
 
 
-def _core_lower_bound(ext, gain, red, red_max, slack, lp_choice, core_size: int = _CORE) -> list[int]:
+def _core_lower_bound(ext, gain, red, red_max, slack, lp_choice, core_size: int = _CORE_SIZES[0],
+                      limit: int | None = None) -> list[int]:
     """A strong feasible plan: solve exactly the items closest to the LP break, the others at their LP choice.
 
     The "core" are the items whose cheapest deviation from the LP plan costs the least penalty per unit of
-    cost; outside the core, items keep the LP's integral choice. The result is then topped up greedily.
+    cost, half of them among the deviations up (more cost) and half among those down, so that the core can both
+    spend and free budget when penalties tie (equal scores make every penalty zero); outside the core, items keep
+    the LP's integral choice. The result is then topped up greedily. The core shrinks until its DP fits ``limit``.
     """
     n = len(ext)
-    closeness = []
+    up, down = [], []
     for i in range(n):
         j0 = lp_choice[i]
-        dist = np.abs(ext[i] - ext[i][j0]).astype(np.float64)
+        dist = (ext[i] - ext[i][j0]).astype(np.float64)
         pen = red_max[i] - red[i]
-        mask = dist > 0
-        closeness.append(float((pen[mask] / dist[mask]).min()) if mask.any() else math.inf)
-    core = sorted(range(n), key=lambda i: (closeness[i], i))[: min(n, core_size)]
-    core = [i for i in core if len(ext[i]) > 1]
+        ratio = np.divide(pen, np.abs(dist), out=np.full(len(dist), math.inf), where=dist != 0)
+        up.append(float(ratio[dist > 0].min()) if (dist > 0).any() else math.inf)
+        down.append(float(ratio[dist < 0].min()) if (dist < 0).any() else math.inf)
+    by_up = [i for i in sorted(range(n), key=lambda i: (up[i], i)) if up[i] < math.inf]
+    by_down = [i for i in sorted(range(n), key=lambda i: (down[i], i)) if down[i] < math.inf]
+    by_any = sorted(range(n), key=lambda i: (min(up[i], down[i]), i))
     choice = list(lp_choice)
-    if core:
+    size = min(n, core_size)
+    while size >= 1:
+        core = list(dict.fromkeys([*by_up[: (size + 1) // 2], *by_down[: size // 2]]))
+        taken = set(core)
+        core += [i for i in by_any if i not in taken][: size - len(core)]
+        core = sorted(i for i in core if len(ext[i]) > 1)
+        if not core:
+            break
         in_core = set(core)
         rem = slack - sum(int(ext[i][lp_choice[i]]) for i in range(n) if i not in in_core)
         width = min(rem, sum(int(ext[i][-1]) for i in core))
-        if width >= 0:
-            sub = _dp([ext[i] for i in core], [gain[i] for i in core], width)
-            for i, k in zip(core, sub):
-                choice[i] = int(k)
+        if width < 0:
+            break
+        if limit is not None and _dp_bytes(len(core), width) > limit:
+            size //= 2
+            continue
+        sub = _dp([ext[i] for i in core], [gain[i] for i in core], width)
+        for i, k in zip(core, sub):
+            choice[i] = int(k)
+        break
     return _greedy_fill(ext, gain, slack, choice)
 
 

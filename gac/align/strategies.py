@@ -163,9 +163,25 @@ def check_budget(budget) -> int:
     return budget
 
 
+def _n(x: int) -> str:
+    return f"{x:,}" if x < 10**21 else f"{float(x):.3g}"
+
+
+_MAX_PARAMS = 2**62  # costs are int64 in the solver; every model's parameter count is far below
+
+
 def _check_magnitudes(targets: Sequence[Target], cands) -> None:
-    """Eq. 4's values ``s_i * params_i(d)`` and their sum must stay finite in floating point (a score of 1e308
-    times a million parameters is inf, and an inf objective ranks nothing)."""
+    """Parameter counts must fit the solver's int64 (2**62 with room for sums), and Eq. 4's values
+    ``s_i * params_i(d)`` and their sum must stay finite in floating point (a score of 1e308 times a million
+    parameters is inf, and an inf objective ranks nothing)."""
+    costs = [max(t.params(d) for d in cs) for t, cs in zip(targets, cands)]
+    i = max(range(len(costs)), key=costs.__getitem__)
+    if costs[i] >= _MAX_PARAMS or sum(costs) >= _MAX_PARAMS:
+        t = targets[i]
+        raise GacError(f"parameter counts too large: target {t.name!r} reaches {_n(costs[i])} parameters (params_per_dim "
+                       f"{_n(t.params_per_dim)} x dimension {_n(max(cands[i]))}), the targets together {_n(sum(costs))}, "
+                       f"beyond the 2**62 that exact integer accounting allows; check params_per_dim (the parameters one "
+                       f"unit of dimension adds: out + in for a low-rank weight), d_star and d_max")
     worst, total = None, 0.0
     for t, cs in zip(targets, cands):
         v = t.score * t.params_per_dim * max(max(cs), t.d_star)

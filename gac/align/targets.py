@@ -75,10 +75,10 @@ class Target:
             raise GacError(f"a target has an empty or non-string name ({self.name!r}); give every target a unique name")
         if _is_bool(self.params_per_dim) or not isinstance(self.params_per_dim, int) or self.params_per_dim <= 0:
             raise GacError(f"{where}: params_per_dim must be a positive integer, got {self.params_per_dim!r}")
-        if _is_bool(self.d_star) or not isinstance(self.d_star, (int, float)) or not math.isfinite(self.d_star):
-            raise GacError(f"{where}: d_star must be a finite number, got {self.d_star!r}")
-        if self.d_star < 0:
-            raise GacError(f"{where}: d_star must be >= 0, got {self.d_star}")
+        try:
+            check_d_star(self.d_star)
+        except GacError as e:
+            raise GacError(f"{where}: {e}") from None
         if _is_bool(self.score) or not isinstance(self.score, (int, float)) or not math.isfinite(self.score):
             raise GacError(
                 f"{where}: score must be a finite number, got {self.score!r}; importance scores with NaN or inf "
@@ -202,6 +202,17 @@ def _split(total: int, product: int) -> tuple[int, int] | None:
         return None
     a, b = (total + r) // 2, (total - r) // 2
     return (a, b) if b >= 1 else None
+
+
+def check_d_star(d_star) -> float:
+    """d* > 0: every target keeps at least one dimension; a weight a compressor removes entirely is not a target."""
+    if isinstance(d_star, bool) or not isinstance(d_star, (int, float)) or not math.isfinite(d_star) or d_star <= 0:
+        raise GacError(
+            f"d_star must be a finite number > 0, got {d_star!r}: gac keeps every target at one alignment unit or "
+            f"more and never removes a weight; leave a weight your compressor removes (d* = 0) out of the targets "
+            f"and out of the budget"
+        )
+    return float(d_star)
 
 
 def check_unique(targets: Sequence[Target]) -> None:

@@ -121,6 +121,12 @@ def bench_summary(doc: Mapping) -> dict:
                                              "compressor": v.get("compressor"), "strategy": v.get("strategy"),
                                              "ratio_param": v.get("ratio"), "label": v.get("label")}
         points[name] = {"batch": p["batch"], "seq_len": p["seq_len"], "baseline_ms": base_ms, "variants": variants}
+    pred = doc.get("predicted") or {}
+    for name, pp in (pred.get("points") or {}).items():
+        if name in points:
+            points[name]["predicted"] = {"label": pred.get("label"), "baseline_ms": pp.get("baseline_ms"),
+                                         "by_key": {v["record_key"]: v["ms"] for v in pp["variants"].values()
+                                                    if v.get("record_key")}}
     dev = doc.get("device") or {}
     return {"key": doc.get("key"), "created": doc.get("created"), "model": (doc.get("model") or {}).get("name"),
             "device": dev.get("name"), "device_type": dev.get("type"),

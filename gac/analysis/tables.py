@@ -403,15 +403,19 @@ def table5(
             r[DELTA_COL] = math.nan if v is None else 100.0 * (v["ratio"] - 1.0)
             r[CI_LO_COL] = math.nan if v is None or v["lo"] is None else 100.0 * (v["lo"] - 1.0)
             r[CI_HI_COL] = math.nan if v is None or v["hi"] is None else 100.0 * (v["hi"] - 1.0)
+            pr = pt.get("predicted")
+            if pr:  # the bench also predicted another GPU (gac bench --predict): its own, labelled column
+                r[f"Prefill (ms), {pr['label']}"] = pr["baseline_ms"] if v is None else pr["by_key"].get(str(rec["key"]))
         else:
             r[LAT_COL] = lat(rec)
             has_base = label != "Baseline" and base_lat and not math.isnan(base_lat)
             r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
         out.append(r)
     cols = [ALIGN_COL] + [c for c, _ in TABLE5_METRICS] + [LAT_COL, DELTA_COL]
+    pred_cols = sorted({k for r in out for k in r if k.startswith("Prefill (ms), predicted")})
     table = pd.DataFrame(out, index=pd.Index([lbl for lbl, _ in rows], name="Method"),
-                         columns=cols + ([CI_LO_COL, CI_HI_COL] if hit is not None else [])).astype(float)
-    table.attrs["formats"] = dict(TABLE5_FORMATS)
+                         columns=cols + ([CI_LO_COL, CI_HI_COL] if hit is not None else []) + pred_cols).astype(float)
+    table.attrs["formats"] = dict(TABLE5_FORMATS) | {c: "{:.1f}" for c in pred_cols}
     parts = [str(model)]
     if gpu is not None:
         parts.append(f"on {gpu}")

@@ -75,10 +75,10 @@ def _check_output(path: str, force: bool) -> None:
     from gac.io import check_writable
 
     p = Path(path)
-    if p.exists() and not force:
-        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
     if p.is_dir():
         raise GacError(f"{str(p)!r} is a directory; give a file name for the plan")
+    if p.exists() and not force:
+        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
     check_writable(p.parent if str(p.parent) else ".", "output directory", probe_bytes=1)
 
 

@@ -17,6 +17,7 @@ Examples:
   gac bench results/ --where compressor=asvd --where ratio=0.15 --rounds 30 --json bench.json
   gac bench results/ --sweep 2025-01-01/12-00-00 --device cuda --point 1,1024 --point 1,4096 --decode-tokens 128
   gac bench --plan unaligned.json --plan gac.json --model tiny --compressor asvd
+  gac bench results/ --experiment table5 --predict a100   # + "predicted, A100, from published kernel data"
 """
 
 
@@ -64,6 +65,9 @@ def add_arguments(p):
                    help="CPU timer: the thread's CPU time (cpu; the default with 1 thread) or wall clock; GPUs use "
                         "CUDA events")
     p.add_argument("--no-profile", action="store_true", help="skip the kernel trace")
+    p.add_argument("--predict", metavar="GPU",
+                   help="a100 or h100: add each variant's predicted prefill ms on that GPU (gac.predict, from published "
+                        "kernel data; labelled as a prediction) beside what this device measured")
     p.add_argument("--json", metavar="OUT.json", help="also write the bench document here")
     p.add_argument("--force", action="store_true", help="measure again even if stored (beside it); overwrite --json")
 
@@ -91,7 +95,7 @@ def run(args) -> int:
         points=args.point or None, rounds=args.rounds, warmup=args.warmup, iters=args.iters,
         decode_tokens=args.decode_tokens, decode_prompt=args.decode_prompt, threads=args.threads, seed=args.seed,
         bootstrap=args.bootstrap, memory=args.memory, timer=args.timer, profile=not args.no_profile, force=args.force,
-        json_out=args.json, json_force=args.force)
+        json_out=args.json, json_force=args.force, predict=args.predict)
     print(describe(doc))
     if args.json:
         print(f"wrote {args.json}")

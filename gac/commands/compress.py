@@ -7,7 +7,7 @@ HELP = "compress a model (ASVD, SVD-LLM, LLM-Pruner, PaLU) with aligned dimensio
 
 
 def add_arguments(p):
-    p.add_argument("model", help="'tiny', a Hugging Face hub id or a local HF model directory")
+    p.add_argument("model", help="'tiny', 'smollm2', a Hugging Face hub id or a local HF model directory")
     p.add_argument("--compressor", required=True, help="asvd, svd_llm, llm_pruner or palu")
     p.add_argument("--ratio", type=float, required=True, help="fraction of the compressed weights' parameters removed, in (0, 1)")
     p.add_argument("--strategy", default="gac", help="gac (default), unaligned, round_nearest, round_up, round_down, rebalance")
@@ -22,11 +22,12 @@ def add_arguments(p):
                    help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
     p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
     p.add_argument("--calib", default=None,
-                   help="calibration text: wikitext2, tiny or a local file (default: tiny's own training text for "
-                        "tiny and checkpoints built from it, else wikitext2)")
+                   help="calibration text: wikitext2, tiny or a local file (default: the named model's own text for "
+                        "tiny, smollm2 and checkpoints built from them, else wikitext2)")
     p.add_argument("--calib-samples", type=int, default=32)
     p.add_argument("--calib-seq-len", type=int, default=None,
-                   help="tokens per calibration sample (default: 256 for tiny, else 2048, the ASVD/SVD-LLM default)")
+                   help="tokens per calibration sample (default: 256 for tiny, 512 for smollm2, else 2048, the "
+                        "ASVD/SVD-LLM default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -46,7 +47,7 @@ def validate(args) -> None:
     from gac.align.targets import check_ratio
     from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.checkpoint import check_output_dir
-    from gac.compression.compress import KNAPSACK_SCORES, check_sensitivity_reach
+    from gac.compression.compress import KNAPSACK_SCORES, check_probe_samples, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
     from gac.compression.importance import PROXIES
     from gac.data import is_named_source
@@ -75,20 +76,31 @@ def validate(args) -> None:
     check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
     if args.knapsack_score not in KNAPSACK_SCORES:
         raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
-    from gac.models import BUILTIN, base_model_of
+    from gac.fixtures import default_data
+    from gac.models import base_model_of
 
-    on_tiny = base_model_of(args.model) in BUILTIN  # tiny's own text: no hub round trip for the offline model
+    named = default_data(base_model_of(args.model))  # a named model's own text: no hub round trip offline
     if args.calib is None:
-        args.calib = "tiny" if on_tiny else "wikitext2"
+        args.calib = named["calibration_source"] if named else "wikitext2"
     if args.calib_seq_len is None:
-        args.calib_seq_len = 256 if on_tiny else 2048
+        args.calib_seq_len = named["calibration_seq_len"] if named else 2048
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
-    if not is_named_source(args.calib) and not Path(args.calib).expanduser().is_file():
+    check_probe_samples(allocation, comp, args.calib_samples)  # ASVD's sensitivity_samples: within them
+    if not is_named_source(args.calib) and not Path(args.calib).expanduser().exists():
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
     check_output_dir(args.output, overwrite=args.force)
+    from gac.data import check_source
+    from gac.jobs.pipeline import check_model_here, model_max_positions
+
+    check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
+    check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading
+    limit = model_max_positions(args.model)
+    if limit is not None and args.calib_seq_len > limit:
+        raise GacError(f"--calib-seq-len {args.calib_seq_len} is above the model's maximum sequence length ({limit}, "
+                       f"max_position_embeddings); use at most {limit}")
 
 
 def run(args) -> int:
@@ -98,22 +110,33 @@ def run(args) -> int:
 
     from gac.compression.checkpoint import check_output_dir, save_checkpoint
     from gac.compression.compress import Calibration, compress_model
+    from gac.jobs.pipeline import check_model_fits, is_out_of_memory, out_of_memory
     from gac.models import load_model
 
     validate(args)
     out = Path(args.output)
-    model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
-    # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
-    dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes))
     opts = parse_options(args.option)
     if args.layers:
         opts["layers"] = args.layers
-    model, plan, report = compress_model(
-        model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit, window=args.window,
-        calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
-        allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
-    )
+    # weights + calibration + factorisation against the device, before the model is loaded
+    fp = check_model_fits(args.model, args.compressor, args.dtype, args.device, n_samples=args.calib_samples,
+                          seq_len=args.calib_seq_len, proxy=args.proxy, compressor_options=opts or None)
+    stage = "load"
+    try:
+        model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
+        # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
+        dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes))
+        stage = "compress"
+        model, plan, report = compress_model(
+            model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit,
+            window=args.window, calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
+            allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
+        )
+    except Exception as e:
+        if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
+            raise out_of_memory(e, stage, args, fp) from None
+        raise
     save_checkpoint(model, tok, out, overwrite=args.force)
     logging.getLogger(__name__).info("saved %s", out)
     summary = {k: report[k] for k in ("budget", "params", "budget_met", "aligned_fraction", "compression_wall_s")}

@@ -5,12 +5,12 @@ from __future__ import annotations
 NAME = "evaluate"
 HELP = "perplexity, lm-eval task scores and latency of a model or a gac checkpoint"
 DESCRIPTION = """\
-Evaluate MODEL: 'tiny' (the embedded model, offline), a gac checkpoint directory, a local Hugging Face model
-directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
+Evaluate MODEL: 'tiny' (the embedded model, offline), 'smollm2' (a real 135M Llama, built once), a gac
+checkpoint directory, a local Hugging Face model directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
 <task>_<metric>, prefill_ms, decode_ms_per_token); --json writes the full report (metrics, lm-eval's own results
 layout, protocol details, provenance). Tasks are lm-eval's registry names; an unknown name exits 2 with suggestions.
-Data: for 'tiny' and gac checkpoints built from it the shipped held-out files are the defaults (no network; a
-checkpoint records its base model); for other models WikiText-2 and the
+Data: for 'tiny', 'smollm2' and gac checkpoints built from them their local files are the defaults (no network;
+a checkpoint records its base model); for other models WikiText-2 and the
 lm-eval tasks come from the hub unless --ppl-data / --task-file (or --data tiny) point at local files.
 Examples:
   gac evaluate tiny --ppl --tasks piqa,hellaswag --limit 50 --json out.json
@@ -20,7 +20,7 @@ Examples:
 
 
 def add_arguments(p):
-    p.add_argument("model", metavar="MODEL", help="'tiny', a gac checkpoint dir, a local HF dir or a hub id")
+    p.add_argument("model", metavar="MODEL", help="'tiny', 'smollm2', a gac checkpoint dir, a local HF dir or a hub id")
     p.add_argument("--ppl", action="store_true", help="WikiText-2 perplexity (non-overlapping windows of --seq-len)")
     p.add_argument("--ppl-data", metavar="SOURCE",
                    help="'wikitext2' (hub), 'tiny', or a local .txt/.jsonl/.parquet (default: per --data)")
@@ -32,7 +32,8 @@ def add_arguments(p):
                    help="run TASK's official config on a local JSONL file (repeatable)")
     p.add_argument("--data", choices=("auto", "tiny", "hub"), default="auto",
                    help="default data: 'tiny' = the shipped held-out files, 'hub' = WikiText-2 and lm-eval datasets "
-                        "from the hub, 'auto' = tiny's for the tiny model and checkpoints built from it, else the hub (default)")
+                        "from the hub, 'auto' = a named model's own (tiny, smollm2) for it and checkpoints built from it, "
+                        "else the hub (default)")
     p.add_argument("--latency", action="store_true", help="prefill and decode latency")
     p.add_argument("--seq-len", type=int, default=None,
                    help="perplexity window and prefill length (default: 2048 for perplexity and 1024 for prefill, "
@@ -74,48 +75,86 @@ def run(args) -> int:
     from gac.errors import GacError
     from gac.evaluation.report import evaluate, format_table, provenance
     from gac.evaluation.tasks import parse_tasks
+    from gac.fixtures import default_data
     from gac.io import write_json_atomic
-    from gac.models import BUILTIN, base_model_of, describe, load_model
+    from gac.models import base_model_of, describe, load_model
 
     files = _task_files(args.task_file)
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
+    if args.json and Path(args.json).is_dir():
+        raise GacError(f"--json {args.json!r} is a directory; give a file name for the report")
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
-                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt)):
+                    ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt),
+                    ("--iters", args.iters), ("--trials", args.trials)):
         if v is not None and v < 1:
             raise GacError(f"{name} must be at least 1 (got {v})")
+    if args.warmup is not None and args.warmup < 0:
+        raise GacError(f"--warmup must be at least 0 (got {args.warmup})")
     # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
-    use_tiny = args.data == "tiny" or (args.data == "auto" and base_model_of(args.model) in BUILTIN)
-    ppl_source = args.ppl_data or ("tiny" if use_tiny else "wikitext2")
-    if use_tiny:
-        from gac.fixtures import tiny_paths
+    named = default_data("tiny") if args.data == "tiny" else (
+        default_data(base_model_of(args.model)) if args.data == "auto" else None)
+    ppl_source = args.ppl_data or (named["ppl_source"] if named else "wikitext2")
+    if named:
+        from gac.fixtures import task_files_of
 
-        files = {**{t: str(p) for t, p in tiny_paths().task_files.items() if t in tasks}, **files}
+        files = {**{t: str(p) for t, p in task_files_of(named["task_files"]).items() if t in tasks}, **files}
 
     from gac.evaluation.tasks import check_local_file
 
     for t in tasks:  # every row against the task's schema, before the model is loaded
         if t in files:
             check_local_file(t, files[t])
+    from gac.data import check_source
+    from gac.evaluation.tasks import check_hub_tasks
+    from gac.jobs.pipeline import check_model_here, model_max_positions
+
+    check_model_here(args.model)
+    if args.ppl:
+        check_source(ppl_source, "test", "--ppl-data")  # a binary file, a fifo, the hub while offline
+    check_hub_tasks([t for t in tasks if t not in files])  # not a minute of retries after the model is loaded
+    limit = model_max_positions(args.model)
+    lengths = [("seq_len", "--seq-len", args.seq_len)] if args.seq_len is not None else []
+    if args.latency:
+        lengths.append(("decode_prompt + decode_tokens", "--decode-prompt + --decode-tokens",
+                        args.decode_prompt + args.decode_tokens))
+    for name, flag, n in lengths:
+        if limit is not None and n > limit:
+            raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
+                           f"use {flag} <= {limit}")
     if args.json:
         from gac.io import check_writable
 
         check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device, verify=not args.no_verify)
-    if tokenizer is None and (args.ppl or tasks):
-        raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer with "
-                       f"the checkpoint, or run only --latency")
-    info = describe(model)
-    report = evaluate(
-        model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
-        ppl_batch_size=args.batch_size or 1, tasks=tasks, limit=args.limit, task_files=files,
-        task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
-        latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
-        warmup=args.warmup, iters=args.iters, trials=args.trials,
-    )
+    from gac.compression.footprint import EvalLoad
+    from gac.jobs.pipeline import check_model_fits, is_out_of_memory, out_of_memory
+
+    load = EvalLoad(ppl_batch=(args.batch_size or 1) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
+                    task_batch=(args.batch_size or 16) if tasks else 0,
+                    latency_points=((args.latency_batch, args.seq_len or 1024),) if args.latency else ())
+    fp = check_model_fits(args.model, "none", args.dtype, args.device, evaluation=load)  # before loading anything
+    stage = "load"
+    try:
+        model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device, verify=not args.no_verify)
+        if tokenizer is None and (args.ppl or tasks):
+            raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer "
+                           f"with the checkpoint, or run only --latency")
+        info = describe(model)
+        stage = "evaluate"
+        report = evaluate(
+            model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
+            ppl_batch_size=args.batch_size or 1, tasks=tasks, limit=args.limit, task_files=files,
+            task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
+            latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
+            warmup=args.warmup, iters=args.iters, trials=args.trials,
+        )
+    except Exception as e:
+        if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
+            raise out_of_memory(e, stage, args, fp) from None
+        raise
     print(format_table(report, info))
     if args.json:
         doc = {

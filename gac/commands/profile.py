@@ -26,12 +26,27 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    import math
     from pathlib import Path
 
+    from gac.errors import GacError
     from gac.profiling import HardwareProfile, analyze, sdpa_backend_table, summarize, tier_table
     from gac.profiling.figures import save_figures
+    from gac.profiling.profile import is_derived_sweep
 
+    if not (math.isfinite(args.tolerance) and 0 <= args.tolerance < 1):
+        raise GacError(f"--tolerance must be a fraction in [0, 1) (the default 0.05 is 5%), got {args.tolerance}")
+    if args.horizon < 1:
+        raise GacError(f"--horizon must be a positive number of dims (how far above d a faster dim may lie; default "
+                       f"64), got {args.horizon}")
     prof = HardwareProfile.load(args.profile_dir)
+    if args.action == "figures":
+        from gac.io import check_writable
+
+        out = Path(args.out or Path(args.profile_dir) / "figures")
+        if out.exists() and not out.is_dir():
+            raise GacError(f"--out {str(out)!r} is a file; give a directory for the figures")
+        check_writable(out, "figures directory", probe_bytes=1)  # before drawing anything
     if args.action == "show":
         print(prof.describe())
         return 0
@@ -58,6 +73,9 @@ def run(args) -> int:
             for ctx in prof.contexts():
                 a = analyze(prof.table, "target", args.tolerance, None, context=ctx)
                 print(f"  {ctx}: {a.cliffs or '-'}")
+            continue
+        if is_derived_sweep(sweep):
+            print(f"  {sweep}: not analysed (a median-filtered curve as drawn in a figure, not measurements)")
             continue
         a = analyze(prof.table, sweep, args.tolerance, args.horizon)
         print(f"  {sweep}: {a.cliffs or '-'}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 NAME = "wandb"
+RESUMES = True  # Ctrl-C: a re-run logs only the records still without a run
 HELP = "create W&B runs from the results store (points skipped or run with the disk logger)"
 DESCRIPTION = """\
 gac wandb backfill RESULTS_DIR [--where KEY=VALUE ...] [--experiment E] [--sweep S] [--mode offline|online]

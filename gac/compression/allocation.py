@@ -86,6 +86,21 @@ def resolve_allocation(name: str | None, compressor) -> str:
     return name
 
 
+def check_sensitivity_samples(n) -> int | None:
+    """ASVD's ``sensitivity_samples``: None (every calibration sample, the reference) or an integer >= 1."""
+    if n is None or (isinstance(n, str) and n.strip().lower() in ("", "none", "null", "all")):
+        return None
+    try:
+        v = int(n)
+        ok = not isinstance(n, bool) and float(n) == v and v >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise GacError(f"sensitivity_samples={n!r} is not a whole number >= 1; give how many calibration samples "
+                       f"the sensitivity probes run on, or null for all of them (the reference)")
+    return v
+
+
 def check_sensitivity_grid(grid) -> tuple[float, ...]:
     """A sensitivity grid: kept parameter ratios in (0, 1] (1 = dense), sorted, without repeats; else a GacError."""
     if isinstance(grid, str):

@@ -392,6 +392,8 @@ def prepare(
             cal_json = calibration.to_json()
         else:
             cal_json = {"source": "token_ids", "n_samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
+    probe_samples = getattr(comp, "sensitivity_samples", None) if allocation == "sensitivity" else None
+    check_probe_samples(allocation, comp, int(calib_ids.shape[0]) if calib_ids is not None else 0)
     mods = comp.stat_modules(units)
     for n in mods:
         w = get_module(model, n).weight
@@ -467,8 +469,15 @@ def prepare(
     if allocation == "sensitivity":
         t0 = time.perf_counter()
         with meter.stage("sensitivity"):
-            prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout)
+            prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout,
+                                                     probe_samples=probe_samples)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
+        probe = prepared.sensitivity.get("probe") or {}
+        if probe.get("path") == "full_forward":
+            prepared.notes.append(f"sensitivity: every probe ran a full forward (slower), because {probe.get('why')}")
+        if probe_samples is not None:
+            prepared.notes.append(f"sensitivity: probes on {probe_samples} of the {calib_ids.shape[0]} calibration "
+                                  f"samples (sensitivity_samples; the reference probes on all)")
     prepared.memory = meter.memory()
     prepared.timings["prepare_s"] = time.perf_counter() - t_start
     log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
@@ -488,6 +497,14 @@ def check_sensitivity_reach(allocation: str, comp: Compressor, ratio: float, gri
             f"{smallest} (at most {1 - smallest:.2f} removed); add smaller kept ratios to the grid "
             f"(sensitivity_grid) or use allocation='proportional'"
         )
+
+
+def check_probe_samples(allocation: str, comp: Compressor, n_samples: int) -> None:
+    """Fail before any work when the sensitivity probes ask for more samples than the calibration has."""
+    n = getattr(comp, "sensitivity_samples", None)
+    if allocation == "sensitivity" and n is not None and n > n_samples:
+        raise GacError(f"{comp.name}: sensitivity_samples={n} is more than the {n_samples} calibration samples; "
+                       f"lower it or raise the calibration samples (calibration.n_samples, --calib-samples)")
 
 
 def compress_model(
@@ -517,6 +534,8 @@ def compress_model(
         raise unknown_name("strategy", strategy, STRATEGIES)
     comp = get_compressor(compressor, **(compressor_options or {}))
     check_sensitivity_reach(resolve_allocation(allocation, comp), comp, ratio)
+    n_cal = int(calib_ids.shape[0]) if calib_ids is not None else (calibration or Calibration()).n_samples
+    check_probe_samples(resolve_allocation(allocation, comp), comp, n_cal)
     key = None
     if cache is not None:
         key = json.dumps([id(model), str(compressor), compressor_options or {}, proxy, asdict(calibration) if calibration

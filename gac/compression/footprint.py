@@ -5,7 +5,8 @@ job's device (and on the host, where the factors are kept):
 
 * **weights**: every parameter in the job's dtype (counted exactly on a meta-device copy of the architecture);
 * **calibration**: the hidden states of all calibration samples at one layer (``n * seq_len * hidden``) plus one
-  sample's pass through one layer (its projections' inputs and outputs, the float64 copies the statistics take);
+  forward through one layer (its projections' inputs and outputs, the float64 copies the statistics take) of one
+  sample, or of several short ones together (up to :data:`~gac.compression.importance.CALIB_CHUNK_TOKENS` tokens);
 * **statistics**: one decoder layer's float64 ``X^T X`` / ``Y^T Y`` (what the compressor asks for; streaming drops
   them once the layer is factorised, ``stream=False`` keeps every layer's);
 * **factorisation**: the working set of the largest weight's factorisation in its method's precision;
@@ -15,8 +16,14 @@ job's device (and on the host, where the factors are kept):
   ``fisher_rms``: :data:`~gac.compression.importance.ELEMENTWISE`) also one float32 running sum per weight element
   of the scored projections, held for the whole pass;
 * **factors**: the low-rank factors up to each weight's break-even rank in float32 (about the compressed weights'
-  own size), kept on the host;
-* a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``).
+  own size), kept on the host (on a GPU job the host also holds the weights while the model loads, before it moves
+  to the GPU: the host's peak is the larger of the two);
+* a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``);
+* **evaluation** (with ``evaluation=EvalLoad(...)``, what a job evaluates after compressing, or the whole work of
+  the uncompressed baseline, ``compressor="none"``): the largest of perplexity (one batch of windows through a
+  layer, the decoder's last hidden states, the chunked loss: :data:`gac.evaluation.perplexity.LOSS_CHUNK_BYTES`
+  of float32 logits), the lm-eval tasks (a batch of requests' full logits and their log-softmax)
+  and the prefill latency (one forward at its largest point, full logits).
 
 The activation terms use per-token element counts of a Llama decoder layer's saved tensors
 (:data:`ACT_PER_TOKEN_H`, :data:`ACT_PER_TOKEN_I`); ``benchmarks/scale.py`` prints each run's estimate beside the
@@ -41,6 +48,41 @@ BASE_MB = 600.0  # interpreter + torch + transformers, measured RSS after import
 # up outputs, the activation, the product, down_proj's input (~5 I). Checked against measured peaks (docs/scale.md).
 ACT_PER_TOKEN_H, ACT_PER_TOKEN_I = 10, 5
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+# Inference (no autograd) transients per token of one decoder layer: residual, norm output, q/k/v, attention output
+# (~6 h); gate, up and their product (~3 I). The fused SDPA kernels hold no seq_len^2 scores.
+INF_PER_TOKEN_H, INF_PER_TOKEN_I = 6, 3
+LOSS_CHUNK_BYTES = 2**30  # = gac.evaluation.perplexity.LOSS_CHUNK_BYTES (evaluation may not be imported here)
+TASK_TOKENS = 256  # tokens per lm-eval request assumed (PiQA / HellaSwag requests are shorter)
+BASELINE = "none"
+
+
+@dataclass(frozen=True)
+class EvalLoad:
+    """What a job evaluates: perplexity batch x window, lm-eval task batch, prefill (batch, seq_len) points."""
+
+    ppl_batch: int = 0
+    ppl_seq_len: int = 2048
+    task_batch: int = 0
+    latency_points: tuple = ()  # ((batch, seq_len), ...)
+
+
+def evaluation_bytes(config, dtype: str, load: EvalLoad) -> int:
+    """Peak working set of the evaluation ``load`` on a model of ``config`` (module docstring), beyond the weights."""
+    s = _shapes(config)
+    h, inter, V = s["h"], s["inter"], s["V"]
+    b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
+    layer = INF_PER_TOKEN_H * h + INF_PER_TOKEN_I * inter
+    out = 0
+    if load.ppl_batch:
+        tok = load.ppl_batch * load.ppl_seq_len
+        out = max(out, tok * (layer + 2 * h) * b + 3 * min(tok * V * 4, LOSS_CHUNK_BYTES))
+    if load.task_batch:
+        tok = load.task_batch * TASK_TOKENS
+        out = max(out, tok * layer * b + tok * V * (2 * b + 4))  # logits, their log-softmax, a float32 copy
+    for bt, sl in load.latency_points:
+        tok = int(bt) * int(sl)
+        out = max(out, tok * (layer + h) * b + tok * V * b)
+    return int(out)
 
 
 @dataclass
@@ -59,6 +101,7 @@ class Footprint:
     base: int
     device_bytes: int
     host_bytes: int
+    evaluation: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -69,6 +112,8 @@ class Footprint:
         if self.gradients:
             parts.append(f"gradients {self.gradients / GB:.2f}")
         parts.append(f"factors {self.factors / GB:.2f}")
+        if self.evaluation:
+            parts.append(f"evaluation {self.evaluation / GB:.2f}")
         return ", ".join(parts) + " GiB"
 
 
@@ -118,12 +163,23 @@ def _scored_params(comp, s: dict, lin: dict) -> int:
 
 def estimate_footprint(config, compressor: str, *, dtype: str = "float32", device: str = "cpu", n_samples: int = 32,
                        seq_len: int = 2048, proxy: str | None = None, compressor_options: dict | None = None,
-                       stream: bool = True, grad_checkpoint: bool = False, params: int | None = None) -> Footprint:
-    """The estimated peak memory of ``prepare`` for ``compressor`` on a model of ``config`` (see module docstring)."""
+                       stream: bool = True, grad_checkpoint: bool = False, params: int | None = None,
+                       evaluation: EvalLoad | None = None) -> Footprint:
+    """The estimated peak memory of ``prepare`` for ``compressor`` on a model of ``config`` (see module docstring);
+    ``compressor="none"``: the uncompressed baseline (weights and ``evaluation`` only)."""
     from gac.compression.compressors import get_compressor
     from gac.compression.compressors.lowrank_math import DEFAULT_SVD
     from gac.compression.importance import get_proxy
 
+    ev = 0 if evaluation is None else evaluation_bytes(config, dtype, evaluation)
+    if compressor == BASELINE:
+        P = params if params is not None else count_params(config)
+        weights = P * _BYTES.get(str(dtype).removeprefix("torch."), 4)
+        base = int(BASE_MB * MB)
+        on_gpu = str(device).startswith("cuda")
+        device_bytes = weights + ev if on_gpu else base + weights + ev
+        return Footprint(str(device), str(dtype), int(P), int(weights), 0, 0, 0, 0, 0, base, int(device_bytes),
+                         int(base + weights if on_gpu else device_bytes), int(ev))  # loaded on the host first
     comp = get_compressor(compressor, **(compressor_options or {}))
     prox = get_proxy(proxy or comp.default_proxy)
     b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
@@ -138,9 +194,12 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     need_grad = "grad" in prox.needs
     calibration = 0
     if need_act:
-        inputs = seq_len * (3 * h + inter) * b  # the distinct projection inputs of one sample at one layer
-        f64 = 2 * seq_len * max(h, inter) * 8  # float64 copy of the widest input and its square
-        calibration = n_samples * seq_len * h * b + seq_len * (4 * h + 3 * inter + 2 * s["kv"]) * b + inputs + f64
+        from gac.compression.importance import CALIB_CHUNK_TOKENS
+
+        t = seq_len * max(1, min(n_samples, CALIB_CHUNK_TOKENS // max(1, seq_len)))  # tokens of one layer forward
+        inputs = t * (3 * h + inter) * b  # the distinct projection inputs of one forward at one layer
+        f64 = 2 * t * max(h, inter) * 8  # float64 copy of the widest input and its square
+        calibration = n_samples * seq_len * h * b + t * (4 * h + 3 * inter + 2 * s["kv"]) * b + inputs + f64
     statistics = 0
     if comp.name == "svd_llm":
         if method.startswith("gram"):  # X^T X where out > in (gate/up share it), Y^T Y where out <= in
@@ -180,32 +239,50 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         factors = L * sum(max(1, o * i // (o + i)) * (o + i) * 4 for p, (o, i) in lin.items() if p in targets)
     weights = P * b
     base = int(BASE_MB * MB)
-    work = max(calibration + statistics + factorization, gradients)
+    work = max(calibration + statistics + factorization, gradients, ev)
     on_gpu = str(device).startswith("cuda")
     if on_gpu:
         device_bytes = weights + work
-        host_bytes = base + factors
+        host_bytes = base + max(factors, weights)  # gac.models loads on the host, then moves the model to the GPU
     else:
         device_bytes = host_bytes = base + weights + factors + work
     return Footprint(str(device), str(dtype), int(P), int(weights), int(calibration), int(statistics),
-                     int(factorization), int(gradients), int(factors), base, int(device_bytes), int(host_bytes))
+                     int(factorization), int(gradients), int(factors), base, int(device_bytes), int(host_bytes), int(ev))
 
 
 def check_fits(fp: Footprint, available: dict[str, float | None], host_available_mb: float | None = None,
                what: str = "this job") -> None:
-    """Raise :class:`GacError` when ``fp`` needs more than ``available`` (``resources.device_memory``) holds."""
+    """Raise :class:`GacError` when ``fp`` needs more than ``available`` (``resources.device_memory``) holds.
+
+    gac loads a model on one device (no multi-GPU ``device_map``): a model whose weights alone exceed the GPU's
+    total memory (Llama-3-70B in fp16, ~131 GiB, on any single A100/H100) is refused here, before a long load that
+    would end in an out-of-memory error."""
     need_dev = fp.device_bytes / MB
     have = available.get("available_mb")
+    total = available.get("total_mb")
     on_gpu = str(fp.device).startswith("cuda")
+    if on_gpu and total is not None and fp.weights / MB > total:
+        raise GacError(
+            f"{what} will not fit: its weights alone take about {fp.weights / GB:.1f} GiB ({fp.dtype}) but "
+            f"{available.get('device', fp.device)} has {total / 1024:.1f} GiB in all; gac runs a model on one GPU "
+            f"(no multi-GPU device_map), so use a GPU with at least {fp.device_bytes / GB:.0f} GiB, a smaller model, "
+            f"or model.random_weights=true with fewer layers (model.arch.num_hidden_layers) for latency studies")
     problems = []
     if have is not None and need_dev > have:
         problems.append(f"{'GPU' if on_gpu else 'host'} memory: needs about {need_dev / 1024:.1f} GiB, "
                         f"{have / 1024:.1f} GiB available on {available.get('device', fp.device)}")
     if on_gpu and host_available_mb is not None and fp.host_bytes / MB > host_available_mb:
-        problems.append(f"host memory for the factors: needs about {fp.host_bytes / GB:.1f} GiB, "
+        problems.append(f"host memory (the weights while loading, the factors): needs about {fp.host_bytes / GB:.1f} GiB, "
                         f"{host_available_mb / 1024:.1f} GiB available")
     if not problems:
         return
+    raise GacError(f"{what} will not fit: {'; '.join(problems)} (estimate: {fp.summary()}); try "
+                   + ", or ".join(memory_fixes(fp)) + " (see docs/scale.md)")
+
+
+def memory_fixes(fp: Footprint) -> list[str]:
+    """What would make ``fp`` smaller (the advice of :func:`check_fits` and of an out-of-memory error)."""
+    on_gpu = str(fp.device).startswith("cuda")
     fixes = []
     if fp.dtype == "float32":
         fixes.append("a 16-bit dtype (gpu.dtype=bfloat16) halves the weights")
@@ -215,6 +292,7 @@ def check_fits(fp: Footprint, available: dict[str, float | None], host_available
         fixes.append("fewer calibration samples (calibration.n_samples) or a shorter calibration.seq_len")
     if fp.gradients > 0.2 * fp.device_bytes:
         fixes.append("a shorter calibration.seq_len (the gradient pass holds one sample's activations and logits)")
+    if fp.evaluation > 0.2 * fp.device_bytes:
+        fixes.append("a smaller evaluation batch (eval.batch_size) or shorter latency points")
     fixes.append("a smaller model or fewer layers (compressor.options.layers)")
-    raise GacError(f"{what} will not fit: {'; '.join(problems)} (estimate: {fp.summary()}); try "
-                   + ", or ".join(fixes) + " (see docs/scale.md)")
+    return fixes

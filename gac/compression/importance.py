@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 GRADIENT_STATS = ("taylor_row", "taylor_col", "fisher_row", "fisher_col", "taylor_mean_row", "taylor_mean_col",
                   "fisher_rms_row", "fisher_rms_col")
 ELEMENTWISE = ("taylor_mean", "fisher_rms")  # statistics that need a running sum per weight element (module docstring)
+# calibration runs a layer on several samples at once, up to this many tokens per forward (one sample when a sample
+# is longer): batch-1 forwards of short samples leave small GEMMs to a contended thread pool (SmolLM2-135M, 32 x 256
+# tokens on the loaded 2-core CPU: docs/scale.md); the statistics are the same sums, in another order
+CALIB_CHUNK_TOKENS = 2048
 
 
 @dataclass
@@ -258,14 +262,17 @@ def _layer_stats(model, li, layer, names, hidden, kw, want_xtx, want_yty) -> dic
             handles.append(mod.register_forward_hook(lambda m, args, out, _n=n: outs.append((_n, out))))
     acc_of: dict[str, _InputAcc] = {}
     yty: dict[str, torch.Tensor] = {}
+    per = max(1, CALIB_CHUNK_TOKENS // max(1, int(hidden[0].shape[-2]))) if hidden else 1  # samples per forward
     try:
-        for s in range(len(hidden)):
+        for s in range(0, len(hidden), per):
             seen.clear()
             outs.clear()
-            out = layer(hidden[s], **kw)
+            e = min(s + per, len(hidden))
+            out = layer(hidden[s] if e == s + 1 else torch.cat(hidden[s:e]), **kw)
             out = out[0] if isinstance(out, tuple) else out
-            _check_finite(out, f"output activations (sample {s})", li.prefix)
-            hidden[s] = out
+            _check_finite(out, f"output activations (sample {s})" if e == s + 1 else
+                          f"output activations (samples {s}..{e - 1})", li.prefix)
+            hidden[s:e] = list(out.split(hidden[s].shape[0])) if e > s + 1 else [out]
             # group this sample's projections by the input tensor object they received (q/k/v, gate/up)
             groups: list[tuple[torch.Tensor, list[str]]] = []
             for n, x in seen:
@@ -381,9 +388,11 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
             g2 = g * g
             fr, fc = g2.sum(1), g2.sum(0)
             for what, v in (("taylor_row", row), ("taylor_col", col), ("fisher_row", fr), ("fisher_col", fc)):
-                v = v.double().cpu()
-                cur = getattr(st, what)
-                setattr(st, what, v if cur is None else cur + v)
+                cur = getattr(st, what)  # float64 on the weight's device: no host copy (and no sync) per sample
+                if cur is None:
+                    setattr(st, what, v.double())
+                else:
+                    cur.add_(v)
             if n in g_sum:
                 g_sum[n].add_(g)
             if n in g2_sum:
@@ -422,6 +431,7 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                 st.fisher_rms_row, st.fisher_rms_col = f.sum(1).double().cpu(), f.sum(0).double().cpu()
             for what in GRADIENT_STATS:
                 if getattr(st, what) is not None:
+                    setattr(st, what, getattr(st, what).cpu())  # one copy per statistic, after the last sample
                     _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
     finally:
         for layer in wrapped:
@@ -502,11 +512,15 @@ class Activation(Proxy):
     def _xnorm(self, name, st):
         return (_need(st, "act_sq", self.name, name) / max(st.tokens, 1)).sqrt()
 
+    # computed on W's device (streamed calibration leaves the statistics there; a W on the GPU with statistics on
+    # the host works too), returned on the host like every proxy's energies
     def row_energy(self, name, W, st):
-        return (W.detach().double().abs().cpu() * self._xnorm(name, st)[None, :]).sum(1)
+        xn = self._xnorm(name, st).to(W.device)
+        return (W.detach().double().abs() * xn[None, :]).sum(1).cpu()
 
     def col_energy(self, name, W, st):
-        return W.detach().double().abs().cpu().sum(0) * self._xnorm(name, st)
+        xn = self._xnorm(name, st).to(W.device)
+        return (W.detach().double().abs().sum(0) * xn).cpu()
 
 
 class Gradient(Proxy):

@@ -19,6 +19,11 @@ is open; at the end of a stage the kernel's high-water mark (``getrusage`` ``ru_
 during the stage the stage set a new process peak, and that exact value is the stage's peak. So a stage's peak is
 exact whenever it is the process's highest so far, and sampled (blind to spikes shorter than ``interval``)
 otherwise. Nothing process-wide is reset (the high-water mark stays what other tools expect).
+
+Stages that time kernels (``stage(name, sample=False)``: a job's latency and dimension sweep) pause the sampler
+thread while they run, even for the stages around them: a thread waking every 5 ms takes the GIL from the timing
+loop (the launch-bound part of a GPU forward) and its own CPU time from a CPU measurement. Their peak is then the
+one read at their end plus the high-water mark check (exact whenever they set a new process peak).
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ class ResourceMeter:
         self._lock = threading.Lock()
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
+        self._paused = 0  # open stages that asked for no sampling (they time something)
         self.overall_peak = current_rss()
 
     # -- sampling ------------------------------------------------------------------------------------------------
@@ -124,9 +130,15 @@ class ResourceMeter:
             o.gpu_peak = max(o.gpu_peak, p)
 
     # -- stages --------------------------------------------------------------------------------------------------
+    @property
+    def sampling(self) -> bool:
+        """Whether the sampler thread runs now."""
+        return self._thread is not None
+
     @contextlib.contextmanager
-    def stage(self, name: str):
-        """Time ``name`` and record its peak host (and GPU) memory; repeated entries add up (time) or max (peak)."""
+    def stage(self, name: str, sample: bool = True):
+        """Time ``name`` and record its peak host (and GPU) memory; repeated entries add up (time) or max (peak).
+        ``sample=False``: no sampler thread while it runs (a stage that times something; module docstring)."""
         self._fold_gpu()
         if self.cuda is not None:
             import torch
@@ -137,7 +149,10 @@ class ResourceMeter:
         o = _Open(name, rss, peak_rss())
         with self._lock:
             self._open.append(o)
-        if self._thread is None:
+        if not sample:
+            self._paused += 1
+            self._stop_thread()
+        elif self._thread is None and not self._paused:
             self._start_thread()
         try:
             yield self
@@ -153,8 +168,12 @@ class ResourceMeter:
             with self._lock:
                 self._open.remove(o)
                 idle = not self._open
+            if not sample:
+                self._paused -= 1
             if idle:
                 self._stop_thread()
+            elif not self._paused and self._thread is None:
+                self._start_thread()  # the stages around a paused one sample again
             if hwm > o.hwm0:  # this stage raised the process high-water mark: that value is its exact peak
                 o.peak = max(o.peak, hwm)
                 self.overall_peak = max(self.overall_peak, hwm)
@@ -186,13 +205,15 @@ class ResourceMeter:
 
 def device_memory(device: str = "cpu") -> dict:
     """What the job's device holds: ``{"device", "total_mb", "available_mb"}`` (host: MemAvailable and any cgroup
-    limit; CUDA: ``torch.cuda.mem_get_info``)."""
+    limit; CUDA: ``torch.cuda.mem_get_info``'s free memory plus what this process's caching allocator holds
+    reserved but unused: the driver counts that as used, yet this process's next allocations get it first)."""
     idx = _cuda(device)
     if idx is not None:
         import torch
 
         free, total = torch.cuda.mem_get_info(idx)
-        return {"device": f"cuda:{idx}", "total_mb": total / MB, "available_mb": free / MB}
+        cached = max(int(torch.cuda.memory_reserved(idx)) - int(torch.cuda.memory_allocated(idx)), 0)
+        return {"device": f"cuda:{idx}", "total_mb": total / MB, "available_mb": (free + cached) / MB}
     total = avail = None
     try:
         with open("/proc/meminfo") as f:

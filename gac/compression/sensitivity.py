@@ -1,8 +1,8 @@
 """ASVD's sensitivity table: calibration perplexity with one weight at a time truncated to each kept ratio of a grid.
 
-The table is the slowest step of ASVD (224 weights x 6 ratios on Llama-3-8B, each a calibration perplexity), so it is
-computed once per (model, calibration, compressor options) and cached with the prepared state. Two things make one
-probe cheaper than a full forward without changing its value:
+The table is the slowest step of ASVD (224 weights x 6 ratios on Llama-3-8B, 210 x 6 on SmolLM2-135M, each a
+calibration perplexity), so it is computed once per (model, calibration, compressor options) and cached with the
+prepared state. Two things make one probe cheaper than a full forward without changing its value:
 
 * the layers before the probed weight's layer are unchanged, so their output is computed once per layer and kept
   (the inputs of the current layer for every calibration sample, one layer at a time): a probe of a weight in layer
@@ -11,17 +11,27 @@ probe cheaper than a full forward without changing its value:
   one sample at a time leaves small GEMMs to a contended thread pool: 94 s instead of 7 s per perplexity on ``tiny``
   on the loaded 2-core CI machine).
 
-* on the CPU, small probes (hidden size x chunk tokens up to ``SMALL_CPU_WORK``) run on one thread: on a busy
-  machine the thread pool's barriers cost more than they save (tiny's table with 4 x 64 calibration tokens: 9 s on
-  one thread, 61 s on two, measured at load average 7 on the 2-core CI machine).
+* on the CPU the probes use whichever is faster *now*, the thread pool or one thread (:class:`_ThreadChooser`:
+  probes of one weight timed alternately, again every :data:`RECHECK_PROBES` probes): on a quiet 2-core machine the
+  pool is 1.5-1.9x faster for every probe size measured (tiny 4 x 64 tokens: 2.6 s against 4.3 s for its table;
+  SmolLM2-135M 1 x 256 to 32 x 256 tokens per probe, docs/scale.md), while on a busy one its barriers can cost more
+  than they save (tiny's 4 x 64 table: 9 s on one thread, 61 s on two at load average 7). The choices made are in
+  the table's ``probe`` record.
 
-The first perplexity (the dense model) is computed both ways; if they disagree (an architecture whose layers need
-something the shortcut does not pass) every probe falls back to the plain full forward, with a warning.
+The dense perplexity (the table's base) is computed through the same cached path, and checked against the plain
+full forward (the reference's loop, one sample per forward) on the first :data:`CHECK_SAMPLES` samples: if the two
+disagree by more than the tolerance of the model's dtype (:func:`probe_tolerance`; an architecture whose layers need
+something the shortcut does not pass) every probe falls back to the plain full forward. The fallback is announced
+with a warning and recorded in the table (``probe``: the path taken, the measured disagreement, the tolerance), and
+:func:`gac.compression.compress.prepare` adds it to the prepared state's notes (and so to every record made from it).
+
+``probe_samples``: the probes may run on the first N calibration samples only (ASVD's ``sensitivity_samples``
+option; the reference uses all of them). A probe's cost is linear in its tokens; what fewer tokens change in the
+chosen allocation is measured in docs/scale.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -36,36 +46,92 @@ from gac.errors import GacError
 log = logging.getLogger(__name__)
 
 CHUNK_TOKENS = 16384
-SMALL_CPU_WORK = 1 << 22  # hidden_size * tokens per chunk below which CPU probes run single-threaded
+RECHECK_PROBES = 120  # probes between two timings of pool against one thread (a multiple of the grid's 6)
+ADAPTIVE_THREADS = True  # False: the probes keep torch's thread count (benchmarks that time a fixed count)
+CHECK_SAMPLES = 2  # samples on which the layer-cached perplexity is checked against the full forward
+
+# Relative disagreement allowed between the layer-cached dense perplexity and the full forward of the same model and
+# samples (same weights, GEMMs of other shapes: several samples per forward against one, so another rounding).
+# Measured on this project's 2-core CPU (docs/scale.md, "The layer-cache check"; 32 x 256 tokens, 3 seeds): float32
+# at most 2.2e-7 (tiny, SmolLM2-135M), bfloat16 at most 1.5e-7 (the CPU's bf16 GEMMs accumulate in float32 and round
+# each output the same way for every batch shape). float32 keeps 1e-4 (500 times the measured, and room for TF32
+# GEMMs on a GPU). The half-precision tolerances are 4 unit roundoffs of the format (float16 2^-11, bfloat16 2^-8):
+# on a GPU, GEMMs of other shapes take other kernels (split-K, other tiles) whose outputs differ by about an ulp, and
+# the hidden states are rounded to the format at every layer; 1e-4, the tolerance before, is 0.2 float16 roundoffs,
+# so the check failed on such GEMMs and every probe fell back to a full forward (issue 21). Not measured on a GPU
+# (none was lent to this project). A shortcut that misses something the layers need (a mask, a position) moves the
+# perplexity by far more than any of these.
+PROBE_RTOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 4 * 2.0 ** -11, torch.bfloat16: 4 * 2.0 ** -8}
 
 
-@contextlib.contextmanager
-def _threads_for(model: nn.Module, calib_ids: torch.Tensor, chunk_tokens: int):
-    dev = next(model.parameters()).device
-    hidden = int(getattr(getattr(model, "config", None), "hidden_size", 0) or 0)
-    work = hidden * min(int(calib_ids.numel()), int(chunk_tokens))
-    old = torch.get_num_threads()
-    small = dev.type == "cpu" and work <= SMALL_CPU_WORK and old > 1
-    if small:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        if small:
-            torch.set_num_threads(old)
+class _ThreadChooser:
+    """Thread count for the next CPU probe: the pool (torch's setting) or one thread, whichever was faster on the last
+    trial (four probes of one weight, alternately, every :data:`RECHECK_PROBES` probes)."""
+
+    TRIAL = 4
+
+    def __init__(self, pool: int, every: int = RECHECK_PROBES):
+        self.pool, self.every = int(pool), max(self.TRIAL + 1, int(every))
+        self.n, self.best, self.trial = 0, self.pool, {}
+        self.used: dict[int, int] = {}
+        self.trials: list[dict] = []
+
+    def threads(self) -> int:
+        phase = self.n % self.every
+        if phase < self.TRIAL:
+            return self.pool if phase % 2 == 0 else 1
+        return self.best
+
+    def record(self, threads: int, seconds: float) -> None:
+        phase = self.n % self.every
+        if phase < self.TRIAL:
+            self.trial.setdefault(threads, []).append(seconds)
+            if phase == self.TRIAL - 1:
+                self.best = min(self.trial, key=lambda t: sum(self.trial[t]) / len(self.trial[t]))
+                self.trials.append({"probe": self.n, **{f"{t}_threads_s": round(sum(v) / len(v), 4)
+                                                         for t, v in self.trial.items()}, "chose": self.best})
+                self.trial = {}
+        self.used[threads] = self.used.get(threads, 0) + 1
+        self.n += 1
+
+    def report(self) -> dict:
+        return {"pool": self.pool, "probes_by_threads": {str(k): v for k, v in sorted(self.used.items())},
+                "trials": self.trials}
+
+
+def probe_tolerance(dtype: torch.dtype) -> float:
+    """The relative tolerance of the layer-cache check for a model in ``dtype`` (:data:`PROBE_RTOL`; another dtype:
+    float32's)."""
+    return PROBE_RTOL.get(dtype, PROBE_RTOL[torch.float32])
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
 
 
 @torch.no_grad()
-def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
-    """exp(mean next-token NLL) over ``calib_ids`` [n, seq_len], one sample per forward (the reference's loop)."""
+def sample_nll(model: nn.Module, calib_ids: torch.Tensor) -> torch.Tensor:
+    """Summed next-token NLL of each sample of ``calib_ids`` [n, seq_len] (float64 [n]), one sample per forward: the
+    reference's loop (``model(ids, labels=ids).loss`` times the sample's predicted tokens)."""
     dev = next(model.parameters()).device
-    nll, n = 0.0, 0
+    out = torch.empty(calib_ids.shape[0], dtype=torch.float64)
     for s in range(calib_ids.shape[0]):
         ids = calib_ids[s : s + 1].to(dev)
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        nll += float(loss) * (ids.shape[1] - 1)
-        n += ids.shape[1] - 1
-    return math.exp(nll / n)
+        out[s] = float(loss) * (ids.shape[1] - 1)
+    return out
+
+
+def _ppl(nll: torch.Tensor, tokens_per_sample: int) -> float:
+    return math.exp(float(nll.sum()) / (nll.numel() * tokens_per_sample))
+
+
+def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
+    """exp(mean next-token NLL) over ``calib_ids`` [n, seq_len], one sample per forward (the reference's loop)."""
+    return _ppl(sample_nll(model, calib_ids), calib_ids.shape[1] - 1)
 
 
 class _LayerCache:
@@ -96,16 +162,20 @@ class _LayerCache:
         return h
 
     @torch.no_grad()
-    def perplexity(self) -> float:
-        """Calibration perplexity with the model as it is now, from the cached inputs of layer ``self.layer``."""
-        nll, n = 0.0, 0
+    def sample_nll(self) -> torch.Tensor:
+        """Summed next-token NLL of each sample (float64 [n]) with the model as it is now, from the cached inputs of
+        layer ``self.layer``."""
+        out = torch.empty(self.hidden.shape[0], dtype=torch.float64)
         for a in range(0, self.hidden.shape[0], self.chunk):
             h = self.norm(self._run(self.hidden[a : a + self.chunk], self.layer))
             for s in range(h.shape[0]):  # the head one sample at a time: [seq, vocab] logits only
                 logits = self.head(h[s, :-1]).float()
-                nll += float(nn.functional.cross_entropy(logits, self.ids[a + s, 1:], reduction="sum"))
-                n += logits.shape[0]
-        return math.exp(nll / n)
+                out[a + s] = float(nn.functional.cross_entropy(logits, self.ids[a + s, 1:], reduction="sum"))
+        return out
+
+    def perplexity(self) -> float:
+        """Calibration perplexity with the model as it is now, from the cached inputs of layer ``self.layer``."""
+        return _ppl(self.sample_nll(), self.ids.shape[1] - 1)
 
     @torch.no_grad()
     def advance_to(self, layer: int) -> None:
@@ -131,66 +201,134 @@ def _layer_of(unit, layout) -> int | None:
 
 @torch.no_grad()
 def sensitivity_table(model: nn.Module, comp, units: list, factors: dict, calib_ids: torch.Tensor, grid,
-                      layout=None, progress_every: int = 1, chunk_tokens: int = CHUNK_TOKENS) -> dict:
+                      layout=None, progress_every: int = 1, chunk_tokens: int = CHUNK_TOKENS,
+                      probe_samples: int | None = None, keep_samples: bool = False) -> dict:
     """ASVD's sensitivity table: calibration perplexity with one unit at a time truncated to each kept parameter
     ratio in ``grid`` (the reference's rank ``int(g * |W|) // params_per_dim``; a ratio of 1, or a rank that would
     not save parameters, is the dense model), every other unit dense. Logs one line per ``progress_every`` units
-    with the elapsed time and an ETA. Returns ``{"grid", "base_ppl", "table"}`` (``table[i][k]``: unit i, ratio k).
+    with the elapsed time and an ETA.
+
+    ``probe_samples``: probe on the first N samples of ``calib_ids`` only (None: all, the reference).
+    ``keep_samples``: also return every probe's per-sample summed NLL (``sample_nll[i][k]``, a list per sample, and
+    ``base_sample_nll``), for studies of what fewer probe samples change.
+
+    Returns ``{"grid", "base_ppl", "table", "probe"}`` (``table[i][k]``: unit i, ratio k; ``probe``: the path the
+    probes took, ``layer_cache`` or ``full_forward``, with the check's measured disagreement, its tolerance and
+    why a fallback happened, and the probe tokens).
     """
     grid = check_sensitivity_grid(grid)
+    if probe_samples is not None:
+        n = int(probe_samples)
+        if not 1 <= n <= calib_ids.shape[0]:
+            raise GacError(f"sensitivity: probe_samples={probe_samples} is outside 1..{calib_ids.shape[0]} (the "
+                           f"calibration samples); lower sensitivity_samples or raise calibration.n_samples")
+        calib_ids = calib_ids[:n]
     was = model.training
     model.eval()
     t0 = time.perf_counter()
-    with _threads_for(model, calib_ids, chunk_tokens):
-        try:
-            return _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0)
-        finally:
-            model.train(was)
+    threads = torch.get_num_threads()
+    try:
+        return _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0,
+                      keep_samples)
+    finally:
+        torch.set_num_threads(threads)
+        model.train(was)
 
 
-def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0) -> dict:
+def _check_cache(model, cache: _LayerCache, calib_ids: torch.Tensor, base_nll: torch.Tensor) -> dict:
+    """The layer-cached dense NLL against the plain full forward on the first :data:`CHECK_SAMPLES` samples."""
+    k = min(CHECK_SAMPLES, calib_ids.shape[0])
+    seq = calib_ids.shape[1] - 1
+    full = _ppl(sample_nll(model, calib_ids[:k]), seq)
+    fast = _ppl(base_nll[:k], seq)
+    dtype = _model_dtype(model)
+    tol = probe_tolerance(dtype)
+    rel = abs(fast - full) / abs(full) if full else math.inf
+    return {"dtype": str(dtype).removeprefix("torch."), "check_samples": k, "cached_ppl": fast, "full_ppl": full,
+            "rel_diff": rel, "tolerance": tol, "ok": bool(rel <= tol)}
+
+
+def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0,
+           keep_samples=False) -> dict:
     from gac.compression.discovery import discover
 
     layout = layout or discover(model)
-    base = calibration_perplexity(model, calib_ids)
     layers = [_layer_of(u, layout) for u in units]
     cache = None
     order = list(range(len(units)))
+    probe: dict = {"samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
+    base_nll = None
     if all(x is not None for x in layers):
         order.sort(key=lambda i: layers[i])  # probe layer by layer; the table keeps the units' order
         cache = _LayerCache(model, layout, calib_ids, chunk_tokens)
-        fast = cache.perplexity()
-        if not math.isclose(fast, base, rel_tol=1e-4):
-            log.warning("sensitivity: the layer-cached perplexity (%.6f) differs from the full forward (%.6f) on "
-                        "this architecture; probing with full forwards (slower)", fast, base)
-            cache = None
+        base_nll = cache.sample_nll()
+        check = _check_cache(model, cache, calib_ids, base_nll)
+        probe.update(check)
+        if check["ok"]:
+            probe["path"] = "layer_cache"
+        else:
+            why = (f"the layer-cached perplexity ({check['cached_ppl']:.6f}) differs from the full forward "
+                   f"({check['full_ppl']:.6f}) by {check['rel_diff']:.2e} relative, more than the {check['dtype']} "
+                   f"tolerance {check['tolerance']:.1e}")
+            log.warning("sensitivity: %s; probing with full forwards (slower: every probe runs the whole model)", why)
+            probe.update(path="full_forward", why=why)
+            cache = base_nll = None
+    else:
+        missing = [u.name for u, x in zip(units, layers) if x is None]
+        why = f"{len(missing)} weight(s) lie in no decoder layer (e.g. {missing[0]})"
+        log.warning("sensitivity: %s; probing with full forwards (slower: every probe runs the whole model)", why)
+        probe.update(path="full_forward", why=why)
+    if base_nll is None:
+        base_nll = sample_nll(model, calib_ids)
+    seq = calib_ids.shape[1] - 1
+    base = _ppl(base_nll, seq)
     n_probe = sum(g < 1 for g in grid)
     log.info("sensitivity: %d weights x %d kept ratios %s on %d x %d calibration tokens (dense perplexity %.3f)%s",
              len(units), n_probe, list(grid), calib_ids.shape[0], calib_ids.shape[1], base,
              "" if cache else "; full forward per probe")
     table: list = [None] * len(units)
+    samples: list = [None] * len(units)
+    dev = next(model.parameters()).device
+    pool = torch.get_num_threads()
+    chooser = _ThreadChooser(pool, RECHECK_PROBES) if ADAPTIVE_THREADS and dev.type == "cpu" and pool > 1 else None
     for done, k in enumerate(order, start=1):
         u = units[k]
         if cache is not None:
             cache.advance_to(layers[k])
-        row = []
+        row, srow = [], []
         for g in grid:
             d = max(1, reference_rank(u.dense_params, u.params_per_dim, g)) if g < 1 else None
             if d is None or d > u.d_cap:  # dense: ratio 1, or the factorisation would not save parameters
                 row.append(base)
+                srow.append(base_nll)
                 continue
             old = comp.apply(model, units, {u.name: d}, factors)
             try:
-                row.append(cache.perplexity() if cache is not None else calibration_perplexity(model, calib_ids))
+                if chooser is not None:
+                    th = chooser.threads()
+                    torch.set_num_threads(th)
+                tp = time.perf_counter()
+                nll = cache.sample_nll() if cache is not None else sample_nll(model, calib_ids)
+                if chooser is not None:
+                    chooser.record(th, time.perf_counter() - tp)
             finally:
                 for n, m in old.items():
                     replace_module(model, n, m)
+            row.append(_ppl(nll, seq))
+            srow.append(nll)
         if not all(math.isfinite(v) for v in row):
             raise GacError(f"sensitivity: non-finite calibration perplexity for {u.name} ({row}); the truncated "
                            f"model diverges: check the calibration data or use allocation='proportional'")
         table[k] = row
+        samples[k] = [x.tolist() for x in srow]
         if done % max(1, progress_every) == 0 or done == len(units):
             el = time.perf_counter() - t0
             log.info("sensitivity %d/%d %s: ppl %s; %.0fs elapsed, ETA %.0fs", done, len(units), u.name,
                      " ".join(f"{v:.2f}" for v in row), el, el / done * (len(units) - done))
-    return {"grid": list(grid), "base_ppl": base, "table": table}
+    if chooser is not None:
+        torch.set_num_threads(pool)
+        probe["threads"] = chooser.report()
+    out = {"grid": list(grid), "base_ppl": base, "table": table, "probe": probe}
+    if keep_samples:
+        out.update(sample_nll=samples, base_sample_nll=base_nll.tolist())
+    return out

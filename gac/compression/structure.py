@@ -52,7 +52,7 @@ def resolve_dtype(dtype) -> torch.dtype:
 def architecture(model_spec: str | os.PathLike, random_weights: bool = False, arch: dict | None = None):
     """The transformers config of a model spec, without reading any weight.
 
-    ``tiny``/``tiny-untrained``: the shipped ``config.json``; a gac checkpoint directory: its recorded base config
+    ``tiny``/``tiny-untrained``: the shipped ``config.json``; ``smollm2``: its pinned architecture (no build needed); a gac checkpoint directory: its recorded base config
     (the uncompressed architecture); a local Hugging Face directory: its ``config.json``; a hub id:
     ``AutoConfig.from_pretrained`` (the hub or the local HF cache); ``random_weights`` with an ``arch`` block (the
     job configs of ``model.random_weights=true``): that block.
@@ -73,6 +73,10 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
         from gac.fixtures import SHIPPED_DIR
 
         return AutoConfig.from_pretrained(str(SHIPPED_DIR))
+    if s == "smollm2":
+        from gac.fixtures import named_config
+
+        return named_config(s)
     p = Path(s).expanduser()
     if p.is_dir():
         if (p / "gac_checkpoint.json").is_file():

@@ -195,7 +195,16 @@ def check_device(device):
     return dev
 
 
-def _nvidia_smi(index: int) -> dict:
+def _smi_id(props, index) -> str:
+    """How nvidia-smi names this torch device: its UUID (torch's index counts CUDA_VISIBLE_DEVICES, nvidia-smi's
+    counts the machine's GPUs, so ``-i <torch index>`` can read another GPU's clocks), else the index."""
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    return str(index)
+
+
+def _nvidia_smi(index) -> dict:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return {}
@@ -245,7 +254,7 @@ def device_info(dev) -> dict:
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         info.update(index=dev.index, cuda=torch.version.cuda, capability=f"{props.major}.{props.minor}",
-                    memory_gb=round(props.total_memory / 2**30, 2), **_nvidia_smi(dev.index))
+                    memory_gb=round(props.total_memory / 2**30, 2), **_nvidia_smi(_smi_id(props, dev.index)))
     else:
         info.update(threads=torch.get_num_threads(), note=CPU_NOTE, **_cpu_facts())
     return info
@@ -286,7 +295,6 @@ def _host_available() -> int | None:
 
 def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
     """``("resident" | "swap", why, estimate)``."""
-    import torch
 
     est = memory_estimate(variants, points)
     need = est["weights"] + est["activations"]
@@ -297,7 +305,9 @@ def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
             raise GacError(f"the {len(variants)} variants need about {gb(need)} but the host has {gb(avail)} available; "
                            f"bench fewer variants at a time (--where ...)")
         return "resident", f"cpu: all {len(variants)} variants in host memory ({gb(need)} estimated)", est
-    free, _ = torch.cuda.mem_get_info(dev)
+    from gac.compression.resources import device_memory
+
+    free = device_memory(str(dev))["available_mb"] * 2**20  # the driver's free + this process's unused cache
     budget = MEMORY_FRACTION * free
     if mode == "resident" or (mode == "auto" and need <= budget):
         if need > free:

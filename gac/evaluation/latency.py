@@ -9,8 +9,11 @@ same harness falls back to wall-clock (``time.perf_counter``) with fewer iterati
 * decode: ms per generated token with a KV cache: an untimed prefill of ``prompt_len`` tokens, then ``new_tokens``
   greedy steps of one token each (``DynamicCache``), timed as a whole and divided by ``new_tokens``.
 
-Every result records the device name, dtype, attention implementation and the SDPA backend actually used (read from
-a profiler trace of one extra, untimed call with the same shapes: flash, efficient, cudnn or math).
+Every result records the device name, dtype, attention implementation and the SDPA backend actually used: one
+extra, untimed call with the same shapes, during which every ``scaled_dot_product_attention`` call is put to
+PyTorch's own dispatcher (``torch._fused_sdp_choice``, the function ``scaled_dot_product_attention`` itself calls
+to pick its backend) with the call's own arguments: flash, efficient, cudnn or math. No profiler session is
+opened here: on CUDA one would leave CUPTI attached and slow every kernel timed after it (pytorch issue 144455).
 """
 
 from __future__ import annotations
@@ -98,9 +101,70 @@ def sdpa_from_trace(prof, attn_implementation: str | None) -> list[str]:
     return found
 
 
+_CHOICE_NAMES = (("MATH", "math"), ("FLASH_ATTENTION", "flash"), ("EFFICIENT_ATTENTION", "efficient"),
+                 ("CUDNN_ATTENTION", "cudnn"), ("OVERRIDEABLE", "overrideable"))
+
+
+def backend_of_choice(idx: int, device_type: str = "cuda") -> str:
+    """The name of a ``torch._fused_sdp_choice`` result (an ``SDPBackend`` value); on a CPU, flash is
+    ``"flash (cpu)"`` (ATen's own CPU kernel, nothing like FlashAttention-2's CUDA templates)."""
+    from torch.nn.attention import SDPBackend
+
+    for enum_name, name in _CHOICE_NAMES:
+        enum = getattr(SDPBackend, enum_name, None)
+        if enum is not None and int(enum.value) == int(idx):
+            return "flash (cpu)" if name == "flash" and device_type == "cpu" else name
+    return f"unknown ({idx})"
+
+
+def _ask_dispatcher(args, kwargs) -> str:
+    import torch
+
+    q, k, v = args[:3]
+    mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+    dropout = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+    causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+    extra = {"scale": kwargs.get("scale", args[6] if len(args) > 6 else None)}
+    gqa = kwargs.get("enable_gqa", args[7] if len(args) > 7 else False)
+    if gqa:
+        extra["enable_gqa"] = True  # torch >= 2.5; older ones never receive it (transformers repeats K/V there)
+    choice = getattr(torch, "_fused_sdp_choice", None)
+    if choice is None:
+        return "unknown (sdpa called)"
+    try:
+        idx = choice(q, k, v, mask, dropout, causal, **extra)
+    except Exception as e:  # a private API: any failure means "cannot tell", never a failed measurement
+        log.debug("torch._fused_sdp_choice failed: %s", e)
+        return "unknown (sdpa called)"
+    return backend_of_choice(int(idx), q.device.type)
+
+
+def sdpa_dispatch(fn: Callable[[], object], attn_implementation: str | None) -> list[str]:
+    """The SDPA backends one call of ``fn`` runs, in call order without repeats: every
+    ``scaled_dot_product_attention`` call inside it is put to PyTorch's dispatcher with its own arguments (module
+    docstring). ``["none (eager attention)"]`` when ``fn`` calls no SDPA."""
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    found: list[str] = []
+
+    class _Ask(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is F.scaled_dot_product_attention:
+                name = _ask_dispatcher(args, kwargs)
+                if name not in found:
+                    found.append(name)
+            return func(*args, **kwargs)
+
+    with _Ask():
+        fn()
+    return found or [f"none ({attn_implementation or 'custom'} attention)"]
+
+
 def sdpa_backends(fn: Callable[[], object], attn_implementation: str | None) -> list[str]:
-    """The SDPA kernels ``fn`` actually runs, read from a profiler trace of one call."""
-    return sdpa_from_trace(profile_call(fn), attn_implementation)
+    """The SDPA backends ``fn`` actually runs (:func:`sdpa_dispatch`; no profiler session)."""
+    return sdpa_dispatch(fn, attn_implementation)
 
 
 def top_kernels(prof, device, n: int = 5) -> list[dict]:
@@ -150,17 +214,21 @@ def time_calls(step: Callable[[], Callable[[], object]], device, n: int, clock: 
     import torch
 
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        pairs = []
-        for _ in range(n):
-            timed = step()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            timed()
-            end.record()
-            pairs.append((start, end))
-        torch.cuda.synchronize(device)
-        return [s.elapsed_time(e) for s, e in pairs]
+        # the events go on the stream of the device the work runs on: an event recorded on the current device's
+        # stream while the model runs on another (cuda:1) times an idle stream, i.e. the host's enqueue time
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream(device)
+            torch.cuda.synchronize(device)
+            pairs = []
+            for _ in range(n):
+                timed = step()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                timed()
+                end.record(stream)
+                pairs.append((start, end))
+            torch.cuda.synchronize(device)
+            return [s.elapsed_time(e) for s, e in pairs]
     clock = clock or time.perf_counter
     samples = []
     for _ in range(n):

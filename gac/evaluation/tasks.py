@@ -204,6 +204,51 @@ def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory:
     return names
 
 
+def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0) -> None:
+    """Tasks that load their data from the hub (no local file) can: the hub answers here, or the task's dataset is
+    in the local Hugging Face cache. Otherwise a :class:`GacError` now, not a minute of retries after the model was
+    loaded (or compressed). Tasks whose dataset cannot be told (a group, a Python task) are given the benefit of the
+    doubt."""
+    tasks = list(dict.fromkeys(tasks))
+    if not tasks:
+        return
+    from gac.data import hub_unreachable
+
+    why = hub_unreachable(timeout)
+    if why is None:
+        return
+    missing = [t for t in tasks if _dataset_cached(t) is False]
+    if missing:
+        raise GacError(
+            f"task(s) {', '.join(missing)} load their data from the Hugging Face hub, which is not reachable here "
+            f"({why}), and the dataset is not in the local cache; give local JSONL files (gac evaluate: --task-file "
+            f"{missing[0]}=FILE.jsonl; a job: model.task_files={{{missing[0]}: FILE.jsonl}}), drop the task, or run "
+            f"where the hub is reachable"
+        )
+
+
+def _dataset_cached(task: str) -> bool | None:
+    """Whether ``task``'s dataset is in the local Hugging Face caches (None: its dataset cannot be told)."""
+    try:
+        if task in TASKS:
+            text = official_config(task).read_text()
+            import re
+
+            m = re.search(r"^dataset_path:\s*(\S+)", text, re.M)
+            path = m.group(1).strip("'\"") if m else None
+        else:
+            entry = _registry().task_index.get(task)
+            cfg = getattr(entry, "cfg", None) or {}
+            path = cfg.get("dataset_path") if isinstance(cfg, dict) else None
+    except Exception:  # noqa: BLE001 - a group or a task lm-eval builds in Python: cannot tell
+        return None
+    if not path:
+        return None
+    from gac.data import hub_dataset_cached
+
+    return hub_dataset_cached(path)
+
+
 @contextlib.contextmanager
 def _offline():
     """No hub while local files load: the env vars (for a first import) and the already-imported flags, restored after.

@@ -152,7 +152,10 @@ def model_identity(rec: dict) -> dict:
 
 
 def record_dtype(rec: dict) -> str:
-    return str(_cfg(rec, "gpu.dtype") or _cfg(rec, "model.dtype") or "float32")
+    """The dtype a record's job ran in (the rule of :func:`gac.dtypes.job_dtype`: gpu.dtype > model.dtype > auto)."""
+    from gac.dtypes import job_dtype
+
+    return job_dtype(_cfg(rec, "gpu.dtype"), _cfg(rec, "model.dtype"), _cfg(rec, "gpu.device") or "cpu")
 
 
 def _is_baseline(rec: dict) -> bool:
@@ -315,7 +318,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
                 warmup: int | None = None, iters: int | None = None, decode_tokens: int = 0, decode_prompt: int = 128,
                 threads: int | None = None, seed: int = 0, bootstrap: int = 2000, memory: str = "auto",
                 timer: str = "auto", profile: bool = True, force: bool = False, json_out: str | os.PathLike | None = None,
-                json_force: bool = False) -> dict:
+                json_force: bool = False, predict: str | None = None) -> dict:
     """Select, validate, measure and record one bench; returns the bench document (``skipped`` when it was done)."""
     import torch
 
@@ -323,6 +326,12 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
 
     if json_out and Path(json_out).exists() and not json_force:
         raise GacError(f"{str(json_out)!r} already exists; choose another --json path or pass --force")
+    if predict is not None:
+        from gac.predict.predictor import GPUS
+
+        if str(predict).strip().lower() not in GPUS:
+            raise GacError(f"--predict {predict!r}: predictions exist for {', '.join(GPUS)} (published kernel data); "
+                           f"use one of them")
     store = None
     if results_dir is not None:
         root = Path(results_dir).expanduser()
@@ -375,6 +384,8 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
         doc["skipped"] = True
         doc["_path"] = str(store.bench_path(key))
         log.info("bench %s is done (%s); skipping (force re-measures it)", key, doc["_path"])
+        if predict is not None and (doc.get("predicted") or {}).get("gpu") != str(predict).lower():
+            doc["predicted"] = predicted_points(variants, resolved["points"], predict)  # shown, not stored
         if json_out:
             _write_json(json_out, doc, json_force)
         return doc
@@ -382,6 +393,8 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     doc = run_bench(variants, protocol, dev)
     doc = {"schema": BENCH_SCHEMA, "kind": "bench", "key": key, "model": ident, "records": measured,
            "baseline_record": variants[0].key, "selection": selection, **doc, "provenance": _provenance(dev)}
+    if predict is not None:
+        doc["predicted"] = predicted_points(variants, resolved["points"], predict)
     if torch.device(dev).type == "cuda":
         doc["provenance"]["device_name"] = doc["device"]["name"]
     if store is not None:
@@ -393,6 +406,46 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     if json_out:
         _write_json(json_out, doc, json_force)
     return doc
+
+
+def predicted_points(variants, points, gpu: str) -> dict:
+    """Every variant's predicted prefill ms on ``gpu`` (gac.predict, published kernel data) at the bench's points."""
+    from gac.metrics import prefill_point
+    from gac.predict import Predictor
+    from gac.predict.report import column_label
+
+    pred = Predictor(gpu)
+    out = {"gpu": pred.gpu, "label": column_label(pred.gpu), "issue_ms": pred.issue_ms, "points": {}}
+    for b, s in points:
+        name = prefill_point(int(b), int(s))  # the bench's own point names, so records and tables match
+        vs = {}
+        for v in variants:
+            vs[v.label] = {"ms": pred.predict(v.structure, int(b), int(s)).total_ms, "record_key": v.key}
+        out["points"][name] = {"batch": int(b), "seq_len": int(s), "baseline_ms": vs[variants[0].label]["ms"],
+                               "variants": vs}
+    return out
+
+
+def format_predicted(doc: dict) -> str:
+    """The predicted column beside what the bench measured (a model of another GPU, not a measurement)."""
+    pr = doc.get("predicted")
+    if not pr:
+        return ""
+    measured = {}
+    for v in doc.get("variants") or []:
+        for name, e in (v.get("points") or {}).items():
+            measured[(v.get("label"), name)] = e.get("median_ms")
+    dev = (doc.get("device") or {}).get("name") or "this device"
+    lines = [f"\n{pr['label']} (a model of that GPU, not a measurement) beside what {dev} measured:"]
+    for name, p in pr["points"].items():
+        lines.append(f"{name}:")
+        lines.append(f"  {'variant':<28} {'measured ms':>12} {'predicted ms':>13} {'predicted vs baseline':>22}")
+        for label, v in p["variants"].items():
+            m = measured.get((label, name))
+            rel = "" if v["ms"] == p["baseline_ms"] and label == next(iter(p["variants"])) else \
+                f"{100 * (v['ms'] / p['baseline_ms'] - 1):+.1f}%"
+            lines.append(f"  {label:<28} {'' if m is None else f'{m:.2f}':>12} {v['ms']:>13.2f} {rel:>22}")
+    return "\n".join(lines)
 
 
 def _write_json(path, doc, force):
@@ -414,7 +467,7 @@ def bench_from_config(cfg: dict) -> dict:
     """Run :func:`bench_store` from a plain config (``conf/bench.yaml`` resolved); print the table; return the doc."""
     known = {"results_dir", "where", "sweep", "experiment", "keys", "plans", "model", "compressor", "options", "device",
              "dtype", "points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt", "threads", "seed",
-             "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose"}
+             "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose", "predict"}
     extra = sorted(set(cfg) - known - {"hydra"})
     if extra:
         raise GacError(f"bench config: unknown key(s) {extra}; known: {sorted(known)}")
@@ -433,7 +486,7 @@ def bench_from_config(cfg: dict) -> dict:
         bootstrap=int(cfg.get("bootstrap") or 2000), memory=str(cfg.get("memory") or "auto"),
         timer=str(cfg.get("timer") or "auto"),
         profile=bool(cfg.get("profile", True)), force=bool(cfg.get("force", False)), json_out=cfg.get("json"),
-        json_force=bool(cfg.get("force", False)))
+        json_force=bool(cfg.get("force", False)), predict=cfg.get("predict"))
     print(describe(doc))
     return doc
 
@@ -443,7 +496,7 @@ def describe(doc: dict) -> str:
 
     head = ("bench already measured (force=true measures again): " if doc.get("skipped") else "bench: ") + \
         str(doc.get("_path") or doc.get("key"))
-    return head + "\n" + format_bench(doc)
+    return head + "\n" + format_bench(doc) + format_predicted(doc)
 
 
 def compose_bench(overrides: Sequence[str] = ()) -> dict:

@@ -140,7 +140,27 @@ def parse_overrides(overrides: Sequence[str]) -> list:
     try:
         return OverridesParser.create().parse_overrides(list(overrides))
     except Exception as e:  # hydra.errors.OverrideParseException; its text names the bad override
-        raise GacError(f"cannot parse the overrides {list(overrides)}: {str(e).strip().splitlines()[0]}") from None
+        raise GacError(f"cannot parse the overrides {list(overrides)}: {str(e).strip().splitlines()[0]}"
+                       f"{_parse_hint(list(overrides))}") from None
+
+
+def _parse_hint(overrides: list[str]) -> str:
+    """The usual cause of a parse error, said: a value with a space the shell split in two, or shell quoting lost."""
+    for o in overrides:
+        if o != o.strip():
+            return f"; {o!r} has spaces around it: write {o.strip()!r}"
+    for i, o in enumerate(overrides):
+        if "=" not in o and not o.startswith(("~", "-")) and i > 0 and "=" in overrides[i - 1]:
+            prev = overrides[i - 1]
+            key, _, value = prev.partition("=")
+            return (f"; {o!r} is not KEY=VALUE: if it is the rest of {key}'s value (a path with a space), quote the "
+                    f"whole override for the shell: '{key}=\"{value} {o}\"'")
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and any(c in value for c in " ()[]{}:,'\"") and not value.startswith(("[", "{", "'", '"')):
+            return (f"; a value with spaces or special characters must be quoted for Hydra inside shell quotes: "
+                    f"'{key}=\"{value}\"'")
+    return ""
 
 
 def _check_experiment_override(parsed) -> None:
@@ -160,6 +180,19 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         if why not in msg:
             msg = f"{msg}: {why}"
     groups = _group_options(conf_dir)
+    if "ListConfig" in msg or "list or tuple" in msg:  # eval.tasks=piqa: Hydra wants a list
+        for o in parsed:
+            text = o.get_value_element_as_str() if not o.is_delete() else ""
+            if o.key_or_group in msg and not text.startswith("["):
+                return (f"{msg.rstrip('.')}; {o.key_or_group} is a list: write '{o.key_or_group}=[{text}]' (quoted "
+                        f"for the shell)")
+    if msg.startswith("Ambiguous value for argument"):  # a,b without -m
+        for o in parsed:
+            if o.is_sweep_override():
+                key, text = o.key_or_group, o.input_line.split("=", 1)[-1]
+                if _is_list_key(key, conf_dir):
+                    return f"{msg}; {key} is a list: write '{key}=[{text}]' (quoted for the shell)"
+                return f"{msg}; {text} sweeps {key}: add -m (python experiments/run.py -m {o.input_line})"
     for o in parsed:
         if o.is_delete() or o.is_sweep_override():
             continue
@@ -176,6 +209,16 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         if not _key_exists(o.key_or_group, conf_dir, [x.input_line for x in parsed if x.key_or_group in groups]):
             return _unknown_key(o.key_or_group, conf_dir)
     return msg
+
+
+def _is_list_key(path: str, conf_dir: str) -> bool:
+    from omegaconf import OmegaConf
+
+    try:
+        node = OmegaConf.select(_compose_plain([], conf_dir), path)
+    except Exception:  # noqa: BLE001 - a courtesy hint only
+        return False
+    return OmegaConf.is_list(node)
 
 
 def _group_options(conf_dir: str) -> dict[str, list[str]]:
@@ -249,6 +292,10 @@ def check_command_line(argv: Sequence[str]) -> None:
     if flags:
         overrides = [o for o in overrides if not _is_swept(o)]
     try:
+        launcher = [o for o in overrides if o.split("=", 1)[0].lstrip("+") == "hydra/launcher"]
+        if launcher and not flags and launcher[-1].split("=", 1)[1] != "local":
+            raise GacError(f"{launcher[-1]} applies to multiruns only: without -m this job would run here, on this "
+                           f"machine; add -m to submit it (python experiments/run.py -m {' '.join(overrides)})")
         compose_config(overrides)
     except GacError as e:
         print(f"experiments/run.py: error: {e}", file=sys.stderr)
@@ -266,6 +313,8 @@ def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -
     fastest). Built on Hydra's public override parser: ``a,b``, ``range(...)``, ``choice(...)``, ``glob(...)``."""
     import itertools
 
+    from hydra.core.override_parser.types import ValueType
+
     params = [f"{k}={v}" for k, v in (sweeper_params or {}).items()]
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
     params = [p for p in params if p.split("=", 1)[0] not in given] + list(overrides)
@@ -277,6 +326,18 @@ def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -
             if o.is_interval_sweep():
                 raise GacError(f"{o.input_line}: an interval sweep needs an optimising sweeper; list the values "
                                f"(a,b,c) or use range(...)")
+            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:  # glob(*) picks among a config group's options, which only the config tree knows
+                options = _group_options(str(CONF_DIR)).get(o.key_or_group)
+                if options is None:
+                    raise GacError(f"{o.input_line}: glob(...) sweeps the options of a config group ("
+                                   f"{', '.join(sorted(_group_options(str(CONF_DIR))))}); list the values of a key "
+                                   f"(a,b,c) or use range(...)")
+                chosen = o.value().filter(options)
+                if not chosen:
+                    raise GacError(f"{o.input_line} matches none of the {o.key_or_group} options "
+                                   f"({', '.join(options)})")
+                axes.append([f"{key}={v}" for v in chosen])
+                continue
             axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
         else:
             axes.append([f"{key}={o.get_value_element_as_str()}"])
@@ -295,7 +356,7 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
     from gac.jobs.pipeline import spec_from_config
 
     if sweeper_params is None:
-        primary = compose_config(overrides=[o for o in overrides if "," not in o.split("=", 1)[-1]],
+        primary = compose_config(overrides=[o for o in overrides if not _is_swept(o)],
                                  config_dir=config_dir, return_hydra_config=True)
         sweeper_params = _sweeper_params(primary)
     points = []

@@ -149,6 +149,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
     from gac.compression.compressors import COMPRESSORS, canonical_name
     from gac.compression.importance import PROXIES
+    from gac.dtypes import job_dtype
     from gac.evaluation.tasks import check_task_names
     from gac.jobs.schema import validate_config
     from gac.models import model_label
@@ -197,7 +198,8 @@ def spec_from_config(cfg: dict) -> JobSpec:
     ev = dict(_get(cfg, "eval", {}) or {})
     tasks = tuple(str(t) for t in ev.get("tasks") or ())
     if tasks:
-        local = _task_files_of(_get(cfg, "model.task_files")) or {}
+        tf = _get(cfg, "model.task_files")  # a named set's tasks, without building its files (enwiki needs PyPI once)
+        local = dict.fromkeys(("piqa", "hellaswag"), "") if tf in ("tiny", "enwiki") else (_task_files_of(tf) or {})
         try:
             check_task_names(tasks, local)
         except GacError as e:
@@ -207,6 +209,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if extra:
         raise GacError(f"config: unknown eval key(s) {sorted(extra)}; known: {sorted(known_eval)}")
     ev["tasks"] = tasks
+    _check_numbers(cfg, ev)
     ev["latency_seq_lens"] = tuple(int(s) for s in ev.get("latency_seq_lens") or ())
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
     options = dict(_get(cfg, "compressor.options", {}) or {})
@@ -222,6 +225,13 @@ def spec_from_config(cfg: dict) -> JobSpec:
     calibration = dict(_get(cfg, "calibration", {}) or {})
     if calibration.get("seed") is None:
         calibration["seed"] = cfg.get("seed", 0)
+    if comp != BASELINE:
+        from gac.compression.compress import check_probe_samples
+
+        try:
+            check_probe_samples(allocation, built, int(calibration.get("n_samples") or 0))
+        except GacError as e:
+            raise GacError(f"config compressor.options: {e}") from None
     return JobSpec(
         model_name=model_label(_require(cfg, "model.name"), _require(cfg, "model.spec")),
         model_spec=str(_require(cfg, "model.spec")),
@@ -236,7 +246,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         compressor_options=options,
         allocation=allocation,
         calibration=calibration,
-        dtype=_get(cfg, "gpu.dtype") or _get(cfg, "model.dtype"),
+        dtype=job_dtype(_get(cfg, "gpu.dtype"), _get(cfg, "model.dtype"), device),  # gpu.dtype > model.dtype > auto
         random_weights=bool(_get(cfg, "model.random_weights", False)),
         arch=_get(cfg, "model.arch"),
         ppl_source=_get(cfg, "model.ppl_source"),
@@ -251,6 +261,139 @@ def spec_from_config(cfg: dict) -> JobSpec:
         experiment=str(cfg.get("experiment_name", "default")),
         sweep=cfg.get("sweep"),
     )
+
+
+def _check_numbers(cfg: dict, ev: dict) -> None:
+    """The ranges of the numbers the schema only types: checked with the rest, before any work (each of these used
+    to fail after loading or compressing, leaving a failures/ entry)."""
+
+    def need(key: str, v, lo: int, none_ok: bool = False, what: str = "") -> None:
+        if v is None and none_ok:
+            return
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise GacError(f"config: {key} must be an integer >= {lo}{' or null' if none_ok else ''}{what}, got {v!r}")
+
+    cal = _get(cfg, "calibration", {}) or {}
+    need("calibration.n_samples", cal.get("n_samples"), 1)
+    need("calibration.seq_len", cal.get("seq_len"), 2, what=" (tokens per calibration sample)")
+    for key, example in (("results_dir", "results"), ("experiment_name", "default")):
+        if key in cfg and not str(cfg[key] or "").strip():
+            raise GacError(f"config: {key} is empty; give it a value (e.g. {key}={example}) or leave it out")
+    need("eval.ppl_seq_len", ev.get("ppl_seq_len"), 2, none_ok=True)
+    need("eval.ppl_max_windows", ev.get("ppl_max_windows"), 1, none_ok=True, what=" (null scores the whole text)")
+    need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
+    for k in ("batch_size", "latency_batch"):
+        need(f"eval.{k}", ev.get(k, 1), 1)
+    need("eval.decode_tokens", ev.get("decode_tokens", 0), 0)
+    need("eval.warmup", ev.get("warmup"), 0, none_ok=True)
+    for k in ("iters", "trials"):
+        need(f"eval.{k}", ev.get(k), 1, none_ok=True)
+    for i, v in enumerate(ev.get("latency_seq_lens") or ()):
+        need(f"eval.latency_seq_lens[{i}]", v, 1)
+    for i, pair in enumerate(ev.get("latency_batches") or ()):
+        ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in pair)
+        if not ok:
+            raise GacError(f"config: eval.latency_batches[{i}] must be a pair [batch, seq_len] of positive integers, "
+                           f"got {pair!r}; write eval.latency_batches='[[4,1024],[8,1024]]'")
+
+
+def check_job_here(spec: JobSpec) -> None:
+    """What only the machine that runs the job can check, before anything is written or loaded: the job's device is
+    there, its sequence lengths fit the model's positions, and tasks that need the hub can reach it."""
+    if spec.device.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(spec.device.split(":")[1]) if ":" in spec.device and spec.device.split(":")[1].isdigit() else 0
+        if n == 0 or index >= n:
+            have = f"{n} CUDA device(s)" if n else "no CUDA"
+            raise GacError(f"this job runs on {spec.device} (gpu={spec.gpu}), but this machine has {have}; run it on a "
+                           f"GPU node (e.g. hydra/launcher=slurm_h100), or use gpu=cpu here")
+    if not spec.random_weights:
+        try:
+            check_model_here(spec.model_spec)  # a missing directory, a file, the hub offline: now
+        except GacError as e:
+            raise GacError(f"config: model.spec: {e}") from None
+    from gac.data import check_source
+
+    if not spec.is_baseline and spec.calibration.get("source") != "random":
+        check_source(str(spec.calibration.get("source")), "train", "calibration.source")
+    if spec.eval.ppl and spec.ppl_source:
+        check_source(str(spec.ppl_source), "test", "model.ppl_source")
+    limit = _max_positions(spec)
+    if limit is not None:
+        ev = spec.eval
+        lengths = [("calibration.seq_len", int(spec.calibration.get("seq_len") or 0))] if not spec.is_baseline else []
+        if ev.ppl and spec.ppl_source and ev.ppl_seq_len is not None:
+            lengths.append(("eval.ppl_seq_len", ev.ppl_seq_len))
+        if ev.latency:
+            lengths += [("seq_len" if s == spec.seq_len else "eval.latency_seq_lens", s) for s in ev.latency_seq_lens]
+            lengths += [("eval.latency_batches", s) for _, s in ev.latency_batches]
+            if ev.decode_tokens > 0:
+                lengths.append(("eval.decode_tokens + 128 (the decode prompt)", ev.decode_tokens + 128))
+        for key, n in lengths:
+            if n > limit:
+                raise GacError(f"config: {key}={n} is above the maximum sequence length of model {spec.model_name} "
+                               f"({limit}, max_position_embeddings); use at most {limit}")
+    if spec.eval.tasks:
+        from gac.evaluation.tasks import check_hub_tasks
+
+        local = _task_files(spec) or {}
+        check_hub_tasks([t for t in spec.eval.tasks if t not in local])
+
+
+def check_model_here(model_spec: str) -> None:
+    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache or the
+    hub answers (otherwise loading retries for a minute before it fails)."""
+    from gac.data import hub_repo_cached, hub_unreachable
+    from gac.models import model_kind
+
+    if model_kind(model_spec) != "hub":
+        return
+    why = hub_unreachable()
+    if why is not None and not hub_repo_cached(str(model_spec), "model"):
+        raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
+                       f"model is not in the local cache; download it where the hub is reachable (`huggingface-cli "
+                       f"download {model_spec} --local-dir DIR`) and pass DIR, or use 'tiny' (offline)")
+
+
+def _max_positions(spec: JobSpec) -> int | None:
+    if spec.random_weights:
+        config = job_model_config(spec)
+        n = getattr(config, "max_position_embeddings", None) if config is not None else None
+        return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return model_max_positions(spec.model_spec)
+
+
+def model_max_positions(model_spec: str) -> int | None:
+    """A model's ``max_position_embeddings`` from its config alone (no weights read): tiny's, a gac checkpoint's
+    base config, a local directory's or a cached hub model's config.json; None when it cannot be had offline."""
+    from gac.models import model_kind
+
+    try:
+        kind = model_kind(model_spec)
+        if kind == "builtin":
+            try:  # every built-in model (tiny, smollm2, ...) by name, where gac.fixtures has that registry
+                from gac.fixtures import named_config
+
+                config = named_config(model_spec)
+            except ImportError:
+                from gac.fixtures.tiny import tiny_config
+
+                config = tiny_config()
+            n = getattr(config, "max_position_embeddings", None)
+        elif kind == "checkpoint":
+            from gac.compression.checkpoint import read_meta
+
+            n = (read_meta(model_spec).get("base_config") or {}).get("max_position_embeddings")
+        else:
+            from transformers import AutoConfig
+
+            n = getattr(AutoConfig.from_pretrained(model_spec, local_files_only=True), "max_position_embeddings", None)
+    except Exception:  # noqa: BLE001 - a bad path or config: loading reports it with its own message
+        return None
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 # ----------------------------------------------------------------------------------------------------- stages
@@ -437,72 +580,165 @@ def _load_job_model(spec: JobSpec):
 
         arch = dict(spec.arch)
         config = AutoConfig.for_model(arch.pop("model_type"), **arch)
-        dtype = resolve_dtype(spec.dtype) or torch.float32
+        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
         torch.manual_seed(spec.seed)
         with torch.device(spec.device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         return model.eval(), None
     from gac.models import load_model
 
-    return load_model(spec.model_spec, dtype=spec.dtype, device=spec.device)
+    return load_model(spec.model_spec, dtype=spec.dtype or "auto", device=spec.device)
 
 
 MEMORY_CHECK_ENV = "GAC_SKIP_MEMORY_CHECK"  # =1 skips check_job_fits (when its estimate is known to be wrong)
 
 
-def job_model_config(spec: JobSpec):
-    """The job's model config without loading any weights, or None when it cannot be had offline (a hub model
-    that is not in the local cache, a gac checkpoint)."""
+def model_config_offline(model_spec: str, arch: dict | None = None):
+    """A model's config without loading weights or touching the network: tiny's, a local or cached hub model's
+    ``config.json``, a gac checkpoint's base config, else one built from ``arch`` (the ``model.arch`` block of the
+    model configs: so a hub model that is not downloaded yet is still checked before it is). None when none of
+    these exists."""
     from gac.models import model_kind
 
+    try:
+        kind = model_kind(model_spec)
+    except GacError:
+        kind = None  # load_job_model reports a bad path with its own message
+    if kind == "builtin":
+        from gac.fixtures import named_config
+
+        return named_config(model_spec)
+    if kind in ("local", "hub"):
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(model_spec, local_files_only=True)
+        except Exception:  # noqa: BLE001 - not cached / not readable: fall back to the arch block
+            pass
+    if kind == "checkpoint":
+        from gac.compression.checkpoint import read_meta
+
+        try:
+            from transformers import AutoConfig
+
+            base = dict(read_meta(model_spec)["base_config"])
+            return AutoConfig.for_model(base.pop("model_type"), **base)  # an upper bound: the uncompressed model
+        except Exception:  # noqa: BLE001 - loading reports a damaged checkpoint itself
+            return None
+    if arch:
+        from transformers import AutoConfig
+
+        a = dict(arch)
+        try:
+            return AutoConfig.for_model(a.pop("model_type"), **a)
+        except Exception:  # noqa: BLE001 - a bad arch block fails where the model is built
+            return None
+    return None
+
+
+def job_model_config(spec: JobSpec):
+    """The job's model config without loading any weights (:func:`model_config_offline`), or None."""
     if spec.random_weights and spec.arch:
         from transformers import AutoConfig
 
         arch = dict(spec.arch)
         return AutoConfig.for_model(arch.pop("model_type"), **arch)
-    try:
-        kind = model_kind(spec.model_spec)
-    except GacError:
-        return None  # load_job_model reports a bad path with its own message
-    if kind == "builtin":
-        from gac.fixtures.tiny import tiny_config
+    return model_config_offline(spec.model_spec, spec.arch)
 
-        return tiny_config()
-    if kind in ("local", "hub"):
-        from transformers import AutoConfig
 
-        try:
-            return AutoConfig.from_pretrained(spec.model_spec, local_files_only=True)
-        except Exception:  # not cached / not readable: loading will say what is wrong
-            return None
-    return None
+def eval_load(spec: JobSpec):
+    """The job's evaluation as :class:`gac.compression.footprint.EvalLoad` (what the memory check adds)."""
+    from gac.compression.footprint import EvalLoad
+
+    ev = spec.eval
+    points = ()
+    if ev.latency:
+        points = tuple((ev.latency_batch, s) for s in ev.latency_seq_lens) + tuple(ev.latency_batches)
+    return EvalLoad(ppl_batch=ev.batch_size if ev.ppl and spec.ppl_source else 0,
+                    ppl_seq_len=int(ev.ppl_seq_len or 2048), task_batch=ev.batch_size if ev.tasks else 0,
+                    latency_points=points)
 
 
 def check_job_fits(spec: JobSpec):
-    """Estimate the job's peak memory from its model config (:mod:`gac.compression.footprint`) and raise a
-    :class:`GacError` naming the estimate and what to change when it exceeds what the device (and, on a GPU, the
-    host) has free. Returns the estimate (None when there is nothing to check: the baseline, no offline config, or
-    ``GAC_SKIP_MEMORY_CHECK=1``)."""
-    if spec.is_baseline or os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+    """Estimate the job's peak memory from its model config (:mod:`gac.compression.footprint`: compression, when
+    there is any, and the evaluation) and raise a :class:`GacError` naming the estimate and what to change when it
+    exceeds what the device (and, on a GPU, the host) has free, or when the weights alone exceed the GPU (gac runs a
+    model on one device). Returns the estimate (None when there is nothing to check: no config can be had offline,
+    or ``GAC_SKIP_MEMORY_CHECK=1``)."""
+    if os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
         return None
     config = job_model_config(spec)
     if config is None:
+        log.info("memory not checked before loading %s: no config offline (no arch block, not cached)",
+                 spec.model_name)
         return None
+    from gac.dtypes import auto_dtype
+
+    cal = spec.calibration
+    return check_fits_before_loading(
+        config, spec.model_name, spec.compressor, spec.dtype or auto_dtype(spec.device), spec.device,
+        n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)), proxy=spec.proxy,
+        compressor_options=spec.compressor_options, evaluation=eval_load(spec))
+
+
+def check_fits_before_loading(config, model_name: str, compressor: str, dtype, device: str, **estimate):
+    """:func:`gac.compression.footprint.estimate_footprint` of a model ``config`` (``compressor="none"``: no
+    compression) checked against ``device`` and the host (:func:`~gac.compression.footprint.check_fits`); returns
+    the estimate. Used by jobs, ``gac compress`` and ``gac evaluate`` before they load anything."""
     from gac.compression.footprint import check_fits, estimate_footprint
     from gac.compression.resources import device_memory
 
-    dtype = spec.dtype or ("float32" if spec.random_weights or spec.model_spec in ("tiny", "tiny-untrained")
-                           else str(getattr(config, "dtype", None) or "float32"))
-    cal = spec.calibration
-    fp = estimate_footprint(config, spec.compressor, dtype=str(dtype).removeprefix("torch."), device=spec.device,
-                            n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)),
-                            proxy=spec.proxy, compressor_options=spec.compressor_options)
-    host = device_memory("cpu")["available_mb"]
-    check_fits(fp, device_memory(spec.device), host_available_mb=host,
-               what=f"{spec.compressor} on {spec.model_name} ({fp.params / 1e9:.2f}B parameters, {fp.dtype}, "
-                    f"{spec.device})")
-    log.info("memory estimate for %s: %s", spec.model_name, fp.summary())
+    fp = estimate_footprint(config, compressor, dtype=str(dtype).removeprefix("torch."), device=device, **estimate)
+    check_fits(fp, device_memory(device), host_available_mb=device_memory("cpu")["available_mb"],
+               what=f"{'the uncompressed model' if compressor == BASELINE else compressor} on {model_name} "
+                    f"({fp.params / 1e9:.2f}B parameters, {fp.dtype}, {device})")
+    log.info("memory estimate for %s: %s", model_name, fp.summary())
     return fp
+
+
+def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **estimate):
+    """The memory check of ``gac compress`` / ``gac evaluate``: :func:`check_fits_before_loading` on the model's
+    offline config (``dtype`` None: the model's own, as :func:`gac.models.load_model` loads it). Returns the
+    estimate, or None when no config can be had offline (then nothing is checked)."""
+    from gac.dtypes import dtype_name
+
+    if os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+        return None
+    config = model_config_offline(model_spec)
+    if config is None:
+        return None
+    own = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    dt = dtype_name(dtype, device) or dtype_name(own.removeprefix("torch."), device)
+    from gac.models import BUILTIN
+
+    if model_spec in BUILTIN and dtype is None:
+        dt = "float32"  # the named fixtures (tiny, smollm2) load in float32 unless told otherwise
+    return check_fits_before_loading(config, model_spec, compressor, dt, device, **estimate)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError``), without importing torch for other errors."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None) if torch is not None else None
+    return oom is not None and isinstance(e, oom)
+
+
+def out_of_memory(e: BaseException, stage: str | None, spec, fp) -> GacError:
+    """A one-line :class:`GacError` for a ``torch.OutOfMemoryError`` raised in ``stage``: what ran out, the estimate
+    made before loading, and what to change (``spec``: anything with a ``device``)."""
+    from gac.compression.footprint import memory_fixes
+
+    first = (str(e).strip().splitlines() or ["out of memory"])[0]
+    tried = first.split(". ")[0][:160]  # "CUDA out of memory. Tried to allocate 2.00 GiB" -> its first sentence
+    if "Tried to allocate" in first:
+        tried += ", " + first[first.index("Tried to allocate"):].split(". ")[0]
+    est = (f"the estimate before loading was {fp.device_bytes / 2**30:.1f} GiB ({fp.summary()})" if fp is not None
+           else "no estimate could be made before loading (no model config offline)")
+    fixes = memory_fixes(fp) if fp is not None else ["a smaller model, dtype or evaluation batch"]
+    return GacError(f"out of memory on {spec.device} in stage {stage or 'load'} ({tried}); {est}; try "
+                    + ", or ".join(fixes) + ", or a GPU no other process is using (nvidia-smi)")
 
 
 def _prepared_cache_key(spec: JobSpec) -> str:
@@ -516,6 +752,10 @@ def _prepared_cache_key(spec: JobSpec) -> str:
         from gac.fixtures.tiny import recipe_hash
 
         ident["tiny_recipe"] = recipe_hash()
+    elif spec.model_spec == "smollm2":
+        from gac.fixtures import named_identity
+
+        ident["smollm2_recipe"] = named_identity("smollm2")
     text = json.dumps(ident, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -610,6 +850,23 @@ def _candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
     from gac.profiling import ProfileFilter, dimension_sweep
 
     explicit = spec.profile not in PROFILE_MODES
+    from gac.profiling.published import PUBLISHED_GPUS
+
+    if spec.profile == "auto" and spec.gpu in PUBLISHED_GPUS:
+        # a profile measured on this node (cached) or shipped for this device wins; else the published one of the GPU
+        try:
+            profile = dimension_sweep(
+                targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
+                window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles", measure=False)
+            profile.meta["used"] = "measured on this node (cached) or shipped for this device"
+        except GacError:
+            from gac.profiling.published import published_profile
+
+            profile = published_profile(spec.gpu)
+            profile.meta["used"] = (f"published {spec.gpu} kernel data (no profile measured on this node): "
+                                    f"{profile.device_name}")
+            log.info("candidate filter: %s", profile.meta["used"])
+            return ProfileFilter(profile), profile  # a GPU model's published data: no device-name check
     profile = dimension_sweep(
         targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
         window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles",
@@ -626,13 +883,13 @@ def _task_files(spec: JobSpec):
 def _task_files_of(task_files):
     if task_files in (None, "hub"):
         return None
-    if task_files == "tiny":
-        from gac.fixtures import tiny_paths
+    if task_files in ("tiny", "enwiki"):
+        from gac.fixtures import task_files_of
 
-        return {k: str(v) for k, v in tiny_paths().task_files.items()}
+        return {k: str(v) for k, v in task_files_of(task_files).items()}
     if isinstance(task_files, dict):
         return dict(task_files)
-    raise GacError(f"model.task_files must be null, 'tiny' or a {{task: path}} mapping, got {task_files!r}")
+    raise GacError(f"model.task_files must be null, 'tiny', 'enwiki' or a {{task: path}} mapping, got {task_files!r}")
 
 
 def _stage(work: _Work, name: str, resumed: list, compute, timings: dict, hook=None) -> dict:
@@ -665,8 +922,8 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
 
     from gac.evaluation import decode_latency, evaluate_tasks, perplexity, prefill_latency
 
-    def measured(name):
-        return meter.stage(name) if meter is not None else contextlib.nullcontext()
+    def measured(name, sample=True):
+        return meter.stage(name, sample=sample) if meter is not None else contextlib.nullcontext()
 
     ev = spec.eval
     metrics: dict = {}
@@ -692,7 +949,7 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
         if got.get("lm_eval") is not None:
             details["lm_eval"] = got["lm_eval"]
     if ev.latency:
-        with measured("latency"):
+        with measured("latency", sample=False):  # no sampler thread while latency is timed
             lat = work.get("latency") or {}
             resumed += [f"latency:{k}" for k in lat]
             t0 = time.perf_counter()
@@ -744,7 +1001,7 @@ def _provenance(spec: JobSpec) -> dict:
         import torch
 
         if spec.device.startswith("cuda") and torch.cuda.is_available():
-            p["device_name"] = torch.cuda.get_device_name()
+            p["device_name"] = torch.cuda.get_device_name(torch.device(spec.device))  # the job's GPU, not cuda:0
     except Exception:  # provenance must never fail a job
         pass
     return p
@@ -756,8 +1013,10 @@ STAGE_NAMES = {"tasks": "lm-eval tasks"}
 
 def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False) -> None:
     """Everything that can fail on bad input or a bad disk, checked before a second of compute (and before the store
-    is touched): the model's files match their config, the store is writable with room to spare and its entries for
-    this key are what gac makes, the task files match their task's schema, the checkpoint path is free."""
+    is touched): the job's device, model and sequence lengths (check_job_here), the model's files match their config,
+    the store is writable with room to spare and its entries for this key are what gac makes, the task files match
+    their task's schema, the checkpoint path is free."""
+    check_job_here(spec)
     if not spec.random_weights and (force or not store.is_done(spec.key)):  # a done point needs no model
         from gac.models import check_model_files
 
@@ -887,10 +1146,12 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         if error:
             attempt["error"] = error
 
+    estimate: list = [None]  # the memory estimate, named by an out-of-memory error
     try:
         for lg in loggers:
             lg.start(key, spec, base["config"], base["overrides"])
-        check_job_fits(spec)  # before anything is loaded: a clear error if weights + working set exceed the device
+        # before anything is loaded: a clear error if weights + working set exceed the device
+        estimate[0] = check_job_fits(spec)
         hook("load")
         t0 = time.perf_counter()
         with meter.stage("load"):
@@ -914,7 +1175,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                 sub_memory.update(prepared.memory)
             hook("plan")
             t0 = time.perf_counter()
-            with meter.stage("sweep"):
+            with meter.stage("sweep", sample=False):  # the dimension sweep times kernels: no sampler thread
                 targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
                 filt, profile = _candidate_filter(spec, targets, store.cache_dir)
             timings["sweep_s"] = time.perf_counter() - t0
@@ -993,6 +1254,9 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         return stored
     except BaseException as e:
         reserve.release()  # on a full disk: room for the attempt's outcome and the failure record
+        oom = is_out_of_memory(e)
+        if oom:  # one line naming the stage, the estimate and the fix (the traceback stays in the failure record)
+            e = out_of_memory(e, attempt.get("stage"), spec, estimate[0])
         error = f"{type(e).__name__}: {e}"
         end_attempt("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", error)
         try:
@@ -1012,6 +1276,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                 lg.log_failure(error)
             except Exception as e2:  # noqa: BLE001 - an event log on a full disk must not hide the job's own error
                 log.warning("could not log the failure of %s: %s", key, e2)
+        if oom:
+            raise e from None
         raise
     finally:
         reserve.release()

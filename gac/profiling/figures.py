@@ -111,6 +111,11 @@ def save_figure(fig: Figure, stem, formats=("png", "pdf"), dpi: int = 150) -> li
 
 
 # ---------------------------------------------------------------------------------------------- staircases
+#: a forced backend whose fastest point is this many times the slowest of the plotted backend is named in a note
+#: rather than drawn (the A100's forced Math at ~27 ms would flatten a 1-5 ms staircase to a line)
+OFF_SCALE = 3.0
+
+
 def _op_of(row_op: str, sweep: str) -> str:
     if sweep.startswith("gemm_tput"):
         return "gemm_tput"
@@ -125,9 +130,12 @@ def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto",
     blue circles, misaligned vermillion crosses; cliffs (:func:`gac.profiling.cliffs.analyze`) are ringed; SDPA
     panels shade the FA2 head-dim templates and draw each forced backend where the profile has them.
     Returns ``{op: Figure}``; raises ValueError when no row of ``backend`` is left."""
+    from gac.profiling.profile import is_derived_sweep
+
     t = table
     if "context" in t.columns:
         t = t[t["context"].fillna("").astype(str) == ""]
+    t = t[~t["sweep"].astype(str).map(is_derived_sweep)]  # curves as drawn in a figure, not measurements
     forced = t[(t["backend"] != backend) & (t["backend"] != "auto")] if "backend" in t.columns else t.iloc[0:0]
     t = t[t["backend"] == backend] if "backend" in t.columns else t
     if t.empty:
@@ -145,11 +153,21 @@ def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto",
             axis = str(rows["axis"].iloc[0]) if "axis" in rows.columns else "dim"
             if op == "sdpa" or axis == "head_dim":
                 _shade_templates(ax, int(s["dim"].min()), int(s["dim"].max()))
+                off_scale = []
                 for b, fb in forced[forced["sweep"] == sweep].groupby("backend", sort=True):
                     fb = fb[fb["supported"].fillna(False).astype(bool)] if "supported" in fb.columns else fb
                     fb = fb.groupby("dim", as_index=False)[value].median().sort_values("dim")
+                    if len(fb) and fb[value].min() > OFF_SCALE * s[value].max():
+                        off_scale.append((str(b), fb))  # would squash the staircase: say it in words instead
+                        continue
                     st = BACKEND_STYLE.get(str(b), {"color": OKABE_ITO["yellow"], "marker": "P", "linestyle": "--"})
                     ax.plot(fb["dim"], fb[value], linewidth=0.8, markersize=3, alpha=0.75, label=f"{b} (forced)", **st)
+                if off_scale:
+                    ax.text(0.01, 0.98, "\n".join(
+                        f"{b} (forced), off scale: {fb[value].min():.3g}-{fb[value].max():.3g} ms "
+                        f"at d={int(fb['dim'].min())}..{int(fb['dim'].max())}" for b, fb in off_scale),
+                        transform=ax.transAxes, ha="left", va="top", fontsize=7,
+                        bbox={"facecolor": "white", "edgecolor": "0.7", "linewidth": 0.5})
             ax.plot(s["dim"], s[value], color="0.6", linewidth=0.7, zorder=1)
             ok = s["dim"] % unit == 0
             ax.scatter(s["dim"][ok], s[value][ok], s=16, zorder=2, label=f"d mod {unit} = 0", **ALIGNED_STYLE)

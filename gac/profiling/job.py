@@ -101,12 +101,16 @@ def dimension_sweep(
     allow_device_mismatch: bool = False,
     protocol: TimingProtocol | None = None,
     measure: bool = True,
+    kernel_names: bool | str = "process",
 ) -> HardwareProfile:
     """A profile holding the targets' kernels at their candidate dims, measured on ``device``.
 
     ``profile_dir``: use that profile (device-checked) and measure nothing. Otherwise look in ``cache_dir`` for a
     profile of the same device, compute capability, torch, CUDA and dtype; measure the contexts/dims it lacks
     (unless ``measure=False``, which raises if anything is missing) and save the merged profile back.
+    ``kernel_names``: by default the kernel names are captured in a child process after the timing, so the job
+    that runs this sweep never opens a profiler session before its own latency measurement
+    (:mod:`gac.profiling.capture`).
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -152,7 +156,7 @@ def dimension_sweep(
         sum(len(v) for v in missing.values()),
         info["device_name"],
     )
-    fresh = measure_for_targets(sub, cands, dev, dt, seq_len, batch, protocol)
+    fresh = measure_for_targets(sub, cands, dev, dt, seq_len, batch, protocol, kernel_names=kernel_names)
     profile = fresh if cached is None else cached.merged(fresh)
     if path is not None:
         profile.save(path)

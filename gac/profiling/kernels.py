@@ -6,7 +6,8 @@
   it raises ``RuntimeError`` when that backend does not accept the shape.
 - :func:`capture_kernels` runs a callable once under ``torch.profiler`` and returns the device kernels it
   launched (CUDA) or the ATen ops with the most self time (CPU), longest first.
-- :func:`kernel_tier` classifies a GEMM/GEMV kernel name into the tiers of Table 3.
+- :func:`kernel_tier` classifies a GEMM/GEMV kernel name into the tiers of Table 3 (Ampere and Hopper names);
+  :func:`attention_backend` names the SDPA backend an attention kernel belongs to.
 """
 
 from __future__ import annotations
@@ -153,27 +154,62 @@ def mma_instruction(name: str | None) -> str | None:
 
 
 def kernel_tier(name: str | None) -> str:
-    """Classify a GEMM/GEMV kernel name (paper Table 3).
+    """Classify a GEMM/GEMV kernel name (paper Table 3), as ``torch.profiler`` or Nsight report it.
 
-    ``native``: a cuBLAS-native kernel (``sm80_xmma``, ``sm90_xmma``, ``ampere_..._s16816gemm``);
-    ``align2``/``align4``: a CUTLASS kernel with 2/4-element vector loads; ``align1``: scalar loads;
-    ``gemv``: a GEMV kernel; ``cpu``: an ATen op on CPU; ``unknown`` otherwise.
+    * ``alignN``: a CUTLASS kernel whose name carries its vector width (``cutlass_80_tensorop_..._align2``,
+      ``cutlass_75_tensorop_..._align1``, CUTLASS 3's ``cutlass3x_sm90_tensorop_gemm_..._align8``): align8 moves
+      8 fp16 elements per load (as fast as the native kernels), align2/align1 are the fallbacks for K or N not a
+      multiple of 8 (Table 3's tiers 2 and 3);
+    * ``gemv``: a GEMV kernel (``gemv2T_kernel_val<...>``, ``gemvx::kernel<...>``, their ``cublasGemv...``
+      reductions);
+    * ``native``: cuBLAS's own kernels: ``ampere_fp16_s16816gemm_...``, ``sm80_xmma_gemm_...``,
+      ``sm90_xmma_gemm_...`` and, on Hopper and newer, cuBLASLt's ``nvjet_*`` kernels (``nvjet_hsh_...`` for fp16,
+      ``nvjet_tst_...`` for bf16, ``nvjet_sm90_...`` with CUDA 13). Their names carry no vector width: on Hopper
+      the tier tells the kernel family and the latency tells the cost of a misaligned K or N;
+    * ``cutlass``: a CUTLASS 3 kernel named by its template (``cutlass::device_kernel<...GemmUniversal<...>>``)
+      or a ``cutlass3x`` name without ``alignN``: a CUTLASS kernel whose alignment the name does not say;
+    * ``gemm``: another GEMM; ``cpu``: an ATen op on CPU; ``unknown`` otherwise (None, empty, not a GEMM).
     """
     if not name:
         return "unknown"
     low = name.lower()
     if low.startswith("aten::"):
         return "cpu"
+    if "gemv" in low:
+        return "gemv"
     m = re.search(r"align(\d+)", low)
     if m:
         return f"align{m.group(1)}"
-    if "gemv" in low or "gemvx" in low:
-        return "gemv"
-    if "xmma" in low or re.search(r"(ampere|volta|turing|hopper|sm\d\d)_.*gemm", low) or "cublas" in low:
+    if low.startswith("nvjet_") or "xmma" in low or "cublas" in low or re.search(
+            r"(ampere|volta|turing|hopper|sm\d\d)_.*gemm", low):
         return "native"
+    if "cutlass3x" in low or ("device_kernel<" in low and "gemm" in low):
+        return "cutlass"
     if "gemm" in low or "cutlass" in low:
         return "gemm"
     return "unknown"
 
 
-TIER_RANK = {"native": 1, "align8": 1, "align4": 2, "align2": 2, "align1": 3}
+# lower is better: a native kernel or a full-width CUTLASS one, then the narrower vector loads
+TIER_RANK = {"native": 1, "align8": 1, "cutlass": 2, "align4": 2, "align2": 2, "align1": 3}
+
+
+def attention_backend(name: str | None) -> str | None:
+    """The SDPA backend a CUDA attention kernel belongs to, or None for any other kernel.
+
+    ``flash``: PyTorch's FlashAttention-2 port (``pytorch_flash::flash_fwd_kernel<...>``,
+    ``flash_fwd_splitkv_kernel``); ``efficient``: the memory-efficient (xFormers CUTLASS) kernels
+    (``fmha_cutlassF_f16_aligned_64x128_rf_sm80``); ``cudnn``: cuDNN's generated SDPA kernels
+    (``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_...``). The math backend runs plain GEMMs and a softmax,
+    so it has no kernel of its own: a trace with attention but none of these kernels ran math.
+    """
+    if not name:
+        return None
+    low = name.lower()
+    if "cudnn_generated" in low and "sdpa" in low:
+        return "cudnn"
+    if "fmha_cutlass" in low or "memeffattention" in low or "attentionkernel<" in low:
+        return "efficient"
+    if "flash_fwd" in low or "pytorch_flash::" in low:
+        return "flash"
+    return None

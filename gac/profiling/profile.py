@@ -77,6 +77,15 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+#: a sweep whose name holds this is a curve as drawn in a figure (median-filtered), not measurements: kept for reading,
+#: never analysed for cliffs, drawn or used by the candidate filter (the published profiles' ``gemm_*_filtered``)
+DERIVED_MARK = "_filtered"
+
+
+def is_derived_sweep(name: str) -> bool:
+    return DERIVED_MARK in str(name)
+
+
 def normalize_device_name(name: str | None) -> str:
     return re.sub(r"\s+", " ", str(name or "")).strip().lower()
 
@@ -156,7 +165,8 @@ class HardwareProfile:
             parts.append(
                 f"  {name:<14} {len(auto):>5} dims {int(auto['dim'].min()) if len(auto) else '-'}.."
                 f"{int(auto['dim'].max()) if len(auto) else '-'}, latency {auto['latency_ms'].min():.4g}.."
-                f"{auto['latency_ms'].max():.4g} ms"
+                f"{auto['latency_ms'].max():.4g} ms" + (" (a median-filtered curve as drawn: not measurements)"
+                                                         if is_derived_sweep(name) else "")
             )
         return "\n".join(parts)
 

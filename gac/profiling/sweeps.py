@@ -18,6 +18,13 @@ compressed model runs. SDPA inputs are allocated ``(B, S, H, d)`` and transposed
 Hugging Face attention, so a misaligned ``d`` also misaligns the head stride — as it does in a real model.
 Every row records the latency (median of the trials), the kernel that ran where the profiler can see it, and
 for SDPA the backend PyTorch picked plus each backend's latency where that backend accepts the shape.
+
+Kernel names are captured *after every shape is timed* (``kernel_names=True``: in this process, once the sweep's
+timing is done; ``"process"``: in a child process, so this process never opens a profiler session at all). A
+``torch.profiler`` session with CUDA activities leaves CUPTI attached after it closes (torch 2.5-2.9; pytorch issue
+144455: 10-20% slower kernels afterwards), so a capture between two timings would slow every later one: the first
+shapes of a sweep would be timed clean and the rest with CUPTI attached, and in a job, the latency measured after
+a dimension sweep would pay for it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from gac.profiling.timing import TimingProtocol, time_op
 
 log = logging.getLogger(__name__)
 
+KERNEL_NAME_MODES = (True, False, "process")  # in this process after all timing / none / in a child process
+
 SWEEPS = ("sdpa", "gemm", "tput", "gemv")
 GEMM_AXES = ("M", "N", "K")
 
@@ -71,7 +80,7 @@ class SweepPlan:
     tput_radius: int = 64
     gemv_center: int = 4096
     gemv_radius: int = 64
-    kernel_names: bool = True
+    kernel_names: bool | str = True  # True: captured after all timing, in this process; "process": in a child
 
     def __post_init__(self):
         unknown = set(self.sweeps) - set(SWEEPS)
@@ -100,6 +109,8 @@ class SweepPlan:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0 or v >= min(self.tput_center, self.gemv_center):
                 raise GacError(f"sweep plan: {name} must be in [0, center), got {v!r}")
+        if self.kernel_names not in KERNEL_NAME_MODES:
+            raise GacError(f"sweep plan: kernel_names must be true, false or 'process', got {self.kernel_names!r}")
         if not 0 < self.gemm_low <= 1:
             raise GacError(
                 f"sweep plan: gemm_low must be in (0, 1] (the sweep starts at that fraction), got {self.gemm_low}"
@@ -143,13 +154,66 @@ class SweepPlan:
 class _Ctx:
     device: torch.device
     dtype: torch.dtype
-    protocol: TimingProtocol
-    kernel_names: bool
+    protocol: TimingProtocol | None
+    kernel_names: bool | str
     rows: list = field(default_factory=list)
+    pending: list = field(default_factory=list)  # (row, op spec): kernel names to capture once all timing is done
+
+    def want_kernel(self, row: dict, spec: dict) -> None:
+        if self.kernel_names:
+            self.pending.append((row, spec))
 
 
 def _randn(shape, ctx: _Ctx) -> torch.Tensor:
     return torch.randn(*shape, device=ctx.device, dtype=ctx.dtype)
+
+
+def op_of(spec: Mapping, ctx: _Ctx):
+    """``(make_inputs, fn)`` of one op spec (what a row measured; JSON-able, so a child process can rebuild it):
+    ``{"op": "linear", M, N, K}``, ``{"op": "sdpa", batch, seq_len, heads, d, is_causal}`` or a target's
+    ``{"op": "lowrank" | "width" | "head_dim", shape, d, tokens, batch, seq_len}``."""
+    op = spec["op"]
+    if op == "linear":
+        M, N, K = int(spec["M"]), int(spec["N"]), int(spec["K"])
+        return (lambda: (_randn((M, K), ctx), _randn((N, K), ctx))), F.linear
+    if op == "sdpa":
+        b, s_, h, d = (int(spec[k]) for k in ("batch", "seq_len", "heads", "d"))
+        return ((lambda: tuple(_randn((b, s_, h, d), ctx).transpose(1, 2) for _ in range(3))),
+                sdpa_with_backend(None, bool(spec.get("is_causal", False))))
+    make, fn, _ = _target_op(op, spec["shape"], int(spec["d"]), int(spec["tokens"]), int(spec["batch"]),
+                             int(spec["seq_len"]), ctx)
+    return make, fn
+
+
+def capture_kernel_names(specs: Sequence[Mapping], device: torch.device, dtype: torch.dtype) -> list[str | None]:
+    """The longest kernel of each op spec, each run once under ``torch.profiler`` in this process."""
+    ctx = _Ctx(device, dtype, None, False)
+    out = []
+    with torch.inference_mode():
+        for spec in specs:
+            make, fn = op_of(spec, ctx)
+            out.append(main_kernel(fn, make(), device))
+    return out
+
+
+def _capture_pending(ctx: _Ctx) -> None:
+    """Fill the kernel (and, for GEMMs, the tier) of every row that asked for one: after all timing (module doc)."""
+    if not ctx.pending:
+        return
+    specs = [spec for _, spec in ctx.pending]
+    if ctx.kernel_names == "process":
+        from gac.profiling.capture import capture_in_child
+
+        names = capture_in_child(specs, ctx.device, ctx.dtype)
+    else:
+        names = capture_kernel_names(specs, ctx.device, ctx.dtype)
+    for (row, spec), name in zip(ctx.pending, names, strict=True):
+        row["kernel"] = name or ""
+        if spec["op"] != "sdpa":  # an SDPA row's tier is the backend the dispatcher picked
+            row["tier"] = kernel_tier(name)
+    log.info("kernel names of %d shapes captured after timing (%s)", len(specs),
+             "in a child process" if ctx.kernel_names == "process" else "in this process")
+    ctx.pending.clear()
 
 
 def _row(**kw) -> dict:
@@ -173,11 +237,11 @@ def _gemm_row(
         return (_randn((M, K), ctx), _randn((N, K), ctx))
 
     timing = time_op(make, F.linear, ctx.device, ctx.protocol)
-    kernel = main_kernel(F.linear, make(), ctx.device) if ctx.kernel_names else None
     common = dict(sweep=sweep, op=op, axis=axis, dim=dim, M=M, N=N, K=K, dtype=dtype_name(ctx.dtype),
                   context=context)
-    return _timed_row(common, timing, 2.0 * M * N * K, kernel, kernel_tier(kernel), backend="auto",
-                      selected_backend="")
+    row = _timed_row(common, timing, 2.0 * M * N * K, None, kernel_tier(None), backend="auto", selected_backend="")
+    ctx.want_kernel(row, {"op": "linear", "M": M, "N": N, "K": K})
+    return row
 
 
 def sweep_gemm(
@@ -233,8 +297,9 @@ def _sdpa_rows(
     auto = sdpa_with_backend(None, is_causal)
     try:
         t = time_op(make, auto, ctx.device, ctx.protocol)
-        kernel = main_kernel(auto, (q, k, v), ctx.device) if ctx.kernel_names else None
-        rows.append(_timed_row(common, t, flops, kernel, chosen, backend="auto", selected_backend=chosen))
+        rows.append(_timed_row(common, t, flops, None, chosen, backend="auto", selected_backend=chosen))
+        ctx.want_kernel(rows[-1], {"op": "sdpa", "batch": batch, "seq_len": seq_len, "heads": heads, "d": d,
+                                   "is_causal": is_causal})
     except RuntimeError as e:
         log.warning("SDPA d=%d failed with PyTorch's default dispatch: %s", d, str(e).splitlines()[0])
         rows.append(
@@ -332,6 +397,7 @@ def run_sweeps(
             c = plan.gemv_center
             for axis in ("K", "N"):
                 rows += sweep_gemm(axis, _around(c, plan.gemv_radius), 1, c, c, ctx, op="gemv")
+    _capture_pending(ctx)  # every shape is timed: only now a profiler session (module docstring)
     meta = dict(info, dtype=dtype_name(dt), protocol=protocol.to_dict(), plan=plan.to_dict(), kind="sweeps")
     return HardwareProfile(pd.DataFrame(rows, columns=COLUMNS) if rows else empty_table(), meta)
 
@@ -413,9 +479,13 @@ def measure_for_targets(
     seq_len: int = 1024,
     batch: int = 1,
     protocol: TimingProtocol | None = None,
-    kernel_names: bool = True,
+    kernel_names: bool | str = True,
 ) -> HardwareProfile:
     """Time each target's own kernels at each of its candidate dimensions (paper Algorithm 1, lines 2-5).
+
+    ``kernel_names``: capture each shape's kernel after all of them are timed, in this process (True), in a child
+    process ("process": what a job uses, so no profiler session ever precedes its latency measurement) or not at
+    all (False).
 
     Targets with the same kernel context (e.g. all ``q_proj`` of a model) share one measurement per dimension.
     Rows have ``sweep="target"`` and ``context=context_key(...)``; a :class:`gac.profiling.ProfileFilter`
@@ -425,6 +495,8 @@ def measure_for_targets(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     protocol = protocol or (TimingProtocol.paper() if dev.type == "cuda" else TimingProtocol.quick())
+    if kernel_names not in KERNEL_NAME_MODES:
+        raise GacError(f"kernel_names must be True, False or 'process', got {kernel_names!r}")
     if not isinstance(candidates, Mapping):
         candidates = {t.name: c for t, c in zip(targets, candidates, strict=True)}
     wanted: dict[tuple[str, str], set[int]] = {}
@@ -445,13 +517,15 @@ def measure_for_targets(
             for d in sorted(dims):
                 make, fn, flops = _target_op(kind, shapes[(kind, key)], d, tokens, batch, seq_len, ctx)
                 t = time_op(make, fn, dev, protocol)
-                kernel = main_kernel(fn, make(), dev) if kernel_names else None
                 common = dict(sweep="target", op=kind, axis="d", dim=d, M=tokens if kind != "head_dim" else None,
                               batch=batch, seq_len=seq_len, heads=shapes[(kind, key)].get("heads"),
                               head_dim=d if kind == "head_dim" else None, dtype=dtype_name(dt), context=key)
-                rows.append(_timed_row(common, t, flops, kernel, kernel_tier(kernel), backend="auto",
+                rows.append(_timed_row(common, t, flops, None, kernel_tier(None), backend="auto",
                                        selected_backend=""))
+                ctx.want_kernel(rows[-1], {"op": kind, "shape": dict(shapes[(kind, key)]), "d": d, "tokens": tokens,
+                                           "batch": batch, "seq_len": seq_len})
             log.info("measured %s at %d candidate dims", key, len(dims))
+        _capture_pending(ctx)  # after every shape is timed (module docstring)
     meta = dict(
         device_info(dev),
         dtype=dtype_name(dt),

@@ -8,6 +8,7 @@ On CUDA the time between two CUDA events around each trial's loop is used; elsew
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
@@ -125,6 +126,11 @@ def time_op(
 
     Exceptions raised by ``fn`` (an SDPA backend that rejects the shape, say) propagate to the caller.
     """
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        return _time_op(make_inputs, fn, device, protocol)
+
+
+def _time_op(make_inputs, fn, device: torch.device, protocol: TimingProtocol) -> Timing:
     first = tuple(make_inputs())
     n = buffer_count(_nbytes(first), device, protocol)
     sets = [first] + [tuple(make_inputs()) for _ in range(n - 1)]
@@ -134,14 +140,17 @@ def time_op(
     synchronize(device)
     trials: list[float] = []
     k = 0
+    # events on the stream of the device the inputs live on (time_op made it the current device): on cuda:1 an
+    # event recorded on cuda:0's stream would time an idle stream
+    stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     for _ in range(protocol.trials):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(stream)
             for _ in range(protocol.iters):
                 fn(*sets[k % n])
                 k += 1
-            end.record()
+            end.record(stream)
             end.synchronize()
             total_ms = start.elapsed_time(end)
         else:

@@ -27,7 +27,7 @@ def test_clipped_to_unit_and_d_max_with_d_max_allowed():
 
 @pytest.mark.parametrize("unit", [8, 16, 32, 64])
 def test_all_rule_candidates_are_aligned_or_d_max(unit):
-    for d_star in [0.0, 1.5, 63.9, 107.3, 1000.2, 4090.0]:
+    for d_star in [0.25, 1.5, 63.9, 107.3, 1000.2, 4090.0]:
         for c in rule_candidates(d_star, 4096, unit=unit, window=4):
             assert c % unit == 0 or c == 4096
             assert unit <= c <= 4096
@@ -51,6 +51,8 @@ def test_filter_removes_cliffs_and_errors_when_empty():
     "kw,msg",
     [
         (dict(d_star=float("nan")), "d_star must be a finite"),
+        (dict(d_star=0.0), "d_star must be a finite number > 0"),
+        (dict(d_star=-1.0), "d_star must be a finite number > 0"),
         (dict(score=float("nan")), "score must be a finite"),
         (dict(score=float("inf")), "score must be a finite"),
         (dict(score=-1.0), "score must be >= 0"),
@@ -67,3 +69,17 @@ def test_filter_removes_cliffs_and_errors_when_empty():
 def test_bad_targets(kw, msg):
     with pytest.raises(GacError, match=msg):
         T(**kw)
+
+
+def test_d_star_zero_is_refused_and_huge_windows_are_bounded():
+    from gac.align.candidates import MAX_CANDIDATES
+
+    with pytest.raises(GacError, match="d_star must be a finite number > 0"):
+        rule_candidates(0.0, 4096, unit=8, window=1)
+    with pytest.raises(GacError, match="give the target a d_max"):
+        rule_candidates(10.0, None, unit=8, window=1_000_000)
+    # with d_max the window is clipped before anything is enumerated: every multiple of 8 up to d_max, at once
+    assert rule_candidates(10.0, 4096, unit=8, window=1_000_000) == tuple(range(8, 4097, 8))
+    assert len(rule_candidates(10.0, 8 * MAX_CANDIDATES, unit=8, window=10**9)) == MAX_CANDIDATES
+    # exact arithmetic: a d* of 1e17 keeps its window (floats lose it: (d* - 8) / 8 rounds to d* / 8)
+    assert rule_candidates(1e17, None, unit=8, window=1) == (10**17,)

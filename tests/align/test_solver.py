@@ -104,3 +104,61 @@ def test_equals_milp_with_equal_scores_and_random_budgets():
         r = solve_mckp(costs, values, budget)
         assert r.cost <= budget
         assert r.value == pytest.approx(mv, rel=1e-9, abs=1e-6)
+
+
+def _tie_problem(n: int, extra: int):
+    """n items with costs 1000/2000/2001 and values equal to their costs (equal scores): every penalty is zero, and
+    a slack of 1000*q + r with r > q cannot be filled exactly, so the Lagrangian bound never certifies a plan."""
+    costs = [[1000, 2000, 2001]] * n
+    values = [[float(c) for c in cs] for cs in costs]
+    return costs, values, 1000 * n + extra
+
+
+def test_ties_beyond_the_dp_memory_limit_are_refused_not_approximated(monkeypatch):
+    from gac.errors import GacError
+
+    costs, values, budget = _tie_problem(300, 10_500)
+    r = solve_mckp(costs, values, budget)  # the default limit holds this DP: the exact optimum
+    assert r.cost - 1000 * 300 == 10_010  # a + b = 10 upgrades, b <= 10 of them the 1001 step: 10,010 at most
+    monkeypatch.setenv("GAC_SOLVER_MAX_MB", "0.01")
+    with pytest.raises(GacError, match="the exact solver would need .* above its limit of"):
+        solve_mckp(costs, values, budget)
+    monkeypatch.setenv("GAC_SOLVER_MAX_MB", "-3")
+    with pytest.raises(GacError, match="must be a positive number of MiB"):
+        solve_mckp(costs, values, budget)
+
+
+@pytest.mark.parametrize("linear", [True, False])
+def test_under_a_tiny_memory_limit_the_solver_is_exact_or_refuses(linear, monkeypatch):
+    # the escalating core and the bounded DP never trade exactness for memory: each answer is brute force's
+    from gac.errors import GacError
+
+    monkeypatch.setenv("GAC_SOLVER_MAX_MB", "0.0005")  # 524 bytes: only tiny DPs fit
+    rng = random.Random(99 + linear)
+    answered = refused = 0
+    for _ in range(400):
+        costs, values, budget = _random_problem(rng, linear)
+        best_value, _ = brute_force(costs, values, budget)
+        try:
+            r = solve_mckp(costs, values, budget)
+        except GacError:
+            refused += 1
+            continue
+        answered += 1
+        assert r.cost <= budget and r.value == pytest.approx(best_value, rel=1e-12, abs=1e-9)
+    assert answered > 100 and refused > 0
+
+
+def test_ten_thousand_equal_score_targets_solve_exactly_in_bounded_memory():
+    # issue 23: 10,000 targets, window 8, equal scores used to ask numpy for a 1.46 TiB DP table; the balanced core
+    # now finds a plan that meets the Lagrangian upper bound, which proves it optimal
+    from gac.align import align
+    from gac.align.targets import Target
+
+    p = lowrank_problem("moe_2000", 0.15, equal_scores=True)
+    targets = [Target(f"{k}.{t.name}", t.d_star, t.score, t.params_per_dim, t.d_max, kind=t.kind)
+               for k in range(5) for t in p.targets]
+    plan = align(targets, 5 * p.budget, "gac", window=8)
+    s = plan.stats["solver"]
+    assert len(targets) == 10_000 and plan.budget_met
+    assert s["ub"] - s["lb"] <= 1e-9 * max(1.0, abs(s["ub"])) and s["dp_width"] == 0

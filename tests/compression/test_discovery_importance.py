@@ -177,8 +177,10 @@ def test_calibration_runs_each_layer_once_per_sample_and_never_the_head():
     calls = {"head": 0, "layers": [0, 0, 0]}
     hs = [m.lm_head.register_forward_hook(lambda *a: calls.__setitem__("head", calls["head"] + 1))]
     for i, layer in enumerate(m.model.layers):
-        # count real layer computations (the MLP), not the identity short-circuit used to capture layer kwargs
-        hs.append(layer.mlp.register_forward_hook(lambda *a, _i=i: calls["layers"].__setitem__(_i, calls["layers"][_i] + 1)))
+        # count the samples of real layer computations (the MLP), not the identity short-circuit used to capture
+        # layer kwargs (short samples go through a layer together: CALIB_CHUNK_TOKENS)
+        hs.append(layer.mlp.register_forward_hook(
+            lambda mod, args, out, _i=i: calls["layers"].__setitem__(_i, calls["layers"][_i] + args[0].shape[0])))
     lay = discover(m)
     collect_activation_stats(m, lay, ids, lay.linear_names())
     for h in hs:

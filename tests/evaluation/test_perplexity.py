@@ -48,6 +48,30 @@ def test_perplexity_equals_hand_computation():
     assert perplexity(model, tok, text, seq_len=8, batch_size=5)["ppl"] == pytest.approx(res["ppl"], rel=1e-6)
 
 
+def test_large_vocabularies_cap_the_windows_per_forward(monkeypatch):
+    """A real vocabulary (smollm2: 49152) makes a batch of long windows gigabytes of logits: the batch shrinks to
+    the logits budget, the value does not change, and the record says which batch ran."""
+    import importlib
+
+    P = importlib.import_module("gac.evaluation.perplexity")  # the module (the package exports a function by its name)
+
+    assert P.perplexity_batch(8, 2048, 49152) == 1 and P.perplexity_batch(8, 1024, 4096) == 8  # smollm2, tiny
+    g = torch.Generator().manual_seed(1)
+    table = torch.randn(len(ALPHABET), len(ALPHABET), generator=g)
+    model, tok = TableModel(table), CharTokenizer(ALPHABET)
+    text = "abc defg\nhh ab " * 7
+    batches = []  # the windows handed to one forward (window_nll)
+    real = P.window_nll
+    monkeypatch.setattr(P, "window_nll", lambda m, x, **kw: batches.append(x.shape[0]) or real(m, x, **kw))
+    full = perplexity(model, tok, text, seq_len=8, batch_size=5)
+    assert full["batch_size"] == 5 and max(batches) == 5
+    monkeypatch.setattr(P, "LOGITS_BUDGET", 2 * 8 * len(ALPHABET))  # room for two windows' logits
+    batches.clear()
+    capped = perplexity(model, tok, text, seq_len=8, batch_size=5)
+    assert capped["batch_size"] == 2 and max(batches) == 2
+    assert capped["ppl"] == pytest.approx(full["ppl"], rel=1e-6)
+
+
 def test_uniform_model_has_perplexity_equal_to_vocab_size():
     v = len(ALPHABET)
     res = perplexity(TableModel(torch.zeros(v, v)), CharTokenizer(ALPHABET), "abcdefgh " * 20, seq_len=16)

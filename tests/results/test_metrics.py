@@ -18,7 +18,13 @@ from gac.results import ResultsStore
 @pytest.mark.parametrize(("source", "name"), [
     ("wikitext2", "wikitext2"), ("wikitext-2-raw-v1", "wikitext2"), ("Salesforce/wikitext", "wikitext2"),
     ("wikitext2 (test)", "wikitext2"), ("tiny", "tiny"), ("tiny (test)", "tiny"),
-    ("/data/wiki.test.raw", "wiki_test"), ("./My Corpus.jsonl", "my_corpus"), ("<text>", "text"),
+    ("./My Corpus.jsonl", "my_corpus"), ("<text>", "text"), ("enwiki", "enwiki"), ("enwiki (test)", "enwiki"),
+    # a file is named by its dataset, never by its split (ppl_test for test.txt was a bug)
+    ("/data/wikitext-2-raw/wiki.test.raw", "wikitext2"), ("/data/wiki.test.raw", "wiki"),
+    ("/hf/wikitext-2-raw-v1/test-00000-of-00001.parquet", "wikitext2"), ("/data/ptb/test.txt", "ptb"),
+    ("/repo/gac/data/tiny/eval/test.txt", "tiny"), ("/c/text/enwiki-gensim-4.4.0/validation.txt", "enwiki"),
+    ("/tmp/test.txt", "text"), ("test.txt", "text"), ("/data/pg19/valid-00003.jsonl", "pg19"),
+    ("/data/wikitext-103-raw/wiki.valid.raw", "wikitext_103"),
 ])
 def test_perplexity_is_named_by_the_text_scored(source, name):
     assert dataset_name(source) == name and ppl_metric(source) == f"ppl_{name}"

@@ -1,0 +1,67 @@
+"""``gac predict --gpu a100 --model llama3_8b [--plan PLAN.json ...]``: predicted GPU prefill latency from shapes."""
+
+from __future__ import annotations
+
+NAME = "predict"
+HELP = "predicted prefill latency of a model and its plans on an A100/H100, from published kernel data (no GPU)"
+DESCRIPTION = """\
+Predict the prefill latency (eager PyTorch, fp16) of MODEL and of each plan's compressed model on a GPU you do not
+have, from the shapes alone: every GEMM from a tile/wave roofline with the alignment tiers fitted to the published
+tensor-core sweeps, SDPA from its head-dim template plus the padding copy of a misaligned head dim, element-wise and
+norm kernels as bandwidth-bound, and a per-kernel launch cost. Calibrated on the GAC authors' published A100/H100
+kernel data (gac/data/profiles/published); the launch cost is solved from their Llama-3-8B baseline at S=128, the one
+end-to-end number used. Every number printed is a prediction, labelled so. Accuracy against the paper's own end-to-end
+numbers: benchmarks/predict_paper.py and the README.
+Examples:
+  gac predict --gpu a100 --model llama3_8b --seq-len 128 --seq-len 1024
+  gac predict --gpu h100 --model llama3_8b --plan unaligned.json --plan gac.json --compressor llm_pruner --json out.json
+"""
+
+
+def add_arguments(p):
+    import argparse
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--gpu", required=True, help="a100 or h100 (the GPUs with published kernel data)")
+    p.add_argument("--model", required=True,
+                   help="a conf/model name (llama3_8b, tiny, ...: its arch, no weights), a model YAML, a model "
+                        "directory or a hub id")
+    p.add_argument("--plan", action="append", default=[], metavar="PLAN.json",
+                   help="a plan (gac align -o, or a job record) for MODEL (repeatable)")
+    p.add_argument("--compressor", help="the compressor whose modules the plans size (default: the plan's own)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a compressor option (JSON value), e.g. group_size=4 (repeatable)")
+    p.add_argument("--seq-len", action="append", type=int, default=[], metavar="S",
+                   help="prefill length (repeatable; default 1024)")
+    p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the prediction document here")
+    p.add_argument("--force", action="store_true", help="overwrite --json")
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.predict.report import format_prediction, predict_document
+
+    if args.json and Path(args.json).exists() and not args.force:
+        raise GacError(f"{args.json!r} already exists; choose another --json path or pass --force")
+    options = {}
+    for item in args.option:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise GacError(f"--option {item!r} must be KEY=VALUE, e.g. group_size=4")
+        try:
+            options[k] = json.loads(v)
+        except ValueError:
+            options[k] = v
+    doc = predict_document(args.gpu, args.model, args.plan, args.compressor, options, args.seq_len or [1024],
+                           args.batch)
+    print(format_prediction(doc))
+    if args.json:
+        from gac.io import write_json_atomic
+
+        write_json_atomic(args.json, doc, overwrite=args.force)
+        print(f"wrote {args.json}")
+    return 0

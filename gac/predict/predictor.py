@@ -1,0 +1,221 @@
+"""Predicted prefill latency of a (compressed) model on a GPU gac does not have, from shapes and kernel data alone.
+
+A prefill in eager PyTorch (Hugging Face ``LlamaForCausalLM``, fp16, ``use_cache=False``) is a sequence of kernels
+the CPU issues one after another. :func:`model_kernels` lists them from a
+:class:`~gac.compression.structure.Structure`'s module shapes (the projections each compressor installs: ``nn.Linear``,
+low rank, grouped low rank, a narrower MLP), with the element-wise and norm kernels HF's Llama runs between them
+(RMSNorm in fp32: 8 kernels; rotary: 5 per q and k; the attention output's transpose copy; 2 residual adds; SiLU and
+the gate product), and each kernel's GPU time from :mod:`gac.predict.kernels`.
+
+**Launch cost.** The CPU issues a kernel every ``c`` ms (Python, dispatch and launch); the GPU runs each kernel
+when it has been issued and the previous one has finished. :func:`simulate` plays that queue: a small prefill is
+launch-bound (the GPU waits), a large one GPU-bound. ``c`` is the one number per GPU not taken from kernel data: it
+is solved so that the baseline model at one sequence length (the published profile's ``framework_reference``: the
+GAC paper's Llama-3-8B baseline at S=128) comes out at its measured latency. Nothing else comes from end-to-end
+measurements.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from gac.errors import GacError
+from gac.predict.kernels import Calibration, gemm_ms, sdpa_ms, stream_ms
+
+log = logging.getLogger(__name__)
+
+#: the streaming multiprocessors the wave model assumes (A100: both form factors; H100: SXM5, which the published
+#: data's bandwidth ratio points to — PCIe has 114)
+SMS = {"a100": 108, "h100": 132}
+GPUS = tuple(SMS)
+KINDS = ("attn_proj", "sdpa", "mlp", "elementwise", "head")
+KIND_LABELS = {"attn_proj": "attention projections", "sdpa": "SDPA", "mlp": "MLP", "elementwise": "norms, rotary, adds",
+               "head": "embedding, final norm, lm_head", "launch_wait": "GPU idle, waiting for launches"}
+ELEM = 2  # bytes per fp16 element
+F32 = 4
+
+
+@dataclass
+class Kernel:
+    name: str
+    kind: str
+    ms: float
+    layer: int | None = None
+
+
+@dataclass
+class Prediction:
+    total_ms: float
+    busy_ms: float
+    by_kind: dict[str, float]
+    kernels: int
+    detail: list[Kernel] = field(default_factory=list, repr=False)
+
+    @property
+    def launch_wait_ms(self) -> float:
+        return max(0.0, self.total_ms - self.busy_ms)
+
+    def to_json(self) -> dict:
+        return {"total_ms": self.total_ms, "gpu_busy_ms": self.busy_ms, "launch_wait_ms": self.launch_wait_ms,
+                "by_kind_ms": dict(self.by_kind), "kernels": self.kernels}
+
+
+# ---------------------------------------------------------------------------------------------- the kernel list
+def _projection(cal: Calibration, module, tokens: int, name: str, kind: str, layer: int) -> list[Kernel]:
+    from torch import nn
+
+    from gac.compression.modules import GroupedLowRankLinear, LowRankLinear
+
+    if isinstance(module, LowRankLinear):
+        return [Kernel(f"{name}.down", kind, gemm_ms(cal, tokens, module.rank, module.in_features), layer),
+                Kernel(f"{name}.up", kind, gemm_ms(cal, tokens, module.out_features, module.rank), layer)]
+    if isinstance(module, GroupedLowRankLinear):
+        total = sum(module.ranks)
+        out = [Kernel(f"{name}.down", kind, gemm_ms(cal, tokens, total, module.in_features), layer)]
+        for g, (r, o) in enumerate(zip(module.ranks, module.outs)):
+            # the group's input is a strided slice of the down output: its leading dimension is sum(ranks)
+            out.append(Kernel(f"{name}.up{g}", kind, gemm_ms(cal, tokens, o, r, lead_k=total), layer))
+        out.append(Kernel(f"{name}.cat", kind, stream_ms(cal, 2 * ELEM * tokens * module.out_features), layer))
+        return out
+    if isinstance(module, nn.Linear):
+        return [Kernel(name, kind, gemm_ms(cal, tokens, module.out_features, module.in_features), layer)]
+    raise GacError(f"{name}: the predictor knows Linear, LowRankLinear and GroupedLowRankLinear, not "
+                   f"{type(module).__name__}")
+
+
+def _rmsnorm(cal: Calibration, tokens: int, hidden: int, name: str, kind: str, layer: int | None) -> list[Kernel]:
+    """HF LlamaRMSNorm: to(fp32), pow, mean, +eps, rsqrt, mul, to(fp16), * weight."""
+    th = tokens * hidden
+    sizes = ((ELEM + F32) * th, 2 * F32 * th, F32 * th + F32 * tokens, 2 * F32 * tokens, 2 * F32 * tokens,
+             2 * F32 * th + F32 * tokens, (F32 + ELEM) * th, 3 * ELEM * th)
+    return [Kernel(f"{name}.{i}", kind, stream_ms(cal, b), layer) for i, b in enumerate(sizes)]
+
+
+def _rotary(cal: Calibration, tokens: int, heads: int, head_dim: int, seq_len: int, name: str, layer: int):
+    """apply_rotary_pos_emb on one of q/k: x*cos, -x2, cat, *sin, add (5 kernels, strided (B, H, S, d) views)."""
+    n = tokens * heads * head_dim
+    cs = seq_len * head_dim * ELEM
+    sizes = (2 * ELEM * n + cs, ELEM * n, 2 * ELEM * n, 2 * ELEM * n + cs, 3 * ELEM * n)
+    return [Kernel(f"{name}.rope{i}", "elementwise", stream_ms(cal, b), layer) for i, b in enumerate(sizes)]
+
+
+def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list[Kernel]:
+    """The kernels of one prefill forward of ``structure`` (a :class:`~gac.compression.structure.Structure`)."""
+    from gac.compression.discovery import discover
+    from gac.compression.modules import get_module
+
+    model = structure.skeleton()
+    layout = discover(model)
+    cfg = structure.config
+    hidden = int(cfg.hidden_size)
+    vocab = int(cfg.vocab_size)
+    hd = layout.head_dim
+    T = batch * seq_len
+    ks: list[Kernel] = [Kernel("embed", "head", stream_ms(cal, 2 * ELEM * T * hidden))]
+    ks += [Kernel(f"rotary_emb.{i}", "head", stream_ms(cal, F32 * seq_len * hd * 2)) for i in range(6)]
+    for i, li in enumerate(layout.layers):
+        ks += _rmsnorm(cal, T, hidden, f"layers.{i}.input_layernorm", "elementwise", i)
+        mods = {p: get_module(model, li.name(p)) for p in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                            "up_proj", "down_proj")}
+        for p in ("q_proj", "k_proj", "v_proj"):
+            ks += _projection(cal, mods[p], T, li.name(p), "attn_proj", i)
+        hq = int(mods["q_proj"].out_features) // hd
+        hkv = int(mods["k_proj"].out_features) // hd
+        ks += _rotary(cal, T, hq, hd, seq_len, f"layers.{i}.q", i)
+        ks += _rotary(cal, T, hkv, hd, seq_len, f"layers.{i}.k", i)
+        ks.append(Kernel(f"layers.{i}.sdpa", "sdpa", sdpa_ms(cal, batch, hq, seq_len, hd, True, hkv), i))
+        ks.append(Kernel(f"layers.{i}.attn_out_transpose", "elementwise", stream_ms(cal, 2 * ELEM * T * hq * hd), i))
+        ks += _projection(cal, mods["o_proj"], T, li.name("o_proj"), "attn_proj", i)
+        ks.append(Kernel(f"layers.{i}.residual1", "elementwise", stream_ms(cal, 3 * ELEM * T * hidden), i))
+        ks += _rmsnorm(cal, T, hidden, f"layers.{i}.post_attention_layernorm", "elementwise", i)
+        ks += _projection(cal, mods["gate_proj"], T, li.name("gate_proj"), "mlp", i)
+        ks += _projection(cal, mods["up_proj"], T, li.name("up_proj"), "mlp", i)
+        width = int(mods["gate_proj"].out_features)
+        ks.append(Kernel(f"layers.{i}.act", "mlp", stream_ms(cal, 2 * ELEM * T * width), i))
+        ks.append(Kernel(f"layers.{i}.gate_mul", "mlp", stream_ms(cal, 3 * ELEM * T * width), i))
+        ks += _projection(cal, mods["down_proj"], T, li.name("down_proj"), "mlp", i)
+        ks.append(Kernel(f"layers.{i}.residual2", "elementwise", stream_ms(cal, 3 * ELEM * T * hidden), i))
+    ks += _rmsnorm(cal, T, hidden, "norm", "head", None)
+    ks.append(Kernel("lm_head", "head", gemm_ms(cal, T, vocab, hidden)))
+    return ks
+
+
+def simulate(kernels: list[Kernel], issue_ms: float) -> float:
+    """Finish time of the last kernel when the CPU issues one every ``issue_ms`` and the GPU runs them in order."""
+    cpu = gpu = 0.0
+    for k in kernels:
+        cpu += issue_ms
+        gpu = max(gpu, cpu) + k.ms
+    return gpu
+
+
+def solve_issue_ms(kernels: list[Kernel], measured_ms: float) -> float:
+    """The CPU issue interval that makes :func:`simulate` give ``measured_ms`` (bisection; 0 when even a free launch
+    is slower than measured)."""
+    if simulate(kernels, 0.0) >= measured_ms:
+        log.warning("the GPU time alone (%.2f ms) already exceeds the reference latency %.2f ms; launch cost set to 0",
+                    simulate(kernels, 0.0), measured_ms)
+        return 0.0
+    lo, hi = 0.0, measured_ms / max(1, len(kernels)) * 2 + 1e-3
+    while simulate(kernels, hi) < measured_ms:
+        hi *= 2
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if simulate(kernels, mid) < measured_ms:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def summarize(kernels: list[Kernel], total: float) -> Prediction:
+    by = {k: 0.0 for k in KINDS}
+    for k in kernels:
+        by[k.kind] = by.get(k.kind, 0.0) + k.ms
+    return Prediction(total_ms=total, busy_ms=sum(by.values()), by_kind=by, kernels=len(kernels), detail=kernels)
+
+
+class Predictor:
+    """Prefill latency on ``gpu`` (``a100`` / ``h100``) from its published kernel data (or a given profile)."""
+
+    def __init__(self, gpu: str, profile=None, issue_ms: float | None = None):
+        from gac.predict.calibrate import calibrate
+        from gac.profiling.published import published_profile
+
+        g = str(gpu).strip().lower()
+        if g not in SMS:
+            from gac.errors import unknown_name
+
+            raise unknown_name("GPU for predictions", str(gpu), GPUS)
+        self.gpu = g
+        self.profile = profile if profile is not None else published_profile(g)
+        self.cal = calibrate(self.profile, SMS[g], g)
+        self.reference = self.profile.meta.get("framework_reference")
+        self.issue_ms = issue_ms if issue_ms is not None else self._fit_issue()
+
+    def _fit_issue(self) -> float:
+        ref = self.reference
+        if not isinstance(ref, dict):
+            raise GacError(f"profile {self.profile.device_name!r} has no framework_reference (a baseline's measured "
+                           f"prefill latency) to fit the launch cost; pass issue_ms")
+        from gac.compression.structure import Structure, architecture
+
+        config = architecture(ref.get("model", "reference"), random_weights=True, arch=ref["arch"])
+        ks = model_kernels(Structure(config, "float16"), self.cal, int(ref["batch"]), int(ref["seq_len"]))
+        return solve_issue_ms(ks, float(ref["prefill_ms"]))
+
+    def kernels(self, structure, batch: int, seq_len: int) -> list[Kernel]:
+        return model_kernels(structure, self.cal, batch, seq_len)
+
+    def predict(self, structure, batch: int = 1, seq_len: int = 1024) -> Prediction:
+        if batch < 1 or seq_len < 1:
+            raise GacError(f"batch and seq_len must be positive, got batch={batch} seq_len={seq_len}")
+        ks = self.kernels(structure, batch, seq_len)
+        return summarize(ks, simulate(ks, self.issue_ms))
+
+    def describe(self) -> dict:
+        ref = self.reference or {}
+        return {"gpu": self.gpu, "sms": self.cal.sms, "issue_ms": self.issue_ms,
+                "launch_cost_from": {k: ref.get(k) for k in ("model", "batch", "seq_len", "prefill_ms", "source")},
+                "calibration": self.cal.to_json(), "profile": self.profile.device_name}

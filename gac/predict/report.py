@@ -1,0 +1,128 @@
+"""Predictions for a model and its plans, as a document and a table (``gac predict``, the bench's predicted column)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+from gac.errors import GacError
+from gac.predict.predictor import KIND_LABELS, KINDS, Predictor
+
+CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
+LABEL = "predicted, {gpu}, from published kernel data"
+
+
+def column_label(gpu: str) -> str:
+    """The label every predicted number carries (never mistaken for a measurement)."""
+    return LABEL.format(gpu=gpu.upper())
+
+
+def resolve_model(model: str):
+    """``(name, transformers config)`` of a model given as a ``conf/model`` name (``llama3_8b``: its ``arch`` block,
+    no weights, offline), a ``conf/model``-style YAML file, ``tiny``, a local HF/gac directory or a hub id."""
+    from gac.compression.structure import architecture
+
+    m = str(model)
+    path = Path(m).expanduser()
+    conf = CONF_MODEL_DIR / f"{m}.yaml"
+    yml = path if path.suffix in (".yaml", ".yml") and path.is_file() else conf if conf.is_file() else None
+    if yml is not None:
+        try:
+            doc = yaml.safe_load(yml.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise GacError(f"model config {str(yml)!r} is not valid YAML ({str(e).splitlines()[0]})") from None
+        if doc.get("arch"):
+            return str(doc.get("name") or m), architecture(doc.get("spec", m), random_weights=True, arch=doc["arch"])
+        return str(doc.get("name") or m), architecture(doc.get("spec", m))
+    if path.suffix in (".yaml", ".yml"):
+        raise GacError(f"model config {m!r} does not exist")
+    known = sorted(p.stem for p in CONF_MODEL_DIR.glob("*.yaml")) if CONF_MODEL_DIR.is_dir() else []
+    if not path.exists() and "/" not in m and m not in ("tiny", "tiny-untrained"):
+        from gac.errors import unknown_name
+
+        raise unknown_name("model config (a conf/model name, a YAML file, a model directory or a hub id)", m, known)
+    return m, architecture(m)
+
+
+def load_plan(path: str, compressor: str | None) -> tuple[dict, str]:
+    """``(dims, compressor)`` of a plan file (``gac align -o``, a job record's ``plan``, or any ``{"dims": ...}``)."""
+    from gac.io import read_json
+
+    doc = read_json(path, "plan file")
+    if isinstance(doc, dict) and isinstance(doc.get("plan"), dict):  # a job record
+        comp = compressor or (doc.get("job") or {}).get("compressor")
+        doc = doc["plan"]
+    else:
+        comp = compressor or (doc.get("compressor") if isinstance(doc, dict) else None)
+    dims = doc.get("dims") if isinstance(doc, dict) else None
+    if not isinstance(dims, dict) or not dims:
+        raise GacError(f"plan file {str(path)!r} has no 'dims' object; write it with `gac align ... -o PLAN.json`")
+    if not comp:
+        raise GacError(f"plan file {str(path)!r} does not name its compressor; pass --compressor (asvd, svd_llm, "
+                       f"llm_pruner or palu)")
+    return dims, str(comp)
+
+
+def predict_document(gpu: str, model: str, plans=(), compressor: str | None = None, options: dict | None = None,
+                     seq_lens=(1024,), batch: int = 1, predictor: Predictor | None = None) -> dict:
+    """Predicted prefill latency of ``model`` and of each plan (validated before anything is predicted)."""
+    from gac.compression.structure import Structure
+    from gac.predict.predictor import GPUS
+
+    if predictor is None and str(gpu).strip().lower() not in GPUS:
+        from gac.errors import unknown_name
+
+        raise unknown_name("GPU (published kernel data exist for these)", str(gpu), GPUS)
+    if batch < 1 or any(int(s) < 1 for s in seq_lens):
+        raise GacError(f"--batch and --seq-len must be positive, got batch={batch} seq_len={list(seq_lens)}")
+    name, config = resolve_model(model)
+    limit = getattr(config, "max_position_embeddings", None)
+    for s in seq_lens:
+        if isinstance(limit, int) and s > limit:
+            raise GacError(f"--seq-len {s} is above {name}'s maximum sequence length {limit}")
+    variants = [("Baseline", Structure(config, "float16"), None)]
+    for f in plans:
+        dims, comp = load_plan(f, compressor)
+        try:
+            s = Structure(config, "float16", comp, dict(options or {}), dims)
+        except GacError as e:
+            raise GacError(f"plan file {str(f)!r} does not fit {name} with {comp}: {e}") from None
+        label = Path(f).stem
+        if any(v[0] == label for v in variants):
+            label = f"{label} ({len(variants)})"
+        variants.append((label, s, {"plan_file": str(f), "compressor": comp,
+                                    "dims_sha256": hashlib.sha256(json.dumps(dims, sort_keys=True).encode()).hexdigest()}))
+    pred = predictor or Predictor(gpu)  # after every input is checked: the calibration takes a second
+    rows = []
+    for s in seq_lens:
+        base = None
+        for label, st, info in variants:
+            p = pred.predict(st, batch, int(s))
+            base = base if base is not None else p.total_ms
+            rows.append({"variant": label, "seq_len": int(s), "batch": batch, **p.to_json(),
+                         "vs_baseline": p.total_ms / base - 1, **({"plan": info} if info else {})})
+    return {"kind": "prediction", "label": column_label(pred.gpu), "gpu": pred.gpu, "model": name, "rows": rows,
+            "predictor": pred.describe()}
+
+
+def format_prediction(doc: dict) -> str:
+    ref = doc["predictor"]["launch_cost_from"]
+    head = (f"{doc['label']} (a model, not a measurement): {doc['model']} prefill, batch "
+            f"{doc['rows'][0]['batch']}, fp16, HF eager\n"
+            f"kernel data: the GAC authors' {doc['gpu'].upper()} figures; launch cost "
+            f"{1e3 * doc['predictor']['issue_ms']:.1f} us/kernel solved from their Llama-3-8B baseline at "
+            f"S={ref.get('seq_len')} ({ref.get('prefill_ms')} ms)")
+    cols = ["variant", "S"] + [KIND_LABELS[k] for k in KINDS] + [KIND_LABELS["launch_wait"], "total ms", "vs baseline"]
+    lines = []
+    for r in doc["rows"]:
+        lines.append([r["variant"], str(r["seq_len"])] + [f"{r['by_kind_ms'][k]:.2f}" for k in KINDS]
+                     + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}",
+                        "" if r["variant"] == "Baseline" else f"{100 * r['vs_baseline']:+.1f}%"])
+    widths = [max(len(c), *(len(x[i]) for x in lines)) for i, c in enumerate(cols)]
+    out = [head, "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))) for r in lines]
+    return "\n".join(out)

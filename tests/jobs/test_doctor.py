@@ -1,0 +1,104 @@
+"""``gac doctor`` on this CPU node (its GPU branch: tests/gpu/test_gpu_node.py): one line per check, CUDA reported as
+not available (exit 0), a failing check exits 1, and the judgements the GPU branch makes, fed real kernel names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gac.cli import main
+from gac.jobs import doctor
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-node behaviour (a GPU is present)")
+
+
+def test_doctor_on_a_cpu_node_runs_the_cpu_checks_and_exits_0(tmp_path, capsys):
+    out_json = tmp_path / "doctor.json"
+    assert main(["doctor", "--no-smoke", "--json", str(out_json)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    status = {ln.split()[1]: ln.split()[0] for ln in lines if ln[:4] in ("PASS", "FAIL", "INFO")}
+    assert status["versions"] == "PASS" and status["cuda"] == "INFO" and status["device"] == "PASS"
+    assert any("CUDA not available" in ln for ln in lines)
+    sdpa = [ln for ln in lines if ln.split()[1] == "sdpa"]
+    assert len(sdpa) == len(doctor.HEAD_DIMS) and all(ln.startswith("PASS") for ln in sdpa)
+    assert any("gemm K=512/513" in ln and ln.startswith("PASS") for ln in lines)
+    assert lines[-2] == "all checks passed" and lines[-1] == f"wrote {out_json}"
+    doc = json.loads(out_json.read_text())
+    assert doc["failed"] == 0 and doc["device"] == "cpu"
+    by_name = {c["name"]: c for c in doc["checks"]}
+    d107 = by_name["sdpa d=107 fp32"]["data"]
+    assert d107["ran"] in ("flash (cpu)", "math") and "math" in d107["accepts"] and d107["latency_ms"]["auto"] > 0
+    gemm = by_name["gemm K=512/513"]["data"]["points"]
+    assert gemm["513"]["kernel"] == "aten::mm" and gemm["513"]["tier"] == "cpu"
+
+
+def test_asking_for_cuda_on_a_cpu_node_is_a_failed_check(capsys):
+    assert main(["doctor", "--device", "cuda:1", "--no-smoke"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  cuda" in out and "CUDA is not available" in out and "srun --gres=gpu:1" in out
+    assert "sdpa" not in out  # nothing measured on a device that is not there
+
+
+def test_smoke_compresses_reloads_evaluates_and_benches_tiny():
+    c = doctor.smoke_check(torch.device("cpu"))
+    assert c.status == "PASS", c.detail
+    d = c.data
+    assert d["aligned_fraction"] == 1.0 and d["ppl_compressed"] < 1.5 * d["ppl_baseline"]
+    assert d["prefill_ms"] > 0 and d["bench_ratio"] > 0 and d["timer"] == "perf_counter"
+
+
+def test_transformers_that_disables_this_torch_fails_the_versions_check(monkeypatch):
+    import transformers.utils
+
+    monkeypatch.setattr(transformers.utils, "is_torch_available", lambda: False)
+    c = doctor.check_versions()
+    assert c.status == "FAIL" and "transformers<5.20" in c.detail and "needs torch >= 2.6" in c.detail
+
+
+# ------------------------------------------------------------- the GPU branch's judgements, on real kernel names
+
+
+def _sdpa_check(d, selected, accepts):
+    data = {"head_dim": d, "dtype": "float16", "selected": selected, "accepts": accepts,
+            "latency_ms": {"auto": 2.139, **{b: 1.0 for b in accepts}},
+            "source_accepts": [b for b in ("flash", "efficient", "cudnn", "math") if doctor.source_accepts(b, d)]}
+    return doctor.Check(f"sdpa d={d} fp16", "PASS", "", data)
+
+
+def test_sdpa_check_passes_when_the_kernel_that_ran_is_the_dispatchers_choice():
+    c = _sdpa_check(107, "flash", ["flash", "math"])
+    doctor._finish_sdpa(c, "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, "
+                           "false, cutlass::half_t", cuda=True)
+    assert c.status == "PASS" and c.detail.startswith("runs flash (2.139 ms") and "differs" not in c.detail
+
+
+def test_sdpa_check_fails_when_another_backend_ran_and_notes_a_source_difference():
+    c = _sdpa_check(64, "flash", ["flash", "efficient", "math"])  # cudnn rejected though the source admits 64
+    doctor._finish_sdpa(c, "fmha_cutlassF_f16_aligned_64x128_rf_sm80", cuda=True)
+    assert c.status == "FAIL" and "picks flash but the kernel that ran is efficient's" in c.detail
+    assert "differs from the torch 2.5-2.9 source for: cudnn" in c.detail
+    m = _sdpa_check(107, "math", ["math"])
+    doctor._finish_sdpa(m, "ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn", cuda=True)
+    assert m.status == "PASS" and m.data["ran"] == "math"  # GEMMs and a softmax: math
+
+
+def test_gemm_check_fails_on_a_kernel_gac_cannot_place_in_a_tier():
+    def check(k1, k2):
+        c = doctor.Check("gemm K=4096/4097", "PASS", "", {"points": {"4096": {"ms": 1.0}, "4097": {"ms": 1.6}}})
+        doctor._finish_gemm(c, {"4096": k1, "4097": k2})
+        return c
+
+    ok = check("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNN",
+               "void cutlass::Kernel2<cutlass_75_tensorop_f16_s1688gemm_f16_256x128_nn_align1>")
+    assert ok.status == "PASS" and "K=4097 1.600 ms align1" in ok.detail and "1.60x" in ok.detail
+    bad = check("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNN", "some_new_kernel_1x1")
+    assert bad.status == "FAIL" and "does not know 'some_new_kernel_1x1'" in bad.detail
+
+
+def test_the_source_rules_are_what_the_readme_says():
+    assert [b for b in ("flash", "efficient", "cudnn") if doctor.source_accepts(b, 107)] == ["flash"]
+    assert all(doctor.source_accepts(b, 112) for b in ("flash", "efficient", "cudnn"))
+    assert not doctor.source_accepts("cudnn", 136) and doctor.source_accepts("flash", 256)
+    assert not doctor.source_accepts("flash", 264)
