@@ -281,7 +281,8 @@ def _check_numbers(cfg: dict, ev: dict) -> None:
             raise GacError(f"config: {key} is empty; give it a value (e.g. {key}={example}) or leave it out")
     need("eval.ppl_seq_len", ev.get("ppl_seq_len"), 2, none_ok=True)
     need("eval.ppl_max_windows", ev.get("ppl_max_windows"), 1, none_ok=True, what=" (null scores the whole text)")
-    need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
+    if ev.get("tasks"):  # eval=none sets limit 0 beside no tasks: a limit matters only to the tasks it limits
+        need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
     for k in ("batch_size", "latency_batch"):
         need(f"eval.{k}", ev.get(k, 1), 1)
     need("eval.decode_tokens", ev.get("decode_tokens", 0), 0)
