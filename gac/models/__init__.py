@@ -91,18 +91,20 @@ def model_label(name: str, spec: str | os.PathLike) -> str:
     return str(name)
 
 
-def check_model_files(spec: str | os.PathLike) -> None:
+def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
     """Before any work, without loading weights: a local Hugging Face directory's weight files match its
     ``config.json`` (every tensor present, none extra, each of the shape the config gives), and a gac checkpoint
     matches its recorded config and checksums (:func:`gac.compression.checkpoint.check_checkpoint`). A
-    :class:`GacError` naming the first difference otherwise: such a model would load with random weights."""
+    :class:`GacError` naming the first difference otherwise: such a model would load with random weights.
+    ``verify=False`` skips a checkpoint's sha256 (``gac evaluate --no-verify``); a file hashed here is not hashed
+    again on load."""
     kind = model_kind(spec)
     if kind == "local":
         check_hf_dir(Path(str(spec)).expanduser())
     elif kind == "checkpoint":
         from gac.compression.checkpoint import check_checkpoint
 
-        check_checkpoint(Path(str(spec)).expanduser())
+        check_checkpoint(Path(str(spec)).expanduser(), verify=verify)
 
 
 def _short(e: Exception, n: int = 200) -> str:
