@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log at DEBUG level, lm-eval's warnings and the profiler's lines included")
     parser.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress bars, periodic progress lines or stage times (GAC_QUIET=1 does the same)")
+                        help="no progress bars, periodic progress lines, stage times or INFO log lines: warnings and errors only "
+                             "(GAC_QUIET=1 does the same)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
@@ -84,16 +85,17 @@ def _silence_stdout() -> None:
 
 
 def _run(parser, args) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
     from gac.progress import is_quiet, quiet_libraries, quiet_scope
+
+    quiet = args.quiet or is_quiet()
+    level = logging.DEBUG if args.verbose else logging.WARNING if quiet else logging.INFO  # -q: warnings and errors only
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     try:
-        with quiet_scope(args.quiet or is_quiet()):
+        with quiet_scope(quiet):
             quiet_libraries(verbose=args.verbose)
             return int(args._run(args) or 0)
     except GacError as e:

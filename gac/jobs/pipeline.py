@@ -281,7 +281,7 @@ def _check_numbers(cfg: dict, ev: dict) -> None:
             raise GacError(f"config: {key} is empty; give it a value (e.g. {key}={example}) or leave it out")
     need("eval.ppl_seq_len", ev.get("ppl_seq_len"), 2, none_ok=True)
     need("eval.ppl_max_windows", ev.get("ppl_max_windows"), 1, none_ok=True, what=" (null scores the whole text)")
-    if ev.get("tasks"):  # eval=none sets limit 0 beside no tasks: a limit matters only to the tasks it limits
+    if ev.get("tasks"):  # eval=none sets limit 0 beside no tasks: only a limit that will be used is checked
         need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
     for k in ("batch_size", "latency_batch"):
         need(f"eval.{k}", ev.get(k, 1), 1)
@@ -708,7 +708,7 @@ def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **est
     config = model_config_offline(model_spec)
     if config is None:
         return None
-    own = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    own = str(getattr(config, "dtype", None) or "float32")  # (transformers >= 5 reads a config's torch_dtype as dtype)
     dt = dtype_name(dtype, device) or dtype_name(own.removeprefix("torch."), device)
     from gac.models import BUILTIN
 

@@ -166,7 +166,7 @@ def test_other_families_roundtrip(model_type, tmp_path):
         assert m2.model.layers[0].self_attn.k_proj.bias is not None
 
 
-def test_compress_cli(tmp_path, base, monkeypatch):
+def test_compress_cli(tmp_path, base, monkeypatch, capsys):
     from gac.cli import main
 
     if base[4] != "tiny":
@@ -192,7 +192,12 @@ def test_compress_cli(tmp_path, base, monkeypatch):
     monkeypatch.setattr(report, "evaluate", fake_evaluate)
     assert main(["evaluate", str(out), "--ppl", "--tasks", "piqa"]) == 2
     assert asked["ppl_source"] == "tiny" and asked["task_files"]["piqa"].endswith(".jsonl")
-    assert main(["evaluate", str(out), "--ppl", "--data", "hub"]) == 2 and asked["ppl_source"] == "wikitext2"
+    # --data hub asks for WikiText-2, which is not reachable offline: refused in one line before anything is loaded
+    asked.clear()
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--ppl", "--data", "hub"]) == 2 and asked == {}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "wikitext" in err[0].lower(), err
 
 
 def test_bf16_cast_model_reloads_identically(tmp_path):
