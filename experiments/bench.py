@@ -29,4 +29,9 @@ if __name__ == "__main__":
     from gac.cli import guard_closed_pipe
 
     guard_closed_pipe()  # `... | head`: quiet, no BrokenPipeError traceback
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # one line and exit code 130, not a traceback
+        from gac.jobs.experiment import interrupted
+
+        sys.exit(interrupted("experiments/bench.py", resumes=False))

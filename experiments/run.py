@@ -34,9 +34,11 @@ def main(cfg: DictConfig):
 
 if __name__ == "__main__":
     from gac.cli import guard_closed_pipe
-    from gac.jobs.experiment import check_command_line
+    from gac.jobs.experiment import check_command_line, interrupted
 
     guard_closed_pipe()  # `python experiments/run.py --cfg job | head`: quiet, no BrokenPipeError traceback
-
-    check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
-    main()
+    try:
+        check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
+        main()
+    except KeyboardInterrupt:  # Ctrl-C outside the job itself (composing, a sweep between points)
+        sys.exit(interrupted())

@@ -83,7 +83,50 @@ def os_error(e: OSError, action: str, path: str | os.PathLike) -> GacError:
         errno.EPERM: "permission denied: choose a directory you can write to (or fix its permissions)",
         errno.EFBIG: "the file is larger than this process may write (ulimit -f): raise the limit",
     }.get(e.errno, "check the path and the disk")
-    return GacError(f"cannot {action} {str(path)!r}: {e.strerror or e}; {hint}")
+    err = GacError(f"cannot {action} {str(path)!r}: {e.strerror or e}; {hint}")
+    err.errno = e.errno  # callers tell a full disk (ENOSPC, EDQUOT) from other failures
+    return err
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class SpaceReserve:
+    """A little disk space a job holds while it runs (a temp file of ``size`` bytes, blocks allocated), given back
+    when it must record how it ended on a full disk: the attempt's outcome and the failure record ("disk full") then
+    still have room. The file is named like any temp file, so :func:`clean_temp_files` removes it when its job is
+    gone."""
+
+    def __init__(self, directory: str | os.PathLike, name: str, size: int = 256 << 10):
+        self.path = temp_path(Path(directory) / name)
+        self.size = int(size)
+        self.held = False
+
+    def take(self) -> SpaceReserve:
+        try:
+            fd = create_new(self.path)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, self.size)
+                except (AttributeError, OSError) as e:
+                    if getattr(e, "errno", None) in DISK_FULL:
+                        raise
+                    os.write(fd, b"\0" * self.size)  # a file system without fallocate
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise os_error(e, "reserve space for the job's bookkeeping in", self.path.parent) from None
+        self.held = True
+        return self
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
 
 def check_writable(directory: str | os.PathLike, what: str = "directory", probe_bytes: int = 65536) -> Path:
@@ -117,8 +160,9 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-def read_json(path: str | os.PathLike, what: str = "file") -> object:
-    """Read strict JSON (NaN/Infinity rejected) with errors that name the file and the problem."""
+def read_json(path: str | os.PathLike, what: str = "file", max_bytes: int | None = None) -> object:
+    """Read strict JSON (NaN/Infinity rejected) with errors that name the file and the problem; a file larger than
+    ``max_bytes`` is refused before it is read."""
     p = Path(path)
     if not p.exists():
         raise GacError(f"{what} {str(p)!r} does not exist")
@@ -127,9 +171,14 @@ def read_json(path: str | os.PathLike, what: str = "file") -> object:
     if not p.is_file():  # a fifo would block the read forever, a device never ends
         raise GacError(f"{what} {str(p)!r} is not a regular file (a fifo, socket or device), expected a JSON file")
     try:
+        if max_bytes is not None and p.stat().st_size > max_bytes:
+            raise GacError(f"{what} {str(p)!r} is {p.stat().st_size / 2**20:,.0f} MiB, larger than any such file gac "
+                           f"writes ({max_bytes / 2**20:,.0f} MiB)")
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise GacError(f"cannot read {what} {str(p)!r}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise GacError(f"{what} {str(p)!r} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise GacError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:

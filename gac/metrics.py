@@ -17,6 +17,7 @@ read (``ResultsStore.read_record`` / ``iter_records``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import PurePath
@@ -172,3 +173,43 @@ def _path(d, *keys):
             return None
         d = d.get(k)
     return d
+
+
+# ---------------------------------------------------------------------------------------------- plausible values
+_UNIT_INTERVAL = re.compile(r"_(acc|acc_norm|exact_match|f1|mcc|brier_score)(_[A-Za-z0-9_]+)?$")
+
+
+def metric_problem(name: str, value) -> str | None:
+    """Why ``value`` cannot be metric ``name`` (None when it can; None itself is "not run"): every metric is a finite
+    number; perplexity is above 1; accuracies (``*_acc``, ``*_acc_norm``, exact match, F1) lie in [0, 1]; standard
+    errors and spreads are >= 0; latencies are > 0. What a job checks before writing a record and a reader checks
+    before trusting one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is {value!r}, not a number"
+    if not math.isfinite(value):
+        return f"is {value}, not a finite number"
+    n = str(name)
+    if n.endswith("_stderr") or n == PREFILL_SPREAD:
+        return None if value >= 0 else f"is {value:g}; a standard error or spread is >= 0"
+    if is_ppl(n):
+        return None if value > 1 else f"is {value:g}; a perplexity is above 1"
+    if n.startswith(PREFILL) or n == DECODE:
+        return None if value > 0 else f"is {value:g}; a latency is above 0 ms"
+    if _UNIT_INTERVAL.search(n):
+        return None if 0 <= value <= 1 else f"is {value:g}; an accuracy lies in [0, 1]"
+    return None
+
+
+def check_metrics(metrics, where: str) -> None:
+    """Raise a :class:`~gac.errors.GacError` naming the first metric of ``metrics`` that :func:`metric_problem`
+    rejects (``where`` says whose metrics they are)."""
+    from gac.errors import GacError
+
+    if not isinstance(metrics, Mapping):
+        raise GacError(f"{where}: metrics are a {type(metrics).__name__}, not an object of numbers")
+    for k, v in metrics.items():
+        why = metric_problem(k, v)
+        if why:
+            raise GacError(f"{where}: metric {k!r} {why}")

@@ -53,6 +53,9 @@ def _files(T: Path) -> None:
     (T / "plan_wrong_model.json").write_text(json.dumps({"dims": {"model.layers.9.self_attn.q_proj": 64}}))
     (T / "plan_ok.json").write_text(json.dumps({"dims": {"model.layers.0.self_attn.q_proj": 64}}))
     _files_2(T, tgt)
+    from tests.bad_store_fixtures import store_files
+
+    store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -84,6 +84,9 @@ def load_results(source, include_failures: bool = False, allow_empty: bool = Fal
     if store is None:
         root = Path(source)
         if not root.exists():
+            if root.is_symlink():
+                raise GacError(f"results directory {str(root)!r} is a broken or looping symbolic link; point it at the "
+                               f"results_dir your jobs wrote to")
             raise GacError(f"results directory {str(root)!r} does not exist; give the results_dir your jobs wrote to")
         if not root.is_dir():
             raise GacError(f"results directory {str(root)!r} is a file; give the directory that holds records/")

@@ -117,8 +117,10 @@ def run(args) -> int:
     from gac.data import check_source
     from gac.evaluation.tasks import check_hub_tasks
     from gac.jobs.pipeline import check_model_here, model_max_positions
+    from gac.models import check_model_files
 
     check_model_here(args.model)
+    check_model_files(args.model, verify=not args.no_verify)  # weights that match their config, before the data
     if args.ppl:
         check_source(ppl_source, "test", "--ppl-data")  # a binary file, a fifo, the hub while offline
     check_hub_tasks([t for t in tasks if t not in files])  # not a minute of retries after the model is loaded

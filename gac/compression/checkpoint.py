@@ -18,7 +18,10 @@ memory, or loaded from a checkpoint) has a guarded ``save_pretrained``: it write
 folder transformers would load with random weights (:func:`gac.compression.modules.save_pretrained`).
 
 Integrity: the sha256 of the weights (and buffers) file is recorded and **verified on load**; a flipped byte, a
-truncated or replaced file is a :class:`GacError` naming the fix. ``load_checkpoint(path, verify=False)`` (``gac
+truncated or replaced file is a :class:`GacError` naming the fix. So is ``gac_checkpoint.json`` itself (``meta_sha256``,
+checkpoints saved since it was added): an edited rope_theta changes no shape but every logit. Before anything is
+built, :func:`check_checkpoint` checks the config's fields and types, that the files it names lie inside the
+checkpoint, and that the architecture it describes has exactly the weights file's tensors, shapes and dtype. ``load_checkpoint(path, verify=False)`` (``gac
 evaluate --no-verify``) skips the hash (about 1 s per 1.5 GB) for a file you trust; a truncated or unparsable file
 is still an error. Files are created with mode 0666 minus the umask.
 """
@@ -217,6 +220,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
                         "buffers_sha256": buffers_digest},
             "provenance": provenance(),
         }
+        meta["meta_sha256"] = meta_sha256(meta)  # an edited gac_checkpoint.json is refused on load (verify)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
             for stray in ("config.json", "model.safetensors"):  # never leave a file transformers would load
@@ -244,12 +248,132 @@ def read_meta(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.is_dir():
         raise GacError(f"checkpoint {str(p)!r} is not a directory")
-    meta = read_json(p / META_FILE, "gac checkpoint config")
+    meta = read_json(p / META_FILE, "gac checkpoint config", max_bytes=256 << 20)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise GacError(f"{str(p / META_FILE)!r} is not a gac checkpoint config (format != {FORMAT!r})")
-    if int(meta.get("format_version", 0)) > FORMAT_VERSION:
-        raise GacError(f"checkpoint format {meta['format_version']} is newer than this gac understands ({FORMAT_VERSION}); upgrade gac")
+    version = meta.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise GacError(f"{str(p / META_FILE)!r} has format_version {version!r}, not an integer; {_COPY}")
+    if version > FORMAT_VERSION:
+        raise GacError(f"checkpoint format {version} is newer than this gac understands ({FORMAT_VERSION}); upgrade gac")
     return meta
+
+
+_COPY = "copy the checkpoint again from its source"
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def meta_sha256(meta: dict) -> str:
+    """The sha256 of a checkpoint config without its own ``meta_sha256`` (canonical JSON)."""
+    import json
+
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()).hexdigest()
+
+
+def _inside(p: Path, name, what: str) -> Path:
+    """``p / name`` for a file the checkpoint config names: a plain name inside the checkpoint directory (no path,
+    no link out of it), or a :class:`GacError`."""
+    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        raise GacError(f"checkpoint {str(p)!r}: its {what} is {name!r}, not a file name inside the checkpoint "
+                       f"directory; {_COPY}")
+    f = p / name
+    if f.is_symlink():
+        try:
+            real = f.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} is a broken link; {_COPY}") from None
+        if real.parent != p.resolve():
+            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} is a link to {str(real)!r}, outside the "
+                           f"checkpoint; gac reads weights only from inside a checkpoint: {_COPY}")
+    return f
+
+
+def meta_problem(meta: dict) -> str | None:
+    """What makes a checkpoint config unusable (None when nothing does): the fields gac writes, with their types."""
+    if meta.get("dtype") not in DTYPES:
+        return f"its dtype {meta.get('dtype')!r} is not one gac saves ({', '.join(DTYPES)})"
+    base = meta.get("base_config")
+    if not isinstance(base, dict) or not isinstance(base.get("model_type"), str):
+        return "its base_config is not a Hugging Face config with a model_type"
+    mods = meta.get("modules")
+    if not isinstance(mods, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in mods.items()):
+        return "its modules are not an object of {name: spec}"
+    w = meta.get("weights")
+    if not isinstance(w, dict) or not isinstance(w.get("file"), str):
+        return "it names no weights file"
+    return None
+
+
+def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | None = None) -> dict:
+    """Everything about a checkpoint that can be checked without loading its weights, before any work: its config
+    has the fields and types gac writes, names files inside the checkpoint, describes an architecture whose every
+    tensor the weights file holds with the same shape and dtype, its tokenizer files parse, and (``verify``) its
+    config and files match the sha256 recorded when it was saved. Returns the config; a one-line :class:`GacError`
+    naming the difference and the fix otherwise."""
+    from safetensors import safe_open
+
+    p = Path(path).expanduser()
+    meta = meta or read_meta(p)
+    where = f"checkpoint {str(p)!r}"
+    problem = meta_problem(meta)
+    if problem:
+        raise GacError(f"{where}: {META_FILE}: {problem}; {_COPY}")
+    w = meta["weights"]
+    wfile = _inside(p, w["file"], "weights file")
+    if not wfile.is_file():
+        raise GacError(f"{where} lacks its weights file {w['file']!r}; copy the whole checkpoint directory")
+    if w.get("buffers") is not None:
+        _inside(p, w["buffers"], "buffers file")
+    for tok in ("tokenizer.json", "tokenizer_config.json"):
+        if (p / tok).exists():
+            try:
+                read_json(p / tok, "tokenizer file", max_bytes=1 << 30)
+            except GacError as e:
+                raise GacError(f"{where}: {e}; {_COPY}") from None
+    try:
+        skeleton = build_skeleton(meta, meta_device=True)
+    except GacError as e:
+        raise GacError(f"{where}: {META_FILE} describes no model gac can rebuild ({e}); {_COPY}") from None
+    expected = {k: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for k, t in skeleton.state_dict().items()}
+    stored: dict = {}
+    try:
+        with safe_open(str(wfile), framework="pt") as h:
+            names = h.keys()  # a safe_open handle is not iterable
+            for k in names:
+                sl = h.get_slice(k)
+                stored[k] = (tuple(sl.get_shape()), _SAFETENSORS_DTYPES.get(str(sl.get_dtype()), str(sl.get_dtype())))
+    except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
+        raise _safetensors_error(p, wfile, e) from None
+    shared: dict[int, list[str]] = {}
+    for n, t in skeleton.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(t), []).append(n)
+    alias = {n: names for names in shared.values() if len(names) > 1 for n in names}
+    missing = [k for k in expected if k not in stored and not any(o in stored for o in alias.get(k, ()))]
+    extra = [k for k in stored if k not in expected]
+    differ = [k for k in expected if k in stored and stored[k] != expected[k]]
+    if missing or extra or differ:
+        parts = []
+        if differ:
+            k = differ[0]
+            parts.append(f"{len(differ)} tensor(s) differ, e.g. {k!r}: {list(stored[k][0])} {stored[k][1]} in "
+                         f"{w['file']}, {list(expected[k][0])} {expected[k][1]} from {META_FILE}")
+        if missing:
+            parts.append(f"{len(missing)} missing from {w['file']}, e.g. {missing[0]!r}")
+        if extra:
+            parts.append(f"{len(extra)} in {w['file']} the config has no place for, e.g. {extra[0]!r}")
+        raise GacError(f"{where}: {META_FILE} does not match its weights ({'; '.join(parts)}): the config was edited "
+                       f"or the weights come from another checkpoint; {_COPY}")
+    if verify:
+        if meta.get("meta_sha256") is not None and meta["meta_sha256"] != meta_sha256(meta):
+            raise GacError(f"{where}: {META_FILE} was changed after the checkpoint was saved (its sha256 differs); "
+                           f"{_COPY}, or load with verify=False (gac evaluate --no-verify) if you edited it on purpose")
+        verify_checkpoint(p, meta)
+    return meta
+
+
+_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
+                       "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
 
 def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = False) -> nn.Module:
@@ -257,21 +381,39 @@ def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = Fal
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
+    problem = meta_problem(meta)
+    if problem:
+        raise GacError(problem)
     base = dict(meta["base_config"])
     model_type = base.pop("model_type", None)
     try:
         config = AutoConfig.for_model(model_type, **base)
-    except (ValueError, KeyError) as e:
-        raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): {e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): "
+                       f"{why if len(why) < 200 else why[:197] + '...'}") from None
     dt = _dtype(dtype or meta.get("dtype", "float32"))
     dev = torch.device("meta") if meta_device else torch.device(device)
-    with dev, no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=dt)
+    try:
+        with dev, no_init_weights():
+            model = AutoModelForCausalLM.from_config(config, dtype=dt)
+    except Exception as e:  # noqa: BLE001 - an architecture transformers cannot build from this config
+        raise GacError(f"transformers cannot build a {model_type} causal LM from its base_config "
+                       f"({str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__})") from None
     model.tie_weights()  # no_init_weights skips tying; tied tensors are stored once in the weights file
     for name, spec in meta["modules"].items():
-        cur = get_module(model, name)
+        try:
+            cur = get_module(model, name)
+        except (GacError, AttributeError):
+            raise GacError(f"it names the module {name!r}, which a {model_type} model with this base_config does not "
+                           f"have") from None
         if module_spec(cur) != spec:
-            replace_module(model, name, build_module(spec, dtype=dt, device=dev))
+            try:
+                replace_module(model, name, build_module(spec, dtype=dt, device=dev))
+            except GacError as e:
+                raise GacError(f"module {name!r}: {e}") from None
+            except (KeyError, TypeError, ValueError) as e:
+                raise GacError(f"module {name!r} has an unusable spec {spec} ({type(e).__name__}: {e})") from None
     return model
 
 
@@ -295,14 +437,25 @@ def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None
     for file, digest in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
         if not file or not digest:
             continue
-        f = p / file
+        f = _inside(p, file, "weights file")
         if not f.is_file():
             raise GacError(f"checkpoint {str(p)!r} lacks its file {file!r}; copy the whole checkpoint directory")
-        got = file_sha256(f)
+        got = _verified_sha256(f)
         if got != digest:
             raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
                            f"file was damaged or changed: {got[:12]}... != {digest[:12]}...); copy the checkpoint again "
                            f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
+
+
+_HASHED: dict[tuple, str] = {}  # (file, device, inode, size, mtime_ns) -> sha256: a file checked twice is read once
+
+
+def _verified_sha256(f: Path) -> str:
+    st = f.stat()
+    ident = (str(f.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if ident not in _HASHED:
+        _HASHED[ident] = file_sha256(f)
+    return _HASHED[ident]
 
 
 def _safetensors_error(p: Path, file: Path, e: Exception) -> GacError:
@@ -320,17 +473,14 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
     from gac.compression.modules import guard_save_pretrained
 
     p = Path(path)
-    meta = read_meta(p)
+    meta = check_checkpoint(p, verify=verify)  # config, files, shapes and checksums, before anything is built
     wfile = p / meta["weights"]["file"]
-    if not wfile.is_file():
-        raise GacError(f"checkpoint {str(p)!r} lacks its weights file {meta['weights']['file']!r}")
-    if verify:
-        verify_checkpoint(p, meta)
     model = build_skeleton(meta, dtype=None, device=device)
     try:
         missing, unexpected = load_model(model, str(wfile), strict=True, device=str(device))
     except RuntimeError as e:
-        raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure: {str(e)[:500]}") from None
+        first = " ".join(str(e).split())[:300]
+        raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure ({first}); {_COPY}") from None
     except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
         raise _safetensors_error(p, wfile, e) from None
     if missing or unexpected:  # strict=True raises first; kept as a belt-and-braces guard
@@ -361,5 +511,9 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
     if (p / "tokenizer_config.json").is_file() or (p / "tokenizer.json").is_file():
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(p))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(p))
+        except Exception as e:  # noqa: BLE001 - tokenizers raise many kinds for a damaged file
+            why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {_COPY}") from None
     return model, tokenizer

@@ -36,7 +36,9 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
     cfg = resolve_model_data(cfg)  # the record's config says what ran: the model's label and its data, not "auto"
     if spec.sweep is None and sweep_dir is not None:
         spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
-    results_dir = Path(os.path.expanduser(str(cfg.get("results_dir", "results")))).resolve()
+    from gac.results.store import results_root
+
+    results_dir = results_root(cfg.get("results_dir", "results"))
     store = ResultsStore(results_dir)
     loggers = build_loggers(results_dir, (cfg.get("logger") or {}).get("wandb"))
     save_model = cfg.get("save_model")
@@ -67,9 +69,22 @@ def run_from_hydra(cfg) -> dict | None:
         print(f"experiments/run.py: error: [{point}]: {e}", file=sys.stderr)
         _FAILED_POINTS.append((point, str(e)))
         return None
+    except KeyboardInterrupt:
+        raise SystemExit(interrupted()) from None
     if not multirun:
         print(format_record(record))
     return record.get("metrics")
+
+
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a process stopped by Ctrl-C
+
+
+def interrupted(prog: str = "experiments/run.py", resumes: bool = True) -> int:
+    """Ctrl-C on a job: one line instead of a traceback, exit code 130. A job has recorded its attempt as
+    interrupted (``work/<key>/attempts.json``) and kept its finished stages, so running it again resumes."""
+    what = "re-run to resume (finished stages are kept)" if resumes else "re-run to start again (nothing was recorded)"
+    print(f"{prog}: interrupted; {what}", file=sys.stderr)
+    return INTERRUPTED_EXIT
 
 
 def format_record(record: dict) -> str:

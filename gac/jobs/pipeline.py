@@ -30,6 +30,7 @@ from gac.io import read_json, write_json_atomic
 from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric, prefill_point
 from gac.progress import progress, stage_done
 from gac.results import ResultsStore, config_key
+from gac.results.store import canonical_number
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     from gac.dtypes import job_dtype
     from gac.evaluation.tasks import check_task_names
     from gac.jobs.schema import validate_config
+    from gac.models import model_label
 
     cfg = resolve_model_data(validate_config(cfg))  # types and keys (gac.jobs.schema); the model's label and data
     comp = str(_require(cfg, "compressor.name"))
@@ -235,11 +237,11 @@ def spec_from_config(cfg: dict) -> JobSpec:
         except GacError as e:
             raise GacError(f"config compressor.options: {e}") from None
     return JobSpec(
-        model_name=str(_require(cfg, "model.name")),
+        model_name=model_label(_require(cfg, "model.name"), _require(cfg, "model.spec")),
         model_spec=str(_require(cfg, "model.spec")),
         compressor=comp,
         strategy=strategy,
-        ratio=float(ratio),
+        ratio=float(canonical_number(float(ratio))),  # 0.30000000000000004 (float drift) is the point 0.3
         unit=int(_require(cfg, "align.unit")),
         window=int(_require(cfg, "align.window")),
         use_profile=bool(_get(cfg, "align.use_profile", True)),
@@ -478,17 +480,152 @@ def model_max_positions(model_spec: str) -> int | None:
 
 
 class _Work:
-    """Stage outputs of one job under ``<results_dir>/work/<key>/`` (what a requeued job resumes from)."""
+    """Stage outputs of one job under ``<results_dir>/work/<key>/`` (what a requeued job resumes from).
+
+    ``attempts.json`` lists the job's attempts and, per stage output, the attempt that wrote it and the sha256 of
+    the file it wrote; each output file names its key, stage and attempt. A job resumes only an output an attempt of
+    this key wrote and nobody changed since, with the types its stage produces: a file planted or edited in the
+    work directory is reported and recomputed, never trusted. A damaged ``attempts.json`` (not JSON, another shape)
+    stops the job before any work with one line saying what to remove."""
+
+    FILE_FORMAT = "gac-stage-output"
 
     def __init__(self, store: ResultsStore, key: str):
         self.dir = store.root / "work" / key
+        self.key = key
+        self.attempts: list[dict] = []
+        self.outputs: dict[str, dict] = {}
+        self.attempt_id: int | None = None
+
+    @property
+    def attempts_path(self) -> Path:
+        return self.dir / "attempts.json"
+
+    def _fix(self) -> str:
+        return (f"remove the work directory (rm -r {self.dir}) and re-run: the point then starts again from its first "
+                f"stage (nothing finished is lost: records live under records/)")
+
+    def remove(self) -> None:
+        import shutil
+
+        if self.dir.is_symlink() or self.dir.is_file():
+            self.dir.unlink()
+        elif self.dir.exists():
+            shutil.rmtree(self.dir)
+
+    def load(self) -> None:
+        """Read and check ``attempts.json`` and the directory's entries (before any work)."""
+        if self.dir.is_symlink() or (self.dir.exists() and not self.dir.is_dir()):
+            raise GacError(f"{str(self.dir)!r} is not a directory (gac keeps a job's finished stages there); "
+                           f"{self._fix()}")
+        if not self.dir.exists():
+            return
+        for entry in self.dir.iterdir():
+            if entry.name.endswith(".json") and (entry.is_symlink() or not entry.is_file()):
+                raise GacError(f"{str(entry)!r} is not a plain file (a link or a directory where a job writes a stage "
+                               f"output); {self._fix()}")
+        p = self.attempts_path
+        if not p.exists():
+            return
+        try:
+            doc = read_json(p, "attempts file", max_bytes=16 << 20)
+        except GacError as e:
+            raise GacError(f"{e}; {self._fix()}") from None
+        problem = _attempts_problem(doc)
+        if problem:
+            raise GacError(f"attempts file {str(p)!r} {problem}; {self._fix()}")
+        self.attempts = list(doc["attempts"])
+        self.outputs = dict(doc.get("outputs") or {})
+
+    def save(self) -> None:
+        write_json_atomic(self.attempts_path, {"attempts": self.attempts, "outputs": self.outputs}, overwrite=True)
 
     def get(self, name: str):
+        """The output of stage ``name`` if an attempt of this job wrote it and it is unchanged and well-formed."""
         p = self.dir / f"{name}.json"
-        return read_json(p, "stage output") if p.exists() else None
+        entry = self.outputs.get(name)
+        if entry is None:
+            if p.exists():
+                log.warning("ignoring %s: no attempt of job %s wrote it (planted, copied or left by an older gac); "
+                            "the stage runs again", p, self.key)
+            return None
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            log.warning("cannot read the stage output %s (%s); the stage runs again", p, e.strerror or e)
+            return None
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            log.warning("ignoring %s: it changed since attempt %s of job %s wrote it (sha256 differs); the stage runs "
+                        "again", p, entry["attempt"], self.key)
+            return None
+        try:
+            doc = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+        except ValueError:
+            doc = None
+        why = (_stage_output_problem(name, doc["output"]) if isinstance(doc, dict) and doc.get("format") ==
+               self.FILE_FORMAT and (doc.get("key"), doc.get("stage"), doc.get("attempt")) ==
+               (self.key, name, entry["attempt"]) and "output" in doc else "it is not this job's stage output")
+        if why:
+            log.warning("ignoring %s: %s; the stage runs again", p, why)
+            return None
+        return doc["output"]
 
     def put(self, name: str, obj) -> None:
-        write_json_atomic(self.dir / f"{name}.json", obj, overwrite=True)
+        doc = {"format": self.FILE_FORMAT, "key": self.key, "stage": name, "attempt": self.attempt_id, "output": obj}
+        p = write_json_atomic(self.dir / f"{name}.json", doc, overwrite=True)
+        self.outputs[name] = {"attempt": self.attempt_id, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        self.save()
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _attempts_problem(doc) -> str | None:
+    """What makes ``doc`` not an ``attempts.json`` a job wrote (None when nothing does)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list):
+        return f"holds a {type(doc).__name__}, not an object with a list of attempts"
+    seen = set()
+    for a in doc["attempts"]:
+        if not isinstance(a, dict) or not isinstance(a.get("attempt"), int) or isinstance(a["attempt"], bool) \
+                or a["attempt"] < 1 or a["attempt"] in seen:
+            return "lists an attempt that is not an object with its own attempt number"
+        seen.add(a["attempt"])
+    outputs = doc.get("outputs", {})
+    if not isinstance(outputs, dict):
+        return "has 'outputs' that are not an object"
+    for name, e in outputs.items():
+        if not isinstance(e, dict) or e.get("attempt") not in seen or not isinstance(e.get("sha256"), str) \
+                or len(e["sha256"]) != 64:
+            return f"has an entry for the output {name!r} that names no attempt of this job or no sha256"
+    return None
+
+
+def _stage_output_problem(name: str, out) -> str | None:
+    """Why ``out`` is not what stage ``name`` writes (types and plausible values), or None."""
+    from gac.metrics import check_metrics, metric_problem
+
+    if not isinstance(out, dict):
+        return f"it holds a {type(out).__name__}, not the stage's object"
+    try:
+        if name == "ppl":
+            why = metric_problem("ppl_x", out.get("ppl")) if out.get("ppl") is not None else "it has no perplexity"
+            return f"its perplexity {why}" if why else None
+        if name == "tasks":
+            if not isinstance(out.get("results"), dict) or not isinstance(out.get("metrics"), dict):
+                return "it lacks the task results and metrics"
+            check_metrics(out["metrics"], "tasks")
+            return None
+        if name == "latency":
+            for point, r in out.items():
+                ms = r.get("median_ms") if isinstance(r, dict) else None
+                why = metric_problem(DECODE if point == "decode" else PREFILL, ms) if ms is not None else "is missing"
+                if why:
+                    return f"its latency at {point!r} {why}"
+            return None
+    except GacError as e:
+        return str(e)
+    return None
 
 
 def _stage_hook(loggers, stage: str) -> None:
@@ -887,13 +1024,7 @@ def _evaluate(spec: JobSpec, model, tokenizer, work: _Work, timings: dict, resum
             got = _stage(work, "tasks", resumed, lambda: _results_of(evaluate_tasks(
                 model, tokenizer, ev.tasks, limit=ev.limit, local_files=_task_files(spec), batch_size=ev.batch_size,
                 layout=True)), timings, hook)
-        if "metrics" in got:
-            metrics.update(got["metrics"])
-        else:  # a work dir from before lm-eval's layout was kept: its per-task rows
-            for t, r in got["results"].items():
-                for m in ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr"):
-                    if r.get(m) is not None:
-                        metrics[f"{t}_{m}"] = r[m]
+        metrics.update(got["metrics"])
         details["tasks"] = got["results"]
         if got.get("lm_eval") is not None:
             details["lm_eval"] = got["lm_eval"]
@@ -960,11 +1091,18 @@ ON_BUSY = ("wait", "skip")
 STAGE_NAMES = {"tasks": "lm-eval tasks"}
 
 
-def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None) -> None:
-    """Everything that can fail on bad input or a bad disk, checked before a second of compute: the store is
-    writable with room to spare, the task files match their task's schema, the checkpoint path is free."""
+def _preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False) -> None:
+    """Everything that can fail on bad input or a bad disk, checked before a second of compute (and before the store
+    is touched): the job's device, model and sequence lengths (check_job_here), the model's files match their config,
+    the store is writable with room to spare and its entries for this key are what gac makes, the task files match
+    their task's schema, the checkpoint path is free."""
     check_job_here(spec)
+    if not spec.random_weights and (force or not store.is_done(spec.key)):  # a done point needs no model
+        from gac.models import check_model_files
+
+        check_model_files(spec.model_spec)  # weights that match their config, a checkpoint that matches its weights
     store.prepare_for_writing()
+    store.check_layout(spec.key)
     if spec.eval.tasks:
         files = _task_files(spec) or {}
         from gac.evaluation.tasks import check_local_file
@@ -1009,7 +1147,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
     if on_busy not in ON_BUSY:
         raise GacError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
     key = spec.key
-    _preflight(spec, store, save_model)
+    _preflight(spec, store, save_model, force)
     lock = store.lock(key)
     if store.is_done(key) and not force:
         log.info("job %s is done (%s); skipping (force=true re-runs it)", key, store.record_path(key))
@@ -1049,17 +1187,25 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     from gac.jobs.tracking import append_event
 
     work = _Work(store, key)
-    if force and work.dir.exists():  # a forced re-run measures everything again
-        import shutil
-
-        shutil.rmtree(work.dir)
-    attempts = list((work.get("attempts") or {}).get("attempts", []))
+    if force:  # a forced re-run measures everything again
+        work.remove()
+    work.load()  # a damaged attempts.json: one line saying what to remove, before any work
+    attempts = work.attempts
     for a in attempts:
         if a.get("outcome") in (None, "running"):
             a["outcome"] = "interrupted"  # killed (or its node lost) before it could say how it ended
-    attempt = {"attempt": len(attempts) + 1, **_attempt_info(), "ended": None, "outcome": "running"}
+    attempt = {"attempt": max([a["attempt"] for a in attempts], default=0) + 1, **_attempt_info(), "ended": None,
+               "outcome": "running"}
+    from gac.io import DISK_FULL, SpaceReserve
+
+    reserve = SpaceReserve(store.root, f"space-reserve-{key}").take()  # room to record the end on a full disk
     attempts.append(attempt)
-    work.put("attempts", {"attempts": attempts})
+    work.attempt_id = attempt["attempt"]
+    try:
+        work.save()
+    except BaseException:
+        reserve.release()
+        raise
     timings: dict = {}  # seconds per stage measured by THIS attempt (numbers only)
     stages: dict = {"resumed": [], "prepare_cached": None}  # what a resumed job or a warm cache saved
     from gac.compression.resources import ResourceMeter
@@ -1068,12 +1214,10 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     sub_memory: dict = {}  # the stages inside prepare / compress (calibration, score, factorize, plan, apply, ...)
     t_job = time.perf_counter()
     base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
-    for lg in loggers:
-        lg.start(key, spec, base["config"], base["overrides"])
 
     def hook(stage: str) -> None:
         attempt.update(stage=stage, timings=dict(timings))  # how far an attempt got, even if it is killed next
-        work.put("attempts", {"attempts": attempts})
+        work.save()
         _stage_hook(loggers, stage)
 
     def end_attempt(outcome: str, error: str | None = None) -> None:
@@ -1084,6 +1228,8 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
 
     estimate: list = [None]  # the memory estimate, named by an out-of-memory error
     try:
+        for lg in loggers:
+            lg.start(key, spec, base["config"], base["overrides"])
         # before anything is loaded: a clear error if weights + working set exceed the device
         estimate[0] = check_job_fits(spec)
         hook("load")
@@ -1158,9 +1304,22 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
         if lock.lost:
             log.warning("job %s lost its lock while running (it was silent longer than the stale bound); an "
                         "identical job may have taken over", key)
-        path = store.write_record(key, record, rerun=force)
+        from gac.results.store import record_problem
+
+        problem = record_problem({"key": key, "status": "completed", "created": "", **record}, key)
+        if problem:  # what every reader checks: never publish a record a reader would refuse
+            raise GacError(f"job {key}: its record {problem}; nothing was written (this is a bug in gac or in a "
+                           f"compressor: please report it)")
         try:
-            work.put("attempts", {"attempts": attempts})
+            path = store.write_record(key, record, rerun=force)
+        except GacError as e:
+            if getattr(e, "errno", None) not in DISK_FULL:
+                raise
+            reserve.release()  # the record first: the reserved space is its last chance
+            path = store.write_record(key, record, rerun=force)
+        reserve.release()
+        try:
+            work.save()
         except GacError as e:  # the record is written: a bookkeeping file must not fail the job
             log.warning("could not update %s: %s", work.dir / "attempts.json", e)
         stored = store.read_record(key, path=path)  # exactly what was stored (schema, key, created added)
@@ -1174,13 +1333,14 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             lg.log_record(stored)
         return stored
     except BaseException as e:
+        reserve.release()  # on a full disk: room for the attempt's outcome and the failure record
         oom = is_out_of_memory(e)
         if oom:  # one line naming the stage, the estimate and the fix (the traceback stays in the failure record)
             e = out_of_memory(e, attempt.get("stage"), spec, estimate[0])
         error = f"{type(e).__name__}: {e}"
         end_attempt("interrupted" if isinstance(e, KeyboardInterrupt) else "failed", error)
         try:
-            work.put("attempts", {"attempts": attempts})
+            work.save()
         except Exception as e2:  # noqa: BLE001 - never mask the job's own error
             log.warning("could not update the attempts of %s: %s", key, e2)
         if isinstance(e, KeyboardInterrupt):
@@ -1190,15 +1350,22 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
                                       "timings": timings, "memory": _resources(meter, sub_memory, spec),
                                       "attempt": attempt, "provenance": _safe_provenance(spec)})
         except Exception as e2:  # noqa: BLE001 - a full disk must not hide the job's own error
-            log.error("could not record the failure of %s: %s", key, e2)
+            log.error("could not record the failure of %s (%s): %s", key, error, e2)
         for lg in loggers:
-            lg.log_failure(error)
+            try:
+                lg.log_failure(error)
+            except Exception as e2:  # noqa: BLE001 - an event log on a full disk must not hide the job's own error
+                log.warning("could not log the failure of %s: %s", key, e2)
         if oom:
             raise e from None
         raise
     finally:
+        reserve.release()
         for lg in loggers:
-            lg.finish()
+            try:
+                lg.finish()
+            except Exception as e2:  # noqa: BLE001 - never mask the job's outcome
+                log.warning("a logger of %s did not finish: %s", key, e2)
 
 
 PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s")

@@ -29,14 +29,24 @@ class RunLogger(Protocol):
 def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> None:
     """Append one event to ``<results_dir>/runs/<key>.jsonl`` (one JSON object per line, appended in one write)."""
     d = Path(results_dir) / "runs"
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from gac.io import os_error
+
+        raise os_error(e, "create the event log directory", d) from None
     t = time.time()
     ev = {"event": kind, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "t": t,
           "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
           "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
           "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **kw}
-    with open(d / f"{key}.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(ev, default=str) + "\n")
+    try:
+        with open(d / f"{key}.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(ev, default=str) + "\n")
+    except OSError as e:
+        from gac.io import os_error
+
+        raise os_error(e, "append to the job's event log", d / f"{key}.jsonl") from None
 
 
 class DiskLogger:
@@ -244,13 +254,13 @@ def logged_to_wandb(results_dir: str | os.PathLike, record: dict) -> dict | None
     """The ``wandb`` event of the run that logged exactly this record (same ``created`` stamp), or None."""
     p = Path(results_dir) / "runs" / f"{record.get('key')}.jsonl"
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = p.read_bytes().splitlines()
     except OSError:
         return None
     for ln in reversed(lines):
         try:
-            ev = json.loads(ln)
-        except ValueError:
+            ev = json.loads(ln.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError included
             continue
         if isinstance(ev, dict) and ev.get("event") == "wandb" and ev.get("created") == record.get("created"):
             return ev

@@ -19,7 +19,6 @@ A ``--results-dir`` that is not a store (a typo) is an error, not a sweep of pen
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from gac.results import ResultsStore
 from gac.results.lock import describe_holder, read_holder, same_machine, slurm_display_id, stale_reason
-from gac.results.store import CorruptRecord
+from gac.results.store import CorruptRecord, results_root
 
 SLURM_ALIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
                "STAGE_OUT"}
@@ -39,14 +38,14 @@ def _events(store: ResultsStore, key: str) -> list[dict]:
     p = store.root / "runs" / f"{key}.jsonl"
     out = []
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = p.read_bytes().splitlines()
     except OSError:
         return out
     for ln in lines:
         try:
-            ev = json.loads(ln)
-        except ValueError:
-            continue  # a line cut by a kill mid-append
+            ev = json.loads(ln.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError included: a line cut by a kill mid-append, or bytes not gac's
+            continue
         if isinstance(ev, dict):
             out.append(ev)
     return out
@@ -158,7 +157,7 @@ def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> li
     rows, seen, stores = [], set(), {}
     slurm = _Slurm()
     for pt in points:
-        root = Path(os.path.expanduser(str(results_dir or pt["config"].get("results_dir", "results")))).resolve()
+        root = results_root(results_dir or pt["config"].get("results_dir", "results"))
         if root not in stores:
             stores[root] = ResultsStore(root).require()
         store = stores[root]

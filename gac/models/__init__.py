@@ -80,6 +80,145 @@ def base_model_of(spec: str | os.PathLike) -> str:
     return s
 
 
+def model_label(name: str, spec: str | os.PathLike) -> str:
+    """The name a result is labelled with: ``name`` (the config's ``model.name``), unless it names the embedded model
+    while ``spec`` loads another one (``model.spec=DIR`` with the default ``model=tiny``); then the model actually
+    loaded: a directory's name, or the hub id."""
+    s = str(spec)
+    if str(name) in BUILTIN and s not in BUILTIN:
+        p = Path(s).expanduser()
+        return p.resolve().name if p.exists() else s
+    return str(name)
+
+
+def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
+    """Before any work, without loading weights: a local Hugging Face directory's weight files match its
+    ``config.json`` (every tensor present, none extra, each of the shape the config gives), and a gac checkpoint
+    matches its recorded config and checksums (:func:`gac.compression.checkpoint.check_checkpoint`). A
+    :class:`GacError` naming the first difference otherwise: such a model would load with random weights.
+    ``verify=False`` skips a checkpoint's sha256 (``gac evaluate --no-verify``); a file hashed here is not hashed
+    again on load."""
+    kind = model_kind(spec)
+    if kind == "local":
+        check_hf_dir(Path(str(spec)).expanduser())
+    elif kind == "checkpoint":
+        from gac.compression.checkpoint import check_checkpoint
+
+        check_checkpoint(Path(str(spec)).expanduser(), verify=verify)
+
+
+def _short(e: Exception, n: int = 200) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def hf_config(path: Path):
+    """``config.json`` of a local model directory as a transformers config, or a one-line :class:`GacError`."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
+        raise GacError(f"{str(path / 'config.json')!r} is not a usable Hugging Face config ({_short(e)}); copy the "
+                       f"model directory again from its source") from None
+
+
+def _header_shapes(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{tensor name: (shape, dtype)}`` from safetensors headers (nothing else is read)."""
+    from safetensors import safe_open
+
+    out = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as h:
+                names = h.keys()  # a safe_open handle is not iterable
+                for k in names:
+                    sl = h.get_slice(k)
+                    out[k] = (tuple(sl.get_shape()), str(sl.get_dtype()))
+        except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
+            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({_short(e)}); copy the model "
+                           f"directory again from its source") from None
+    return out
+
+
+def _weight_files(path: Path) -> list[Path] | None:
+    """The safetensors files of a local model directory (None: weights in another format, checked on load)."""
+    single = path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        from gac.io import read_json
+
+        doc = read_json(index, "safetensors index")
+        wm = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+            raise GacError(f"{str(index)!r} has no weight_map of file names; copy the model directory again")
+        files = [path / f for f in sorted(set(wm.values()))]
+        for f in files:
+            if Path(f.name) != Path(f.relative_to(path)) or not f.is_file():
+                raise GacError(f"{str(index)!r} names {str(f.relative_to(path))!r}, which is not a file in the model "
+                               f"directory; copy the model directory again from its source")
+        return files
+    return None
+
+
+def check_hf_dir(path: Path):
+    """A local Hugging Face model directory: its config loads and its safetensors weights are exactly the tensors
+    the config's architecture has, with the config's shapes (tied weights may be stored once). Returns the config."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    config = hf_config(path)
+    files = _weight_files(path)
+    if files is None:
+        return config  # pytorch_model.bin & co: transformers' own loading info is checked after loading
+    if get_checkpoint_conversion_mapping(getattr(config, "model_type", None)):
+        return config  # transformers renames or fuses this architecture's tensors on load: checked after loading
+    header = _header_shapes(files)
+    try:
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001 - an architecture transformers cannot build from this config
+        raise GacError(f"{str(path / 'config.json')!r} describes no causal language model transformers can build "
+                       f"({_short(e)}); copy the model directory again from its source") from None
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    prefix = getattr(skeleton, "base_model_prefix", "")
+    if prefix and header and not set(header) & set(expected):  # saved from the bare base model
+        header = {f"{prefix}.{k}": v for k, v in header.items()}
+    shared: dict[int, list[str]] = {}
+    for n, t in skeleton.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(t), []).append(n)
+    tied = {n for names in shared.values() if len(names) > 1 for n in names}
+    import re
+
+    def ignored(k: str, attr: str) -> bool:  # what transformers itself tolerates for this architecture
+        return any(re.search(pat, k) for pat in getattr(skeleton, attr, None) or ())
+
+    missing = [k for k in expected if k not in header and not (k in tied and any(
+        o in header for names in shared.values() if k in names for o in names))
+        and not ignored(k, "_keys_to_ignore_on_load_missing")]
+    unexpected = [k for k in header if k not in expected and not ignored(k, "_keys_to_ignore_on_load_unexpected")]
+    shapes = [k for k in expected if k in header and header[k][0] != expected[k]]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} tensor(s) missing from the weights, e.g. {missing[0]!r}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} tensor(s) the config has no place for, e.g. {unexpected[0]!r}")
+        if shapes:
+            k = shapes[0]
+            parts.append(f"{len(shapes)} of another shape, e.g. {k!r}: {list(header[k][0])} in the weights, "
+                         f"{list(expected[k])} from the config")
+        dims = ", ".join(f"{a} {getattr(config, a)}" for a in ("num_hidden_layers", "hidden_size", "intermediate_size")
+                         if hasattr(config, a))
+        raise GacError(f"{str(path)!r}: its weights do not match its config.json ({dims}): {'; '.join(parts)}; "
+                       f"loading it would leave those weights random. Copy the model directory again from its source "
+                       f"(was config.json edited, or a weights file replaced?)")
+    return config
+
+
 def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify: bool = True):
     """``(model, tokenizer)`` for ``spec`` (see the module docstring), in eval mode on ``device``.
 
@@ -127,11 +266,16 @@ def _tokenizer_from(path: Path):
 
 def _load_hf(spec: str, kind: str, dtype, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    if kind == "local":
+        check_hf_dir(Path(spec).expanduser())
     kwargs = {"dtype": dtype} if dtype is not None else {}
+    level = hf_logging.get_verbosity()
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec)
-        model = AutoModelForCausalLM.from_pretrained(spec, **kwargs)
+        hf_logging.set_verbosity_error()  # its load report (a table on stderr) becomes the one line below
+        model, info = AutoModelForCausalLM.from_pretrained(spec, output_loading_info=True, **kwargs)
     except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
         msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         if kind == "hub":
@@ -141,6 +285,13 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
                 f"to a cache that holds it; `tiny` works offline"
             ) from None
         raise GacError(f"could not load the model in {spec!r} ({msg}); is it a complete Hugging Face model dir?") from None
+    finally:
+        hf_logging.set_verbosity(level)
+    bad = {k: sorted(info.get(k) or ()) for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}
+    if any(bad.values()):
+        what = "; ".join(f"{k.replace('_', ' ')}: {len(v)}, e.g. {str(v[0])[:120]!r}" for k, v in bad.items() if v)
+        raise GacError(f"{spec!r}: its weights do not match its config ({what}); it would run with random weights. "
+                       f"Copy the model again from its source") from None
     return model.to(device).eval(), tokenizer
 
 
@@ -158,4 +309,5 @@ def describe(model) -> dict:
     }
 
 
-__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "describe", "load_model", "model_kind", "resolve_dtype"]
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_hf_dir", "check_model_files", "describe", "load_model", "model_kind",
+           "model_label", "resolve_dtype"]

@@ -90,11 +90,15 @@ def read_holder(path: str | os.PathLike) -> dict | None:
     p = Path(path)
     try:
         st = p.stat()
-        text = p.read_text(encoding="utf-8")
+        if p.is_dir():
+            raise GacError(f"the lock {str(p)!r} is a directory, not a lock file a job wrote; if no job of this point is "
+                           f"running, remove it (rm -r {p}) and re-run")
+        text = p.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise GacError(f"cannot read the lock {str(p)!r}: {e}") from None
+        raise GacError(f"cannot read the lock {str(p)!r}: {e.strerror or e}; if no job of this point is running, remove "
+                       f"it (rm {p}) and re-run") from None
     try:
         info = json.loads(text) if text.strip() else {}
         if not isinstance(info, dict):

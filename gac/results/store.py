@@ -8,7 +8,8 @@ Layout under ``results_dir``::
     locks/<key>.lock                 held while a job for <key> runs (gac.results.lock: host, pid, Slurm ids,
                                      heartbeat); a second identical job waits for it and then skips
     runs/<key>.jsonl                 job events (started, stage, waiting, completed, failed)
-    work/<key>/                      finished stages of an unfinished job, and attempts.json (one entry per attempt)
+    work/<key>/                      finished stages of an unfinished job, and attempts.json (one entry per attempt,
+                                     and the attempt and sha256 of each stage output: only those are resumed)
     cache/                           content-addressed artefacts (scores, factorizations, hardware profiles)
     bench/<key>.json                 one per side-by-side latency bench (gac bench; gac.jobs.bench): never replaced,
                                      a forced re-measure goes beside it as bench/<key>.rerun-<utc-time>.json
@@ -20,6 +21,12 @@ Layout under ``results_dir``::
 unless forced; a forced re-run of a done point writes ``records/<key>.json`` only if absent — otherwise it goes to
 ``records/<key>.rerun-<utc-time>.json`` so nothing completed is ever overwritten. Every file is created with
 mode 0666 minus the umask (readable by colleagues under the usual umask 022).
+
+Readers trust a record because a job wrote it, not because of where it lies: :func:`record_problem` (its key is its
+file name, its job fields and metrics have the types and ranges a job writes) and no link out of the store, checked
+by :meth:`ResultsStore.read_record` and :meth:`ResultsStore.iter_records` alike; a job checks its own record the same
+way before publishing it. Floats in a key are taken to :data:`KEY_DIGITS` significant digits
+(:func:`canonical_number`): values equal up to float drift are one point, and a short float keeps its old key.
 
 Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
 
@@ -50,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -62,7 +70,23 @@ from gac.metrics import upgrade_record
 SCHEMA_VERSION = 1
 MARKER = ".gac-store.json"
 STORE_DIRS = ("records", "failures", "runs", "work", "locks")
+MAX_RECORD_BYTES = 256 << 20  # a record is ~10-200 kB; a larger file is not one (and is not read into memory)
 NON_SEMANTIC_KEYS = frozenset({"results_dir", "force", "on_busy", "logger", "launcher", "hydra", "wandb", "slurm", "work_dir"})
+
+
+KEY_DIGITS = 12  # significant digits of a float in a key: float drift (0.30000000000000004) is not a new point
+
+
+def canonical_number(x):
+    """``x`` as a key sees it: a float rounded to :data:`KEY_DIGITS` significant digits, so that values equal up to
+    float drift (``0.1 + 0.2`` and ``0.3``, what Hydra's ``range(0.1, 0.5, 0.1)`` gives) are one point, and an
+    integral float as an int. A float that is already short (``0.15``, ``1e-05``: at most 12 digits) is returned
+    unchanged, so every key made before this rule keeps its value. Anything else is returned as it is."""
+    if isinstance(x, float) and math.isfinite(x):
+        x = float(f"{x:.{KEY_DIGITS}g}")
+        if x.is_integer() and abs(x) < 2**53:
+            return int(x)
+    return x
 
 
 def _canonical(obj):
@@ -70,9 +94,7 @@ def _canonical(obj):
         return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
     if isinstance(obj, (list, tuple)):
         return [_canonical(v) for v in obj]
-    if isinstance(obj, float) and obj.is_integer():
-        return int(obj) if abs(obj) < 2**53 else obj
-    return obj
+    return canonical_number(obj)
 
 
 def config_key(config: dict, ignore: frozenset[str] = NON_SEMANTIC_KEYS) -> str:
@@ -85,6 +107,15 @@ def config_key(config: dict, ignore: frozenset[str] = NON_SEMANTIC_KEYS) -> str:
 def _utc_stamp() -> str:
     t = time.time()
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+
+
+def results_root(path: str | os.PathLike) -> Path:
+    """``path`` (a ``results_dir``) made absolute with links resolved; a looping link is a one-line :class:`GacError`."""
+    try:
+        return Path(os.path.expanduser(str(path))).resolve()
+    except (RuntimeError, OSError) as e:  # Python < 3.13 raises RuntimeError for a link loop
+        raise GacError(f"results directory {str(path)!r} cannot be resolved ({e}): a looping symbolic link? point "
+                       f"results_dir / --results-dir at a real directory") from None
 
 
 class CorruptRecord(GacError):
@@ -103,6 +134,9 @@ class ResultsStore:
 
     def require(self) -> ResultsStore:
         """This store, or a :class:`GacError` when ``root`` is not one (a mistyped ``--results-dir``)."""
+        if not self.root.exists() and self.root.is_symlink():
+            raise GacError(f"results directory {str(self.root)!r} is a broken or looping symbolic link; point it at the "
+                           f"results_dir your jobs wrote to (check --results-dir / results_dir)")
         if not self.root.exists():
             raise GacError(f"no results store at {str(self.root)!r}: the directory does not exist; check "
                            f"--results-dir / results_dir (nothing has run there yet?)")
@@ -115,6 +149,7 @@ class ResultsStore:
         """Before a job's work: the store is writable and has room (else a one-line GacError), it is marked as a
         store, and temp files that killed writers left behind are removed."""
         check_writable(self.root, "results directory")
+        self.check_layout()
         check_writable(self.records_dir, "records directory")
         marker = self.root / MARKER
         if not marker.exists():
@@ -124,6 +159,17 @@ class ResultsStore:
                 if not marker.exists():
                     raise
         self.clean_leftovers()
+
+    def check_layout(self, key: str | None = None) -> None:
+        """The store's directories (and, for ``key``, its event log) are what gac makes them, not a file or a link
+        out of the store put there by hand: else one line naming the entry and what to move."""
+        for d in (*STORE_DIRS, "cache", "bench"):
+            self._require_dir(self.root / d, contained=d in ("records", "bench"))
+        if key is not None:
+            log = self.root / "runs" / f"{key}.jsonl"
+            if log.is_symlink() or (log.exists() and not log.is_file()):
+                raise GacError(f"{str(log)!r} is not a plain file (gac appends the job's events there); move it aside "
+                               f"(mv {log} {log}.bak) and re-run")
 
     def clean_leftovers(self, key: str | None = None) -> list[Path]:
         """Remove temp files of writers that are gone (killed mid-write) under records/, cache/ and, for ``key``,
@@ -167,26 +213,46 @@ class ResultsStore:
 
     def read_record(self, key: str | None = None, path: str | os.PathLike | None = None) -> dict:
         """The record of ``key`` (or at ``path``), checked: raises :class:`CorruptRecord` naming the file and the
-        fix when it is not valid JSON or not a completed gac record for that key."""
+        fix when it is not valid JSON or not a completed gac record for that key (:func:`record_problem`: its key
+        is its file name, its job fields and metrics have the types and ranges a job writes)."""
         p = Path(path) if path is not None else self.record_path(key)
-        fix = (f"move it aside (mv {p} {p}.corrupt) and re-run the point, or restore it from a backup")
+        want = key or p.name.split(".", 1)[0]
+        return upgrade_record(self._read_checked(p, want, "completed", "result record", _fix(p)))
+
+    def _read_checked(self, p: Path, want: str, status: str, what: str, fix: str) -> dict:
+        self._check_inside(p, what, fix)
         try:
-            rec = read_json(p, "result record")
+            rec = read_json(p, what, max_bytes=MAX_RECORD_BYTES)
         except GacError as e:
-            if not p.exists():
+            if not p.exists() and not p.is_symlink():
                 raise
             raise CorruptRecord(f"{e}; {fix}") from None
-        want = key or p.name.split(".", 1)[0]
-        problem = None
-        if not isinstance(rec, dict):
-            problem = f"holds a {type(rec).__name__}, not a record object"
-        elif rec.get("key") != want:
-            problem = f"has key {rec.get('key')!r}, its file name says {want!r}"
-        elif rec.get("status") != "completed" or not isinstance(rec.get("job"), dict):
-            problem = "is not a completed gac record (status / job missing)"
+        problem = record_problem(rec, want, status)
         if problem:
-            raise CorruptRecord(f"result record {str(p)!r} {problem}; {fix}")
-        return upgrade_record(rec)
+            raise CorruptRecord(f"{what} {str(p)!r} {problem}; {fix}")
+        return rec
+
+    def _check_inside(self, p: Path, what: str, fix: str) -> None:
+        """A record read through a symbolic link must stay inside the store: a link to a file elsewhere (another
+        store, a planted copy) is refused, not followed; so is a dangling or looping link."""
+        try:
+            real = p.resolve(strict=True)
+        except FileNotFoundError:
+            if p.is_symlink():
+                raise CorruptRecord(f"{what} {str(p)!r} is a dangling symbolic link; {fix}") from None
+            return  # absent: the reader says so
+        except (OSError, RuntimeError):
+            raise CorruptRecord(f"{what} {str(p)!r} is a looping symbolic link; {fix}") from None
+        root = self.root.resolve()
+        if root not in real.parents:
+            raise CorruptRecord(f"{what} {str(p)!r} is a symbolic link to {str(real)!r}, outside the store "
+                                f"{str(root)!r} (gac does not follow links out of a store); {fix}")
+
+    def _inside(self, p: Path) -> bool:
+        try:
+            return self.root.resolve() in p.resolve(strict=True).parents
+        except (OSError, RuntimeError):
+            return False
 
     def status(self, key: str) -> str:
         """``done``, ``corrupt`` (a record that cannot be read), ``failed`` or ``pending``."""
@@ -238,16 +304,29 @@ class ResultsStore:
         return write_json_atomic(self.failures_dir / key / f"{_utc_stamp()}.json", record)
 
     def iter_records(self, include_failures: bool = False) -> Iterator[dict]:
-        """Every record (completed, re-runs included; optionally failures), in file-name order."""
+        """Every record (completed, re-runs included; optionally failures), in file-name order, each checked as
+        :meth:`read_record` checks one (its file name is its key, plausible fields and metrics, no link out of the
+        store): anything else under ``records/`` is a :class:`CorruptRecord` naming the file and the fix."""
+        self._require_dir(self.records_dir, contained=True)
         paths = sorted(self.records_dir.glob("*.json")) if self.records_dir.is_dir() else []
-        if include_failures and self.failures_dir.is_dir():
-            paths += sorted(self.failures_dir.glob("*/*.json"))
         for p in paths:
-            rec = read_json(p, "result record")
-            if not isinstance(rec, dict) or "key" not in rec:
-                raise GacError(f"result record {str(p)!r} is not a gac record (no 'key'); move it out of {self.root}")
+            rec = self._read_checked(p, _key_of_name(p.name), "completed", "result record", _fix(p))
             rec.setdefault("_path", str(p))
             yield upgrade_record(rec)
+        if include_failures and self.failures_dir.is_dir():
+            for p in sorted(self.failures_dir.glob("*/*.json")):
+                rec = self._read_checked(p, p.parent.name, "failed", "failure record",
+                                         f"move it out of the store (mv {p} {p}.corrupt)")
+                rec.setdefault("_path", str(p))
+                yield upgrade_record(rec)
+
+    def _require_dir(self, d: Path, contained: bool = False) -> None:
+        """``d`` is a directory or absent; ``contained``: a link there must stay inside the store (records/, bench/:
+        what reports trust). work/, cache/ may live on another disk behind a link."""
+        if (d.exists() or d.is_symlink()) and not d.is_dir() or contained and d.is_symlink() and not self._inside(d):
+            raise GacError(f"{str(d)!r} is not a directory of this store (a file, or a link that is broken or leaves the "
+                           f"store, where gac keeps {d.name}/); move it aside (mv {d} {d}.bak) and re-run, or choose "
+                           f"another results_dir")
 
     # ------------------------------------------------------------------------------------------ bench records
     @property
@@ -271,12 +350,20 @@ class ResultsStore:
             return write_json_atomic(self.bench_dir / f"{key}.rerun-{_utc_stamp()}.json", doc)
 
     def iter_bench(self) -> Iterator[dict]:
-        """Every bench record (re-measures included), in file-name order; each with ``_path``."""
+        """Every bench record (re-measures included), in file-name order; each with ``_path``, checked
+        (:func:`bench_problem`: its key is its file name, its latencies positive finite numbers)."""
+        self._require_dir(self.bench_dir, contained=True)
         paths = sorted(self.bench_dir.glob("*.json")) if self.bench_dir.is_dir() else []
         for p in paths:
-            doc = read_json(p, "bench record")
-            if not isinstance(doc, dict) or doc.get("kind") != "bench" or "variants" not in doc:
-                raise GacError(f"bench record {str(p)!r} is not a gac bench record; move it out of {self.bench_dir}")
+            fix = f"move it out of {self.bench_dir} (mv {p} {p}.corrupt) and re-run `gac bench`"
+            self._check_inside(p, "bench record", fix)
+            try:
+                doc = read_json(p, "bench record", max_bytes=MAX_RECORD_BYTES)
+            except GacError as e:
+                raise CorruptRecord(f"{e}; {fix}") from None
+            problem = bench_problem(doc, _key_of_name(p.name))
+            if problem:
+                raise CorruptRecord(f"bench record {str(p)!r} {problem}; {fix}")
             doc.setdefault("_path", str(p))
             yield doc
 
@@ -300,3 +387,110 @@ def add_filter(where: dict, key: str, value) -> None:
         values += (value,)
     where[key] = AnyOf(values) if len(values) > 1 else values[0]
 
+
+
+def _key_of_name(name: str) -> str:
+    """``<key>.json`` / ``<key>.rerun-<time>.json`` -> ``<key>``."""
+    return name.split(".", 1)[0]
+
+
+def _fix(p: Path) -> str:
+    return f"move it aside (mv {p} {p}.corrupt) and re-run the point, or restore it from a backup"
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
+
+
+def record_problem(rec, key: str, status: str = "completed") -> str | None:
+    """What makes ``rec`` not a ``status`` gac record of ``key`` (None when nothing does): the checks every reader
+    of a store applies, so that a record a job did not write (a copy under another name, a planted minimal file, a
+    hand-edited metric) is refused instead of shown. A job checks its own record the same way before writing it."""
+    if not isinstance(rec, dict):
+        return f"holds a {type(rec).__name__}, not a record object"
+    if rec.get("key") != key:
+        return f"has key {rec.get('key')!r}, its file name says {key!r} (a record copied or renamed by hand)"
+    if rec.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+        return f"has schema {rec.get('schema')!r}; this gac reads schema {SCHEMA_VERSION} (upgrade gac)"
+    if rec.get("status") != status:
+        return f"has status {rec.get('status')!r}, not {status!r}"
+    job = rec.get("job")
+    if not isinstance(job, dict):
+        return "has no 'job' object (not a gac record)"
+    for f in ("model", "compressor", "strategy"):
+        if not isinstance(job.get(f), str) or not job.get(f):
+            return f"has job.{f} {job.get(f)!r}, not a name (not a complete gac record)"
+    for f in ("proxy", "gpu", "experiment", "sweep"):
+        if job.get(f) is not None and not isinstance(job.get(f), str):
+            return f"has job.{f} {job.get(f)!r}, not a name"
+    ratio = job.get("ratio")
+    if ratio is not None and not (_is_num(ratio) and (0 < ratio < 1 or ratio == 0 and job["compressor"] == "none")):
+        return f"has job.ratio {ratio!r}, not a number in (0, 1)"  # 0: a baseline as older gac wrote it
+    for f in ("unit", "seq_len"):
+        v = job.get(f)
+        if v is not None and not (_is_int(v) and v > 0):
+            return f"has job.{f} {v!r}, not a positive integer"
+    if status != "completed":
+        return None
+    from gac.metrics import metric_problem
+
+    metrics = rec.get("metrics")
+    if not isinstance(metrics, dict):
+        return f"has 'metrics' of type {type(metrics).__name__}, not an object of numbers"
+    for k, v in metrics.items():
+        why = metric_problem(k, v)
+        if why:
+            return f"has metric {k!r} that {why}"
+    af = rec.get("aligned_fraction")
+    if af is not None and not (_is_num(af) and 0 <= af <= 1):
+        return f"has aligned_fraction {af!r}, not a number in [0, 1]"
+    for f in ("params", "budget"):
+        v = rec.get(f)
+        if v is not None and not (_is_int(v) and v >= 0):
+            return f"has {f} {v!r}, not a non-negative integer"
+    timings = rec.get("timings")
+    if timings is not None:
+        if not isinstance(timings, dict):
+            return f"has 'timings' of type {type(timings).__name__}, not an object"
+        for k, v in timings.items():
+            if not (_is_num(v) and v >= 0):
+                return f"has timing {k!r} {v!r}, not a number of seconds >= 0"
+    for f in ("plan", "config", "provenance", "evaluation", "stages"):
+        if rec.get(f) is not None and not isinstance(rec.get(f), dict):
+            return f"has {f!r} of type {type(rec.get(f)).__name__}, not an object"
+    if not isinstance(rec.get("created"), str):
+        return f"has 'created' {rec.get('created')!r}, not a time stamp"
+    return None
+
+
+def bench_problem(doc, key: str) -> str | None:
+    """What makes ``doc`` not a gac bench record of ``key`` (None when nothing does)."""
+    if not isinstance(doc, dict) or doc.get("kind") != "bench" or not isinstance(doc.get("variants"), list):
+        return "is not a gac bench record (kind 'bench' with a list of variants)"
+    if doc.get("key") != key:
+        return f"has key {doc.get('key')!r}, its file name says {key!r} (a bench record copied or renamed by hand)"
+    points = doc.get("points")
+    if not isinstance(points, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str)
+                                               and _is_int(p.get("batch")) and _is_int(p.get("seq_len"))
+                                               for p in points):
+        return "has 'points' that are not a list of {name, batch, seq_len}"
+    for v in doc["variants"]:
+        if not isinstance(v, dict) or not isinstance(v.get("points") or {}, dict):
+            return "has a variant that is not an object with its points"
+        for name, e in (v.get("points") or {}).items():
+            if not isinstance(e, dict):
+                return f"has point {name!r} of a variant that is not an object"
+            ms = e.get("median_ms")
+            if not (_is_num(ms) and ms > 0):
+                return f"has a median latency {ms!r} at {name!r}, not a number of ms > 0"
+            for f in ("ratio_to_baseline",):
+                if e.get(f) is not None and not (_is_num(e[f]) and e[f] > 0):
+                    return f"has {f} {e[f]!r} at {name!r}, not a positive number"
+            ci = e.get("ratio_ci95")
+            if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
+                return f"has ratio_ci95 {ci!r} at {name!r}, not two numbers"
+    return None

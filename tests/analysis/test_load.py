@@ -42,18 +42,24 @@ def test_bad_stores(tmp_path):
     assert load_results(tmp_path / "empty", allow_empty=True).empty
 
 
+_OK = {"key": "zzzz", "status": "completed", "created": "2025-01-01T00:00:00Z"}
+
+
 @pytest.mark.parametrize("text, match", [
     ("{not json", "not valid JSON"),
-    (json.dumps({"key": "k", "schema": 1}), "no 'job'"),
-    (json.dumps({"key": "k", "job": {"model": "tiny", "compressor": "asvd"}}), "lacks job.strategy"),
-    (json.dumps({"key": "k", "schema": 2, "job": {}}), "schema 2"),
-    (json.dumps({"key": "k", "job": {"model": "m", "compressor": "c", "strategy": "s"}, "metrics": {"ppl": "high"}}),
-     "expected a number"),
+    (json.dumps({**_OK, "schema": 1}), "no 'job'"),
+    (json.dumps({**_OK, "job": {"model": "tiny", "compressor": "asvd"}}), "job.strategy None, not a name"),
+    (json.dumps({**_OK, "schema": 2, "job": {}}), "schema 2"),
+    (json.dumps({**_OK, "job": {"model": "m", "compressor": "c", "strategy": "s"}, "metrics": {"ppl": "high"}}),
+     "'high', not a number"),
+    (json.dumps({**_OK, "key": "k", "job": {"model": "m", "compressor": "c", "strategy": "s"}, "metrics": {}}),
+     "its file name says 'zzzz'"),
 ])
 def test_corrupt_record_names_the_file(store_copy, text, match):
     (store_copy / "records" / "zzzz.json").write_text(text)
-    with pytest.raises(GacError, match=match):
+    with pytest.raises(GacError, match=match) as e:
         load_results(store_copy)
+    assert "zzzz.json" in str(e.value) and "move it aside" in str(e.value)
 
 
 def test_parsers():

@@ -60,7 +60,7 @@ def test_report_bad_input(tmp_path, capsys):
     (bad / "records").mkdir(parents=True)
     (bad / "records" / "k.json").write_text(json.dumps({"key": "k", "job": {"model": "m"}}))
     assert main(["report", str(bad), "-o", str(out)]) == 2
-    assert "lacks job.compressor" in capsys.readouterr().err
+    assert "has status None, not 'completed'" in capsys.readouterr().err
     assert main(["report", str(STORE), "-o", str(out), "--format", "html"]) == 2
     assert "unknown table format 'html'" in capsys.readouterr().err
     assert not out.exists()  # nothing written on bad input

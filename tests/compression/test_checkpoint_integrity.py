@@ -56,7 +56,7 @@ def test_flipped_bytes_are_caught_by_the_hash(ckpt, capsys):
 def test_truncated_weights_are_an_error_not_a_traceback(ckpt, verify, capsys):
     w = ckpt / WEIGHTS_FILE
     w.write_bytes(w.read_bytes()[: w.stat().st_size // 3])
-    with pytest.raises(GacError, match="sha256" if verify else "truncated"):
+    with pytest.raises(GacError, match="truncated"):  # named as such, hash or not
         load_checkpoint(ckpt, verify=verify)
     assert main(["audit", str(ckpt)]) == 2
     err = capsys.readouterr().err

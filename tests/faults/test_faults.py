@@ -72,7 +72,14 @@ def wait_for(pred, what: str, proc: subprocess.Popen | None = None, timeout: flo
 
 
 def temp_files(results: Path) -> list[Path]:
-    return sorted(p for p in results.rglob(".*") if p.name.endswith(".tmp") or ".tmp" in p.name)
+    """Temp files of writers (a job's disk-space reserve aside: see reserves)."""
+    return sorted(p for p in results.rglob(".*") if (p.name.endswith(".tmp") or ".tmp" in p.name)
+                  and not p.name.startswith(".space-reserve-"))
+
+
+def reserves(results: Path) -> list[Path]:
+    """The disk-space reserves of jobs (gac.io.SpaceReserve): one per running or killed job until cleaned."""
+    return sorted(results.glob(".space-reserve-*.tmp"))
 
 
 def events(results: Path, key: str) -> list[dict]:
@@ -96,6 +103,7 @@ def test_sigkill_at_every_stage_then_resume(tmp_path):
         assert not list(store.iter_records()), stage  # nothing published yet
         assert not any(p.exists() for p in previous), stage  # the last kill's leftovers were cleaned by this run
         previous = temp_files(res)
+        assert len(reserves(res)) == 1, stage  # the killed job's; the one killed before it was cleaned
         if stage == "prepared_write":  # the scored state was complete in its temp file (MBs), never published
             assert [p.parent.name for p in previous] == ["prepared"] and previous[0].stat().st_size > 1 << 20
         if stage == "record_write":  # the record was complete in its temp file, not yet published
@@ -118,7 +126,7 @@ def test_sigkill_at_every_stage_then_resume(tmp_path):
     r = run(res, TINY)  # skips the done point and removes the dead writer's temp file
     assert r.returncode == 0, r.stderr[-2000:]
     assert "skipped (already done)" in r.stdout
-    assert temp_files(res) == []
+    assert temp_files(res) == [] and reserves(res) == []
     assert [p.name for p in store.record_paths(key)] == [f"{key}.json"]
     assert not list((res / "locks").glob("*.lock"))
     assert len(list((res / "cache" / "prepared").glob("*.safetensors"))) == 1

@@ -94,7 +94,7 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
     assert store.status(key) == "done"
     assert "ppl" in rec["stages"]["resumed"]
     assert ppl_file.stat().st_mtime_ns == before
-    assert rec["metrics"]["ppl_tiny"] == json.loads(ppl_file.read_text())["ppl"]
+    assert rec["metrics"]["ppl_tiny"] == json.loads(ppl_file.read_text())["output"]["ppl"]
 
 
 def test_a_planted_cache_file_is_never_executed_and_force_bypasses_the_cache(make_cfg, tmp_path, monkeypatch):

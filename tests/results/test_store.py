@@ -30,7 +30,7 @@ def test_one_record_per_key_and_reruns_go_beside(tmp_path):
 
 @pytest.mark.parametrize("content,why", [("{not json", "not valid JSON"), ("[1, 2]", "not a record object"),
                                          ('{"key": "other", "status": "completed", "job": {}}', "has key 'other'"),
-                                         ('{"key": "k1", "status": "failed", "job": {}}', "not a completed")])
+                                         ('{"key": "k1", "status": "failed", "job": {}}', "has status 'failed', not 'completed'")])
 def test_corrupt_record_is_named_not_done(tmp_path, content, why):
     store = ResultsStore(tmp_path)
     store.records_dir.mkdir(parents=True)
