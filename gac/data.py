@@ -144,12 +144,18 @@ def check_source(source: str | os.PathLike, split: str = "test", what: str = "te
     if suffix == ".jsonl":
         first = next((ln for ln in head.decode("utf-8", errors="ignore").splitlines() if ln.strip()), None)
         if first is not None and (len(head) < (1 << 20) or "\n" in head.decode("utf-8", errors="ignore")):
-            try:
-                obj = json.loads(first)
-            except json.JSONDecodeError as e:
-                raise GacError(f"{path}:1 is not valid JSON ({e.msg}); each line must be an object") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise GacError(f'{path}:1 has no string field "text"; each line must be {{"text": "..."}}')
+            _jsonl_text(first, path, 1)
+
+
+def _jsonl_text(line: str, path, i: int) -> str:
+    """The ``"text"`` of line ``i`` of a .jsonl text file, or :class:`GacError` naming the line and the format."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); each line must be an object") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        raise GacError(f'{path}:{i} has no string field "text"; each line must be {{"text": "..."}}')
+    return obj["text"]
 
 
 @contextlib.contextmanager
@@ -230,13 +236,7 @@ def _file_rows(path: Path) -> list[str]:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); each line must be an object") from None
-                if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                    raise GacError(f'{path}:{i} has no string field "text"; each line must be {{"text": "..."}}')
-                rows.append(obj["text"])
+                rows.append(_jsonl_text(line, path, i))
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
 

@@ -122,9 +122,10 @@ def test_a_model_directory_labels_the_record_not_the_config_name(make_cfg, tmp_p
     d.mkdir()
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         os.link(src / f, d / f) if f.endswith(".safetensors") else shutil.copy(src / f, d / f)
-    rec = run_config(make_cfg(*PPL_ONLY, f"model.spec={d}"))  # model=tiny's name, another model's files
+    data = "model.ppl_source=tiny"  # another model's files: its data named on purpose (tiny's, as a fixture)
+    rec = run_config(make_cfg(*PPL_ONLY, f"model.spec={d}", data))  # model=tiny's name, another model's files
     assert rec["job"]["model"] == "my-llama"
-    named = run_config(make_cfg(*PPL_ONLY, f"model.spec={d}", "model.name=mine"))
+    named = run_config(make_cfg(*PPL_ONLY, f"model.spec={d}", data, "model.name=mine"))
     assert named["job"]["model"] == "mine" and named["key"] != rec["key"]
     tiny = make_cfg(*PPL_ONLY)
     assert spec_from_config(tiny).model_name == "tiny"
