@@ -37,10 +37,10 @@ def cluster(tmp_path_factory):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _multirun(cluster, tmp, overrides, timeout=600, background=False):
+def _multirun(cluster, tmp, overrides, timeout=600, background=False, env=None):
     args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local", *QUICK,
             f"results_dir={tmp}/results", f"hydra.sweep.dir={tmp}/multirun", *overrides]
-    env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
+    env = {**cluster.env, "PYTHONUNBUFFERED": "1", **(env or {})}
     if background:
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -78,16 +78,22 @@ def test_2x2_sweep_lands_4_records(cluster, tmp_path):
 
 
 def test_failing_job_is_recorded_and_reported(cluster, tmp_path):
-    sweep = ["compressor=asvd", "align=unaligned,gac", "model.spec=/nonexistent/model"]
-    r = _multirun(cluster, tmp_path, sweep)
+    # a bad model path is refused before anything is launched (one line, nothing submitted) ...
+    bad = _multirun(cluster, tmp_path, ["compressor=asvd", "align=unaligned,gac", "model.spec=/nonexistent/model"])
+    assert bad.returncode != 0 and "/nonexistent/model" in bad.stderr
+    results = tmp_path / "results"
+    assert not results.exists() or not list(ResultsStore(results).iter_records(include_failures=True))
+    # ... so a job that fails on the node is made by an error inside it (gac.faults: raised during calibration)
+    sweep = ["compressor=asvd", "align=unaligned,gac"]
+    r = _multirun(cluster, tmp_path, sweep, env={"GAC_FAULT": "calibration:raise"})
     assert r.returncode != 0
     store = ResultsStore(tmp_path / "results")
     failures = list(store.iter_records(include_failures=True))
     assert len(failures) == 2 and all(f["status"] == "failed" for f in failures)
-    assert all("/nonexistent/model" in f["error"] for f in failures)
+    assert all("injected fault at stage 'calibration'" in f["error"] for f in failures)
     rows = _status(tmp_path, sweep)
     assert [row["state"] for row in rows] == ["failed", "failed"]
-    assert "/nonexistent/model" in rows[0]["detail"]
+    assert "injected fault" in rows[0]["detail"]
 
 
 def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path):
