@@ -119,20 +119,6 @@ def test_record_write_on_a_real_full_file_system(small_fs):
     assert [p.name for p in small_fs.rglob("*") if p.is_file()] == ["filler"]
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A real 256 KiB file system (tmpfs): needs root and mount; skipped elsewhere."""
-    d = tmp_path / "fs"
-    d.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)],
-                                           capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
-
-
 def test_read_only_store_fails_before_any_work(tmp_path, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -102,19 +101,6 @@ def _fill(directory) -> None:
                 os.fsync(f.fileno())
         except OSError:
             pass
-
-
-@pytest.fixture
-def fs_1m(tmp_path):
-    d = tmp_path / "fs"
-    d.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                                           capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
 @pytest.mark.parametrize("stage_left", [True, False])
