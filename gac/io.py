@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import logging
 import math
@@ -42,6 +43,15 @@ def machine_id() -> str:
     except OSError:
         ns = ""
     return f"{hostname()}-{ns}" if ns else hostname()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file, read in 8 MiB chunks (weights files do not fit in memory twice)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def temp_path(path: str | os.PathLike) -> Path:

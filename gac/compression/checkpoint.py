@@ -44,7 +44,7 @@ from torch import nn
 from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, replace_module
 from gac.errors import GacError
-from gac.io import read_json, write_json_atomic
+from gac.io import file_sha256, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -142,15 +142,6 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
             raise GacError(f"not enough space for the checkpoint in {str(parent)!r}: about {need_bytes / 2**20:,.0f} MiB "
                            f"needed, {free / 2**20:,.0f} MiB free; free space or choose another output directory")
     return out
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of a file, read in 8 MiB chunks (weights files do not fit in memory twice)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe: dict | None = None, plan=None,

@@ -12,7 +12,6 @@ On disk a profile is a directory::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ import pandas as pd
 import torch
 
 from gac.errors import GacError
-from gac.io import temp_path
+from gac.io import file_sha256, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +209,7 @@ class HardwareProfile:
             format=FORMAT,
             format_version=FORMAT_VERSION,
             table_file=table_file.name,
-            table_sha256=_sha256(table_file),
+            table_sha256=file_sha256(table_file),
             rows=len(self.table),
             columns=list(COLUMNS),
         )
@@ -256,7 +255,7 @@ class HardwareProfile:
             raise GacError(
                 f"corrupt hardware profile {meta_file.parent}: table file {table_file.name!r} is missing"
             )
-        digest = _sha256(table_file)
+        digest = file_sha256(table_file)
         if meta.get("table_sha256") and digest != meta["table_sha256"]:
             raise GacError(
                 f"corrupt hardware profile {meta_file.parent}: {table_file.name} does not match the checksum "
@@ -292,13 +291,6 @@ class HardwareProfile:
 
 _FILE_KEYS = ("table_file", "table_sha256", "rows", "columns")
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _name_of(device) -> str:
