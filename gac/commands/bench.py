@@ -74,20 +74,10 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    import json
-
     from gac.errors import GacError
     from gac.jobs.bench import bench_store, describe
 
-    options = {}
-    for item in args.option:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise GacError(f"--option {item!r} must be KEY=VALUE, e.g. group_size=4")
-        try:
-            options[k] = json.loads(v)
-        except ValueError:
-            options[k] = v
+    options = option_values(args.option)
     if args.plan and (args.where or args.sweep or args.experiment):
         raise GacError("--plan benches plan files; --where/--sweep/--experiment select records — use one or the other")
     doc = bench_store(
@@ -101,3 +91,22 @@ def run(args) -> int:
     if args.json:
         print(f"wrote {args.json}")
     return 0
+
+
+def option_values(items) -> dict:
+    """``--option KEY=VALUE`` items as a dict, each value read as JSON where it is JSON (``4``, ``[1, 2]``, ``true``),
+    else kept as the string (``svd``); used by ``gac bench`` and ``gac predict``."""
+    import json
+
+    from gac.errors import GacError
+
+    options = {}
+    for item in items or ():
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise GacError(f"--option {item!r} must be KEY=VALUE, e.g. group_size=4")
+        try:
+            options[k] = json.loads(v)
+        except ValueError:
+            options[k] = v
+    return options

@@ -39,7 +39,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    import json
     from pathlib import Path
 
     from gac.errors import GacError
@@ -47,15 +46,9 @@ def run(args) -> int:
 
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another --json path or pass --force")
-    options = {}
-    for item in args.option:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise GacError(f"--option {item!r} must be KEY=VALUE, e.g. group_size=4")
-        try:
-            options[k] = json.loads(v)
-        except ValueError:
-            options[k] = v
+    from gac.commands.bench import option_values
+
+    options = option_values(args.option)
     doc = predict_document(args.gpu, args.model, args.plan, args.compressor, options, args.seq_len or [1024],
                            args.batch)
     print(format_prediction(doc))
