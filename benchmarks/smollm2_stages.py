@@ -255,6 +255,17 @@ def _layer_range(text: str, n: int) -> list[int]:
     return sorted(x for x in out if 0 <= x < n)
 
 
+def _from_table(args):
+    """The model, calibration, saved table (``--table``: its path and state) and prepared state the ``refine`` and
+    ``compare`` parts start from."""
+    model, tok = _model(args)
+    calib = _calib(args, tok)
+    src = Path(args.table)
+    state = json.loads(src.read_text())
+    args.out = str(src)
+    return model, tok, calib, src, state, _prepared(args, model, tok, calib)
+
+
 def _prepared(args, model, tok, calib):
     """ASVD prepared without a table (factors), cached on disk beside --out (the factors do not depend on the probes)."""
     from gac.compression.compress import Prepared, prepare
@@ -339,12 +350,7 @@ def refine(args) -> list[dict]:
     from gac.compression.discovery import discover
     from gac.compression.modules import replace_module
 
-    model, tok = _model(args)
-    calib = _calib(args, tok)
-    src = Path(args.table)
-    state = json.loads(src.read_text())
-    args.out = str(src)
-    p = _prepared(args, model, tok, calib)
+    model, tok, calib, src, state, p = _from_table(args)
     layout = discover(model)
     n_all = calib.shape[0]
     seq = calib.shape[1] - 1
@@ -421,12 +427,7 @@ def refine(args) -> list[dict]:
 def compare(args) -> list[dict]:
     from gac.evaluation import perplexity
 
-    model, tok = _model(args)
-    calib = _calib(args, tok)
-    src = Path(args.table)
-    state = json.loads(src.read_text())
-    args.out = str(src)
-    p = _prepared(args, model, tok, calib)
+    model, tok, calib, src, state, p = _from_table(args)
     missing = [u.name for u in p.units if u.name not in state["rows"]]
     if missing:
         raise SystemExit(f"{src}: {len(missing)} rows missing (e.g. {missing[0]}); run `table` for their layers")
