@@ -221,8 +221,13 @@ def quiet_libraries(verbose: bool = False, stream=None) -> None:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above kineto's highest level (USDT = 5): its lines go
     if not _library_bars:
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-        os.environ["TQDM_DISABLE"] = "1"  # tqdm >= 4.66 reads it: lm-eval's request bars (gac's own use no tqdm here)
-        for mod, fn in (("datasets", "disable_progress_bars"), ("transformers.utils.logging", "disable_progress_bar")):
+        # huggingface_hub reads it at import, and transformers' bars ("Loading weights") follow the hub's switch
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        # tqdm reads this only at its import, and torch imports tqdm (torch.hub): in a job it is usually too late;
+        # lm-eval's bars are hidden where gac calls it (gac.evaluation.tasks), transformers' by the calls below
+        os.environ["TQDM_DISABLE"] = "1"
+        for mod, fn in (("datasets", "disable_progress_bars"), ("huggingface_hub.utils", "disable_progress_bars"),
+                        ("transformers.utils.logging", "disable_progress_bar")):
             m = sys.modules.get(mod)
             if m is not None and hasattr(m, fn):
                 getattr(m, fn)()

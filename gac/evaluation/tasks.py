@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -413,6 +414,24 @@ def _hflm():
     return QuietHFLM
 
 
+@contextlib.contextmanager
+def _hidden_request_bars():
+    """lm-eval's "building requests" bar (``lm_eval.api.task``'s tqdm, which it calls without a ``disable``) off
+    while gac hides library bars: ``TQDM_DISABLE`` cannot, as tqdm reads it at its import, which torch does first."""
+    from gac.progress import library_bars
+
+    task_mod = sys.modules.get("lm_eval.api.task")
+    bar = getattr(task_mod, "tqdm", None)
+    if library_bars() or bar is None:
+        yield
+        return
+    task_mod.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        task_mod.tqdm = bar
+
+
 def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot, bootstrap_iters, seed,
          log_samples) -> tuple[dict, dict]:
     import lm_eval
@@ -434,7 +453,7 @@ def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fe
                 f"Python), or `--data tiny` for the shipped offline piqa/hellaswag files"
             ) from None
         lm = _hflm()(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device)
-        with _quiet_git_hash():
+        with _quiet_git_hash(), _hidden_request_bars():
             res = _simple_evaluate(lm_eval, lm, tm, loaded, run_names, num_fewshot, limit, bootstrap_iters,
                                    log_samples, seed)
     if res is None:
