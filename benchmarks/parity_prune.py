@@ -3,6 +3,7 @@
     flock /tmp/gac-cpu.lock python benchmarks/parity_prune.py                  # both compressors, rho 0.15 0.30
     python benchmarks/parity_prune.py --compressors llm_pruner --eval-windows 8  # a quick look
     flock /tmp/gac-cpu.lock python benchmarks/parity_prune.py --model smollm2 --ratios 0.15 --no-before
+    python benchmarks/parity_prune.py --compressors palu --palu-fisher-loss two_ahead   # the reference's loss too
 
 Protocol (the issue's): calibration 32 x 256 tokens of tiny's train text (seed 0) for gac and for the reference;
 perplexity on tiny's full test text in 1024-token windows (baseline 233.37); ``--model`` another model on the same
@@ -51,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's; 1 on the shared 2-core machine, where a 256-token "
                          "SmolLM2 forward took 1.0 s on 1 thread and 7.4 s on 2 contended ones)")
+    ap.add_argument("--palu-fisher-loss", default="next_token", choices=["next_token", "two_ahead"],
+                    help="gac PaLU's fisher_loss option (two_ahead: the reference code's doubly shifted loss)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
     rows, extra = [], []
     for name in args.compressors:
         ref_mod = _load_ref(name)
-        prep = prepare(model, tok, name, calib_ids=calib)
+        prep = prepare(model, tok, name, calib_ids=calib,
+                       compressor_options={"fisher_loss": args.palu_fisher_loss} if name == "palu" else None)
         print(f"\n{name}: gac defaults proxy={prep.proxy} allocation={prep.allocation} options={prep.compressor.options()}")
         before = None
         if not args.no_before:
@@ -98,11 +102,12 @@ def main(argv=None) -> int:
                 fg.setdefault(u.meta["module"], []).append(prep.scores[u.name])
             fg = {k: sum(v) / len(v) for k, v in fg.items()}
             ks = sorted(fg)
-            dev = max(abs(fg[k] / f1[k] - 1) for k in ks)
+            same = f1 if args.palu_fisher_loss == "next_token" else fr
+            dev = max(abs(fg[k] / same[k] - 1) for k in ks)
             rho_q = float(spearmanr([fg[k] for k in ks], [fr[k] for k in ks])[0])
-            print(f"Fisher per projection: gac fisher_rms vs the reference's procedure with the ordinary loss: max "
-                  f"relative difference {dev:.2e}; vs the reference's double-shifted loss: Spearman {rho_q:.4f}, ratios "
-                  + ", ".join(f"{fg[k] / fr[k]:.2f}" for k in ks))
+            print(f"Fisher per projection: gac fisher_rms (fisher_loss={args.palu_fisher_loss}) vs the reference's "
+                  f"procedure with the same loss: max relative difference {dev:.2e}; vs the reference's "
+                  f"double-shifted loss: Spearman {rho_q:.4f}, ratios " + ", ".join(f"{fg[k] / fr[k]:.2f}" for k in ks))
             extra.append({"compressor": name, "fisher_gac": fg, "fisher_ref": fr, "fisher_ref_plain_loss": f1})
         if name == "llm_pruner":
             imp = ref_mod.channel_importance(__import__("copy").deepcopy(model), calib,

@@ -423,7 +423,8 @@ def prepare(
                 notes.append(f"gradient pass used activation checkpointing ({why})")
         with meter.stage("gradients"):
             grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
-                                                checkpoint=grad_checkpoint, layout=layout)
+                                                checkpoint=grad_checkpoint, layout=layout,
+                                                tokens_ahead=getattr(comp, "gradient_tokens_ahead", 1))
     first = [True]
 
     def score_and_factorize(us: list[Unit], st: dict) -> None:

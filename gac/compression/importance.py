@@ -349,7 +349,7 @@ def collect_activation_stats(
 
 
 def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: list[str], elementwise=(), *,
-                           checkpoint: bool = False, layout=None) -> dict[str, WeightStats]:
+                           checkpoint: bool = False, layout=None, tokens_ahead: int = 1) -> dict[str, WeightStats]:
     """Per-projection gradient statistics (Taylor and Fisher), one calibration sample per backward pass.
 
     Memory: the weights, one sample's activations for the backward, the logits, and one weight's gradient at a time
@@ -358,6 +358,10 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     drop from every layer's to the layers' inputs plus one layer's, for about one more forward of compute
     (docs/scale.md has the measured growth). ``layout`` (from :func:`~gac.compression.discovery.discover`) is
     needed with ``checkpoint``.
+
+    ``tokens_ahead``: the loss whose gradients are taken predicts the token this many places ahead: 1, the ordinary
+    next-token loss; 2, PaLU's reference code (inputs ``x[:, :-1]`` and labels ``x[:, 1:]`` handed to a Hugging Face
+    model, which shifts the labels once more; PaLU's ``fisher_loss="two_ahead"``).
 
     ``elementwise`` (a subset of :data:`ELEMENTWISE`) also yields the statistics that need the whole gradient:
     ``"taylor_mean"`` -> ``taylor_mean_row/col`` from ``g_bar = mean_s g_s``, the gradient of the batch-mean loss
@@ -368,6 +372,11 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     bad = [e for e in elementwise if e not in ELEMENTWISE]
     if bad:
         raise unknown_name("element-wise gradient statistic", str(bad[0]), ELEMENTWISE)
+    if tokens_ahead not in (1, 2):
+        raise GacError(f"tokens_ahead={tokens_ahead!r}: the gradient loss predicts the next token (1) or, as PaLU's "
+                       f"reference code does, the one after it (2)")
+    if tokens_ahead == 2 and calib_ids.shape[1] < 3:
+        raise GacError(f"a two-ahead loss needs calibration samples of at least 3 tokens, got {calib_ids.shape[1]}")
     dev = _device_of(model)
     stats = {n: WeightStats() for n in modules}
     params = {n: model.get_submodule(n).weight for n in modules}
@@ -410,8 +419,9 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
             handles.append(p.register_post_accumulate_grad_hook(make_hook(n)))
         for s in track(range(calib_ids.shape[0]), "calibration (gradients)", "samples"):
             ids = calib_ids[s : s + 1].to(dev)
+            inp, lab = (ids, ids) if tokens_ahead == 1 else (ids[:, :-1], ids[:, 1:])  # the model shifts once more
             with torch.enable_grad():
-                out = model(input_ids=ids, labels=ids, use_cache=False)
+                out = model(input_ids=inp, labels=lab, use_cache=False)
                 loss = out.loss
                 if not torch.isfinite(loss):
                     raise GacError(

@@ -225,3 +225,36 @@ def test_docs_name_every_default_and_option():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
         assert f"`{cls.default_proxy}`" in row and f"`{cls.default_allocation}`" in row, (name, row)
     assert "0.0030" in text and "0.0069" in text  # the measured output errors of PaLU's decompositions
+
+
+# ------------------------------------------------------------------------------------------------ PaLU: fisher_loss
+@pytest.mark.parametrize(("fisher_loss", "double_shift"), [("next_token", False), ("two_ahead", True)])
+def test_palu_fisher_loss_matches_the_reference_code(fisher_loss, double_shift):
+    """PaLU's per-projection Fisher, gac against benchmarks/parity_refs/palu.py: the ordinary loss by default, the
+    reference code's doubly shifted (two tokens ahead) loss with fisher_loss="two_ahead"; and the two differ."""
+    import copy
+
+    from benchmarks.parity_refs.palu import fisher_info
+
+    m = small_model()
+    ids = torch.randint(0, 512, (3, 16), generator=torch.Generator().manual_seed(2))
+    p = prepare(m, None, "palu", calib_ids=ids, compressor_options={"fisher_loss": fisher_loss})
+    assert p.compressor.options()["fisher_loss"] == fisher_loss
+    per_proj: dict = {}
+    for u in p.units:
+        per_proj.setdefault(u.meta["module"], []).append(p.scores[u.name])
+    ref = {k: float(v.mean()) for k, v in fisher_info(copy.deepcopy(m), ids, double_shift=double_shift).items()}
+    other = {k: float(v.mean()) for k, v in fisher_info(copy.deepcopy(m), ids, double_shift=not double_shift).items()}
+    assert sorted(per_proj) == sorted(ref)
+    for k, v in per_proj.items():
+        assert sum(v) / len(v) == pytest.approx(ref[k], rel=1e-5)
+    assert max(abs(ref[k] / other[k] - 1) for k in ref) > 1e-3  # the two losses give different Fisher
+
+
+def test_palu_fisher_loss_is_checked():
+    with pytest.raises(GacError, match="fisher_loss"):
+        get_compressor("palu", fisher_loss="two")
+    m = small_model()
+    with pytest.raises(GacError, match="at least 3 tokens"):
+        collect_gradient_stats(m, torch.zeros(1, 2, dtype=torch.long), ["model.layers.0.self_attn.k_proj"],
+                               tokens_ahead=2)
