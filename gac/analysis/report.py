@@ -213,7 +213,8 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         except GacError as e:
             rep.skipped.append(f"{name}: {e}")
             continue
-        if sw.loc[sw["strategy"] != "baseline"].groupby("compressor")["ratio"].nunique().max() < 2:
+        per_comp = sw.loc[sw["strategy"] != "baseline"].groupby("compressor")["ratio"].nunique()
+        if per_comp.empty or per_comp.max() < 2:  # a group may hold only a baseline (its setting differs from theirs)
             rep.skipped.append(f"{name}: fewer than 2 ratios per compressor in this setting group (a line needs 2)")
             continue
         figure(name, F.plot_ratio_sweep(sw, title=F.figure_title("PPL and latency against ratio", model=model,

@@ -64,3 +64,25 @@ def test_report_bad_input(tmp_path, capsys):
     assert main(["report", str(STORE), "-o", str(out), "--format", "html"]) == 2
     assert "unknown table format 'html'" in capsys.readouterr().err
     assert not out.exists()  # nothing written on bad input
+
+
+def test_a_setting_group_with_only_a_baseline_is_skipped_not_a_traceback(tmp_path, capsys):
+    """A ratio sweep evaluated with eval.latency=false beside a baseline measured with it: the two settings are never
+    merged, so one group holds only the baseline; the report says so instead of raising from the figure."""
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(STORE, store)
+    changed = 0
+    for f in (store / "records").glob("*.json"):
+        rec = json.loads(f.read_text())
+        if isinstance(rec.get("config"), dict):  # the baseline measured latency, every compressed run did not
+            rec["config"].setdefault("eval", {})["latency"] = (rec.get("job") or {}).get("compressor") in (None, "none")
+            f.write_text(json.dumps(rec))
+            changed += 1
+    assert changed
+    out = tmp_path / "report"
+    assert main(["report", str(store), "-o", str(out)]) == 0, capsys.readouterr().err
+    skipped = (out / "index.md").read_text().split("## Skipped", 1)[1]
+    assert "eval.latency" in skipped or any(p.name.startswith("ratio_sweep") and "latency" in p.name
+                                            for p in out.iterdir())
