@@ -136,6 +136,12 @@ def main(argv=None) -> int:
             if plan_u.budget != kept:
                 raise SystemExit(f"budget {plan_u.budget} != reference kept {kept}")
             p_u, p_g = ppl(cu), ppl(cg)
+            r32 = None
+            if name == "palu":  # the reference's own rounding: each group's rank to the nearest multiple of 32
+                c32, plan_32, _ = prep.compress(r_gac, "round_nearest", unit=32)
+                r32 = {"ppl": ppl(c32), "params": plan_32.params, "dims": plan_32.dims}
+                r32["vs_ref_pct"] = 100 * (r32["ppl"] / p_ref - 1)
+                del c32
             p_b = None
             if before is not None:
                 cb, plan_b, _ = before.compress(r_gac, "unaligned")
@@ -147,11 +153,15 @@ def main(argv=None) -> int:
                    "unaligned_aligned_frac": plan_u.aligned_fraction, "gac_ppl": p_g, "gac_params": plan_g.params,
                    "gac_vs_unaligned_pct": 100 * (p_g / p_u - 1), "gac_aligned_frac": plan_g.aligned_fraction,
                    "before_ppl": p_b, "before_vs_ref_pct": None if p_b is None else 100 * (p_b / p_ref - 1),
-                   "ref_s": t_ref, "ref_notes": ref["notes"], "unaligned_dims": plan_u.dims, "gac_dims": plan_g.dims}
+                   "ref_s": t_ref, "ref_notes": ref["notes"], "unaligned_dims": plan_u.dims, "gac_dims": plan_g.dims,
+                   "round32": r32}
             rows.append(row)
             print(f"rho={rho}: reference kept {kept} / {prep.dense_params} ({row['kept_frac']:.4f}) PPL {p_ref:.3f}; "
                   f"gac unaligned {p_u:.3f} ({row['unaligned_vs_ref_pct']:+.3f}%); gac aligned {p_g:.3f} "
                   f"({row['gac_vs_unaligned_pct']:+.3f}% vs unaligned)")
+            if r32 is not None:
+                print(f"  gac round_nearest unit 32 (the reference's rounding): {r32['ppl']:.3f} "
+                      f"({r32['vs_ref_pct']:+.3f}% vs ref) at {r32['params']} parameters (reference {kept})")
             if p_b is not None:
                 print(f"  gac before #13 (unaligned, same budget): {p_b:.3f} ({row['before_vs_ref_pct']:+.3f}% vs ref)")
             print(f"  reference: {ref['notes']}")

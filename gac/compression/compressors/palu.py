@@ -28,8 +28,8 @@ allocation         ``fisher_uniform``: one score per projection,   ``proportiona
                                                                    the model shifts again: two tokens ahead)
 =================  ==============================================  ===============================================
 
-``fisher_loss`` is the one place gac departs from the reference code by default: its double shift looks like a slip
-(the paper states a Fisher of the language-modelling loss), so gac takes the ordinary loss and offers the
+``fisher_loss`` is the one place gac departs from the reference code by default: its double shift reads as a slip (a
+Hugging Face model shifts the labels it is given), so gac takes the ordinary next-token loss and offers the
 reference's as ``two_ahead`` for parity with the authors' code (docs/compressors.md measures both on smollm2).
 
 PaLU then rounds each group's rank to the nearest multiple of 32 (at least 32): in gac that is the ``round_nearest``
