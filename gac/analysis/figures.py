@@ -74,7 +74,8 @@ def _ordered_methods(frame: pd.DataFrame) -> list[str]:
 # ---------------------------------------------------------------------------------------------- ratio sweep
 def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
     """One column per compressor, one row per metric; a line per strategy against ratio, the baseline dashed.
-    Perplexity on a linear axis with plain numbers."""
+    Perplexity on a linear axis with plain numbers, or a log axis when one panel spans more than 10x (a
+    compressor that breaks the model at its highest ratios would flatten every other point)."""
     if sweep.empty:
         raise ValueError("empty ratio sweep: nothing to plot")
     comps = [c for c in dict.fromkeys(sweep["compressor"]) if c != "none"]
@@ -96,7 +97,13 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
             if len(base):
                 ax.axhline(float(base["value"].iloc[0]), label="Baseline", **BASELINE_STYLE)
             ax.set_xlabel("compression ratio")
-            ax.set_ylabel(METRIC_LABELS.get(m, m) + (" (lower is better)" if m.startswith("ppl") else ""))
+            vals = pd.concat([mine["value"], base["value"]]).astype(float)
+            vals = vals[vals > 0]
+            log_axis = m.startswith("ppl") and len(vals) and vals.max() > 10 * vals.min()
+            if log_axis:
+                ax.set_yscale("log")
+            ax.set_ylabel(METRIC_LABELS.get(m, m) + (" (lower is better" + (", log axis)" if log_axis else ")")
+                                                     if m.startswith("ppl") else ""))
             ax.set_title(compressor_label(comp) if i == 0 else "", fontsize=10)
             ax.grid(alpha=0.3)
             plain_ticks(ax)

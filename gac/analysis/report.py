@@ -217,7 +217,10 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         if per_comp.empty or per_comp.max() < 2:  # a group may hold only a baseline (its setting differs from theirs)
             rep.skipped.append(f"{name}: fewer than 2 ratios per compressor in this setting group (a line needs 2)")
             continue
-        figure(name, F.plot_ratio_sweep(sw, title=F.figure_title("PPL and latency against ratio", model=model,
+        what = " and ".join(w for w, found in (("PPL", sw["metric"].astype(str).str.startswith("ppl").any()),
+                                                 ("latency", sw["metric"].astype(str).str.startswith("prefill").any()))
+                             if found)
+        figure(name, F.plot_ratio_sweep(sw, title=F.figure_title(f"{what} against ratio", model=model,
                                                                  device=gpu, extra=_setting_note(setting))))
         table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")
 

@@ -83,6 +83,19 @@ def test_ratio_sweep_figure(df, tmp_path):
     assert labels.count("Baseline") == 1
 
 
+def test_ratio_sweep_figure_goes_log_when_a_compressor_breaks_the_model(df):
+    sw = ga.ratio_sweep(df)
+    ppl = sw["metric"].astype(str).str.startswith("ppl")
+    comp = ppl & (sw["strategy"] != "baseline")
+    top = sw[comp].groupby("compressor")["ratio"].transform("max")
+    sw.loc[top.index[sw.loc[top.index, "ratio"] == top], "value"] *= 50  # every compressor 50x at its top ratio
+    fig = ga.plot_ratio_sweep(sw)
+    scales = {ax.get_yscale() for ax in fig.axes if ax.get_visible() and ax.get_ylabel().startswith("PPL")}
+    assert scales == {"log"}
+    assert ga.plot_ratio_sweep(ga.ratio_sweep(df)).axes[0].get_yscale() == "linear"  # the same sweep unbroken
+    assert all("log axis" in ax.get_ylabel() for ax in fig.axes if ax.get_yscale() == "log")
+
+
 def test_proxy_figure(df, tmp_path):
     fig = _saved(ga.plot_proxy_comparison(ga.proxy_dims(df, ratio=0.2)), tmp_path / "proxies")
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
