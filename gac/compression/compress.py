@@ -424,7 +424,7 @@ def prepare(
         with meter.stage("gradients"):
             grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
                                                 checkpoint=grad_checkpoint, layout=layout,
-                                                tokens_ahead=getattr(comp, "gradient_tokens_ahead", 1))
+                                                tokens_ahead=comp.gradient_tokens_ahead)
     first = [True]
 
     def score_and_factorize(us: list[Unit], st: dict) -> None:

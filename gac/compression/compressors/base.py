@@ -103,6 +103,8 @@ class Compressor:
     sensitivity_grid: tuple[float, ...] | None = None  # kept-parameter ratios probed by allocation="sensitivity"
 
     keeps_calibration: bool = False  # the calibration token ids are kept with the prepared state (for after_apply)
+    # the gradient pass's loss predicts the token this many places ahead (PaLU's fisher_loss="two_ahead": 2)
+    gradient_tokens_ahead: int = 1
 
     def after_apply(self, model: nn.Module, units: list[Unit], dims: dict[str, int], originals: dict, calib_ids,
                     layout: ModelLayout) -> dict:
