@@ -20,7 +20,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from gac.analysis.tables import METRIC_LABELS, _method_order, compressor_label, method_label, profile_table
+from gac.analysis.tables import (
+    _method_order,
+    compressor_label,
+    method_label,
+    metric_label,
+    profile_table,
+    sweep_metric_rank,
+)
+from gac.metrics import is_ppl
 from gac.profiling.figures import (
     ALIGNED_STYLE,
     BASELINE_STYLE,
@@ -72,16 +80,21 @@ def _ordered_methods(frame: pd.DataFrame) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- ratio sweep
+#: chance accuracy of the two-choice / four-choice task formats, drawn under their accuracy panels
+TASK_CHANCE = {"piqa": 0.5, "hellaswag": 0.25}
+
+
 def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
-    """One column per compressor, one row per metric; a line per strategy against ratio, the baseline dashed.
-    Perplexity on a linear axis with plain numbers, or a log axis when one panel spans more than 10x (a
-    compressor that breaks the model at its highest ratios would flatten every other point)."""
+    """One column per compressor, one row per metric (perplexity first, then task accuracies, then latency); a
+    line per strategy against ratio, the baseline dashed, a task's chance accuracy dotted. Perplexity on a linear
+    axis with plain numbers, or a log axis when one panel spans more than 10x (a compressor that breaks the model
+    at its highest ratios would flatten every other point)."""
     if sweep.empty:
         raise ValueError("empty ratio sweep: nothing to plot")
     comps = [c for c in dict.fromkeys(sweep["compressor"]) if c != "none"]
     if not comps:
         raise ValueError("ratio sweep without compressed runs: nothing to plot")
-    metrics = list(dict.fromkeys(sweep["metric"]))
+    metrics = sorted(dict.fromkeys(sweep["metric"]), key=sweep_metric_rank)
     styles = method_styles(_ordered_methods(sweep))
     fig, axes = new_figure(len(metrics), len(comps))
     for j, comp in enumerate(comps):
@@ -96,18 +109,23 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
             base = sel[sel["strategy"] == "baseline"]
             if len(base):
                 ax.axhline(float(base["value"].iloc[0]), label="Baseline", **BASELINE_STYLE)
+            chance = next((v for k, v in TASK_CHANCE.items() if str(m).startswith(k + "_acc")), None)
+            if chance is not None:
+                ax.axhline(chance, color=OKABE_ITO["black"], linestyle=":", linewidth=1.0, alpha=0.6,
+                           label="chance (tasks)")
             ax.set_xlabel("compression ratio")
             vals = pd.concat([mine["value"], base["value"]]).astype(float)
             vals = vals[vals > 0]
-            log_axis = m.startswith("ppl") and len(vals) and vals.max() > 10 * vals.min()
+            log_axis = is_ppl(m) and len(vals) and vals.max() > 10 * vals.min()
             if log_axis:
                 ax.set_yscale("log")
-            ax.set_ylabel(METRIC_LABELS.get(m, m) + (" (lower is better" + (", log axis)" if log_axis else ")")
-                                                     if m.startswith("ppl") else ""))
+            note = (" (lower is better" + (", log axis)" if log_axis else ")") if is_ppl(m)
+                    else " (higher is better)" if chance is not None else "")
+            ax.set_ylabel(metric_label(m) + note)
             ax.set_title(compressor_label(comp) if i == 0 else "", fontsize=10)
             ax.grid(alpha=0.3)
             plain_ticks(ax)
-    legend_outside(fig, axes=[ax for row in axes for ax in row])
+    legend_outside(fig, axes=[ax for row in axes for ax in row], last=("Baseline", "chance (tasks)"))
     if title:
         fig.suptitle(title)
     return fig

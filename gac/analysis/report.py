@@ -4,7 +4,8 @@ For each (model, gpu, seq_len) in the results:
 
 * ``table5_<model>_<gpu>_r<ratio>[_<proxy>]``: a Table 5 for every ratio where some compressor has a ``gac`` run
   (one table per proxy where a compressor was run with several);
-* ``ratio_sweep_<model>_<gpu>``: PPL and latency against ratio (figure + table) when a compressor has 2+ ratios;
+* ``ratio_sweep_<model>_<gpu>``: PPL, task accuracy (PiQA and HellaSwag acc_norm, where measured) and latency against
+  ratio (figure + table) when a compressor has 2+ ratios;
 * ``latency_seq_<model>_<gpu>_r<ratio>``: Figure 10 (and a table per batch size) from ``prefill_ms@S`` metrics;
 * ``proxies_<model>_<compressor>_r<ratio>``: Figure 2 (and misaligned fraction per proxy) when 2+ proxies
   have ``unaligned`` plans at one ratio;
@@ -209,7 +210,11 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
                     _setting_slug(setting))
         try:
-            sw = T.ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names)
+            mine = part[~T.baseline_mask(part)]  # a task row needs some compressor measured at 2+ ratios (a line)
+            tasks = [m for m in T.SWEEP_TASK_METRICS if m in mine.columns
+                     and mine[mine[m].notna()].groupby("compressor")["ratio"].nunique().max() >= 2]
+            sw = T.ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names,
+                               metrics=(T.PPL, *tasks, "prefill_ms"))
         except GacError as e:
             rep.skipped.append(f"{name}: {e}")
             continue
@@ -217,9 +222,10 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         if per_comp.empty or per_comp.max() < 2:  # a group may hold only a baseline (its setting differs from theirs)
             rep.skipped.append(f"{name}: fewer than 2 ratios per compressor in this setting group (a line needs 2)")
             continue
-        what = " and ".join(w for w, found in (("PPL", sw["metric"].astype(str).str.startswith("ppl").any()),
-                                                 ("latency", sw["metric"].astype(str).str.startswith("prefill").any()))
-                             if found)
+        found = sw["metric"].astype(str)
+        what = ", ".join(w for w, hit in (("PPL", found.str.startswith("ppl").any()),
+                                          ("task accuracy", found.isin(T.SWEEP_TASK_METRICS).any()),
+                                          ("latency", found.str.startswith("prefill").any())) if hit)
         figure(name, F.plot_ratio_sweep(sw, title=F.figure_title(f"{what} against ratio", model=model,
                                                                  device=gpu, extra=_setting_note(setting))))
         table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")

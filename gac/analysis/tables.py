@@ -28,9 +28,24 @@ COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "
                      "palu": "PaLU"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
                    "round_down": "round-down", "rebalance": "rebalance"}
-METRIC_LABELS = {"ppl_wikitext2": "PPL", "ppl_tiny": "PPL", "piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
+#: display names (perplexity is ``PPL (<dataset>)``: :func:`metric_label`)
+METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
                  "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
                  "decode_ms_per_token": "Decode (ms/token)"}
+#: task accuracies a ratio sweep plots beside perplexity when its records measured them (lm-eval's normalised accuracy)
+SWEEP_TASK_METRICS = ("piqa_acc_norm", "hellaswag_acc_norm")
+
+
+def metric_label(name: str) -> str:
+    """A metric's display name: ``PPL (enwiki)`` for ``ppl_enwiki`` (named by its dataset), ``PiQA (norm)`` ..."""
+    name = str(name)
+    if name in METRIC_LABELS:
+        return METRIC_LABELS[name]
+    if is_ppl(name):
+        return f"PPL ({name[len('ppl_'):]})"
+    return name
+
+
 #: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column
 PPL = "ppl"
 #: Table 5's metric columns: (column label, metric name)
@@ -629,6 +644,14 @@ def ratio_sweep(
     return out.sort_values(["compressor", "strategy", "metric", "ratio"], kind="stable").reset_index(drop=True)
 
 
+def sweep_metric_rank(m: str) -> tuple[int, int]:
+    """A ratio sweep's metric order: perplexity first, then the task accuracies (PiQA before HellaSwag, as in
+    Table 5), latency last."""
+    tasks = list(SWEEP_TASK_METRICS)
+    return (0, 0) if is_ppl(m) else (2, 0) if str(m).startswith(("prefill", "decode")) else \
+        (1, tasks.index(m) if m in tasks else len(tasks))
+
+
 def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
     """The long ratio sweep as a wide table: one row per (compressor, ratio), one column per (metric, strategy)."""
     comp = sweep[sweep["strategy"] != "baseline"]
@@ -636,12 +659,14 @@ def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     wide = comp.pivot_table(index=["compressor", "ratio"], columns=["metric", "strategy"], values="value",
                             aggfunc="first")
-    order = sorted(wide.columns, key=lambda ms: (list(sweep["metric"].unique()).index(ms[0]),
+    order = sorted(wide.columns, key=lambda ms: (sweep_metric_rank(ms[0]), list(sweep["metric"].unique()).index(ms[0]),
                                                  _method_order("x", ms[1])))
     wide = wide[order]
-    wide.columns = [f"{METRIC_LABELS.get(m, m)} {STRATEGY_LABELS.get(s) or s}" for m, s in wide.columns]
+    wide.columns = [f"{metric_label(m)} {STRATEGY_LABELS.get(s) or s}" for m, s in wide.columns]
     wide.index = pd.Index([f"{compressor_label(c)} {r:g}" for c, r in wide.index], name="Compressor, ratio")
-    wide.attrs["formats"] = {c: ("{:.2f}" if c.startswith("PPL") else "{:.1f}" if "(ms" in c else "{:.4g}")
+    accs = tuple(metric_label(m) for m in SWEEP_TASK_METRICS + ("piqa_acc", "hellaswag_acc"))
+    wide.attrs["formats"] = {c: ("{:.2f}" if c.startswith("PPL") else "{:.1f}" if "(ms" in c
+                                 else "{:.3f}" if c.startswith(accs) else "{:.4g}")
                              for c in wide.columns}
     return wide
 

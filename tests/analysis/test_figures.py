@@ -215,3 +215,18 @@ def test_empty_inputs_are_errors_not_blank_figures(df):
         ga.plot_latency_vs_seq_len(ga.latency_vs_seq_len(df, ratio=0.15).iloc[0:0])
     with pytest.raises(ValueError, match="no plan dims"):
         ga.plot_dim_residues(ga.plan_dims(df).iloc[0:0])
+
+
+def test_ratio_sweep_figure_with_task_rows(df):
+    """Task accuracies sit between perplexity and latency (PiQA before HellaSwag), each with its chance level
+    dotted; perplexity is labelled by its dataset, never by a metric key."""
+    sw = ga.ratio_sweep(df, metrics=("ppl", "hellaswag_acc_norm", "piqa_acc_norm", "prefill_ms"))
+    assert {"piqa_acc_norm", "hellaswag_acc_norm"} <= set(sw["metric"])
+    fig = ga.plot_ratio_sweep(sw)
+    first_col = [ax for ax in fig.axes if ax.get_visible()][::2]  # (rows) x (ASVD, LLM-Pruner), row-major
+    assert [ax.get_ylabel().split(" (")[0] for ax in first_col] == ["PPL", "PiQA", "HSwag", "Prefill"]
+    assert first_col[0].get_ylabel().startswith("PPL (wikitext2)")
+    assert all("higher is better" in ax.get_ylabel() for ax in first_col[1:3])
+    chance = [[ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() == ":"] for ax in first_col]
+    assert chance == [[], [0.5], [0.25], []]
+    assert ga.metric_label("ppl_enwiki") == "PPL (enwiki)" and ga.metric_label("piqa_acc_norm") == "PiQA (norm)"

@@ -86,3 +86,24 @@ def test_a_setting_group_with_only_a_baseline_is_skipped_not_a_traceback(tmp_pat
     skipped = (out / "index.md").read_text().split("## Skipped", 1)[1]
     assert "eval.latency" in skipped or any(p.name.startswith("ratio_sweep") and "latency" in p.name
                                             for p in out.iterdir())
+
+
+def test_ratio_sweep_plots_task_accuracy_where_measured_at_two_ratios(store_copy, tmp_path, capsys):
+    """A sweep whose jobs ran the tasks gets PiQA / HellaSwag acc_norm rows (figure and table) after perplexity;
+    the fixture store, where only ratio 0.15 ran them (one point is no line), keeps PPL and latency only."""
+    out = tmp_path / "plain"
+    assert main(["report", str(STORE), "-o", str(out)]) == 0, capsys.readouterr().err
+    assert "PiQA" not in (out / "ratio_sweep_tiny_a100.md").read_text()
+    for f in (store_copy / "records").glob("a0[13]*.json"):  # ASVD at 0.1 and 0.3: now with tasks, falling
+        rec = json.loads(f.read_text())
+        r = rec["job"]["ratio"]
+        rec["metrics"].update({"piqa_acc_norm": 0.7 - r, "hellaswag_acc_norm": 0.4 - r / 2})
+        f.write_text(json.dumps(rec))
+    out = tmp_path / "tasks"
+    assert main(["report", str(store_copy), "-o", str(out)]) == 0, capsys.readouterr().err
+    md = (out / "ratio_sweep_tiny_a100.md").read_text()
+    header = md.split("\n|", 1)[1].split("\n", 1)[0]
+    cols = [c.strip() for c in header.split("|") if c.strip()]
+    assert cols.index("PPL (wikitext2) GAC") < cols.index("PiQA (norm) GAC") < cols.index("HSwag (norm) GAC") \
+        < cols.index("Prefill (ms) GAC")
+    assert "0.600" in md and "0.400" in md  # 0.7 - 0.1 and 0.7 - 0.3, three decimals

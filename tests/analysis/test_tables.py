@@ -113,9 +113,11 @@ def test_ratio_sweep(df):
     assert lat[("round_nearest", 0.15)] == 70.0
     assert 0.2 not in set(sw["ratio"])  # allocation-only proxy runs carry no metrics
     wide = ratio_sweep_table(sw[sw["compressor"] == "asvd"])
-    assert list(wide.columns) == ["PPL unaligned", "PPL GAC", "PPL round-nearest", "Prefill (ms) unaligned",
+    assert list(wide.columns) == ["PPL (wikitext2) unaligned", "PPL (wikitext2) GAC", "PPL (wikitext2) round-nearest",
+                                  "Prefill (ms) unaligned",
                                   "Prefill (ms) GAC", "Prefill (ms) round-nearest"]
-    assert wide.loc["ASVD 0.3", "PPL GAC"] == 55.0 and math.isnan(wide.loc["ASVD 0.3", "PPL round-nearest"])
+    assert wide.loc["ASVD 0.3", "PPL (wikitext2) GAC"] == 55.0
+    assert math.isnan(wide.loc["ASVD 0.3", "PPL (wikitext2) round-nearest"])
 
 
 def test_proxy_comparison(df):
