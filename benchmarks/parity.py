@@ -72,6 +72,9 @@ def main(argv=None) -> int:
     ap.add_argument("--text", default="tiny", help="calibration (train split) and perplexity (test split) text source")
     ap.add_argument("--probe-samples", type=int, default=None,
                     help="ASVD: sensitivity probes on the first N calibration samples, both sides (default: all)")
+    ap.add_argument("--asvd-ref-svd", choices=("lowrank", "exact"), default="lowrank",
+                    help="ASVD: the reference factorises with the authors' randomised torch.svd_lowrank (default) or "
+                         "an exact SVD truncated to the same rank (isolates the factoriser; gac's is exact)")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
@@ -122,6 +125,8 @@ def main(argv=None) -> int:
 
     table_key = {"model": args.model, "text": args.text, "calib": [args.calib_samples, args.calib_seq_len, args.seed],
                  "probe_samples": args.probe_samples}
+    if args.asvd_ref_svd != "lowrank":  # (files written before the option keep their key)
+        table_key["asvd_ref_svd"] = args.asvd_ref_svd
     saved = {}
     if args.ref_tables and os.path.exists(args.ref_tables):
         with open(args.ref_tables) as f:
@@ -147,6 +152,8 @@ def main(argv=None) -> int:
             kw = {flag: True} if flag else {}
             if args.probe_samples is not None and name == "asvd":
                 kw["probe_samples"] = args.probe_samples
+            if name == "asvd" and args.asvd_ref_svd != "lowrank":
+                kw["svd"] = args.asvd_ref_svd
             t1 = time.perf_counter()
             ref = reference(model, tok, calib, args.ratios[0], **kw)
             save_table(label, ref.get("table"))
@@ -157,7 +164,7 @@ def main(argv=None) -> int:
     base = float("nan") if args.no_baseline else ppl(model)
     print(f"{args.model}: baseline perplexity {'not measured' if args.no_baseline else f'{base:.2f}'} ({args.eval_seq_len}-token windows of {args.text} test); "
           f"calibration {args.calib_samples} x {args.calib_seq_len} {args.text} train tokens, seed {args.seed}; "
-          f"ASVD probe samples {args.probe_samples or 'all'}; torch threads "
+          f"ASVD probe samples {args.probe_samples or 'all'}, reference SVD {args.asvd_ref_svd}; torch threads "
           f"{torch.get_num_threads()}; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     rows = []
     for label in names:
@@ -169,6 +176,8 @@ def main(argv=None) -> int:
         if args.probe_samples is not None and name == "asvd":
             reference = functools.partial(reference, probe_samples=args.probe_samples)
             options["sensitivity_samples"] = args.probe_samples
+        if name == "asvd" and args.asvd_ref_svd != "lowrank":
+            reference = functools.partial(reference, svd=args.asvd_ref_svd)
         takes_table = "table" in inspect.signature(reference).parameters
         t0 = time.perf_counter()
         prep = prepare(model, tok, name, calib_ids=calib, compressor_options=options or None)

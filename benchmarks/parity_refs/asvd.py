@@ -8,8 +8,8 @@ with its default settings: ``scaling_method=abs_mean``, ``alpha=0.5``, ``sigma_f
 
 1. Activation scale per Linear: the sum over calibration samples of ``mean_t |x_t|`` (per input channel).
 2. A Linear at kept parameter ratio p: rank ``r = int(p * out * in) // (out + in)``; ``S = scale ** alpha + 1e-6``;
-   ``U, s, V = torch.svd_lowrank(W * S, q=r)`` (randomised, the reference's call); ``V /= S``; the two factors take
-   ``sqrt(s)`` each.
+   ``U, s, V = torch.svd_lowrank(W * S, q=r)`` (randomised, the reference's call; ``svd="exact"`` swaps in a full
+   SVD truncated to ``r`` to isolate the factoriser); ``V /= S``; the two factors take ``sqrt(s)`` each.
 3. Sensitivity: for every Linear and ratio, calibration perplexity with that Linear alone replaced.
 4. Every (Linear, ratio, ppl) sorted by ppl descending; binary search on the cut ``mid`` (entries from ``mid`` on are
    accepted, each Linear keeps its smallest accepted ratio, none accepted: dense) against the kept-parameter ratio
@@ -79,11 +79,17 @@ def _activation_scales(model, calib_ids, linears):
     return scales
 
 
-def _factor(lin: nn.Linear, scale: torch.Tensor, ratio: float) -> nn.Module:
+def _factor(lin: nn.Linear, scale: torch.Tensor, ratio: float, svd: str = "lowrank") -> nn.Module:
     rank = int(lin.weight.numel() * ratio) // (lin.in_features + lin.out_features)
     S = scale ** ALPHA + 1e-6
     W = lin.weight.detach().float() * S[None, :]
-    U, s, V = torch.svd_lowrank(W, q=rank)
+    if svd == "lowrank":  # the authors' call: randomised, q=rank, no oversampling, two power iterations
+        U, s, V = torch.svd_lowrank(W, q=rank)
+    elif svd == "exact":  # the same truncation from a full SVD (float64): isolates the factoriser in a parity run
+        U, s, Vh = torch.linalg.svd(W.double(), full_matrices=False)
+        U, s, V = U[:, :rank].float(), s[:rank].float(), Vh[:rank].T.float()
+    else:
+        raise ValueError(f"svd={svd!r}: lowrank (the authors') or exact")
     V = V / S[:, None]
     root = s.sqrt()
     return _Factored(U * root[None, :], (V * root[None, :]).T, lin.bias)
@@ -102,11 +108,13 @@ def _calib_ppl(model, calib_ids) -> float:
 
 @torch.no_grad()
 def reference(model, tokenizer, calib_ids, ratio: float, table: dict | None = None,
-              probe_samples: int | None = None) -> dict:
+              probe_samples: int | None = None, svd: str = "lowrank") -> dict:
     """ASVD at compression ratio ``ratio`` (the fraction of the projections' parameters removed). ``table``: a
     sensitivity table from an earlier call on the same model and calibration (it does not depend on the ratio).
     ``probe_samples``: the sensitivity perplexities on the first N calibration samples only (the authors use all;
-    a shorter calibration for the table on a larger model, issue 24), the activation scales on all of them."""
+    a shorter calibration for the table on a larger model, issue 24), the activation scales on all of them.
+    ``svd``: ``lowrank`` (the authors' randomised ``torch.svd_lowrank``) or ``exact`` (a full SVD truncated to the
+    same rank, everything else unchanged): what the factoriser alone changes."""
     torch.manual_seed(0)
     model = copy.deepcopy(model).eval()
     linears = _projections(model)
@@ -116,7 +124,7 @@ def reference(model, tokenizer, calib_ids, ratio: float, table: dict | None = No
         for name, parent, attr, lin in linears:
             table[name] = {}
             for p in GRID:
-                setattr(parent, attr, _factor(lin, scales[id(lin)], p))
+                setattr(parent, attr, _factor(lin, scales[id(lin)], p, svd))
                 table[name][p] = _calib_ppl(model, calib_ids if probe_samples is None else calib_ids[:probe_samples])
             setattr(parent, attr, lin)
     entries = sorted(((n, p, v) for n, row in table.items() for p, v in row.items() if p < 1), key=lambda e: -e[2])
@@ -147,7 +155,7 @@ def reference(model, tokenizer, calib_ids, ratio: float, table: dict | None = No
             kept += lin.weight.numel()
             n_dense += 1
             continue
-        new = _factor(lin, scales[id(lin)], p)
+        new = _factor(lin, scales[id(lin)], p, svd)
         setattr(parent, attr, new)
         kept += new.A.weight.numel() + new.B.weight.numel()
     return {
