@@ -425,6 +425,11 @@ def prepare(
             grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
                                                 checkpoint=grad_checkpoint, layout=layout,
                                                 tokens_ahead=comp.gradient_tokens_ahead)
+    elif comp.gradient_tokens_ahead != 1:  # an option of the gradient pass, and this proxy takes no gradients
+        msg = (f"{comp.name}: its gradient loss ({comp.gradient_tokens_ahead} tokens ahead, e.g. PaLU "
+               f"fisher_loss=two_ahead) has no effect with proxy {proxy_name!r}, which takes no gradients")
+        log.warning("%s", msg)
+        notes.append(msg)
     first = [True]
 
     def score_and_factorize(us: list[Unit], st: dict) -> None:

@@ -258,3 +258,16 @@ def test_palu_fisher_loss_is_checked():
     with pytest.raises(GacError, match="at least 3 tokens"):
         collect_gradient_stats(m, torch.zeros(1, 2, dtype=torch.long), ["model.layers.0.self_attn.k_proj"],
                                tokens_ahead=2)
+
+
+def test_palu_fisher_loss_without_gradients_says_it_does_nothing(caplog):
+    """fisher_loss shapes the gradient pass; with a proxy that takes no gradients it changes nothing, and the
+    prepared result says so (a note in the record, a warning in the log) instead of accepting it silently."""
+    m = small_model()
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(3))
+    with caplog.at_level("WARNING", logger="gac.compression.compress"):
+        p = prepare(m, None, "palu", proxy="magnitude", calib_ids=ids, compressor_options={"fisher_loss": "two_ahead"})
+    assert any("has no effect with proxy 'magnitude'" in n for n in p.notes)
+    assert "takes no gradients" in caplog.text
+    q = prepare(m, None, "palu", proxy="magnitude", calib_ids=ids)  # the default loss: nothing to say
+    assert not any("no effect" in n for n in q.notes)
