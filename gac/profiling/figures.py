@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, ScalarFormatter
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,18 @@ def series_style(i: int) -> dict:
 
 
 def plain_ticks(ax, axis: str = "both") -> None:
-    """Plain numbers on a linear axis: no scientific notation, no offset (``1e3`` / ``+2.4e2`` corners)."""
+    """Plain numbers on a linear axis: no scientific notation, no offset (``1e3`` / ``+2.4e2`` corners); on a
+    log axis, ticks at 1, 2 and 5 of every decade written as plain numbers (20, 50, 100, 200, ...), never
+    ``6x10^1`` minor labels."""
     for which in (("x", "y") if axis == "both" else (axis,)):
         target = ax.xaxis if which == "x" else ax.yaxis
-        if (ax.get_xscale() if which == "x" else ax.get_yscale()) != "linear":
+        scale = ax.get_xscale() if which == "x" else ax.get_yscale()
+        if scale == "log":
+            target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            target.set_minor_formatter(NullFormatter())
+            continue
+        if scale != "linear":
             continue
         fmt = ScalarFormatter(useOffset=False)
         fmt.set_scientific(False)
