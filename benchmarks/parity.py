@@ -143,19 +143,23 @@ def main(argv=None) -> int:
             with open(args.ref_tables, "w") as f:
                 json.dump({"key": table_key, "tables": saved_tables}, f)
 
+    def ref_kwargs(name: str, flag: str) -> dict:
+        """The reference's keyword arguments for a ``NAME[:FLAG]`` label: the flag, and ASVD's probe samples and SVD."""
+        kw = {flag: True} if flag else {}
+        if name == "asvd" and args.probe_samples is not None:
+            kw["probe_samples"] = args.probe_samples
+        if name == "asvd" and args.asvd_ref_svd != "lowrank":
+            kw["svd"] = args.asvd_ref_svd
+        return kw
+
     if args.ref_tables_only:
         for label in names:
             name, _, flag = label.partition(":")
             reference = load_ref(refs[name])
             if "table" not in inspect.signature(reference).parameters or label in saved_tables:
                 continue
-            kw = {flag: True} if flag else {}
-            if args.probe_samples is not None and name == "asvd":
-                kw["probe_samples"] = args.probe_samples
-            if name == "asvd" and args.asvd_ref_svd != "lowrank":
-                kw["svd"] = args.asvd_ref_svd
             t1 = time.perf_counter()
-            ref = reference(model, tok, calib, args.ratios[0], **kw)
+            ref = reference(model, tok, calib, args.ratios[0], **ref_kwargs(name, flag))
             save_table(label, ref.get("table"))
             print(f"{label}: reference sensitivity table in {time.perf_counter() - t1:.0f}s -> {args.ref_tables}; "
                   f"load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -169,15 +173,10 @@ def main(argv=None) -> int:
     rows = []
     for label in names:
         name, _, flag = label.partition(":")
-        reference = load_ref(refs[name])
+        reference = functools.partial(load_ref(refs[name]), **ref_kwargs(name, flag))
         options = {flag: True} if flag else {}
-        if flag:
-            reference = functools.partial(reference, **{flag: True})
         if args.probe_samples is not None and name == "asvd":
-            reference = functools.partial(reference, probe_samples=args.probe_samples)
             options["sensitivity_samples"] = args.probe_samples
-        if name == "asvd" and args.asvd_ref_svd != "lowrank":
-            reference = functools.partial(reference, svd=args.asvd_ref_svd)
         takes_table = "table" in inspect.signature(reference).parameters
         t0 = time.perf_counter()
         prep = prepare(model, tok, name, calib_ids=calib, compressor_options=options or None)
