@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONFLICT = re.compile(r"^(<<<<<<<|=======|>>>>>>>)( |$)", re.MULTILINE)
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REF_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?")  # [label]: target
+HTML = re.compile(r"""(?:href|src)\s*=\s*["']([^"']+)["']""")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
 
@@ -94,8 +96,10 @@ def test_relative_links_resolve():
     bad = []
     for page in _doc_pages():
         for n, line in _prose_lines(page.read_text(encoding="utf-8")):
-            for m in LINK.finditer(re.sub(r"`[^`]*`", "", line)):
-                target = m.group(1)
+            prose = re.sub(r"`[^`]*`", "", line)
+            targets = [m.group(1) for m in (*LINK.finditer(prose), *HTML.finditer(prose))]
+            targets += [m.group(1) for m in [REF_DEF.match(line)] if m]
+            for target in targets:
                 if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto:
                     continue
                 file_part, _, anchor = target.partition("#")
