@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,8 +21,8 @@ CLI_MD = Path(__file__).resolve().parent / "cli.md"
 HEADER = """\
 # CLI reference
 
-Generated from `gac <command> --help` by `python docs/gen_cli.py` (do not edit by hand: `tests/test_docs.py` fails
-when this file and the parser disagree; re-run the script after changing a command).
+Generated from `gac <command> --help` by `python docs/gen_cli.py` with Python {python}'s argparse (do not edit by
+hand: `tests/test_docs.py` fails when this file and the parser disagree; re-run the script after changing a command).
 
 Every command exits with code 2 and one line naming the problem and the fix on bad input (the catalogue,
 [bad-input.md](bad-input.md), is a table that `tests/test_bad_input.py` executes row by row). Ctrl-C ends a `gac`
@@ -74,8 +75,19 @@ def commands(parser: argparse.ArgumentParser | None = None, prefix: tuple[str, .
                 yield from commands(sub, argv)
 
 
+def python_version() -> str:
+    """argparse's layout changes between Python versions: the file says which one rendered it."""
+    return "{}.{}".format(*sys.version_info[:2])
+
+
+def rendered_with(text: str) -> str | None:
+    """The Python version a docs/cli.md text was rendered with."""
+    m = re.search(r"with Python (\d+\.\d+)'s argparse", text)
+    return m.group(1) if m else None
+
+
 def render() -> str:
-    parts = [HEADER, "\n## Commands\n\n| command | what it does |\n|---|---|\n"]
+    parts = [HEADER.replace("{python}", python_version()), "\n## Commands\n\n| command | what it does |\n|---|---|\n"]
     cmds = list(commands())
     for argv, _, text in cmds:
         name = "gac " + " ".join(argv)

@@ -121,25 +121,40 @@ def _gen_cli():
     return mod
 
 
-def test_cli_reference_is_current():
-    gen = _gen_cli()
-    assert (ROOT / "docs" / "cli.md").read_text() == gen.render(), (
-        "docs/cli.md differs from `gac <command> --help`: run python docs/gen_cli.py")
-
-
-def test_cli_reference_lists_every_command_and_flag():
-    gen = _gen_cli()
-    text = (ROOT / "docs" / "cli.md").read_text()
-    sections = {s.split("\n", 1)[0]: s for s in text.split("\n## ")[1:]}
+def _cli_problems(gen, text: str) -> list[str]:
+    """What docs/cli.md lacks against the parser: a (sub)command's section, a flag, or a help text (compared without
+    whitespace: argparse wraps lines, at hyphens too)."""
+    flat = lambda t: "".join(t.split())  # noqa: E731
+    sections = {flat(s.split("\n", 1)[0]): flat(s) for s in text.split("\n## ")[1:]}
     missing = []
     for argv, parser, _ in gen.commands():
         name = "gac " + " ".join(argv)
-        if name not in sections:
-            missing.append(name)
+        if flat(name) not in sections:
+            missing.append(f"no section '## {name}'")
             continue
         for action in parser._actions:
-            missing += [f"{name} {opt}" for opt in action.option_strings if opt not in sections[name]]
-    assert not missing, "not in docs/cli.md: " + ", ".join(missing)
+            missing += [f"{name}: flag {opt}" for opt in action.option_strings if opt not in sections[flat(name)]]
+            helptext = flat((action.help or "").replace("%%", "%"))
+            if helptext and "%(" not in helptext and helptext not in sections[flat(name)]:
+                missing.append(f"{name}: help of {action.dest!r}")
+    return missing
+
+
+def test_cli_reference_is_current():
+    """Exactly what ``--help`` prints, on the Python version that rendered the file (argparse's layout differs
+    between versions); on another version, every command, flag and help text is there."""
+    gen = _gen_cli()
+    text = (ROOT / "docs" / "cli.md").read_text()
+    if gen.rendered_with(text) == gen.python_version():
+        assert text == gen.render(), "docs/cli.md differs from `gac <command> --help`: run python docs/gen_cli.py"
+    else:
+        missing = _cli_problems(gen, text)
+        assert not missing, "docs/cli.md is out of date (run python docs/gen_cli.py):\n" + "\n".join(missing)
+
+
+def test_cli_reference_lists_every_command_and_flag():
+    missing = _cli_problems(_gen_cli(), (ROOT / "docs" / "cli.md").read_text())
+    assert not missing, "docs/cli.md is out of date (run python docs/gen_cli.py):\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("page", ["README.md"])
