@@ -1,5 +1,6 @@
 """The docs stay true to the repository: no merge-conflict marker in a tracked text file, every relative link in
-README.md and docs/*.md resolves (file and heading anchor), and docs/cli.md is what ``gac <command> --help`` prints."""
+README.md, docs/*.md and the other tracked markdown files resolves (file and heading anchor), and docs/cli.md is what
+``gac <command> --help`` prints."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def _tracked_files() -> list[Path]:
 
 
 def _doc_pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """README.md, docs/*.md and every other tracked markdown file (CHANGELOG.md, the folders' READMEs)."""
+    return sorted({ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+                   *(p for p in _tracked_files() if p.suffix == ".md" and p.exists())})
 
 
 def _prose_lines(text: str):
