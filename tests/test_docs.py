@@ -21,12 +21,15 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def _tracked_files() -> list[Path]:
-    """Files git tracks; outside a git checkout (an unpacked sdist), every file under the root but .git."""
+    """Files git tracks; outside a git checkout (an unpacked sdist), every file under the root but hidden folders
+    (.git, a .venv), caches and results."""
     try:
         out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
         return [ROOT / p for p in out.decode().split("\0") if p]
     except (OSError, subprocess.CalledProcessError):
-        return [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+        skip = ("__pycache__", "results", "multirun", "outputs")
+        return [p for p in ROOT.rglob("*") if p.is_file()
+                and not any(part.startswith(".") or part in skip for part in p.relative_to(ROOT).parts[:-1])]
 
 
 def _doc_pages() -> list[Path]:
