@@ -9,7 +9,8 @@ add up; everything the plan does not change (attention, norms, the head) is a co
 objective as the parameter solver (Eq. 4, ``sum_i s_i (params_i(d_i) - params_i(d*_i))``), subject to
 ``fixed_ms + sum_i lat_i(d_i) <= L``. Latencies are real numbers; the exact solver (:func:`gac.align.solver.solve_mckp`)
 takes integer costs, so each latency is rounded **up** to a whole number of quanta ``q`` and the budget **down**:
-``c_i(d) = ceil(lat_i(d) / q)``, ``U = floor((L - fixed_ms) / q)``, computed exactly in rationals. A plan whose rounded
+``c_i(d) = ceil(lat_i(d) / q)``, ``U = floor((L - fixed_ms) / q)``, computed exactly in rationals (each latency at
+its exact binary value, the quantum at the decimal it prints as: 0.001 is 1/1000). A plan whose rounded
 cost fits ``U`` then has a true latency ``<= sum c q <= U q <= L``: the budget holds for the true latencies, not for
 their rounding. The price of the rounding is optimality by at most ``n q`` of budget: each option's rounding adds less
 than ``q``, so every plan whose true latency is at most ``L - n q`` fits, and the plan found is at least as good as the
@@ -48,8 +49,9 @@ from gac.align.strategies import _check_magnitudes
 from gac.align.targets import Target, check_unique
 from gac.errors import GacError, InfeasibleBudgetError
 
-#: strategies that need latency tables (not in :data:`gac.align.strategies.STRATEGIES`: they take more inputs)
-LATENCY_STRATEGIES = ("gac_latency", "gac_min_latency")
+#: strategies ``gac align`` runs with latency tables (not in :data:`gac.align.strategies.STRATEGIES`: they take more
+#: inputs); the dual (:func:`align_min_latency`, plans named ``gac_min_latency``) is a Python entry point only
+LATENCY_STRATEGIES = ("gac_latency",)
 #: the default quantum keeps the rounding below this share of the latency budget
 QUANTUM_SHARE = 1e-3
 BOUNDS = ("at_least", "at_most")
