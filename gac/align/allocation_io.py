@@ -9,6 +9,12 @@
 ``unit``, ``window``, ``d_max``, ``candidates``, ``kind``, ``dense_params`` and ``shape`` are optional. Unknown keys
 are errors, so a typo cannot be silently ignored.
 
+**A latency budget** (strategy ``gac_latency``, :mod:`gac.align.latency_budget`): ``"latency_budget_ms"`` at the top,
+and per target ``"latency_ms": {"96": 0.121, "104": 0.118}``, the latency of its kernels at each candidate dimension
+(every candidate needs one). ``"latency_fixed_ms"`` (the rest of the forward, which no plan changes; default 0) and
+``"latency_quantum_ms"`` (the rounding step; default: see the module) are optional. With latencies given, every
+strategy's plan also reports its summed latency.
+
 A low-rank target (``"kind": "lowrank"``) may carry ``"dense_params": out * in``: the weight may then stay
 unfactorised, at that cost, when that is the best use of the budget (its plan dimension is then ``min(out, in)``
 and the plan lists it under ``"dense"``). ``"shape": [out, in]`` pins the weight's shape; a ``dense_params`` that
@@ -22,13 +28,15 @@ import os
 from dataclasses import dataclass
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, check_unit
+from gac.align.latency_budget import check_latency_table
 from gac.align.targets import Target, check_unique
 from gac.errors import GacError
 from gac.io import read_json
 
-_TOP = {"budget", "unit", "window", "targets"}
+_LATENCY_TOP = ("latency_budget_ms", "latency_fixed_ms", "latency_quantum_ms")
+_TOP = {"budget", "unit", "window", "targets", *_LATENCY_TOP}
 _TARGET_REQUIRED = ("name", "d_star", "score", "params_per_dim")
-_TARGET = {*_TARGET_REQUIRED, "d_max", "candidates", "kind", "dense_params", "shape"}
+_TARGET = {*_TARGET_REQUIRED, "d_max", "candidates", "kind", "dense_params", "shape", "latency_ms"}
 
 
 @dataclass
@@ -37,6 +45,10 @@ class Allocation:
     budget: int
     unit: int = DEFAULT_UNIT
     window: int = DEFAULT_WINDOW
+    latency: dict[str, dict[int, float]] | None = None  # target name -> {dim: ms}; None: no latencies given
+    latency_budget_ms: float | None = None
+    latency_fixed_ms: float = 0.0
+    latency_quantum_ms: float | None = None
 
 
 def _int(value, where: str, what: str) -> int:
@@ -74,6 +86,7 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
     if not isinstance(raw, list) or not raw:
         raise GacError(f"{source}: 'targets' must be a non-empty list of target objects")
     targets = []
+    latency: dict = {}
     for k, t in enumerate(raw):
         where = f"{source}: targets[{k}]"
         if not isinstance(t, dict):
@@ -98,6 +111,8 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
             if not isinstance(shape, list) or len(shape) != 2:
                 raise GacError(f"{where}: 'shape' must be [out, in], got {shape!r}")
             shape = tuple(_int(x, where, "'shape' entries") for x in shape)
+        if "latency_ms" in t:
+            latency[t.get("name")] = check_latency_table({t.get("name"): t["latency_ms"]}, where)[t.get("name")]
         try:
             targets.append(
                 Target(
@@ -115,7 +130,29 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
         except GacError as e:
             raise GacError(f"{source}: {e}") from None
     check_unique(targets)
-    return Allocation(targets, budget, unit, window)
+    return Allocation(targets, budget, unit, window, *_latency(data, latency, targets, source))
+
+
+def _latency(data: dict, latency: dict, targets: list[Target], source: str):
+    """The latency keys: all targets with ``latency_ms`` or none; the budget, fixed part and quantum as numbers."""
+    opts = {}
+    for key in _LATENCY_TOP:
+        if key in data:
+            v = data[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+                    key != "latency_fixed_ms" and v == 0):
+                raise GacError(f"{source}: {key!r} must be a " + ("non-negative" if key == "latency_fixed_ms" else
+                               "positive") + f" number of milliseconds, got {v!r}")
+            opts[key] = float(v)
+    if latency and len(latency) < len(targets):
+        lack = [t.name for t in targets if t.name not in latency]
+        raise GacError(f"{source}: {len(lack)} target(s) have no 'latency_ms' (e.g. {lack[0]!r}) while others do; give "
+                       f"every target its latencies or none")
+    if opts and not latency:
+        raise GacError(f"{source}: {sorted(opts)} given but no target has 'latency_ms'; give each target its latency "
+                       f"at every candidate dimension")
+    return (latency or None, opts.get("latency_budget_ms"), opts.get("latency_fixed_ms", 0.0),
+            opts.get("latency_quantum_ms"))
 
 
 MAX_FILE_BYTES = 256 * 2**20  # 256 MiB: ~1M targets; JSON parsing takes ~2x the file in memory, and far more targets
@@ -147,5 +184,11 @@ def allocation_to_json(alloc: Allocation) -> dict:
             row["dense_params"] = t.dense_params
         if t.shape is not None:
             row["shape"] = list(t.shape)
+        if alloc.latency is not None and t.name in alloc.latency:
+            row["latency_ms"] = {str(d): ms for d, ms in sorted(alloc.latency[t.name].items())}
         out["targets"].append(row)
+    for key in _LATENCY_TOP:
+        value = getattr(alloc, key)
+        if value is not None and (key != "latency_fixed_ms" or value or alloc.latency is not None):
+            out[key] = value
     return out

@@ -15,11 +15,13 @@ Exit code 2 on bad input (the message names the problem); no output file is writ
 
 
 def add_arguments(p):
+    from gac.align.latency_budget import LATENCY_STRATEGIES
     from gac.align.strategies import STRATEGIES
 
     p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (see README: 'gac align')")
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default: print it)")
-    p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac)")
+    p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac); "
+                   f"{', '.join(LATENCY_STRATEGIES)} with a latency budget and per-target latencies in the file")
     p.add_argument("--unit", type=int, default=None, help="alignment unit (overrides the file's; default 8)")
     p.add_argument("--window", type=int, default=None, help="candidate window in units (default: the file's, else 1 = the two aligned dims bracketing d*)")
     p.add_argument("--compare", action="store_true", help="also print a table of every strategy on stderr")
@@ -28,12 +30,13 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.align.allocation_io import load_allocation
-    from gac.align.strategies import STRATEGIES, align
+    from gac.align.latency_budget import LATENCY_STRATEGIES
+    from gac.align.strategies import STRATEGIES
     from gac.errors import unknown_name
     from gac.io import write_json_atomic
 
-    if args.strategy not in STRATEGIES:
-        raise unknown_name("strategy", args.strategy, STRATEGIES)
+    if args.strategy not in STRATEGIES and args.strategy not in LATENCY_STRATEGIES:
+        raise unknown_name("strategy", args.strategy, [*STRATEGIES, *LATENCY_STRATEGIES])
     from gac.align.candidates import check_unit, check_window
 
     if args.unit is not None:
@@ -45,7 +48,7 @@ def run(args) -> int:
     alloc = load_allocation(args.allocation)
     unit = alloc.unit if args.unit is None else args.unit
     window = alloc.window if args.window is None else args.window
-    plan = align(alloc.targets, alloc.budget, args.strategy, unit=unit, window=window)
+    plan = solve(alloc, args.strategy, unit, window, args.allocation)
     if args.compare:
         print(format_comparison(alloc, unit, window), file=sys.stderr)
     out = plan.to_json()
@@ -53,13 +56,54 @@ def run(args) -> int:
         write_json_atomic(args.output, out, overwrite=args.force)
         print(
             f"{plan.strategy}: {len(plan.dims)} targets, params {plan.params:,} / budget {plan.budget:,}, "
-            f"aligned {plan.aligned_fraction:.0%} at unit {unit} ({by_unit(plan)}), objective {plan.objective:.6g} "
-            f"-> {args.output}"
+            f"aligned {plan.aligned_fraction:.0%} at unit {unit} ({by_unit(plan)}), objective {plan.objective:.6g}"
+            f"{latency_line(plan)} -> {args.output}"
         )
     else:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     return 0
+
+
+def solve(alloc, strategy: str, unit: int, window: int, source: str = "allocation"):
+    """The plan of ``strategy`` for ``alloc``; with latencies in the file, its summed latency in
+    ``plan.stats["latency"]`` (for ``gac_latency``, the latency budget's accounting)."""
+    from gac.align.latency_budget import align_latency, plan_latency
+    from gac.align.strategies import align
+    from gac.errors import GacError
+
+    if strategy == "gac_latency":
+        if alloc.latency is None or alloc.latency_budget_ms is None:
+            raise GacError(f"{source}: strategy 'gac_latency' needs 'latency_budget_ms' and every target's "
+                           f"'latency_ms' (its latency at each candidate dimension) in the allocation")
+        return align_latency(alloc.targets, alloc.latency, alloc.latency_budget_ms, alloc.budget, unit, window,
+                             quantum_ms=alloc.latency_quantum_ms, fixed_ms=alloc.latency_fixed_ms)
+    plan = align(alloc.targets, alloc.budget, strategy, unit=unit, window=window)
+    if alloc.latency is not None:
+        ms = plan_latency(alloc.targets, plan.dims, alloc.latency, alloc.latency_fixed_ms)
+        info = {"latency_ms": ms, "fixed_ms": alloc.latency_fixed_ms}
+        if alloc.latency_budget_ms is not None:
+            info.update(latency_budget_ms=alloc.latency_budget_ms,
+                        within_latency_budget=None if ms is None else ms <= alloc.latency_budget_ms)
+        plan.stats["latency"] = info
+    return plan
+
+
+def _latency_cell(plan) -> str:
+    ms = plan.stats.get("latency", {}).get("latency_ms")
+    return "-" if ms is None else f"{ms:.6g}"
+
+
+def latency_line(plan) -> str:
+    """``, latency 1.23 ms / budget 1.25 ms (held)`` when the plan has latencies, else empty."""
+    info = plan.stats.get("latency")
+    if not info or info.get("latency_ms") is None:
+        return ""
+    budget = info.get("budget_ms", info.get("latency_budget_ms"))
+    if budget is None:
+        return f", latency {info['latency_ms']:.6g} ms"
+    held = info.get("held", info.get("within_latency_budget"))
+    return f", latency {info['latency_ms']:.6g} ms / budget {budget:.6g} ms ({'held' if held else 'over'})"
 
 
 def by_unit(plan) -> str:
@@ -83,16 +127,17 @@ def _check_output(path: str, force: bool) -> None:
 
 
 def format_comparison(alloc, unit: int, window: int) -> str:
-    from gac.align.strategies import STRATEGIES, align
+    from gac.align.strategies import STRATEGIES
     from gac.errors import GacError
 
     lines = [
         f"{'strategy':<14} {'params':>16} {'budget':>16} {'met':>4} {'align%':>7} {'@8':>5} {'@16':>5} {'@32':>5} "
-        f"{'objective':>14} {'ms':>8}",
+        f"{'objective':>14} {'ms':>8}" + (f" {'latency_ms':>12}" if alloc.latency is not None else ""),
     ]
-    for name in STRATEGIES:
+    names = [*STRATEGIES] + (["gac_latency"] if alloc.latency_budget_ms is not None else [])
+    for name in names:
         try:
-            p = align(alloc.targets, alloc.budget, name, unit=unit, window=window)
+            p = solve(alloc, name, unit, window)
         except GacError as e:
             lines.append(f"{name:<14} error: {e}")
             continue
@@ -101,5 +146,6 @@ def format_comparison(alloc, unit: int, window: int) -> str:
             f"{100 * p.aligned_fraction:>6.1f}% "
             + " ".join(f"{100 * p.aligned_by_unit.get(u, float('nan')):>4.0f}%" for u in (8, 16, 32))
             + f" {p.objective:>14.6g} {1000 * p.stats['time_s']:>8.2f}"
+            + (f" {_latency_cell(p):>12}" if alloc.latency is not None else "")
         )
     return "\n".join(lines)
