@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from gac.analysis import figures as F
-from gac.analysis import labels as N
-from gac.analysis import load as L
-from gac.analysis import selection as S
-from gac.analysis import tables as T
+import gac.analysis.figures as F
+import gac.analysis.labels as N
+import gac.analysis.load as L
+import gac.analysis.selection as S
+import gac.analysis.tables as T
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
 
