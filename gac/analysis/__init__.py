@@ -4,7 +4,8 @@
     df = load_results("results/")                 # tidy: one row per record
     print(format_table(table5(df, model="tiny")))  # Table 5 as markdown ("latex" for LaTeX)
 
-Tables (:mod:`gac.analysis.tables`) return pandas frames with numbers (NaN where not measured);
+Tables (:mod:`gac.analysis.tables`; which records they hold: :mod:`gac.analysis.selection`) return pandas frames
+with numbers (NaN where not measured), :mod:`gac.analysis.table_format` renders them as markdown or LaTeX;
 figures (:mod:`gac.analysis.figures`) return matplotlib ``Figure`` objects (no pyplot state);
 :func:`write_report` writes all of them into a directory (``gac report``).
 """
@@ -20,6 +21,7 @@ from gac.analysis.figures import (
     plot_ratio_sweep,
     save_figure,
 )
+from gac.analysis.labels import method_label, metric_label
 from gac.analysis.load import (
     load_results,
     metric_columns,
@@ -29,23 +31,19 @@ from gac.analysis.load import (
     records_from_wandb,
     records_to_frame,
 )
-from gac.analysis.report import Report, write_report
+from gac.analysis.report_dir import Report, write_report
+from gac.analysis.selection import filter_settings, latest_per_key, setting_groups
+from gac.analysis.table_format import format_table
 from gac.analysis.tables import (
     alignment_table,
     bench_ratios,
-    filter_settings,
-    format_table,
     latency_table,
     latency_vs_seq_len,
-    latest_per_key,
-    method_label,
-    metric_label,
     profile_table,
     proxy_comparison,
     proxy_dims,
     ratio_sweep,
     ratio_sweep_table,
-    setting_groups,
     staircase_summary,
     table5,
 )

@@ -20,14 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from gac.analysis.tables import (
-    _method_order,
-    compressor_label,
-    method_label,
-    metric_label,
-    profile_table,
-    sweep_metric_rank,
-)
+from gac.analysis.labels import compressor_label, method_label, method_order, metric_label, sweep_metric_rank
+from gac.analysis.tables import profile_table
 from gac.metrics import is_ppl
 from gac.profiling.figures import (
     ALIGNED_STYLE,
@@ -76,7 +70,7 @@ def method_styles(methods: Sequence[str]) -> dict[str, dict]:
 
 def _ordered_methods(frame: pd.DataFrame) -> list[str]:
     pairs = dict.fromkeys(zip(frame["compressor"].astype(str), frame["strategy"].astype(str)))
-    return [method_label(c, s) for c, s in sorted(pairs, key=lambda cs: _method_order(*cs))]
+    return [method_label(c, s) for c, s in sorted(pairs, key=lambda cs: method_order(*cs))]
 
 
 # ---------------------------------------------------------------------------------------------- ratio sweep
@@ -102,7 +96,7 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
             ax = axes[i][j]
             sel = sweep[(sweep["metric"] == m)]
             mine = sel[sel["compressor"] == comp]
-            for strat in sorted(mine["strategy"].unique(), key=lambda s: _method_order(comp, s)):
+            for strat in sorted(mine["strategy"].unique(), key=lambda s: method_order(comp, s)):
                 g = mine[mine["strategy"] == strat].sort_values("ratio")
                 label = g["method"].iloc[0]
                 ax.plot(g["ratio"], g["value"], label=label, markersize=6, **styles[label])
@@ -287,7 +281,7 @@ def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = 8, title: str | None = Non
         mine = d[d["compressor"].astype(str) == comp]
         lo = float(min(mine["d_star"].min(), mine["dim"].min())) - unit
         hi = float(max(mine["d_star"].max(), mine["dim"].max())) + unit
-        for strat in sorted(mine["strategy"].astype(str).unique(), key=lambda s: _method_order(comp, s)):
+        for strat in sorted(mine["strategy"].astype(str).unique(), key=lambda s: method_order(comp, s)):
             g = mine[mine["strategy"].astype(str) == strat]
             label = method_label(comp, strat)
             st = styles[label]

@@ -25,7 +25,7 @@ dense_targets``
 ``config``
     the record's resolved config, flat (``{"eval.limit": 50, "align.window": 8, ...}``, pandas.json_normalize),
     without the keys that never change a result (:data:`CONFIG_LABELS`: output paths, loggers, labels); what
-    :func:`gac.analysis.tables.setting_groups` compares to tell records that may share a table row apart
+    :func:`gac.analysis.selection.setting_groups` compares to tell records that may share a table row apart
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ import pandas as pd
 
 from gac.errors import GacError
 from gac.metrics import PREFILL, own_prefill_point
+from gac.results.query import JOB_FIELDS
 
 log = logging.getLogger(__name__)
 
-JOB_FIELDS = ("model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu", "seq_len", "experiment", "sweep")
 ID_COLUMNS = ("key", "status", "created", "path")
 TOP_FIELDS = ("aligned_fraction", "params", "budget")
 PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets", "aligned_8", "aligned_16",

@@ -1,53 +1,49 @@
-"""The paper's tables from the tidy results frame (:func:`gac.analysis.load_results`).
+"""The paper's tables from the tidy results frame (:func:`gac.analysis.load_results`): what each table computes.
 
 Every function takes the frame plus optional filters (``model``, ``gpu``, ``ratio``, ...). A filter left as
 ``None`` must be unambiguous in the data (one value), otherwise a :class:`GacError` names the values to choose
-from. Only re-runs of the same job (one record key) collapse to the latest ``created``; records that differ in any
-other setting (``align.window``, ``eval.limit``, ...) are never merged into one row: a table that would mix them
-raises a :class:`GacError` naming the setting (filter with ``where={"align.window": 8}``, ``sweep``,
-``experiment``), and :func:`setting_groups` splits them (what ``gac report`` does). Numbers
-stay numbers (NaN where not run); :func:`format_table` renders NaN as a blank cell.
+from; which records may share a table is :mod:`gac.analysis.selection`'s rule (records that differ in a setting are
+never mixed; ``where={"align.window": 8}``, ``sweep``, ``experiment`` choose). Numbers stay numbers (NaN where
+not run); :func:`gac.analysis.table_format.format_table` renders them, NaN as a blank cell.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from gac.analysis.labels import (
+    PPL,
+    STRATEGY_LABELS,
+    SWEEP_TASK_METRICS,
+    baseline_mask,
+    compressor_label,
+    compressor_order,
+    is_baseline,
+    method_label,
+    method_order,
+    metric_label,
+    ppl_column,
+    sweep_metric_rank,
+)
 from gac.analysis.load import parse_seq_metric, plan_dims
+from gac.analysis.selection import (
+    LATENCY_AXES,
+    completed,
+    describe_setting,
+    filter_settings,
+    one_proxy,
+    one_setting,
+    resolve,
+)
 from gac.errors import GacError
-from gac.metrics import is_ppl, prefill_point
-from gac.results import AnyOf
+from gac.metrics import prefill_point
 
 log = logging.getLogger(__name__)
 
-COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
-                     "palu": "PaLU"}
-STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
-                   "round_down": "round-down", "rebalance": "rebalance"}
-#: display names (perplexity is ``PPL (<dataset>)``: :func:`metric_label`)
-METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
-                 "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
-                 "decode_ms_per_token": "Decode (ms/token)"}
-#: task accuracies a ratio sweep plots beside perplexity when its records measured them (lm-eval's normalised accuracy)
-SWEEP_TASK_METRICS = ("piqa_acc_norm", "hellaswag_acc_norm")
-
-
-def metric_label(name: str) -> str:
-    """A metric's display name: ``PPL (enwiki)`` for ``ppl_enwiki`` (named by its dataset), ``PiQA (norm)`` ..."""
-    name = str(name)
-    if name in METRIC_LABELS:
-        return METRIC_LABELS[name]
-    if is_ppl(name):
-        return f"PPL ({name[len('ppl_'):]})"
-    return name
-
-
-#: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column
-PPL = "ppl"
 #: Table 5's metric columns: (column label, metric name)
 TABLE5_METRICS = (("PPL", PPL), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
                   ("HSwag", "hellaswag_acc"), ("HSwag (norm)", "hellaswag_acc_norm"))
@@ -56,287 +52,6 @@ CI_LO_COL, CI_HI_COL = "CI95 low (%)", "CI95 high (%)"  # only when latency come
 TABLE5_FORMATS = {ALIGN_COL: "{:.0f}%", "PPL": "{:.2f}", "PiQA": "{:.3f}", "PiQA (norm)": "{:.3f}",
                   "HSwag": "{:.3f}", "HSwag (norm)": "{:.3f}", LAT_COL: "{:.1f}", DELTA_COL: "{:+.0f}%",
                   CI_LO_COL: "{:+.1f}%", CI_HI_COL: "{:+.1f}%"}
-
-
-def ppl_column(df: pd.DataFrame) -> str:
-    """The perplexity column of ``df`` (``ppl_wikitext2``, ``ppl_tiny``, ...): the one with the most values."""
-    cols = [c for c in df.columns if is_ppl(c)]
-    if not cols:
-        return PPL
-    return max(sorted(cols), key=lambda c: int(df[c].notna().sum()))
-
-
-def compressor_label(name) -> str:
-    return COMPRESSOR_LABELS.get(str(name), str(name))
-
-
-def method_label(compressor, strategy) -> str:
-    """``("asvd", "unaligned")`` -> ``"ASVD"``; ``("asvd", "gac")`` -> ``"ASVD (GAC)"``; baseline -> ``"Baseline"``."""
-    if is_baseline(compressor, strategy):
-        return "Baseline"
-    s = STRATEGY_LABELS.get(str(strategy), str(strategy))
-    return compressor_label(compressor) + (f" ({s})" if s else "")
-
-
-def is_baseline(compressor, strategy) -> bool:
-    return str(compressor) == "none" or str(strategy) == "baseline"
-
-
-def baseline_mask(df: pd.DataFrame) -> pd.Series:
-    return (df["compressor"].astype(str) == "none") | (df["strategy"].astype(str) == "baseline")
-
-
-# ---------------------------------------------------------------------------------------------- selection
-def completed(df: pd.DataFrame) -> pd.DataFrame:
-    if "status" not in df.columns:
-        return df
-    return df[df["status"].fillna("completed") == "completed"]
-
-
-def _values(s: pd.Series) -> list:
-    return sorted({v for v in s.tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))},
-                  key=lambda v: (str(type(v)), v))
-
-
-def _match(s: pd.Series, value) -> pd.Series:
-    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
-        num = pd.to_numeric(s, errors="coerce")
-        return (num - float(value)).abs() < 1e-9
-    return s.astype(str) == str(value)
-
-
-def resolve(df: pd.DataFrame, field: str, value, what: str) -> tuple[pd.DataFrame, object]:
-    """Filter ``df`` on ``field == value``; with ``value=None`` the field must be unambiguous."""
-    if value is not None:
-        out = df[_match(df[field], value)]
-        if out.empty:
-            raise GacError(f"{what}: no records with {field}={value!r}; available: {_values(df[field])}")
-        return out, value
-    vals = _values(df[field])
-    if len(vals) > 1:
-        raise GacError(f"{what}: the records hold several {field}s {vals}; choose one ({field}=...)")
-    return df, (vals[0] if vals else None)
-
-
-def latest_per_key(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per record ``key``: the latest ``created`` wins. Only re-runs of the *same* job share a key (a
-    forced re-run goes beside the original record); records of different configs never replace each other."""
-    if df.empty:
-        return df
-    order = df.assign(_created=df["created"].fillna("").astype(str), _path=df["path"].fillna("").astype(str))
-    order = order.sort_values(["_created", "_path"], kind="stable")
-    dup = order.duplicated(["key"], keep="last")
-    if dup.any():
-        log.info("%d older record(s) superseded by a later re-run of the same job (same key)", int(dup.sum()))
-    return order[~dup].drop(columns=["_created", "_path"])
-
-
-# ---------------------------------------------------------------------------------------------- settings
-#: config keys (first component) that tell methods apart: they differ between a table's rows by design
-ROW_SETTINGS = ("compressor", "align", "proxy", "allocation", "model_compressor")
-#: settings the baseline (the uncompressed model) does not depend on: a baseline row fits any value of these
-#: (and of the labels ``sweep``/``experiment``: one baseline record serves every sweep of its model)
-COMPRESSION_SETTINGS = ROW_SETTINGS + ("ratio", "calibration")
-_FRAME_FILTERS = ("sweep", "experiment", "key", "proxy", "strategy", "compressor", "ratio", "model", "gpu",
-                  "seq_len", "unit")
-#: settings a latency-against-S figure may span (its records measured different points)
-LATENCY_AXES = ("seq_len", "eval.latency_seq_lens", "eval.latency_batches")
-_ANY = object()  # a setting that does not apply to a row (a baseline's compression setting, an absent key)
-
-
-def _top(field: str) -> str:
-    return field.split(".", 1)[0]
-
-
-def _setting(row: Mapping, field: str, baseline: bool):
-    """A row's value of ``field`` (a config key such as ``eval.limit``, or ``key``), or :data:`_ANY`."""
-    if field == "key":
-        return _ANY if baseline else str(row.get("key"))
-    if baseline and _top(field) in COMPRESSION_SETTINGS:
-        return _ANY
-    cfg = row.get("config")
-    if not isinstance(cfg, Mapping) or field not in cfg:
-        return _ANY
-    v = cfg[field]
-    return tuple(v) if isinstance(v, list) else v
-
-
-def show_value(v) -> str:
-    if isinstance(v, AnyOf):
-        return "|".join(show_value(x) for x in v)
-    if isinstance(v, tuple):
-        return "[" + ",".join(str(x) for x in v) + "]"
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def describe_setting(setting: Mapping) -> str:
-    """``{"align.window": 8, "eval.limit": 50}`` -> ``"align.window=8, eval.limit=50"``."""
-    return ", ".join(f"{k}={show_value(v)}" for k, v in setting.items())
-
-
-def _same(a, b) -> bool:
-    if a is _ANY or b is _ANY:
-        return True
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        return abs(float(a) - float(b)) < 1e-12
-    return show_value(a) == show_value(b)
-
-
-def setting_groups(df: pd.DataFrame, slot: Sequence[str] = ("compressor", "strategy"),
-                   axes: Sequence[str] = ()) -> list[tuple[dict, pd.DataFrame]]:
-    """Split records into groups that may share one table, without dropping any.
-
-    Re-runs of the same key are collapsed first (the latest wins: :func:`latest_per_key`). Within one group,
-    every *slot* (a table row: the ``slot`` columns, e.g. compressor and strategy) holds at most one record, and
-    every config setting outside :data:`ROW_SETTINGS` and ``axes`` (the table's own axes, e.g. ``ratio`` in a
-    ratio sweep) has one value (a baseline row fits any value of :data:`COMPRESSION_SETTINGS`). A setting that
-    distinguishes records (``align.window`` 1 vs 8, ``eval.limit`` 50 vs 200) splits the records; records that
-    collide without any differing setting (no config, e.g. a W&B export) are split by ``key``.
-
-    Returns ``[(setting, frame)]``: ``setting`` is ``{field: value}`` of what tells this group from the others
-    (``{}`` when there is one group); a baseline record may sit in several groups.
-    """
-    df = latest_per_key(df)
-    if df.empty:
-        return [({}, df)]
-    recs = df.to_dict("records")
-    is_base = [is_baseline(r["compressor"], r["strategy"]) for r in recs]
-    fields = sorted({f for r in recs for f in (r.get("config") or {})})
-    axes = {str(a) for a in axes}
-
-    def differs(rows: list[int], field: str) -> bool:
-        vals = [_setting(recs[i], field, is_base[i]) for i in rows]
-        vals = [v for v in vals if v is not _ANY]
-        return any(not _same(vals[0], v) for v in vals[1:])
-
-    everyone = list(range(len(recs)))
-    split = [f for f in fields if _top(f) not in ROW_SETTINGS and f not in axes and _top(f) not in axes
-             and differs(everyone, f)]
-    slots: dict[tuple, list[int]] = {}
-    for i, r in enumerate(recs):
-        if not is_base[i]:
-            slots.setdefault(tuple(show_value(r.get(c)) for c in slot), []).append(i)
-    split += [f for f in fields if f not in split and _top(f) in ROW_SETTINGS
-              and any(len(rows) > 1 and differs(rows, f) for rows in slots.values())]
-
-    collide: set[int] = set()  # rows whose slot holds 2+ records (only these need "key" to tell them apart)
-
-    def value(i: int, f: str):
-        if f == "key" and i not in collide:
-            return _ANY
-        return _setting(recs[i], f, is_base[i])
-
-    def grouped(split):
-        sigs = list(dict.fromkeys(tuple(value(i, f) for f in split) for i in everyone))
-        # a signature with a wildcard where another has a value, and agreeing elsewhere, is covered by it
-        keep = [s for s in sigs if not any(t != s and all(a is _ANY or (b is not _ANY and _same(a, b))
-                                                          for a, b in zip(s, t)) for t in sigs)]
-        out = []
-        for s in keep:
-            rows = [i for i in everyone if all(_same(value(i, f), v) for f, v in zip(split, s))]
-            out.append(({f: v for f, v in zip(split, s) if v is not _ANY}, rows))
-        return out
-
-    groups = grouped(split)
-    clash = [srows for _, rows in groups for srows in slots.values() if len(set(rows) & set(srows)) > 1]
-    if clash:  # the same slot twice without a config that tells them apart (e.g. a W&B export without config)
-        collide = {i for srows in clash for i in srows}
-        groups = grouped(split + ["key"])
-    if not split and len(groups) == 1:
-        return [({}, df)]
-    return [(setting, df.iloc[rows]) for setting, rows in groups]
-
-
-def filter_settings(df: pd.DataFrame, where: Mapping[str, object] | None, what: str) -> pd.DataFrame:
-    """Keep the records whose frame column or config setting ``field`` equals the value, for each item of
-    ``where`` (``{"sweep": "s1"}``, ``{"align.window": 8}``). A baseline record passes on the settings it does not
-    depend on (:data:`COMPRESSION_SETTINGS`, ``sweep``, ``experiment``): one baseline serves every sweep."""
-    if not where:
-        return df
-    keep = pd.Series(True, index=df.index)
-    known = {f for c in df["config"] if isinstance(c, Mapping) for f in c} if "config" in df.columns else set()
-    for field, value in where.items():
-        field = str(field)
-        if field not in _FRAME_FILTERS and field not in df.columns and field not in known:
-            raise GacError(f"{what}: no records have a setting {field!r}; filter by a config key such as "
-                           f"{sorted(known)[:3]} or by {', '.join(_FRAME_FILTERS[:2])}")
-        hit, real = [], 0
-        wanted = [_parse(x) for x in (value if isinstance(value, AnyOf) else (value,))]  # a repeated key: OR
-        for r in df.to_dict("records"):
-            base = is_baseline(r["compressor"], r["strategy"])
-            if field in df.columns and field != "config":
-                v = r.get(field)
-                match = v is not None and any(_same(_parse(v), w) for w in wanted)
-                free = base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")
-            else:
-                v = _setting(r, field, base)
-                match = v is not _ANY and any(_same(v, w) for w in wanted)
-                free = base and _top(field) in COMPRESSION_SETTINGS
-            real += bool(match)
-            hit.append(match or free)
-        if not real:  # only baselines passed (they fit any value of a compression setting): nothing matched
-            shown = "|".join(show_value(w) for w in wanted)
-            raise GacError(f"{what}: no records match {field}={shown}; values in the records: "
-                           f"{_values_of(df, field)}")
-        keep &= pd.Series(hit, index=df.index)
-    out = df[keep]
-    if out.empty:
-        raise GacError(f"{what}: no records match {describe_setting(where)}; check the filter values")
-    return out
-
-
-def _values_of(df: pd.DataFrame, field: str) -> list[str]:
-    if field in df.columns and field != "config":
-        return [show_value(v) for v in _values(df[field])]
-    vals = {show_value(c[field]) for c in df["config"] if isinstance(c, Mapping) and field in c}
-    return sorted(vals)
-
-
-def _parse(v):
-    """A filter value from the command line (``"8"``, ``"0.15"``, ``"true"``) as the number/bool it spells."""
-    if not isinstance(v, str):
-        return v
-    low = v.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(low)
-    except ValueError:
-        pass
-    try:
-        return float(low)
-    except ValueError:
-        return v
-
-
-def one_setting(df: pd.DataFrame, what: str, slot: Sequence[str] = ("compressor", "strategy"),
-                axes: Sequence[str] = ()) -> pd.DataFrame:
-    """The records as one table's rows, or a :class:`GacError` naming the settings that tell them apart (choose
-    with ``where=``; ``gac report`` writes one table per setting instead)."""
-    groups = setting_groups(df, slot, axes)
-    if len(groups) == 1:
-        return groups[0][1]
-    fields = list(dict.fromkeys(f for s, _ in groups for f in s))
-    options = "; ".join(describe_setting(s) for s, _ in groups)
-    raise GacError(f"{what}: the records differ in {', '.join(fields)} ({options}) and would be mixed in one "
-                   f"table; choose one with where={{{fields[0]!r}: ...}} (gac report: --where KEY=VALUE, --sweep, "
-                   f"--experiment; without a filter it writes one table per setting)")
-
-
-def _one_proxy(rows: pd.DataFrame, proxy, what: str) -> pd.DataFrame:
-    """Keep one proxy per compressor: ``proxy`` as str (all compressors) or ``{compressor: proxy}``."""
-    parts = []
-    for comp, g in rows.groupby("compressor", sort=False):
-        want = proxy.get(comp) if isinstance(proxy, Mapping) else proxy
-        if want is not None:
-            g = g[g["proxy"].astype(str) == str(want)]
-        vals = _values(g["proxy"])
-        if len(vals) > 1:
-            raise GacError(f"{what}: {compressor_label(comp)} has runs with several proxies {vals}; choose one "
-                           f"(proxy=... or proxy={{{comp!r}: ...}})")
-        parts.append(g)
-    return pd.concat(parts) if parts else rows
 
 
 # ---------------------------------------------------------------------------------------------- Table 5
@@ -381,13 +96,13 @@ def table5(
         raise GacError(f"{what}: no baseline or compressor runs with strategies {list(strategies)} for model "
                        f"{model!r}; check the filters")
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
-    comp = _one_proxy(comp, proxy, what)
+    comp = one_proxy(comp, proxy, what)
     rows = one_setting(filter_settings(pd.concat([base, comp]), where, what), what)
     base, comp = rows[baseline_mask(rows)], rows[~baseline_mask(rows)]
     if base.empty:
         log.warning("Table 5: no baseline record for model %r; the baseline row and latency change stay blank", model)
 
-    order = list(compressors) if compressors is not None else _compressor_order(comp["compressor"].tolist())
+    order = list(compressors) if compressors is not None else compressor_order(comp["compressor"].tolist())
     rows: list[tuple[str, pd.Series | None]] = [("Baseline", base.iloc[0] if len(base) else None)]
     for c in order:
         for s in strategies:
@@ -488,7 +203,7 @@ def bench_ratios(summary: Mapping) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=cols)
     for c in ("ms", "ratio", "lo", "hi", "baseline_ms"):
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
-    out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
+    out["_order"] = [method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
     out = out.sort_values(["batch", "seq_len", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
     out.attrs.update(source=bench_source(summary), device=summary.get("device"), model=summary.get("model"),
                      key=summary.get("key"))
@@ -510,86 +225,6 @@ def _get(rec, name: str) -> float:
         return float(v) if v is not None else math.nan
     except (TypeError, ValueError):
         return math.nan
-
-
-_PREFERRED = ("asvd", "svd_llm", "palu", "llm_pruner")
-_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "round_nearest", "round_up", "round_down", "rebalance")
-
-
-def _method_order(compressor, strategy) -> tuple:
-    """Sort key: baseline first, then compressors in the paper's order, unaligned before GAC before the rest."""
-    if is_baseline(compressor, strategy):
-        return (-1, "", -1, "")
-    c, s = str(compressor), str(strategy)
-    return (_PREFERRED.index(c) if c in _PREFERRED else len(_PREFERRED), c,
-            _STRATEGY_ORDER.index(s) if s in _STRATEGY_ORDER else len(_STRATEGY_ORDER), s)
-
-
-def _compressor_order(names) -> list[str]:
-    uniq = list(dict.fromkeys(str(n) for n in names))
-    return sorted(uniq, key=lambda n: (_PREFERRED.index(n) if n in _PREFERRED else len(_PREFERRED), n))
-
-
-# ---------------------------------------------------------------------------------------------- formatting
-def format_table(
-    df: pd.DataFrame,
-    fmt: str = "markdown",
-    formats: Mapping[str, str | Callable] | None = None,
-    index: bool = True,
-    caption: str | None = None,
-) -> str:
-    """Render a table as GitHub markdown (``"markdown"``/``"md"``) or a booktabs LaTeX tabular (``"latex"``/``"tex"``).
-
-    ``formats`` maps a column to a ``str.format`` pattern (``"{:.2f}"``) or a callable; it defaults to
-    ``df.attrs["formats"]`` and then ``"{:.4g}"`` for floats. NaN/None render as blank cells. A ``caption``
-    (default: none) is a markdown line above the table, or ``\\caption`` in a LaTeX ``table`` environment.
-    """
-    kind = {"markdown": "md", "md": "md", "latex": "tex", "tex": "tex"}.get(str(fmt).lower())
-    if kind is None:
-        raise GacError(f"unknown table format {fmt!r}; use 'markdown' (md) or 'latex' (tex)")
-    fm = {**df.attrs.get("formats", {}), **(formats or {})}
-    numeric = ([False] if index else []) + [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
-    cells = pd.DataFrame({i: [_cell(v, fm.get(c)) for v in df[c]] for i, c in enumerate(df.columns)})
-    cells.columns = [str(c) for c in df.columns]
-    if index:
-        cells.insert(0, str(df.index.name or ""), [_cell(v, None) for v in df.index])
-    if kind == "md":  # pandas -> tabulate's pipe format (GitHub markdown); cells are already formatted text
-        cells = cells.map(lambda v: v.replace("|", "\\|"))
-        cells.columns = [c.replace("|", "\\|") for c in cells.columns]
-        text = cells.to_markdown(index=False, colalign=["right" if n else "left" for n in numeric],
-                                 disable_numparse=True)
-        return (f"**{caption}**\n\n" if caption else "") + text + "\n"
-    styler = cells.style.format(escape="latex").format_index(escape="latex", axis=1).hide(axis="index")
-    spec = "".join("r" if n else "l" for n in numeric)
-    if caption:
-        return styler.to_latex(hrules=True, column_format=spec, caption=_tex(caption), position="t",
-                               position_float="centering")
-    return styler.to_latex(hrules=True, column_format=spec)
-
-
-def _cell(v, fmt) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return ""
-    try:
-        if pd.isna(v):
-            return ""
-    except (TypeError, ValueError):
-        pass
-    if callable(fmt):
-        return str(fmt(v))
-    if fmt:
-        return fmt.format(v)
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def _tex(s: str) -> str:
-    return "".join(_TEX.get(ch, ch) for ch in str(s))
 
 
 # ---------------------------------------------------------------------------------------------- ratio sweep
@@ -624,7 +259,7 @@ def ratio_sweep(
         comp = comp[comp["strategy"].astype(str).isin([str(s) for s in strategies])]
     parts = []
     for _, g in comp.groupby(["compressor", "strategy", "ratio"], sort=False):
-        parts.append(_one_proxy(g, proxy, what))
+        parts.append(one_proxy(g, proxy, what))
     comp = pd.concat(parts) if parts else comp
     both = one_setting(filter_settings(pd.concat([base, comp]), where, what), what,
                        slot=("compressor", "strategy", "ratio"), axes=("ratio",))
@@ -644,13 +279,6 @@ def ratio_sweep(
     return out.sort_values(["compressor", "strategy", "metric", "ratio"], kind="stable").reset_index(drop=True)
 
 
-def sweep_metric_rank(m: str) -> tuple[int, int]:
-    """A ratio sweep's metric order: perplexity first, then the task accuracies (PiQA before HellaSwag, as in
-    Table 5), latency last."""
-    tasks = list(SWEEP_TASK_METRICS)
-    return (0, 0) if is_ppl(m) else (2, 0) if str(m).startswith(("prefill", "decode")) else \
-        (1, tasks.index(m) if m in tasks else len(tasks))
-
 
 def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
     """The long ratio sweep as a wide table: one row per (compressor, ratio), one column per (metric, strategy)."""
@@ -660,7 +288,7 @@ def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
     wide = comp.pivot_table(index=["compressor", "ratio"], columns=["metric", "strategy"], values="value",
                             aggfunc="first")
     order = sorted(wide.columns, key=lambda ms: (sweep_metric_rank(ms[0]), list(sweep["metric"].unique()).index(ms[0]),
-                                                 _method_order("x", ms[1])))
+                                                 method_order("x", ms[1])))
     wide = wide[order]
     wide.columns = [f"{metric_label(m)} {STRATEGY_LABELS.get(s) or s}" for m, s in wide.columns]
     wide.index = pd.Index([f"{compressor_label(c)} {r:g}" for c, r in wide.index], name="Compressor, ratio")
@@ -718,7 +346,7 @@ def alignment_table(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> p
     ``|d - d*|``."""
     rows = []
     pairs = sorted(dict.fromkeys(zip(dims["compressor"].astype(str), dims["strategy"].astype(str))),
-                   key=lambda cs: _method_order(*cs))
+                   key=lambda cs: method_order(*cs))
     for c, s in pairs:
         g = dims[(dims["compressor"].astype(str) == c) & (dims["strategy"].astype(str) == s)]
         r = {"targets": float(len(g)), "dense": float(g["dense"].sum()) if "dense" in g.columns else math.nan}
@@ -767,7 +395,7 @@ def latency_vs_seq_len(
     base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]
     comp, ratio = resolve(comp, "ratio", ratio, what) if not comp.empty else (comp, ratio)
-    comp = _one_proxy(comp, proxy, what)
+    comp = one_proxy(comp, proxy, what)
     both = one_setting(filter_settings(pd.concat([base, comp]), where, what), what, axes=LATENCY_AXES)
     rows = []
     recs = both.to_dict("records")
@@ -814,7 +442,7 @@ def latency_vs_seq_len(
     out.attrs["device"] = source.get("device") if source is not None else None
     out.attrs["source"] = bench_source(source) if source is not None else \
         "latency: per-job smoke numbers, each job timed alone (run `gac bench` for side-by-side ratios)"
-    out["_order"] = [_method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
+    out["_order"] = [method_order(c, s) for c, s in zip(out["compressor"], out["strategy"])]
     out = out.sort_values(["batch", "_order", "seq_len"], kind="stable").drop(columns="_order")
     return out.reset_index(drop=True)
 

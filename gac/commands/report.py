@@ -39,15 +39,9 @@ def _split(text: str) -> list[str]:
 
 
 def _where(args) -> dict:
-    from gac.errors import GacError
-    from gac.results import add_filter
+    from gac.results.query import parse_where
 
-    where: dict = {}
-    for item in args.where:
-        key, sep, value = str(item).partition("=")
-        if not sep or not key.strip():
-            raise GacError(f"--where {item!r}: expected KEY=VALUE, e.g. --where align.window=8")
-        add_filter(where, key.strip(), value.strip())  # a key given again: either value (OR)
+    where = parse_where(args.where)  # the one --where rule (gac.results.query), as gac bench and gac wandb backfill
     for name in ("sweep", "experiment"):
         if getattr(args, name) is not None:
             where[name] = getattr(args, name)

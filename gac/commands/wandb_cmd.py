@@ -37,9 +37,9 @@ def add_arguments(p):
 def run(args) -> int:
     import os
 
-    from gac.jobs.bench import parse_where, select_records
     from gac.jobs.tracking import backfill_wandb
     from gac.results import ResultsStore
+    from gac.results.query import parse_where, select_records
 
     store = ResultsStore(args.results_dir).require()
     records = select_records(list(store.iter_records()), parse_where(args.where), args.sweep, args.experiment)

@@ -6,14 +6,14 @@ mixes the variants with the drift and the neighbours of two moments. Here the ra
 * **variants** are :class:`~gac.compression.structure.Structure` s (a plan's shapes with random weights; latency
   depends on shapes, not values), built once on the device; the first is the uncompressed baseline;
 * **rounds**: ``R`` rounds; each round visits every variant exactly once, in a freshly shuffled order
-  (:func:`round_orders`, seeded); a visit = its own ``warmup`` untimed calls, then ``iters`` timed calls per
+  (:func:`gac.evaluation.bench_stats.round_orders`, seeded); a visit = its own ``warmup`` untimed calls, then ``iters`` timed calls per
   (batch, S) point; the visit's sample is the median of its timed calls. Drift and noisy neighbours therefore hit
   every variant alike, and no variant always runs after the same one;
 * **timer**: CUDA events around each call, read after one synchronize per visit (:func:`time_calls`); on CPU
   ``perf_counter``;
 * **statistics**: per variant the median of its ``R`` visit samples; the ratio to the baseline (and to its
   unaligned sibling) is the ratio of the two medians, with a **paired bootstrap** 95% interval over rounds
-  (:func:`paired_ratio_ci`: rounds resampled with replacement, the same rounds for both sides, the ratio of the
+  (:func:`gac.evaluation.bench_stats.paired_ratio_ci`: rounds resampled with replacement, the same rounds for both sides, the ratio of the
   medians of the resampled rounds, percentiles 2.5 / 97.5, fixed seed);
 * **FLOPs** from the shapes (:mod:`gac.evaluation.flops`) and the *alignment efficiency* = (FLOPs ratio to the
   baseline) / (latency ratio to the baseline): 1.0 is as fast as the FLOPs allow, below 1 slower;
@@ -30,18 +30,15 @@ docs/bench.md).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import random
-import shutil
 import statistics
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gac.errors import GacError
+from gac.evaluation.bench_device import check_device, device_info
+from gac.evaluation.bench_stats import round_orders, summarise
 from gac.metrics import prefill_point
 from gac.progress import progress
 
@@ -52,11 +49,7 @@ DEFAULTS = {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1
             "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}}
 MEMORY_MODES = ("auto", "resident", "swap")
 TIMERS = ("auto", "wall", "cpu")
-TIMER_WORDS = {"cuda_events": "CUDA events", "perf_counter": "wall clock (perf_counter)",
-               "thread_time": "the thread's CPU time (wall clock recorded beside it)"}
 MEMORY_FRACTION = 0.8  # variants stay resident when their estimate fits in this share of the free device memory
-CPU_NOTE = ("this is a CPU: CPU latency says nothing about GPUs (no Tensor Cores, FlashAttention head-dim templates "
-            "or cuBLAS tile choices here); any alignment effect, or its absence, is a CPU measurement only")
 
 
 @dataclass
@@ -141,123 +134,6 @@ def point_name(batch: int, seq_len: int) -> str:
     """The metric name of a prefill point, as records use it: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
     return prefill_point(batch, seq_len)
 
-
-# ---------------------------------------------------------------------------------------------- order, statistics
-def round_orders(n: int, rounds: int, seed: int = 0) -> list[list[int]]:
-    """The visiting order of every round: each a fresh shuffle of ``range(n)`` from one seeded generator."""
-    rng = random.Random(seed)
-    orders = []
-    for _ in range(rounds):
-        order = list(range(n))
-        rng.shuffle(order)
-        orders.append(order)
-    return orders
-
-
-def paired_ratio_ci(num: Sequence[float], den: Sequence[float], resamples: int = 2000, seed: int = 0,
-                    level: float = 0.95) -> tuple[float, float, float]:
-    """``median(num) / median(den)`` and its paired-bootstrap interval over rounds.
-
-    ``num[i]`` and ``den[i]`` come from the same round ``i``. Each resample draws ``len(num)`` round indices with
-    replacement and takes the ratio of the medians of both sides over those rounds; the interval is the
-    ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles of the ``resamples`` ratios.
-    """
-    import numpy as np
-
-    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
-        raise GacError(f"a paired ratio needs two equally long series of >= 2 rounds, got {a.shape} and {b.shape}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(a), size=(int(resamples), len(a)))
-    ratios = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
-    lo, hi = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
-    return float(np.median(a) / np.median(b)), float(lo), float(hi)
-
-
-# ---------------------------------------------------------------------------------------------- device
-def check_device(device):
-    import torch
-
-    try:
-        dev = torch.device(str(device))
-    except RuntimeError:
-        raise GacError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise GacError(f"device {device!r} is not there: CUDA is not available on this machine; run the bench on a "
-                           f"GPU node (e.g. experiments/bench.py with a Slurm launcher) or pass --device cpu")
-        idx = dev.index if dev.index is not None else torch.cuda.current_device()
-        if idx >= torch.cuda.device_count():
-            raise GacError(f"device {device!r} is not there: this machine has {torch.cuda.device_count()} GPU(s)")
-        dev = torch.device("cuda", idx)
-    elif dev.type != "cpu":
-        raise GacError(f"the bench runs on cpu or cuda, not {dev.type!r}")
-    return dev
-
-
-def _smi_id(props, index) -> str:
-    """How nvidia-smi names this torch device: its UUID (torch's index counts CUDA_VISIBLE_DEVICES, nvidia-smi's
-    counts the machine's GPUs, so ``-i <torch index>`` can read another GPU's clocks), else the index."""
-    uuid = str(getattr(props, "uuid", "") or "")
-    if uuid:
-        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-    return str(index)
-
-
-def _nvidia_smi(index) -> dict:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return {}
-    fields = ("name", "driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "power.limit",
-              "temperature.gpu", "persistence_mode", "compute_mode")
-    try:
-        r = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader", "-i", str(index)],
-                           capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    if r.returncode != 0 or not r.stdout.strip():
-        return {}
-    values = [v.strip() for v in r.stdout.strip().splitlines()[0].split(",")]
-    return {f"nvidia_smi.{k}": v for k, v in zip(fields, values)}
-
-
-def _cpu_facts() -> dict:
-    out: dict = {}
-    mhz = []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("cpu MHz"):
-                    mhz.append(float(line.split(":", 1)[1]))
-    except (OSError, ValueError):
-        pass
-    if mhz:
-        out["cpu_mhz"] = [round(x) for x in mhz]
-    gov = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
-    try:
-        with open(gov) as f:
-            out["scaling_governor"] = f.read().strip()
-    except OSError:
-        out["scaling_governor"] = None
-    with contextlib.suppress(OSError, ValueError), open("/proc/loadavg") as f:
-        out["loadavg"] = [float(x) for x in f.read().split()[:3]]
-    return out
-
-
-def device_info(dev) -> dict:
-    """The device as a bench records it: name, type, torch / CUDA / driver, clocks where readable, CPU facts."""
-    import torch
-
-    from gac.evaluation.latency import device_name
-
-    info = {"type": dev.type, "name": device_name(dev), "torch": torch.__version__, "cpu_count": os.cpu_count()}
-    if dev.type == "cuda":
-        props = torch.cuda.get_device_properties(dev)
-        info.update(index=dev.index, cuda=torch.version.cuda, capability=f"{props.major}.{props.minor}",
-                    memory_gb=round(props.total_memory / 2**30, 2), **_nvidia_smi(_smi_id(props, dev.index)))
-    else:
-        info.update(threads=torch.get_num_threads(), note=CPU_NOTE, **_cpu_facts())
-    return info
 
 
 # ---------------------------------------------------------------------------------------------- memory
@@ -412,7 +288,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         del models
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    doc = _report(variants, p, samples, decode, kernels, wall)
+    doc = summarise(variants, p, samples, decode, kernels, wall)
     doc.update(
         device=info,
         dtype=str(base.dtype).removeprefix("torch."),
@@ -486,117 +362,3 @@ def _kernels(model, inputs, p, dev, mode, host) -> dict:
         model.to(host)
         torch.cuda.empty_cache()
     return out
-
-
-def _report(variants, p, samples, decode, kernels, wall) -> dict:
-    from gac.evaluation.flops import CONVENTION, prefill_flops
-
-    labels = [v.label for v in variants]
-    sk = [v.structure.skeleton() for v in variants]
-    flops = [{pt: prefill_flops(m, *pt) for pt in p["points"]} for m in sk]
-    B, seed = p["bootstrap"], p["seed"]
-    main = p["points"][0]
-    rows = []
-    for i, v in enumerate(variants):
-        sib = labels.index(v.sibling) if v.sibling is not None else None
-        pts = {}
-        for pt in p["points"]:
-            a = samples[i][pt]
-            med = statistics.median(a)
-            q1, _, q3 = statistics.quantiles(a, n=4) if len(a) >= 2 else (a[0], a[0], a[0])
-            r, lo, hi = paired_ratio_ci(a, samples[0][pt], B, seed)
-            fr = flops[i][pt]["total"] / flops[0][pt]["total"]
-            e = {"batch": pt[0], "seq_len": pt[1], "median_ms": med, "samples_ms": list(a),
-                 "wall_samples_ms": None if p["timer"] != "thread_time" else list(wall[i][pt]),
-                 "iqr_pct": 100.0 * (q3 - q1) / med if med > 0 else None,
-                 "ratio_to_baseline": r, "ratio_ci95": [lo, hi],
-                 "flops": flops[i][pt], "flops_ratio": fr, "alignment_efficiency": fr / r,
-                 **kernels[i].get(pt, {"top_kernels": None, "sdpa_backend": None})}
-            if sib is not None:
-                rs, slo, shi = paired_ratio_ci(a, samples[sib][pt], B, seed)
-                e.update(ratio_to_unaligned=rs, ratio_to_unaligned_ci95=[slo, shi])
-            else:
-                e.update(ratio_to_unaligned=None, ratio_to_unaligned_ci95=None)
-            pts[point_name(*pt)] = e
-        dec = None
-        if decode[i]:
-            r, lo, hi = paired_ratio_ci(decode[i], decode[0], B, seed)
-            dec = {"ms_per_token": statistics.median(decode[i]), "samples_ms_per_token": list(decode[i]),
-                   "ratio_to_baseline": r, "ratio_ci95": [lo, hi], "new_tokens": p["decode_tokens"],
-                   "prompt_len": p["decode_prompt"]}
-        m = pts[point_name(*main)]
-        rows.append({
-            "label": v.label, "record_key": v.key, "baseline": i == 0, "sibling": v.sibling, **v.info,
-            "compressor": v.structure.compressor or "none",
-            "targets": v.structure.targets, "plan_targets": len(v.structure.dims),
-            "compressed_params": v.structure.compressed_params(),
-            "median_ms": m["median_ms"], "ratio_to_baseline": m["ratio_to_baseline"], "ratio_ci95": m["ratio_ci95"],
-            "ratio_to_unaligned": m["ratio_to_unaligned"], "ratio_to_unaligned_ci95": m["ratio_to_unaligned_ci95"],
-            "flops": m["flops"]["total"], "flops_ratio": m["flops_ratio"],
-            "alignment_efficiency": m["alignment_efficiency"], "top_kernels": m["top_kernels"],
-            "sdpa_backend": m["sdpa_backend"], "points": pts, "decode": dec,
-        })
-    return {"baseline": labels[0], "main_point": point_name(*main),
-            "points": [{"batch": b, "seq_len": s, "name": point_name(b, s)} for b, s in p["points"]],
-            "variants": rows, "flops_convention": CONVENTION,
-            "bootstrap": {"resamples": B, "seed": seed, "level": 0.95, "method": "paired, rounds resampled with "
-                          "replacement, ratio of the medians of the resampled rounds, percentile interval"}}
-
-
-# ---------------------------------------------------------------------------------------------- output
-def _pct(r) -> str:
-    return "" if r is None else f"{100 * (r - 1):+.1f}%"
-
-
-def _ci(ci) -> str:
-    return "" if not ci else f"[{100 * (ci[0] - 1):+.1f}, {100 * (ci[1] - 1):+.1f}]"
-
-
-def format_bench(doc: dict) -> str:
-    """The terminal table of a bench document."""
-    dev = doc["device"]
-    prot = doc["protocol"]
-    lines = []
-    where = f"{dev['name']} ({dev['type']}"
-    where += f", {dev.get('threads')} thread{'s' if dev.get('threads') != 1 else ''})" if dev["type"] == "cpu" else ")"
-    lines.append(f"Side-by-side latency on {where}, {doc['dtype']}: {len(doc['variants'])} variants, "
-                 f"{prot['rounds']} rounds, each variant once per round in a shuffled order (seed {prot['seed']}); a "
-                 f"visit = {prot['warmup']} warm-up + {prot['iters']} timed calls per point, its sample the median; "
-                 f"timer: {TIMER_WORDS.get(prot['timer'], prot['timer'])}; memory: {prot['memory_mode']}; ratios "
-                 f"with paired bootstrap 95% CI over rounds ({doc['bootstrap']['resamples']} resamples).")
-    if dev["type"] == "cpu":
-        lines.append(f"NOTE: {CPU_NOTE}.")
-    for pt in doc["points"]:
-        name = pt["name"]
-        lines.append("")
-        lines.append(f"prefill, batch {pt['batch']}, S={pt['seq_len']}:")
-        head = ["Variant", "median ms", "vs baseline", "95% CI", "vs unaligned", "95% CI", "FLOPs ratio",
-                "align. eff.", "top kernel (share)", "SDPA"]
-        rows = []
-        for v in doc["variants"]:
-            e = v["points"][name]
-            top = e.get("top_kernels") or []
-            rows.append([v["label"], f"{e['median_ms']:.2f}", "" if v["baseline"] else _pct(e["ratio_to_baseline"]),
-                         "" if v["baseline"] else _ci(e["ratio_ci95"]), _pct(e["ratio_to_unaligned"]),
-                         _ci(e["ratio_to_unaligned_ci95"]), f"{e['flops_ratio']:.3f}",
-                         "" if v["baseline"] else f"{e['alignment_efficiency']:.2f}",
-                         f"{top[0]['name'][:40]} ({top[0]['pct']:.0f}%)" if top else "",
-                         ",".join(e.get("sdpa_backend") or [])])
-        lines += _table(head, rows)
-    if any(v.get("decode") for v in doc["variants"]):
-        lines.append("")
-        lines.append(f"decode, ms/token ({prot['decode_tokens']} new tokens after a {prot['decode_prompt']}-token prompt):")
-        rows = [[v["label"], f"{v['decode']['ms_per_token']:.3f}",
-                 "" if v["baseline"] else _pct(v["decode"]["ratio_to_baseline"]),
-                 "" if v["baseline"] else _ci(v["decode"]["ratio_ci95"])] for v in doc["variants"] if v.get("decode")]
-        lines += _table(["Variant", "ms/token", "vs baseline", "95% CI"], rows)
-    lines.append("")
-    lines.append("vs baseline / vs unaligned: latency change (ratio - 1); align. eff. = FLOPs ratio / latency ratio "
-                 "(1.0: as fast as its FLOPs allow).")
-    return "\n".join(lines)
-
-
-def _table(head, rows) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return [fmt(head), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows]]

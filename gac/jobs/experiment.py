@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.jobs.compose import CONF_DIR, compose
 
 log = logging.getLogger(__name__)
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that failed on bad input
 
 
@@ -117,8 +117,6 @@ def format_record(record: dict) -> str:
 def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None,
                    return_hydra_config: bool = False):
     """Compose ``conf/config.yaml`` with ``overrides`` outside any running app (tests, notebooks, status)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -129,10 +127,7 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     parsed = parse_overrides(overrides)
     _check_experiment_override(parsed)
     try:
-        if GlobalHydra.instance().is_initialized():
-            return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
-        with initialize_config_dir(config_dir=d, version_base="1.3"):
-            return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        return compose("config", overrides, config_dir=d, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as e:
         raise GacError(_hydra_message(e, parsed, d)) from None
 
@@ -219,7 +214,7 @@ def _is_list_key(path: str, conf_dir: str) -> bool:
     from omegaconf import OmegaConf
 
     try:
-        node = OmegaConf.select(_compose_plain([], conf_dir), path)
+        node = OmegaConf.select(compose("config", [], config_dir=conf_dir), path)
     except Exception:  # noqa: BLE001 - a courtesy hint only
         return False
     return OmegaConf.is_list(node)
@@ -239,21 +234,11 @@ def _unknown_option(group: str, option: str, known: list[str], hydra_msg: str) -
     return f"unknown {group} {option!r}{hint} known {group} options: {', '.join(known)} (hydra: {hydra_msg})"
 
 
-def _compose_plain(overrides: Sequence[str], conf_dir: str):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        return compose("config", overrides=list(overrides))
-    with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
 def _key_exists(path: str, conf_dir: str, group_overrides: list[str]) -> bool:
     from omegaconf import OmegaConf
 
     try:
-        cfg = _compose_plain(group_overrides, conf_dir)
+        cfg = compose("config", group_overrides, config_dir=conf_dir)
     except Exception:  # noqa: BLE001 - the groups themselves fail: no key can be judged
         return True
     parent, _, leaf = path.rpartition(".")
@@ -269,7 +254,7 @@ def _unknown_key(path: str, conf_dir: str) -> str:
     try:
         from omegaconf import OmegaConf
 
-        with_hydra = _compose_plain([], conf_dir)
+        with_hydra = compose("config", [], config_dir=conf_dir)
         node = OmegaConf.select(with_hydra, parent) if parent else with_hydra
         known = sorted(str(k) for k in node) if node is not None and hasattr(node, "keys") else []
         groups = sorted(_group_options(conf_dir)) if not parent else []

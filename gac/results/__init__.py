@@ -1,5 +1,8 @@
-"""The results store: one JSON record per job, append-only, keyed by the resolved config."""
+"""The results store: one JSON record per job, append-only, keyed by the resolved config; and the one query that
+selects its records (:mod:`gac.results.query`)."""
 
-from gac.results.store import SCHEMA_VERSION, AnyOf, ResultsStore, add_filter, config_key
+from gac.results.query import AnyOf, add_filter, matches, parse_where, select_records
+from gac.results.store import SCHEMA_VERSION, ResultsStore, config_key
 
-__all__ = ["SCHEMA_VERSION", "AnyOf", "ResultsStore", "add_filter", "config_key"]
+__all__ = ["SCHEMA_VERSION", "AnyOf", "ResultsStore", "add_filter", "config_key", "matches", "parse_where",
+           "select_records"]

@@ -368,27 +368,6 @@ class ResultsStore:
             yield doc
 
 
-class AnyOf(tuple):
-    """A record filter's alternatives: ``--where compressor=asvd --where compressor=llm_pruner`` keeps the records
-    whose compressor is either (repeated keys mean OR, different keys AND), in ``gac bench`` and ``gac report``."""
-
-    def __str__(self) -> str:
-        return "|".join(str(v) for v in self)
-
-
-def add_filter(where: dict, key: str, value) -> None:
-    """Add ``key=value`` to the filter dict ``where``; a key given again adds an alternative (:class:`AnyOf`)."""
-    if key not in where:
-        where[key] = value
-        return
-    old = where[key]
-    values = tuple(old) if isinstance(old, AnyOf) else (old,)
-    if value not in values:
-        values += (value,)
-    where[key] = AnyOf(values) if len(values) > 1 else values[0]
-
-
-
 def _key_of_name(name: str) -> str:
     """``<key>.json`` / ``<key>.rerun-<time>.json`` -> ``<key>``."""
     return name.split(".", 1)[0]

@@ -7,7 +7,7 @@ from torch import nn
 from gac.compression.modules import GroupedLowRankLinear, LowRankLinear
 from gac.compression.structure import Structure, architecture
 from gac.errors import GacError
-from gac.evaluation.bench import paired_ratio_ci, round_orders
+from gac.evaluation.bench_stats import paired_ratio_ci, round_orders
 from gac.evaluation.flops import attention_flops, linear_flops, prefill_flops
 
 

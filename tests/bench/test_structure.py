@@ -8,7 +8,7 @@ from gac.compression.checkpoint import WEIGHTS_FILE, projection_specs, read_meta
 from gac.compression.modules import GroupedLowRankLinear, LowRankLinear, get_module
 from gac.compression.structure import Structure, architecture
 from gac.errors import GacError
-from gac.jobs.bench import build_variants
+from gac.jobs.bench_variants import build_variants
 from gac.results import ResultsStore
 from tests.bench.conftest import COMPRESSORS, STRATEGIES
 

@@ -183,7 +183,7 @@ def test_nvidia_smi_is_asked_about_the_gpu_torch_uses(monkeypatch):
     import shutil
     import subprocess
 
-    import gac.evaluation.bench as bench
+    import gac.evaluation.bench_device as bench
 
     asked = []
 

@@ -117,7 +117,7 @@ def test_one_dtype_rule_for_jobs(make_cfg, overrides, dtype):
 
 def test_auto_means_the_same_in_profiles_models_and_bench_records():
     from gac.dtypes import auto_dtype
-    from gac.jobs.bench import record_dtype
+    from gac.jobs.bench_variants import record_dtype
     from gac.models import resolve_dtype as model_dtype
     from gac.profiling.device import resolve_dtype as profile_dtype
 

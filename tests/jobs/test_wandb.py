@@ -130,8 +130,8 @@ def test_live_run_then_backfill(make_cfg, tmp_path, monkeypatch, backfill_cli):
 
     # --force logs it again: the same name, tags, config and namespaced metrics a live job writes
     calls = _fake_wandb(monkeypatch)
-    from gac.jobs.bench import select_records
     from gac.results import ResultsStore
+    from gac.results.query import select_records
 
     recs = select_records(list(ResultsStore(results).iter_records()))
     rows = backfill_wandb(results, recs, force=True)

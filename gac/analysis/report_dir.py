@@ -15,7 +15,7 @@ For each (model, gpu, seq_len) in the results:
 * ``staircase_<profile>_<op>``: Figures 5-7 (and a summary table) for each kernel profile given.
 
 Records that differ in a setting are never merged or dropped: each artefact is written once per setting group
-(:func:`gac.analysis.tables.setting_groups`), its name and caption naming the setting; only re-runs of one record
+(:func:`gac.analysis.selection.setting_groups`), its name and caption naming the setting; only re-runs of one record
 key collapse to the latest. A figure that would be degenerate (a latency curve with one sequence length, d* plots
 without ``plan.d_star``) is skipped. ``index.md`` lists what was written and what was skipped, and why.
 """
@@ -32,8 +32,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from gac.analysis import figures as F
-from gac.analysis import tables as T
+import gac.analysis.figures as F
+import gac.analysis.labels as N
+import gac.analysis.load as L
+import gac.analysis.selection as S
+import gac.analysis.tables as T
+from gac.analysis.table_format import format_table
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
@@ -83,9 +87,9 @@ def write_report(
     """Write the tables (``table_formats``) and figures (``figure_formats``) the results in ``df`` support.
 
     ``where`` keeps only the matching records (``{"sweep": "s1"}``, ``{"align.window": 8}``: see
-    :func:`gac.analysis.tables.filter_settings`). Records that differ in a setting (other than re-runs of one key)
+    :func:`gac.analysis.selection.filter_settings`). Records that differ in a setting (other than re-runs of one key)
     are never merged: each table or figure is written once per setting group, its name and caption naming the
-    setting (:func:`gac.analysis.tables.setting_groups`)."""
+    setting (:func:`gac.analysis.selection.setting_groups`)."""
     kinds = []
     for f in table_formats:
         if f.lower() not in TABLE_FORMATS:
@@ -95,10 +99,10 @@ def write_report(
         if f.lower() not in ("png", "pdf", "svg"):
             raise GacError(f"unknown figure format {f!r}; use png, pdf and/or svg")
     bench = df.attrs.get("bench")
-    df = T.completed(df)
+    df = S.completed(df)
     if df.empty:
         raise GacError("no completed records to report on; run jobs first")
-    df = T.filter_settings(df, where, "gac report")
+    df = S.filter_settings(df, where, "gac report")
     df.attrs["bench"] = bench
     rep = Report(check_out_dir(out_dir, force))
     fig_formats = [f.lower() for f in figure_formats]
@@ -109,10 +113,10 @@ def write_report(
             return
         for k in dict.fromkeys(kinds):
             p = rep.out_dir / f"{name}.{k}"
-            p.write_text(T.format_table(t, k, caption=caption if k == "md" else None))
+            p.write_text(format_table(t, k, caption=caption if k == "md" else None))
             rep.written.append(p)
         if "md" in kinds:
-            rep.sections.append(f"## {caption or name}\n\n" + T.format_table(t, "md"))
+            rep.sections.append(f"## {caption or name}\n\n" + format_table(t, "md"))
 
     def figure(name: str, fig):
         rep.written += F.save_figure(fig, rep.out_dir / name, fig_formats)
@@ -152,28 +156,28 @@ def _groups(df: pd.DataFrame, by: list[str]):
     for combo in combos:
         mask = pd.Series(True, index=df.index)
         for col, v in zip(by, combo):
-            mask &= df[col].isna() if v is None else T._match(df[col], v)
+            mask &= df[col].isna() if v is None else S.match_column(df[col], v)
         yield combo, df[mask]
 
 
 def _setting_slug(setting: dict) -> str | None:
     if not setting:
         return None
-    return slug(*(f"{k.rsplit('.', 1)[-1]}{T.show_value(v) if v != () else '-none'}" for k, v in setting.items()))
+    return slug(*(f"{k.rsplit('.', 1)[-1]}{S.show_value(v) if v != () else '-none'}" for k, v in setting.items()))
 
 
 def _setting_note(setting: dict) -> str:
-    return f" [{T.describe_setting(setting)}]" if setting else ""
+    return f" [{S.describe_setting(setting)}]" if setting else ""
 
 
 def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
-    comp = g[~T.baseline_mask(g) & g["strategy"].isin(["unaligned", "gac"])]
-    ratios = T._values(comp.loc[comp["strategy"] == "gac", "ratio"])
+    comp = g[~N.baseline_mask(g) & g["strategy"].isin(["unaligned", "gac"])]
+    ratios = S.distinct_values(comp.loc[comp["strategy"] == "gac", "ratio"])
     if not ratios:
         rep.skipped.append(f"Table 5 for {model} on {gpu}: no gac runs")
     for r in ratios:
-        at = comp[T._match(comp["ratio"], r)]
-        proxies_of = {c: T._values(x["proxy"]) for c, x in at.groupby("compressor")}
+        at = comp[S.match_column(comp["ratio"], r)]
+        proxies_of = {c: S.distinct_values(x["proxy"]) for c, x in at.groupby("compressor")}
         ambiguous = {c: ps for c, ps in proxies_of.items() if len(ps) > 1}
         choices = [None] if not ambiguous else sorted({p for ps in ambiguous.values() for p in ps})
         for p in choices:
@@ -182,7 +186,7 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
             rows = at[at["compressor"].isin(keep)]
             if sel:
                 rows = rows[[c not in sel or str(x) == str(sel[c]) for c, x in zip(rows["compressor"], rows["proxy"])]]
-            for setting, part in T.setting_groups(pd.concat([g[T.baseline_mask(g)], rows])):
+            for setting, part in S.setting_groups(pd.concat([g[N.baseline_mask(g)], rows])):
                 name = slug("table5", model, gpu, f"r{r:g}",
                             f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
                             p if ambiguous else None, _setting_slug(setting))
@@ -196,8 +200,8 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
 
 
 def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
-    comp = g[~T.baseline_mask(g)]
-    quality = [T.ppl_column(comp), "prefill_ms"]
+    comp = g[~N.baseline_mask(g)]
+    quality = [N.ppl_column(comp), "prefill_ms"]
     measured = comp[[m for m in quality if m in comp.columns]].notna().any(axis=1) \
         if any(m in comp.columns for m in quality) else pd.Series(False, index=comp.index)
     counts = comp[measured].groupby("compressor")["ratio"].nunique()
@@ -205,16 +209,16 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         rep.skipped.append(f"ratio sweep for {model} on {gpu}: no compressor was run at 2+ ratios")
         return
     names = [c for c, n in counts.items() if n >= 2]
-    rows = pd.concat([g[T.baseline_mask(g)], comp[measured & comp["compressor"].isin(names)]])
-    for setting, part in T.setting_groups(rows, slot=("compressor", "strategy", "ratio", "proxy"), axes=("ratio",)):
+    rows = pd.concat([g[N.baseline_mask(g)], comp[measured & comp["compressor"].isin(names)]])
+    for setting, part in S.setting_groups(rows, slot=("compressor", "strategy", "ratio", "proxy"), axes=("ratio",)):
         name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
                     _setting_slug(setting))
         try:
-            mine = part[~T.baseline_mask(part)]  # a task row needs some compressor measured at 2+ ratios (a line)
-            tasks = [m for m in T.SWEEP_TASK_METRICS if m in mine.columns
+            mine = part[~N.baseline_mask(part)]  # a task row needs some compressor measured at 2+ ratios (a line)
+            tasks = [m for m in N.SWEEP_TASK_METRICS if m in mine.columns
                      and mine[mine[m].notna()].groupby("compressor")["ratio"].nunique().max() >= 2]
             sw = T.ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names,
-                               metrics=(T.PPL, *tasks, "prefill_ms"))
+                               metrics=(N.PPL, *tasks, "prefill_ms"))
         except GacError as e:
             rep.skipped.append(f"{name}: {e}")
             continue
@@ -224,7 +228,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
             continue
         found = sw["metric"].astype(str)
         what = ", ".join(w for w, hit in (("PPL", found.str.startswith("ppl").any()),
-                                          ("task accuracy", found.isin(T.SWEEP_TASK_METRICS).any()),
+                                          ("task accuracy", found.isin(N.SWEEP_TASK_METRICS).any()),
                                           ("latency", found.str.startswith("prefill").any())) if hit)
         figure(name, F.plot_ratio_sweep(sw, title=F.figure_title(f"{what} against ratio", model=model,
                                                                  device=gpu, extra=_setting_note(setting))))
@@ -232,7 +236,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
 
 
 def _latency(g, model, gpu, table, figure, rep):
-    cols = [c for c in g.columns if (p := T.parse_seq_metric(c)) and p[0] == "prefill_ms"]
+    cols = [c for c in g.columns if (p := L.parse_seq_metric(c)) and p[0] == "prefill_ms"]
     bench = g.attrs.get("bench") or []
     benched = {k for b in bench for p in (b.get("points") or {}).values() for k in p["variants"]}
     if not cols and not benched:
@@ -240,11 +244,11 @@ def _latency(g, model, gpu, table, figure, rep):
                            f"(one sequence length: Table 5 has the latency)")
         return
     has = g[(g[cols].notna().any(axis=1) if cols else False) | g["key"].astype(str).isin(benched)
-            | (T.baseline_mask(g) & bool(benched))]
-    comp = has[~T.baseline_mask(has) & has["strategy"].isin(["unaligned", "gac"])]
-    for r in T._values(comp["ratio"]) or [None]:
-        at = pd.concat([has[T.baseline_mask(has)], comp[T._match(comp["ratio"], r)] if r is not None else comp])
-        for setting, part in T.setting_groups(at, axes=T.LATENCY_AXES):
+            | (N.baseline_mask(g) & bool(benched))]
+    comp = has[~N.baseline_mask(has) & has["strategy"].isin(["unaligned", "gac"])]
+    for r in S.distinct_values(comp["ratio"]) or [None]:
+        at = pd.concat([has[N.baseline_mask(has)], comp[S.match_column(comp["ratio"], r)] if r is not None else comp])
+        for setting, part in S.setting_groups(at, axes=S.LATENCY_AXES):
             name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None, _setting_slug(setting))
             try:
                 lat = T.latency_vs_seq_len(part, model=model, gpu=gpu, ratio=r, bench=bench)
@@ -277,7 +281,7 @@ def _proxies(df, table, figure, rep):
     for (model, comp, ratio), g in _groups(plans, ["model", "compressor", "ratio"]):
         if g["proxy"].nunique() < 2:
             continue
-        for setting, part in T.setting_groups(g, slot=("proxy",), axes=("proxy",)):
+        for setting, part in S.setting_groups(g, slot=("proxy",), axes=("proxy",)):
             if part["proxy"].nunique() < 2:
                 continue
             name = slug("proxies", model, comp, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
@@ -287,7 +291,7 @@ def _proxies(df, table, figure, rep):
                 rep.skipped.append(f"{name}: {e}")
                 continue
             figure(name, F.plot_proxy_comparison(dims, title=F.figure_title(
-                f"{T.compressor_label(comp)}: unconstrained dims per proxy", model=model, ratio=ratio,
+                f"{N.compressor_label(comp)}: unconstrained dims per proxy", model=model, ratio=ratio,
                 extra=_setting_note(setting))))
             table(name, T.proxy_comparison(dims),
                   caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}{_setting_note(setting)}")
@@ -311,8 +315,8 @@ def _plans(df, table, figure, rep):
             rep.skipped.append(f"plan figures for {model} on {gpu} at ratio {ratio:g}: a method was run with several "
                                f"proxies (the proxy comparison shows those plans)")
             continue
-        for setting, part in T.setting_groups(g, slot=("compressor", "strategy")):
-            dims = T.plan_dims(part)
+        for setting, part in S.setting_groups(g, slot=("compressor", "strategy")):
+            dims = L.plan_dims(part)
             name = slug("plans", model, gpu, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
             note = _setting_note(setting)
             device = _device_of(part, gpu)
@@ -339,7 +343,7 @@ def _benches(df, figure, rep):
         if r.empty:
             rep.skipped.append(f"{name}: the bench measured no compressed record")
             continue
-        ratios = T._values(r["ratio_param"])
+        ratios = S.distinct_values(r["ratio_param"])
         figure(name, F.plot_bench_ratios(r, title=F.figure_title(
             f"prefill latency vs. baseline, side-by-side bench ({b.get('rounds')} rounds)", model=b.get("model"),
             ratio=ratios[0] if len(ratios) == 1 else None,

@@ -1,0 +1,87 @@
+"""How methods and metrics are named and ordered in tables and figures: ``ASVD (GAC)``, ``PPL (enwiki)``, the
+paper's compressor order (ASVD, SVD-LLM, PaLU, LLM-Pruner; the baseline first, unaligned before GAC)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gac.metrics import is_ppl
+
+COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
+                     "palu": "PaLU"}
+STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
+                   "round_down": "round-down", "rebalance": "rebalance"}
+#: display names (perplexity is ``PPL (<dataset>)``: :func:`metric_label`)
+METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
+                 "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
+                 "decode_ms_per_token": "Decode (ms/token)"}
+#: task accuracies a ratio sweep plots beside perplexity when its records measured them (lm-eval's normalised accuracy)
+SWEEP_TASK_METRICS = ("piqa_acc_norm", "hellaswag_acc_norm")
+
+
+def metric_label(name: str) -> str:
+    """A metric's display name: ``PPL (enwiki)`` for ``ppl_enwiki`` (named by its dataset), ``PiQA (norm)`` ..."""
+    name = str(name)
+    if name in METRIC_LABELS:
+        return METRIC_LABELS[name]
+    if is_ppl(name):
+        return f"PPL ({name[len('ppl_'):]})"
+    return name
+
+
+#: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column
+PPL = "ppl"
+
+def ppl_column(df: pd.DataFrame) -> str:
+    """The perplexity column of ``df`` (``ppl_wikitext2``, ``ppl_tiny``, ...): the one with the most values."""
+    cols = [c for c in df.columns if is_ppl(c)]
+    if not cols:
+        return PPL
+    return max(sorted(cols), key=lambda c: int(df[c].notna().sum()))
+
+
+def compressor_label(name) -> str:
+    return COMPRESSOR_LABELS.get(str(name), str(name))
+
+
+def method_label(compressor, strategy) -> str:
+    """``("asvd", "unaligned")`` -> ``"ASVD"``; ``("asvd", "gac")`` -> ``"ASVD (GAC)"``; baseline -> ``"Baseline"``."""
+    if is_baseline(compressor, strategy):
+        return "Baseline"
+    s = STRATEGY_LABELS.get(str(strategy), str(strategy))
+    return compressor_label(compressor) + (f" ({s})" if s else "")
+
+
+def is_baseline(compressor, strategy) -> bool:
+    return str(compressor) == "none" or str(strategy) == "baseline"
+
+
+def baseline_mask(df: pd.DataFrame) -> pd.Series:
+    return (df["compressor"].astype(str) == "none") | (df["strategy"].astype(str) == "baseline")
+
+
+_PREFERRED = ("asvd", "svd_llm", "palu", "llm_pruner")
+_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "round_nearest", "round_up", "round_down", "rebalance")
+
+
+def method_order(compressor, strategy) -> tuple:
+    """Sort key: baseline first, then compressors in the paper's order, unaligned before GAC before the rest."""
+    if is_baseline(compressor, strategy):
+        return (-1, "", -1, "")
+    c, s = str(compressor), str(strategy)
+    return (_PREFERRED.index(c) if c in _PREFERRED else len(_PREFERRED), c,
+            _STRATEGY_ORDER.index(s) if s in _STRATEGY_ORDER else len(_STRATEGY_ORDER), s)
+
+
+def compressor_order(names) -> list[str]:
+    uniq = list(dict.fromkeys(str(n) for n in names))
+    return sorted(uniq, key=lambda n: (_PREFERRED.index(n) if n in _PREFERRED else len(_PREFERRED), n))
+
+
+def sweep_metric_rank(m: str) -> tuple[int, int]:
+    """A ratio sweep's metric order: perplexity first, then the task accuracies (PiQA before HellaSwag, as in
+    Table 5), latency last."""
+    tasks = list(SWEEP_TASK_METRICS)
+    return (0, 0) if is_ppl(m) else (2, 0) if str(m).startswith(("prefill", "decode")) else \
+        (1, tasks.index(m) if m in tasks else len(tasks))
+

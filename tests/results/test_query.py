@@ -1,0 +1,104 @@
+"""The one record query: ``--where`` selects the same records through ``gac report``, ``gac bench`` and
+``gac wandb backfill`` (fixture store_mixed: a baseline, ASVD unaligned/GAC at window 1 and 8, LLM-Pruner without
+tasks), by one match rule."""
+
+import math
+
+import pytest
+
+from gac.cli import main
+from gac.errors import GacError
+from gac.results import ResultsStore
+from gac.results.query import AnyOf, lookup, matches, parse_where, select_records
+from tests.analysis.conftest import FIXTURES
+
+MIXED = FIXTURES / "store_mixed"
+BASELINE = "m000000000000001"
+
+
+@pytest.mark.parametrize("value,want,hit", [
+    (True, "1", True), (True, "true", True), (True, "True", True), (True, "0", False), (False, "false", True),
+    (True, 1, True), (0.15, "0.15", True), (0.15, 0.15 * (1 + 1e-12), True), (0.15, "0.1500001", False),
+    (900000, "900000.0001", True), (1e-5, "1.00000000001e-5", True), (0.0, "0", True), (0.0, "1e-13", False),
+    (8, "8.0", True), ("8", 8, True), ("asvd", "asvd", True), ("asvd", "ASVD", False), (None, "none", True),
+    (None, "null", True), (None, "", True), (None, "0", False), (math.nan, "none", True),
+    (["piqa", "hellaswag"], '["piqa", "hellaswag"]', True), (["piqa", "hellaswag"], "[piqa,hellaswag]", True),
+    (("piqa", "hellaswag"), ["piqa", "hellaswag"], True), ([], "[]", True), ([], (), True), ([1, 2], "[1,2.0]", True),
+    ({"a": 1}, '{"a": 1.0}', True), ("asvd", AnyOf(("palu", "asvd")), True), (True, AnyOf(("0", "no")), False),
+])
+def test_the_match_rule(value, want, hit):
+    assert matches(value, want) is hit
+
+
+def test_lookup_reads_job_fields_config_paths_and_record_fields():
+    rec = {"key": "k", "job": {"compressor": "asvd", "proxy": None}, "params": 10, "metrics": {"ppl_tiny": 3.5},
+           "config": {"compressor": {"options": {"alpha": 0.5}}, "eval": {"ppl": True}}}
+    assert lookup(rec, "compressor") == "asvd" and lookup(rec, "proxy") is None and lookup(rec, "key") == "k"
+    assert lookup(rec, "compressor.options.alpha") == 0.5 == lookup(rec, "config.compressor.options.alpha")
+    assert lookup(rec, "params") == 10 and lookup(rec, "ppl_tiny") == 3.5
+    assert select_records([rec], parse_where(["eval.ppl=1"]))[0]["key"] == "k"
+    with pytest.raises(GacError, match="unknown filter key 'colour'"):
+        select_records([rec], parse_where(["colour=red"]))
+
+
+def _report_keys(monkeypatch, argv) -> set[str]:
+    """The records ``gac report`` keeps for ``argv`` (stopped right after its selection: nothing is written)."""
+    import gac.analysis.selection as selection
+
+    got, real = [], selection.filter_settings
+
+    def spy(df, where, what):
+        got.append(set(real(df, where, what)["key"]))
+        raise GacError("selection recorded")
+
+    monkeypatch.setattr(selection, "filter_settings", spy)
+    assert main(["report", str(MIXED), "-o", "/nonexistent/never-written", *argv]) == 2
+    return got[0]
+
+
+def _bench_keys(monkeypatch, argv) -> set[str]:
+    """The records ``gac bench`` would measure for ``argv`` (stopped before anything is built)."""
+    import gac.jobs.bench as bench
+
+    got = []
+
+    def spy(selected, all_records, dtype=None):
+        got.append({r["key"] for r in selected})
+        raise GacError("selection recorded")
+
+    monkeypatch.setattr(bench, "build_variants", spy)
+    assert main(["bench", str(MIXED), *argv]) == 2
+    return got[0]
+
+
+def _backfill_keys(monkeypatch, capsys, argv) -> set[str]:
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    capsys.readouterr()
+    assert main(["wandb", "backfill", str(MIXED), "--dry-run", *argv]) == 0
+    return {line[10:].split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()}
+
+
+@pytest.mark.parametrize("argv,keys", [
+    (["--where", "align.window=8"], {"m000000000000004"}),
+    (["--where", "eval.ppl=1"], {f"m00000000000000{i}" for i in range(1, 6)}),
+    (["--where", "eval.ppl=true", "--where", "eval.limit=50.0"], {f"m00000000000000{i}" for i in range(1, 6)}),
+    (["--where", "ratio=0.150000000001"], {f"m00000000000000{i}" for i in range(2, 6)}),
+    (["--where", "params=900000.0001"], {f"m00000000000000{i}" for i in range(2, 6)}),
+    (["--where", "compressor=llm_pruner", "--where", "compressor=asvd", "--where", "strategy=gac"],
+     {"m000000000000003", "m000000000000004", "m000000000000005"}),
+    (["--where", "eval.tasks=[]"], {"m000000000000005"}),
+    (["--where", 'eval.tasks=["piqa", "hellaswag"]', "--where", "config.align.window=1"],
+     {BASELINE, "m000000000000002", "m000000000000003"}),
+    (["--sweep", "s2"], {"m000000000000004"}),
+    (["--where", "proxy=none"], {BASELINE}),
+])
+def test_where_selects_the_same_records_in_every_command(monkeypatch, capsys, argv, keys):
+    records = list(ResultsStore(MIXED).iter_records())
+    assert {r["key"] for r in select_records(records, parse_where(argv[1::2] if argv[0] == "--where" else []),
+                                             sweep="s2" if argv[0] == "--sweep" else None)} == keys
+    assert _bench_keys(monkeypatch, argv) == keys
+    assert _backfill_keys(monkeypatch, capsys, argv) == keys
+    # the report also keeps the baseline where the filter names a setting it does not depend on (one baseline
+    # serves every table); every other record it keeps is the same
+    report = _report_keys(monkeypatch, argv)
+    assert report - {BASELINE} == keys - {BASELINE} and (BASELINE in report or BASELINE not in keys)
