@@ -18,7 +18,8 @@ Every constant and the sweep it comes from:
 * the SDPA rate per FA2 template: the median over the template's aligned dims of work / (latency x SMs) for the
   sweep's non-causal shape.
 
-``rng``: resample the rows of every sweep with replacement first (one bootstrap replicate of the calibration).
+``rng``: resample the rows of every sweep with replacement first, within each alignment class (and FA2 template)
+(one bootstrap replicate of the calibration).
 """
 
 from __future__ import annotations
@@ -55,9 +56,16 @@ def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=No
 
     def sweep(name):
         sw = profile.sweep(name)
-        if rng is not None and len(sw):
-            sw = sw.iloc[rng.integers(0, len(sw), len(sw))]
-        return sw
+        if rng is None or not len(sw):
+            return sw
+        # stratified: rows are resampled within their alignment class (and FA2 template), so every class a fit
+        # needs keeps its count
+        dims = sw["dim"].astype(int)
+        key = dims.map(dim_class) + (dims.map(lambda d: f"/{template_of(d)}") if name == "sdpa_head_dim" else "")
+        take = []
+        for _, idx in sw.groupby(key.values).indices.items():
+            take.extend(idx[rng.integers(0, len(idx), len(idx))])
+        return sw.iloc[sorted(take)]
 
     g = str(gpu or profile.meta.get("gpu") or profile.device_name).lower()
     arch = ARCH.get(g, {"tiles": TILES, "ref_tile": (128, 128)})
