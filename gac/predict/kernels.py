@@ -2,14 +2,20 @@
 
 Three kinds of kernels make a transformer prefill, each with its own model (times in milliseconds):
 
-* **GEMM** (:func:`gemm_ms`): a tile-level roofline. cuBLAS runs an ``M x N`` output as CTA tiles of ``tm x tn``
-  (one of :data:`TILES`), optionally split along K; the tiles run in waves of one tile per SM, so the time is
-  ``waves x tile time`` (tile and wave quantization: a 4097-wide GEMM pays a whole extra column of tiles, 109 tiles
-  on 108 SMs pay two waves). A tile's rate is the calibrated per-SM rate ``R_sm`` times its operand-reuse
-  efficiency (a tile smaller than 128 x 128 reuses each loaded operand less: ``AI(tm, tn) / AI(128, 128)`` with
-  ``AI = tm tn / (tm + tn)``, capped at 1), divided by the **alignment tier** of K and N (:func:`tier_factor`). The
-  configuration with the least time is taken (an ideal cuBLAS heuristic). The time is at least the bytes moved at
-  the streaming bandwidth (a memory-bound GEMM).
+* **GEMM** (:func:`gemm_ms`). Aligned (K and N multiples of 8: the tensor-core kernel family): a tile-level roofline.
+  cuBLAS runs an ``M x N`` output as CTA tiles of ``tm x tn`` from the GPU's tile set (:data:`ARCH`), split along K
+  only when the unsplit grid fills less than a quarter of the SMs; the tiles run in waves of one tile per SM, so the
+  time is ``waves x tile time`` (tile and wave quantization: a 4097-wide GEMM pays a whole extra column of tiles, 109
+  tiles on 108 SMs pay two waves). A tile runs at the per-SM rate ``R_sm`` times its operand-reuse efficiency
+  ``(AI(tm, tn) / AI(ref tile))^gamma`` (``AI = tm tn / (tm + tn)``, capped at 1; the reference tile is the one the
+  architecture reaches its rate with: 128 x 128 on Ampere, 256 x 128 on Hopper), divided by the ``mod8`` tier of K
+  and N (8-aligned but not 16-aligned dims run the same family a little slower on the A100). The configuration with
+  the least time is taken (an ideal cuBLAS heuristic). Misaligned (K or N not a multiple of 8): cuBLAS runs another
+  kernel family with **its own absolute rate** (:attr:`Calibration.family`: TFLOPS per (axis, class) measured at
+  one or two sizes, interpolated log-log in the GEMM's FLOPs and held flat outside), never faster than the aligned
+  model. Every GEMM is at least its bytes at the streaming bandwidth slowed by the **row-load tier** of K (a row
+  whose length is not a multiple of 16 loads at the misaligned rate of the ``l2_rowload_K`` sweep), and at least the
+  **per-kernel floor** (the back-to-back time of the smallest cuBLAS GEMMs measured).
 * **SDPA** (:func:`sdpa_ms`): FlashAttention-2 forward. One CTA per (batch, head, block of ``BR`` queries); a CTA
   walks its key blocks; the CTAs run in waves over the SMs (causal CTAs differ in length: the bound
   ``max(total / SMs, longest)``). The per-key-block rate of each head-dim template (64, 96, ..., 256) is calibrated on
@@ -17,7 +23,8 @@ Three kinds of kernels make a transformer prefill, each with its own model (time
   makes (``constant_pad_nd`` of q, k and v to the next multiple of 8: a fill and a copy each), fitted as
   ``t0 + bytes / BW`` to the excess of every misaligned dim over its next multiple of 8.
 * **element-wise / norm** (:func:`stream_ms`): bandwidth-bound, ``bytes / BW_stream``, with ``BW_stream`` the padding
-  copy's bandwidth (the one memory-bound copy kernel the data measure over a 4x range of sizes).
+  copy's bandwidth (the one memory-bound copy kernel the data measure over a 4x range of sizes). These kernels run on
+  contiguous tensors, so their row length does not matter.
 
 The launch cost of a kernel is not a GPU time: see :mod:`gac.predict.predictor` (the CPU issue interval).
 """
@@ -27,8 +34,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-#: CTA tile shapes (rows of A x columns of B) the GEMM model chooses from
+#: per-architecture CTA tile sets (rows of A x columns of B) and the tile that reaches the full per-SM rate
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+ARCH = {
+    "a100": {"sms": 108, "tiles": TILES, "ref_tile": (128, 128)},  # Ampere mma.sync: 128 x 128 reaches the rate
+    "h100": {"sms": 132, "tiles": TILES, "ref_tile": (256, 128)},  # Hopper wgmma: a 2-warpgroup 256 x 128 tile
+}
 #: split-K factors the GEMM model chooses from (a split writes and re-reads fp32 partial sums)
 SPLITS: tuple[int, ...] = (1, 2, 3, 4)
 #: FlashAttention-2 head-dim templates and their key-block width B_c (the paper's Table 2); B_r = 128
@@ -37,6 +48,8 @@ FA2_BC = {32: 128, 64: 128, 96: 64, 128: 64, 160: 32, 192: 32, 224: 32, 256: 32}
 BR = 128
 #: alignment classes of a GEMM dim, best first: the residue rule and its name
 CLASSES: tuple[tuple[str, int], ...] = (("mod16", 16), ("mod8", 8), ("even", 2), ("odd", 1))
+#: the classes that leave the tensor-core family (their own kernels, their own absolute rates)
+MISALIGNED = ("even", "odd")
 DTYPE_BYTES = 2  # fp16/bf16
 
 
@@ -54,31 +67,44 @@ class Calibration:
 
     gpu: str
     sms: int
-    r_sm: float  # GEMM FLOP/ms per SM at operand-reuse efficiency 1 (aligned)
-    tier_k: dict[str, float]  # class -> throughput relative to mod16, from the K sweep
+    r_sm: float  # GEMM FLOP/ms per SM of the reference tile (aligned)
+    tier_k: dict[str, float]  # class -> throughput relative to mod16 at the M=512 sweep, from the K sweep
     tier_n: dict[str, float]  # the same from the N sweep
     bw_stream: float  # bytes/ms of a streaming copy
     pad_t0: float  # ms: fixed part of the SDPA padding copy (3 tensors)
     pad_bw: float  # bytes/ms of the padding copy (= bw_stream)
     sdpa_rate: dict[int, float]  # template -> (query x key x template-dim) MAC/ms per CTA (one SM)
+    tiles: tuple[tuple[int, int], ...] = TILES
+    ref_tile: tuple[int, int] = (128, 128)
+    gamma: float = 1.0  # exponent of the operand-reuse efficiency of tiles smaller than the reference tile
+    #: (axis, class) -> ((GFLOP, TFLOPS), ...) sorted by GFLOP: the misaligned families' absolute rates
+    family: dict[tuple[str, str], tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    row_tier: dict[str, float] = field(default_factory=dict)  # class -> row-load slowdown (>= 1) of a K-long row
+    floor_ms: float = 0.0  # the least time of one GEMM kernel
     fits: dict = field(default_factory=dict)  # residuals and sources, for reports
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # kernel times by shape
 
     def to_json(self) -> dict:
-        return {"gpu": self.gpu, "sms": self.sms, "r_sm_tflops_per_sm": self.r_sm / 1e9, "tier_k": self.tier_k,
-                "tier_n": self.tier_n, "bw_stream_tb_s": self.bw_stream / 1e9, "pad_t0_ms": self.pad_t0,
+        return {"gpu": self.gpu, "sms": self.sms, "r_sm_tflops_per_sm": self.r_sm / 1e9, "tiles": self.tiles,
+                "ref_tile": self.ref_tile, "gamma": self.gamma, "tier_k": self.tier_k, "tier_n": self.tier_n,
+                "misaligned_tflops": {f"{a} {c}": [list(p) for p in v] for (a, c), v in self.family.items()},
+                "row_load_tier": self.row_tier, "gemm_floor_ms": self.floor_ms,
+                "bw_stream_tb_s": self.bw_stream / 1e9, "pad_t0_ms": self.pad_t0,
                 "sdpa_tflops_per_sm": {str(k): 2 * v / 1e9 for k, v in self.sdpa_rate.items()}, "fits": self.fits}
 
 
 def tier_factor(cal: Calibration, K: int, N: int, lead_k: int | None = None) -> float:
-    """Throughput of a GEMM with inner dim K and output dim N relative to a fully aligned one: the worse of the two
-    dims' classes (one kernel serves both; its vector width is set by the least aligned leading dimension).
+    """Throughput of a GEMM with inner dim K and output dim N relative to a fully aligned one at the M=512 sweep's
+    size: the worse of the two dims' classes (its vector width is set by the least aligned leading dimension).
     ``lead_k``: the leading dimension of A when A is a strided slice (else K)."""
     k = min(cal.tier_k[dim_class(K)], cal.tier_k[dim_class(lead_k)] if lead_k is not None else 1.0)
     return min(k, cal.tier_n[dim_class(N)])
 
 
-def _reuse(tm: int, tn: int) -> float:
-    return min(1.0, (tm * tn / (tm + tn)) / 64.0)
+def _reuse(cal, tm: int, tn: int) -> float:
+    rt = cal.ref_tile
+    ai = (tm * tn / (tm + tn)) / (rt[0] * rt[1] / (rt[0] + rt[1]))
+    return min(1.0, ai) ** cal.gamma
 
 
 def gemm_config_ms(cal: Calibration, M: int, N: int, K: int, tm: int, tn: int, split: int) -> float:
@@ -86,19 +112,62 @@ def gemm_config_ms(cal: Calibration, M: int, N: int, K: int, tm: int, tn: int, s
     tiles = math.ceil(M / tm) * math.ceil(N / tn) * split
     waves = math.ceil(tiles / cal.sms)
     k_part = math.ceil(K / split)
-    tile_ms = 2.0 * tm * tn * k_part / (cal.r_sm * _reuse(tm, tn))
+    tile_ms = 2.0 * tm * tn * k_part / (cal.r_sm * _reuse(cal, tm, tn))
     extra = 0.0 if split == 1 else (2 * split * M * N * 4) / cal.bw_stream  # fp32 partials written and read back
     return waves * tile_ms + extra
+
+
+def aligned_ms(cal: Calibration, M: int, N: int, K: int) -> float:
+    """The tensor-core family's time: the best tile and split configuration (split-K only on a small grid)."""
+    best = math.inf
+    for tm, tn in cal.tiles:
+        grid = math.ceil(M / tm) * math.ceil(N / tn)
+        for s in SPLITS:
+            if s > 1 and grid * 4 >= cal.sms:
+                break
+            best = min(best, gemm_config_ms(cal, M, N, K, tm, tn, s))
+    return best
+
+
+def family_tflops(points: tuple[tuple[float, float], ...], gflop: float) -> float:
+    """A misaligned family's rate at ``gflop``: log-log interpolation between its measured sizes, flat outside."""
+    if gflop <= points[0][0] or len(points) == 1:
+        return points[0][1]
+    if gflop >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= gflop <= x1:
+            w = (math.log(gflop) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+    return points[-1][1]
 
 
 def gemm_ms(cal: Calibration, M: int, N: int, K: int, lead_k: int | None = None) -> float:
     """``x[M, K] @ W[N, K]^T`` in fp16 (module docstring); ``lead_k``: A's leading dimension when it is a slice."""
     if min(M, N, K) <= 0:
         raise ValueError(f"GEMM dims must be positive, got M={M} N={N} K={K}")
-    best = min(gemm_config_ms(cal, M, N, K, tm, tn, s) for tm, tn in TILES for s in SPLITS)
-    compute = best / tier_factor(cal, K, N, lead_k)
-    memory = DTYPE_BYTES * (M * K + N * K + M * N) / cal.bw_stream
-    return max(compute, memory)
+    key = ("gemm", M, N, K, lead_k)
+    if key in cal.memo:
+        return cal.memo[key]
+    kc = dim_class(K) if lead_k is None else max(dim_class(K), dim_class(lead_k), key=_CLASS_RANK.__getitem__)
+    nc = dim_class(N)
+    t = aligned_ms(cal, M, N, K)
+    t /= min(cal.tier_k["mod8"] if kc == "mod8" else 1.0, cal.tier_n["mod8"] if nc == "mod8" else 1.0)
+    gflop = 2.0 * M * N * K / 1e9
+    for axis, c in (("K", kc), ("N", nc)):
+        if c in MISALIGNED:
+            pts = cal.family.get((axis, c))
+            if pts:  # own absolute rate (TFLOPS = GFLOP/ms)
+                t = max(t, gflop / family_tflops(pts, gflop))
+            else:  # no sweep point of this class: the relative tier at the M=512 size
+                t = max(t, aligned_ms(cal, M, N, K) / tier_factor(cal, K, N, lead_k))
+    memory = DTYPE_BYTES * (M * K + N * K + M * N) * cal.row_tier.get(kc, 1.0) / cal.bw_stream
+    out = max(t, memory, cal.floor_ms)
+    cal.memo[key] = out
+    return out
+
+
+_CLASS_RANK = {name: i for i, (name, _) in enumerate(CLASSES)}
 
 
 def template_of(d: int) -> int:

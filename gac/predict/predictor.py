@@ -10,9 +10,14 @@ the gate product), and each kernel's GPU time from :mod:`gac.predict.kernels`.
 **Launch cost.** The CPU issues a kernel every ``c`` ms (Python, dispatch and launch); the GPU runs each kernel
 when it has been issued and the previous one has finished. :func:`simulate` plays that queue: a small prefill is
 launch-bound (the GPU waits), a large one GPU-bound. ``c`` is the one number per GPU not taken from kernel data: it
-is solved so that the baseline model at one sequence length (the published profile's ``framework_reference``: the
-GAC paper's Llama-3-8B baseline at S=128) comes out at its measured latency. Nothing else comes from end-to-end
-measurements.
+is solved so that the baseline model at one sequence length (the published profile's ``framework_reference``) comes
+out at its measured latency: on the A100 the authors' Llama-3-8B baseline at S=128 from report.md section 6.7, a run
+apart from every figure the predictor is validated on; the H100 profile has no such run and takes the A100's ``c``.
+Nothing else comes from end-to-end measurements.
+
+**Intervals.** :meth:`Predictor.bootstrap` re-predicts under bootstrap replicates of the calibration (every sweep's
+rows resampled); ``benchmarks/predict_paper.py`` widens that spread by the model-form error measured on its first
+validation set.
 """
 
 from __future__ import annotations
@@ -42,6 +47,33 @@ class Kernel:
     kind: str
     ms: float
     layer: int | None = None
+    op: tuple | None = None  # (model, *args) of :data:`OPS`: the kernel re-timed under another calibration
+
+    def __post_init__(self):
+        if self.op is None and isinstance(self.ms, _Timed):
+            self.op = self.ms.op
+        self.ms = float(self.ms)
+
+
+#: the kernel time models a kernel's ``op`` names
+OPS = {"gemm": gemm_ms, "stream": stream_ms, "sdpa": sdpa_ms}
+
+
+class _Timed(float):
+    """A kernel time that remembers the model and arguments it came from."""
+
+    op: tuple
+
+
+def _op(cal: Calibration, model: str, *args) -> _Timed:
+    t = _Timed(OPS[model](cal, *args))
+    t.op = (model, *args)
+    return t
+
+
+def retime(kernels: list[Kernel], cal: Calibration) -> list[Kernel]:
+    """The same kernels timed under ``cal`` (a bootstrap replicate of the calibration)."""
+    return [Kernel(k.name, k.kind, OPS[k.op[0]](cal, *k.op[1:]), k.layer, k.op) for k in kernels]
 
 
 @dataclass
@@ -68,18 +100,18 @@ def _projection(cal: Calibration, module, tokens: int, name: str, kind: str, lay
     from gac.compression.modules import GroupedLowRankLinear, LowRankLinear
 
     if isinstance(module, LowRankLinear):
-        return [Kernel(f"{name}.down", kind, gemm_ms(cal, tokens, module.rank, module.in_features), layer),
-                Kernel(f"{name}.up", kind, gemm_ms(cal, tokens, module.out_features, module.rank), layer)]
+        return [Kernel(f"{name}.down", kind, _op(cal, "gemm", tokens, module.rank, module.in_features), layer),
+                Kernel(f"{name}.up", kind, _op(cal, "gemm", tokens, module.out_features, module.rank), layer)]
     if isinstance(module, GroupedLowRankLinear):
         total = sum(module.ranks)
-        out = [Kernel(f"{name}.down", kind, gemm_ms(cal, tokens, total, module.in_features), layer)]
+        out = [Kernel(f"{name}.down", kind, _op(cal, "gemm", tokens, total, module.in_features), layer)]
         for g, (r, o) in enumerate(zip(module.ranks, module.outs)):
             # the group's input is a strided slice of the down output: its leading dimension is sum(ranks)
-            out.append(Kernel(f"{name}.up{g}", kind, gemm_ms(cal, tokens, o, r, lead_k=total), layer))
-        out.append(Kernel(f"{name}.cat", kind, stream_ms(cal, 2 * ELEM * tokens * module.out_features), layer))
+            out.append(Kernel(f"{name}.up{g}", kind, _op(cal, "gemm", tokens, o, r, total), layer))
+        out.append(Kernel(f"{name}.cat", kind, _op(cal, "stream", 2 * ELEM * tokens * module.out_features), layer))
         return out
     if isinstance(module, nn.Linear):
-        return [Kernel(name, kind, gemm_ms(cal, tokens, module.out_features, module.in_features), layer)]
+        return [Kernel(name, kind, _op(cal, "gemm", tokens, module.out_features, module.in_features), layer)]
     raise GacError(f"{name}: the predictor knows Linear, LowRankLinear and GroupedLowRankLinear, not "
                    f"{type(module).__name__}")
 
@@ -89,7 +121,7 @@ def _rmsnorm(cal: Calibration, tokens: int, hidden: int, name: str, kind: str, l
     th = tokens * hidden
     sizes = ((ELEM + F32) * th, 2 * F32 * th, F32 * th + F32 * tokens, 2 * F32 * tokens, 2 * F32 * tokens,
              2 * F32 * th + F32 * tokens, (F32 + ELEM) * th, 3 * ELEM * th)
-    return [Kernel(f"{name}.{i}", kind, stream_ms(cal, b), layer) for i, b in enumerate(sizes)]
+    return [Kernel(f"{name}.{i}", kind, _op(cal, "stream", b), layer) for i, b in enumerate(sizes)]
 
 
 def _rotary(cal: Calibration, tokens: int, heads: int, head_dim: int, seq_len: int, name: str, layer: int):
@@ -97,7 +129,7 @@ def _rotary(cal: Calibration, tokens: int, heads: int, head_dim: int, seq_len: i
     n = tokens * heads * head_dim
     cs = seq_len * head_dim * ELEM
     sizes = (2 * ELEM * n + cs, ELEM * n, 2 * ELEM * n, 2 * ELEM * n + cs, 3 * ELEM * n)
-    return [Kernel(f"{name}.rope{i}", "elementwise", stream_ms(cal, b), layer) for i, b in enumerate(sizes)]
+    return [Kernel(f"{name}.rope{i}", "elementwise", _op(cal, "stream", b), layer) for i, b in enumerate(sizes)]
 
 
 def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list[Kernel]:
@@ -112,8 +144,8 @@ def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list
     vocab = int(cfg.vocab_size)
     hd = layout.head_dim
     T = batch * seq_len
-    ks: list[Kernel] = [Kernel("embed", "head", stream_ms(cal, 2 * ELEM * T * hidden))]
-    ks += [Kernel(f"rotary_emb.{i}", "head", stream_ms(cal, F32 * seq_len * hd * 2)) for i in range(6)]
+    ks: list[Kernel] = [Kernel("embed", "head", _op(cal, "stream", 2 * ELEM * T * hidden))]
+    ks += [Kernel(f"rotary_emb.{i}", "head", _op(cal, "stream", F32 * seq_len * hd * 2)) for i in range(6)]
     for i, li in enumerate(layout.layers):
         ks += _rmsnorm(cal, T, hidden, f"layers.{i}.input_layernorm", "elementwise", i)
         mods = {p: get_module(model, li.name(p)) for p in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
@@ -124,20 +156,20 @@ def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list
         hkv = int(mods["k_proj"].out_features) // hd
         ks += _rotary(cal, T, hq, hd, seq_len, f"layers.{i}.q", i)
         ks += _rotary(cal, T, hkv, hd, seq_len, f"layers.{i}.k", i)
-        ks.append(Kernel(f"layers.{i}.sdpa", "sdpa", sdpa_ms(cal, batch, hq, seq_len, hd, True, hkv), i))
-        ks.append(Kernel(f"layers.{i}.attn_out_transpose", "elementwise", stream_ms(cal, 2 * ELEM * T * hq * hd), i))
+        ks.append(Kernel(f"layers.{i}.sdpa", "sdpa", _op(cal, "sdpa", batch, hq, seq_len, hd, True, hkv), i))
+        ks.append(Kernel(f"layers.{i}.attn_out_transpose", "elementwise", _op(cal, "stream", 2 * ELEM * T * hq * hd), i))
         ks += _projection(cal, mods["o_proj"], T, li.name("o_proj"), "attn_proj", i)
-        ks.append(Kernel(f"layers.{i}.residual1", "elementwise", stream_ms(cal, 3 * ELEM * T * hidden), i))
+        ks.append(Kernel(f"layers.{i}.residual1", "elementwise", _op(cal, "stream", 3 * ELEM * T * hidden), i))
         ks += _rmsnorm(cal, T, hidden, f"layers.{i}.post_attention_layernorm", "elementwise", i)
         ks += _projection(cal, mods["gate_proj"], T, li.name("gate_proj"), "mlp", i)
         ks += _projection(cal, mods["up_proj"], T, li.name("up_proj"), "mlp", i)
         width = int(mods["gate_proj"].out_features)
-        ks.append(Kernel(f"layers.{i}.act", "mlp", stream_ms(cal, 2 * ELEM * T * width), i))
-        ks.append(Kernel(f"layers.{i}.gate_mul", "mlp", stream_ms(cal, 3 * ELEM * T * width), i))
+        ks.append(Kernel(f"layers.{i}.act", "mlp", _op(cal, "stream", 2 * ELEM * T * width), i))
+        ks.append(Kernel(f"layers.{i}.gate_mul", "mlp", _op(cal, "stream", 3 * ELEM * T * width), i))
         ks += _projection(cal, mods["down_proj"], T, li.name("down_proj"), "mlp", i)
-        ks.append(Kernel(f"layers.{i}.residual2", "elementwise", stream_ms(cal, 3 * ELEM * T * hidden), i))
+        ks.append(Kernel(f"layers.{i}.residual2", "elementwise", _op(cal, "stream", 3 * ELEM * T * hidden), i))
     ks += _rmsnorm(cal, T, hidden, "norm", "head", None)
-    ks.append(Kernel("lm_head", "head", gemm_ms(cal, T, vocab, hidden)))
+    ks.append(Kernel("lm_head", "head", _op(cal, "gemm", T, vocab, hidden)))
     return ks
 
 
@@ -192,17 +224,20 @@ class Predictor:
         self.profile = profile if profile is not None else published_profile(g)
         self.cal = calibrate(self.profile, SMS[g], g)
         self.reference = self.profile.meta.get("framework_reference")
-        self.issue_ms = issue_ms if issue_ms is not None else self._fit_issue()
+        self._replicas: list[tuple[Calibration, float]] = []
+        self.issue_ms = issue_ms if issue_ms is not None else self._fit_issue(self.cal)
 
-    def _fit_issue(self) -> float:
+    def _fit_issue(self, cal: Calibration) -> float:
         ref = self.reference
         if not isinstance(ref, dict):
             raise GacError(f"profile {self.profile.device_name!r} has no framework_reference (a baseline's measured "
                            f"prefill latency) to fit the launch cost; pass issue_ms")
+        if ref.get("issue_from_gpu"):  # no end-to-end run of this GPU: another GPU's published launch cost
+            return _published_issue_ms(str(ref["issue_from_gpu"]))
         from gac.compression.structure import Structure, architecture
 
         config = architecture(ref.get("model", "reference"), random_weights=True, arch=ref["arch"])
-        ks = model_kernels(Structure(config, "float16"), self.cal, int(ref["batch"]), int(ref["seq_len"]))
+        ks = model_kernels(Structure(config, "float16"), cal, int(ref["batch"]), int(ref["seq_len"]))
         return solve_issue_ms(ks, float(ref["prefill_ms"]))
 
     def kernels(self, structure, batch: int, seq_len: int) -> list[Kernel]:
@@ -214,8 +249,38 @@ class Predictor:
         ks = self.kernels(structure, batch, seq_len)
         return summarize(ks, simulate(ks, self.issue_ms))
 
+    def replicas(self, n: int = 40, seed: int = 0) -> list[tuple[Calibration, float]]:
+        """``n`` bootstrap replicates (calibration, launch cost): every sweep's rows resampled with replacement and
+        everything refitted (the launch cost re-solved where it comes from this GPU's own reference)."""
+        import numpy as np
+
+        from gac.predict.calibrate import calibrate
+
+        if len(self._replicas) < n:
+            rng = np.random.default_rng(seed)
+            self._replicas = []
+            for _ in range(n):
+                cal = calibrate(self.profile, SMS[self.gpu], self.gpu, rng=rng)
+                self._replicas.append((cal, self._fit_issue(cal)))
+        return self._replicas[:n]
+
+    def bootstrap(self, kernels: list[Kernel], n: int = 40, seed: int = 0) -> list[float]:
+        """The predicted total of ``kernels`` (from :meth:`kernels`) under each bootstrap replicate."""
+        return [simulate(retime(kernels, cal), issue) for cal, issue in self.replicas(n, seed)]
+
     def describe(self) -> dict:
         ref = self.reference or {}
         return {"gpu": self.gpu, "sms": self.cal.sms, "issue_ms": self.issue_ms,
-                "launch_cost_from": {k: ref.get(k) for k in ("model", "batch", "seq_len", "prefill_ms", "source")},
+                "launch_cost_from": {k: ref.get(k) for k in ("model", "batch", "seq_len", "prefill_ms", "source",
+                                                             "issue_from_gpu")},
                 "calibration": self.cal.to_json(), "profile": self.profile.device_name}
+
+
+_ISSUE: dict[str, float] = {}
+
+
+def _published_issue_ms(gpu: str) -> float:
+    """The launch cost solved for ``gpu``'s published profile (cached: a calibration takes a second)."""
+    if gpu not in _ISSUE:
+        _ISSUE[gpu] = Predictor(gpu).issue_ms
+    return _ISSUE[gpu]

@@ -144,3 +144,35 @@ def test_the_extraction_script_regenerates_the_shipped_tables(tmp_path):
         old = published_profile(gpu).table
         assert new.equals(old), gpu
         assert all(c.get("rel_error", 0) < 0.04 for c in res["profiles"][gpu]["checks"])
+
+
+def test_the_report_numbers_are_checked_against_the_checkout(tmp_path):
+    """The validation numbers typed from report.md (sections 5.2.2, 6.6, 6.7) must appear there as written."""
+    from gac.errors import GacError
+    from gac.profiling.extract_published import (
+        REPORT_BASELINE_67,
+        REPORT_E2E_52,
+        REPORT_SVDLLM_66,
+        check_report,
+    )
+
+    s66 = " | ".join(f"{v:.2f}ms" for by in REPORT_SVDLLM_66.values() for v in by.values())
+    s67 = " | ".join(f"{v:.2f}ms" for v in REPORT_BASELINE_67.values())
+    s52 = " | ".join(str(v) for v in REPORT_E2E_52["tokens_per_s"].values())
+    text = f"#### 5.2.2 x\n{s52}\n#### 5.2.3 y\n### 6.6 a\n{s66}\n### 6.7 b\n{s67}\n### 6.8 c\n"
+    (tmp_path / "report.md").write_text(text)
+    assert [c["all_found"] for c in check_report(tmp_path)] == [True, True, True]
+    (tmp_path / "report.md").write_text(text.replace("24.29ms", "24.30ms"))
+    with pytest.raises(GacError, match="6.7 baseline"):
+        check_report(tmp_path)
+    (tmp_path / "report.md").unlink()
+    with pytest.raises(GacError, match="no report.md"):
+        check_report(tmp_path)
+
+
+def test_the_validation_sets_are_shipped_with_their_commit():
+    doc = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/data/paper_prefill.json").read_text())
+    for key in ("svd_llm", "e2e_b4", "report_baseline_67"):
+        assert len(doc[key]["source"]["commit"]) == 40 and "report.md" in doc[key]["source"]["file"]
+    assert doc["svd_llm"]["ranks"] == {"q_proj": 1433, "k_proj": 573, "v_proj": 573, "o_proj": 1433,
+                                       "gate_proj": 2230, "up_proj": 2230, "down_proj": 2230}
