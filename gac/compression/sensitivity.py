@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
-from gac.compression.modules import replace_module
+from gac.compression.swap import replace_module
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
