@@ -83,7 +83,7 @@ class Calibration:
         return asdict(self)
 
     def token_ids(self, tokenizer) -> torch.Tensor:
-        from gac.data import calibration_batches
+        from gac.text import calibration_batches
 
         if tokenizer is None:
             raise GacError("calibration from text needs a tokenizer; pass one, or pass calib_ids directly")

@@ -220,12 +220,12 @@ def _check_factors(u, f: dict, where: str) -> None:
             raise GacError(f"{where}: the channel order of {u.name} is not a permutation of its {u.d_full} channels")
 
 
-_CODE_PARTS = ("compression", "data.py", "models", "fixtures")  # what a prepared state depends on
+_CODE_PARTS = ("compression", "text.py", "models", "fixtures", "training")  # what a prepared state depends on
 _code_fingerprint: str | None = None
 
 
 def code_fingerprint() -> str:
-    """A hash of the gac sources that produce a prepared state (compression, data, model loading, fixtures).
+    """A hash of the gac sources that produce a prepared state (compression, text sources, model loading, fixtures).
 
     Caches keyed by it are invalidated by any code change there, released or not (a fix of a scoring bug must
     never keep serving the old scores)."""
