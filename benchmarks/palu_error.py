@@ -28,8 +28,8 @@ def main(argv=None) -> int:
     from gac.compression.compressors.lowrank_math import svd_factors, whitened_factors, whitening
     from gac.compression.discovery import discover
     from gac.compression.importance import collect_activation_stats
-    from gac.data import load_text, tokenize_text
     from gac.models import load_model
+    from gac.text import load_text, tokenize_text
 
     model, tok = load_model("tiny", dtype=torch.float32)
     model.eval()

@@ -193,7 +193,7 @@ def probes(args) -> list[dict]:
     from gac.compression.allocation import reference_rank
     from gac.compression.compress import prepare
     from gac.compression.discovery import discover
-    from gac.compression.modules import replace_module
+    from gac.compression.swap import replace_module
 
     model, tok = _model(args)
     calib = _calib(args, tok)
@@ -348,7 +348,7 @@ def refine(args) -> list[dict]:
     from gac.compression import sensitivity as S
     from gac.compression.allocation import reference_rank
     from gac.compression.discovery import discover
-    from gac.compression.modules import replace_module
+    from gac.compression.swap import replace_module
 
     model, tok, calib, src, state, p = _from_table(args)
     layout = discover(model)

@@ -2,8 +2,8 @@
 
 * ``"auto"`` is **float16 on a CUDA device** (the paper measured and compressed in fp16; Tensor Cores run fp16 and
   bf16 at the same rate, so the alignment effects are the same) and **float32 on the CPU** (fp16 matmuls on a CPU
-  are emulated and slow). Before this rule, ``"auto"`` meant fp16 in :mod:`gac.profiling` but the checkpoint's own
-  dtype (bf16 for Llama-3) in :mod:`gac.models`: a job could measure its kernels in one dtype and run in another.
+  are emulated and slow). Profiles, model loading and jobs share it, so a job measures its kernels in the dtype it
+  runs in.
 * A job's dtype: ``gpu.dtype`` when set (an override for every model on that GPU), else ``model.dtype`` (the model
   configs say float16 for the 7-8B models; ``tiny`` leaves it null), else ``"auto"``; the GPU configs leave
   ``gpu.dtype`` null, so ``model.dtype=bfloat16 gpu=h100`` runs in bf16 (:func:`job_dtype`).

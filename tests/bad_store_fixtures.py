@@ -144,7 +144,8 @@ def _checkpoints(T: Path) -> None:
     import torch
 
     from gac.compression.checkpoint import save_checkpoint
-    from gac.compression.modules import LowRankLinear, get_module, replace_module
+    from gac.compression.modules import LowRankLinear, get_module
+    from gac.compression.swap import replace_module
     from gac.models import load_model
 
     model, tok = load_model("tiny", dtype=torch.float32)

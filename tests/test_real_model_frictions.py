@@ -105,23 +105,23 @@ def test_evaluate_ppl_windows_scores_only_the_first_windows(tmp_path, capsys):
 
 # ----------------------------------------------------------------------- 3. the fix named offline is the one that works
 def test_offline_wikitext2_names_the_flag_of_the_command(monkeypatch):
-    import gac.data
+    import gac.text
 
-    monkeypatch.setattr(gac.data, "hub_unreachable", lambda *a, **k: "offline")
-    monkeypatch.setattr(gac.data, "hub_dataset_cached", lambda *a, **k: False)
+    monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
+    monkeypatch.setattr(gac.text, "hub_dataset_cached", lambda *a, **k: False)
     with pytest.raises(GacError) as e:
-        gac.data.check_source("wikitext2", "train", "--calib")
+        gac.text.check_source("wikitext2", "train", "--calib")
     msg = str(e.value)
     assert "--calib FILE" in msg and "--calib enwiki" in msg and "--ppl-data" not in msg
     with pytest.raises(GacError, match="calibration.source=FILE"):
-        gac.data.check_source("wikitext2", "train", "calibration.source")
+        gac.text.check_source("wikitext2", "train", "calibration.source")
 
 
 def test_offline_hub_tasks_name_data_tiny(monkeypatch):
-    import gac.data
     import gac.evaluation.tasks as tasks
+    import gac.text
 
-    monkeypatch.setattr(gac.data, "hub_unreachable", lambda *a, **k: "offline")
+    monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
     monkeypatch.setattr(tasks, "_dataset_cached", lambda t: False)
     with pytest.raises(GacError) as e:
         tasks.check_hub_tasks(["piqa"])

@@ -53,9 +53,9 @@ def validate(args) -> None:
     from gac.compression.compress import KNAPSACK_SCORES, check_probe_samples, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
     from gac.compression.importance import PROXIES
-    from gac.data import is_named_source
     from gac.errors import GacError, unknown_name
     from gac.models import resolve_dtype
+    from gac.text import is_named_source
 
     check_ratio(args.ratio)
     try:
@@ -100,8 +100,8 @@ def validate(args) -> None:
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
     check_output_dir(args.output, overwrite=args.force)
-    from gac.data import check_source
     from gac.jobs.pipeline import check_model_here, model_max_positions
+    from gac.text import check_source
 
     check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
     check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading

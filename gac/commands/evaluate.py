@@ -114,10 +114,10 @@ def run(args) -> int:
     for t in tasks:  # every row against the task's schema, before the model is loaded
         if t in files:
             check_local_file(t, files[t])
-    from gac.data import check_source
     from gac.evaluation.tasks import check_hub_tasks
     from gac.jobs.pipeline import check_model_here, model_max_positions
     from gac.models import check_model_files
+    from gac.text import check_source
 
     check_model_here(args.model)
     check_model_files(args.model, verify=not args.no_verify)  # weights that match their config, before the data

@@ -46,7 +46,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from gac.errors import GacError
-    from gac.fixtures import SHIPPED_DIR, build_tiny, cache_root, rebuild_task_files, recipe_hash, tiny_paths
+    from gac.fixtures import SHIPPED_DIR, cache_root, recipe_hash, tiny_paths
+    from gac.training.tiny import build_tiny, rebuild_task_files
 
     if args.name == "smollm2":
         return _smollm2(args)

@@ -4,7 +4,8 @@
 >>> prepared = prepare(model, tok, "asvd", calibration=Calibration("tiny", 32, 256))   # score + factorise once
 >>> model_c, plan, report = prepared.compress(0.15, "gac")                            # any ratio / strategy
 
-A compressor is a thin class plus pure tensor math (``compressors/``); :mod:`.modules` holds the only layer swap;
+A compressor is a thin class plus pure tensor math (``compressors/``); :mod:`.modules` holds the compressed module
+types and :mod:`.swap` the layer swap every compressor uses;
 :mod:`.prepared_io` saves and loads a :class:`Prepared` state (safetensors + JSON, never pickles).
 """
 

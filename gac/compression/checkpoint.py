@@ -15,7 +15,7 @@ on it fails with an error instead of loading a silently broken model. :func:`loa
 compressed structure from the recorded specs *before* reading weights and loads with ``strict`` key matching, so
 every parameter comes from the file (a missing or unexpected tensor is an error). A model gac compressed (in
 memory, or loaded from a checkpoint) has a guarded ``save_pretrained``: it writes a gac checkpoint instead of a
-folder transformers would load with random weights (:func:`gac.compression.modules.save_pretrained`).
+folder transformers would load with random weights (:func:`save_pretrained`).
 
 Integrity: the sha256 of the weights (and buffers) file is recorded and **verified on load**; a flipped byte, a
 truncated or replaced file is a :class:`GacError` naming the fix. So is ``gac_checkpoint.json`` itself (``meta_sha256``,
@@ -36,13 +36,14 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from gac import __version__
-from gac.compression.modules import build_module, get_module, module_spec, replace_module
+from gac.compression.modules import build_module, get_module, module_spec, set_module
 from gac.errors import GacError
 from gac.io import file_sha256, read_json, write_json_atomic
 
@@ -392,6 +393,7 @@ def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = Fal
         raise GacError(f"transformers cannot build a {model_type} causal LM from its base_config "
                        f"({str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__})") from None
     model.tie_weights()  # no_init_weights skips tying; tied tensors are stored once in the weights file
+    swapped = False
     for name, spec in meta["modules"].items():
         try:
             cur = get_module(model, name)
@@ -400,11 +402,14 @@ def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = Fal
                            f"have") from None
         if module_spec(cur) != spec:
             try:
-                replace_module(model, name, build_module(spec, dtype=dt, device=dev))
+                set_module(model, name, build_module(spec, dtype=dt, device=dev))
+                swapped = True
             except GacError as e:
                 raise GacError(f"module {name!r}: {e}") from None
             except (KeyError, TypeError, ValueError) as e:
                 raise GacError(f"module {name!r} has an unusable spec {spec} ({type(e).__name__}: {e})") from None
+    if swapped:
+        guard_save_pretrained(model)
     return model
 
 
@@ -461,8 +466,6 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
     weights first (``verify=False`` skips it for a file you trust)."""
     from safetensors.torch import load_model
 
-    from gac.compression.modules import guard_save_pretrained
-
     p = Path(path)
     meta = check_checkpoint(p, verify=verify)  # config, files, shapes and checksums, before anything is built
     wfile = p / meta["weights"]["file"]
@@ -508,3 +511,54 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
             why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {_COPY}") from None
     return model, tokenizer
+
+
+# ----------------------------------------------------------------------------------------- the save_pretrained trap
+
+
+def hf_loadable(model: nn.Module) -> bool:
+    """Would ``from_pretrained`` on a folder written by ``save_pretrained`` rebuild this model's every weight?
+
+    True when the model's parameters (names and shapes) are exactly those of its architecture built from its own
+    config; false for a model with low-rank or pruned layers, whose weights transformers would random-initialise."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            ref = AutoModelForCausalLM.from_config(model.config)
+    except Exception:  # noqa: BLE001 - an architecture transformers cannot rebuild is not loadable either
+        return False
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    return shapes == {k: tuple(v.shape) for k, v in ref.state_dict().items()}
+
+
+def save_pretrained(self, save_directory, *args, **kwargs):
+    """``save_pretrained`` of a model gac has compressed (installed by :func:`guard_save_pretrained`).
+
+    A model whose parameters still match its architecture is saved by transformers as usual. Otherwise a standard
+    folder would load with random weights, so this writes a **gac checkpoint** instead (load it with
+    ``gac.models.load_model(path)``; ``from_pretrained`` on it fails loudly), or refuses what cannot be redirected
+    (``push_to_hub=True``, a custom ``state_dict``)."""
+    if hf_loadable(self):
+        return type(self).save_pretrained(self, save_directory, *args, **kwargs)
+    fix = ("save it with gac.compression.checkpoint.save_checkpoint(model, tokenizer, path) and load it with "
+           "gac.models.load_model(path)")
+    if kwargs.get("push_to_hub"):
+        raise GacError(f"this model has gac-compressed layers: save_pretrained(push_to_hub=True) would upload a "
+                       f"folder that from_pretrained loads with random weights; {fix} (then upload that folder)")
+    if kwargs.get("state_dict") is not None or args:
+        raise GacError(f"this model has gac-compressed layers: save_pretrained with a custom state_dict or "
+                       f"positional options cannot be redirected to a gac checkpoint; {fix}")
+    out = save_checkpoint(self, None, save_directory, merge=True)
+    log.warning(
+        "model.save_pretrained(%r) wrote a gac checkpoint: this model has gac-compressed layers, which a standard "
+        "transformers folder would reload with random weights. Load it with gac.models.load_model(%r) (or "
+        "gac.compression.checkpoint.load_checkpoint); transformers' from_pretrained refuses it.", str(out), str(out))
+    return None
+
+
+def guard_save_pretrained(model: nn.Module) -> None:
+    """Make ``model.save_pretrained`` safe once gac has changed the model's layers (see :func:`save_pretrained`)."""
+    if hasattr(type(model), "save_pretrained") and hasattr(model, "config") and \
+            getattr(model.__dict__.get("save_pretrained"), "__func__", None) is not save_pretrained:
+        model.save_pretrained = types.MethodType(save_pretrained, model)

@@ -43,6 +43,7 @@ from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
 from gac.compression.importance import collect_gradient_stats, get_proxy, iter_activation_stats
 from gac.compression.modules import get_module, weight_params
+from gac.compression.prepared_io import load_prepared, save_prepared
 from gac.compression.resources import ResourceMeter
 from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
 from gac.errors import GacError, unknown_name
@@ -82,7 +83,7 @@ class Calibration:
         return asdict(self)
 
     def token_ids(self, tokenizer) -> torch.Tensor:
-        from gac.data import calibration_batches
+        from gac.text import calibration_batches
 
         if tokenizer is None:
             raise GacError("calibration from text needs a tokenizer; pass one, or pass calib_ids directly")
@@ -115,17 +116,14 @@ class Prepared:
 
     def save(self, path) -> None:
         """Write the scored state (not the model) to ``path``: safetensors + JSON, see :mod:`.prepared_io`."""
-        from gac.compression.prepared_io import save_prepared
-
         save_prepared(self, path)
 
     @classmethod
     def load(cls, path, model: nn.Module, compressor: str | Compressor, compressor_options: dict | None = None,
              device: str = "cpu") -> Prepared:
         """The state :meth:`save` wrote, for ``model`` (checked against its units and factor shapes)."""
-        from gac.compression.prepared_io import load_prepared
-
-        return load_prepared(path, model, get_compressor(compressor, **(compressor_options or {})), device=device)
+        return cls(**load_prepared(path, model, get_compressor(compressor, **(compressor_options or {})),
+                                   device=device))
 
     def budget(self, ratio: float) -> int:
         return budget_for_ratio(self.dense_params, ratio)

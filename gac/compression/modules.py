@@ -1,4 +1,4 @@
-"""Compressed modules and the one place where a model's layers are swapped.
+"""Compressed modules: their types, their JSON specs, and the bare swap of one module in a model.
 
 * :class:`LowRankLinear` — ``y = A (B x) + b``: ``down`` holds B (rank x in), ``up`` holds A (out x rank). ASVD and
   SVD-LLM produce it; its weight parameters are ``rank * (in + out)``.
@@ -8,7 +8,8 @@
 
 Every module is described by a JSON-able *spec* (:func:`module_spec`) and rebuilt from it (:func:`build_module`):
 a gac checkpoint records the spec of every projection, so a reload rebuilds the compressed structure before any
-weight is read. :func:`replace_module` is the only function in gac that swaps a module inside a model.
+weight is read. :func:`set_module` is the bare swap; compression swaps through
+:func:`gac.compression.swap.replace_module`, which also keeps ``save_pretrained`` safe.
 Biases are carried unchanged and are not counted as compressed weights (:func:`weight_params`).
 """
 
@@ -123,70 +124,13 @@ def get_module(model: nn.Module, name: str) -> nn.Module:
         raise GacError(f"model has no module named {name!r}") from None
 
 
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
-    """Swap the module at dotted path ``name`` for ``new``; return the old one. The only swap in gac."""
+def set_module(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
+    """Put ``new`` at dotted path ``name``; return the old module. The bare swap: compression swaps through
+    :func:`gac.compression.swap.replace_module`, which also guards ``save_pretrained``."""
     parent_name, _, child = name.rpartition(".")
     parent = get_module(model, parent_name) if parent_name else model
     if not hasattr(parent, child):
         raise GacError(f"model has no module named {name!r}")
     old = getattr(parent, child)
     setattr(parent, child, new)
-    guard_save_pretrained(model)
     return old
-
-
-# ----------------------------------------------------------------------------------------- the save_pretrained trap
-
-
-def hf_loadable(model: nn.Module) -> bool:
-    """Would ``from_pretrained`` on a folder written by ``save_pretrained`` rebuild this model's every weight?
-
-    True when the model's parameters (names and shapes) are exactly those of its architecture built from its own
-    config; false for a model with low-rank or pruned layers, whose weights transformers would random-initialise."""
-    from transformers import AutoModelForCausalLM
-
-    try:
-        with torch.device("meta"):
-            ref = AutoModelForCausalLM.from_config(model.config)
-    except Exception:  # noqa: BLE001 - an architecture transformers cannot rebuild is not loadable either
-        return False
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    return shapes == {k: tuple(v.shape) for k, v in ref.state_dict().items()}
-
-
-def save_pretrained(self, save_directory, *args, **kwargs):
-    """``save_pretrained`` of a model gac has compressed (installed by :func:`guard_save_pretrained`).
-
-    A model whose parameters still match its architecture is saved by transformers as usual. Otherwise a standard
-    folder would load with random weights, so this writes a **gac checkpoint** instead (load it with
-    ``gac.models.load_model(path)``; ``from_pretrained`` on it fails loudly), or refuses what cannot be redirected
-    (``push_to_hub=True``, a custom ``state_dict``)."""
-    import logging
-
-    if hf_loadable(self):
-        return type(self).save_pretrained(self, save_directory, *args, **kwargs)
-    fix = ("save it with gac.compression.checkpoint.save_checkpoint(model, tokenizer, path) and load it with "
-           "gac.models.load_model(path)")
-    if kwargs.get("push_to_hub"):
-        raise GacError(f"this model has gac-compressed layers: save_pretrained(push_to_hub=True) would upload a "
-                       f"folder that from_pretrained loads with random weights; {fix} (then upload that folder)")
-    if kwargs.get("state_dict") is not None or args:
-        raise GacError(f"this model has gac-compressed layers: save_pretrained with a custom state_dict or "
-                       f"positional options cannot be redirected to a gac checkpoint; {fix}")
-    from gac.compression.checkpoint import save_checkpoint
-
-    out = save_checkpoint(self, None, save_directory, merge=True)
-    logging.getLogger(__name__).warning(
-        "model.save_pretrained(%r) wrote a gac checkpoint: this model has gac-compressed layers, which a standard "
-        "transformers folder would reload with random weights. Load it with gac.models.load_model(%r) (or "
-        "gac.compression.checkpoint.load_checkpoint); transformers' from_pretrained refuses it.", str(out), str(out))
-    return None
-
-
-def guard_save_pretrained(model: nn.Module) -> None:
-    """Make ``model.save_pretrained`` safe once gac has changed the model's layers (see :func:`save_pretrained`)."""
-    import types
-
-    if hasattr(type(model), "save_pretrained") and hasattr(model, "config") and \
-            getattr(model.__dict__.get("save_pretrained"), "__func__", None) is not save_pretrained:
-        model.save_pretrained = types.MethodType(save_pretrained, model)

@@ -1,4 +1,4 @@
-"""Save and load a :class:`~gac.compression.compress.Prepared` state: one safetensors file, never a pickle.
+"""Save and load the fields of a :class:`~gac.compression.compress.Prepared` state: one safetensors file, never a pickle.
 
 A prepared state (scores, factorizations, sensitivity table) is what a ratio or strategy sweep re-uses, and it
 lives in shared results directories that other people can write to. It is therefore stored as *data*:
@@ -131,12 +131,12 @@ def _reject(name):
 
 
 def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units=None, device: str = "cpu"):
-    """Rebuild a :class:`Prepared` for ``model`` from ``path``.
+    """The fields of a :class:`~gac.compression.compress.Prepared` for ``model``, read from ``path`` (keyword arguments
+    of its constructor: :meth:`Prepared.load <gac.compression.compress.Prepared.load>` builds it).
 
     ``compressor`` is the built compressor (its name and options must match the file's); ``units`` default to
     ``compressor.units(model, layout)``. Every unit must have its factors with the shapes the model implies.
     """
-    from gac.compression.compress import Prepared
     from gac.compression.discovery import discover
 
     state, tensors = read_prepared(path, device="cpu")
@@ -169,9 +169,11 @@ def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units
     if set(scores) != set(names) or not all(math.isfinite(v) and v >= 0 for v in scores.values()):
         raise GacError(f"{where}: scores do not cover this model's units with finite non-negative values")
     _check_sensitivity(state.get("sensitivity"), len(names), where)
-    return Prepared(model, compressor, state["proxy"], state["calibration"], state["allocation"], float(state["power"]),
-                    layout, units, scores, factors, dict(state["timings"]), state.get("sensitivity"),
-                    list(state.get("notes", [])), memory=dict(state.get("memory") or {}), calib_ids=calib_ids)
+    return {"model": model, "compressor": compressor, "proxy": state["proxy"], "calibration": state["calibration"],
+            "allocation": state["allocation"], "power": float(state["power"]), "layout": layout, "units": units,
+            "scores": scores, "factors": factors, "timings": dict(state["timings"]),
+            "sensitivity": state.get("sensitivity"), "notes": list(state.get("notes", [])),
+            "memory": dict(state.get("memory") or {}), "calib_ids": calib_ids}
 
 
 def _check_sensitivity(sens, n_units: int, where: str) -> None:
@@ -218,12 +220,12 @@ def _check_factors(u, f: dict, where: str) -> None:
             raise GacError(f"{where}: the channel order of {u.name} is not a permutation of its {u.d_full} channels")
 
 
-_CODE_PARTS = ("compression", "data.py", "models", "fixtures")  # what a prepared state depends on
+_CODE_PARTS = ("compression", "text.py", "models", "fixtures", "training")  # what a prepared state depends on
 _code_fingerprint: str | None = None
 
 
 def code_fingerprint() -> str:
-    """A hash of the gac sources that produce a prepared state (compression, data, model loading, fixtures).
+    """A hash of the gac sources that produce a prepared state (compression, text sources, model loading, fixtures).
 
     Caches keyed by it are invalidated by any code change there, released or not (a fix of a scoring bug must
     never keep serving the old scores)."""

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
-from gac.compression.modules import replace_module
+from gac.compression.swap import replace_module
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
@@ -50,17 +50,9 @@ RECHECK_PROBES = 120  # probes between two timings of pool against one thread (a
 ADAPTIVE_THREADS = True  # False: the probes keep torch's thread count (benchmarks that time a fixed count)
 CHECK_SAMPLES = 2  # samples on which the layer-cached perplexity is checked against the full forward
 
-# Relative disagreement allowed between the layer-cached dense perplexity and the full forward of the same model and
-# samples (same weights, GEMMs of other shapes: several samples per forward against one, so another rounding).
-# Measured on this project's 2-core CPU (docs/scale.md, "The layer-cache check"; 32 x 256 tokens, 3 seeds): float32
-# at most 2.2e-7 (tiny, SmolLM2-135M), bfloat16 at most 1.5e-7 (the CPU's bf16 GEMMs accumulate in float32 and round
-# each output the same way for every batch shape). float32 keeps 1e-4 (500 times the measured, and room for TF32
-# GEMMs on a GPU). The half-precision tolerances are 4 unit roundoffs of the format (float16 2^-11, bfloat16 2^-8):
-# on a GPU, GEMMs of other shapes take other kernels (split-K, other tiles) whose outputs differ by about an ulp, and
-# the hidden states are rounded to the format at every layer; 1e-4, the tolerance before, is 0.2 float16 roundoffs,
-# so the check failed on such GEMMs and every probe fell back to a full forward (issue 21). Not measured on a GPU
-# (none was lent to this project). A shortcut that misses something the layers need (a mask, a position) moves the
-# perplexity by far more than any of these.
+# Relative tolerance of the layer-cached dense perplexity against the full forward (GEMMs of other shapes round
+# differently): float32 far above its measured ~2e-7 (docs/scale.md), half precision 4 unit roundoffs of the format,
+# since another kernel differs by about an ulp per layer. A shortcut that misses a mask or a position moves it far more.
 PROBE_RTOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 4 * 2.0 ** -11, torch.bfloat16: 4 * 2.0 ** -8}
 
 

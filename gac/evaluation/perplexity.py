@@ -212,14 +212,14 @@ def perplexity(model, tokenizer, text_or_source: str | os.PathLike = "wikitext2"
     """Perplexity of ``model`` on a text source or a text.
 
     ``text_or_source``: a named source (``"wikitext2"``: the hub's wikitext-2-raw-v1; ``"tiny"``: tiny's held-out
-    text), a local ``.txt``/``.jsonl``/``.parquet`` path (see :func:`gac.data.load_text`), or the text itself (any
+    text), a local ``.txt``/``.jsonl``/``.parquet`` path (see :func:`gac.text.load_text`), or the text itself (any
     string containing whitespace that is not an existing file). ``seq_len`` defaults to 2048, capped at the model's
     maximum; a larger explicit value is an error. ``max_windows`` scores only the first windows (quick checks).
 
     Returns ``ppl``, ``nll`` (mean token NLL, nats), ``n_tokens`` (scored), ``n_windows``, ``seq_len``,
     ``n_text_tokens``, ``dropped_tokens``, ``seconds`` and ``source``.
     """
-    from gac.data import load_text, looks_like_source, tokenize_text
+    from gac.text import load_text, looks_like_source, tokenize_text
 
     if isinstance(text_or_source, str | os.PathLike) and looks_like_source(text_or_source):
         source = str(text_or_source)
@@ -233,7 +233,7 @@ def perplexity(model, tokenizer, text_or_source: str | os.PathLike = "wikitext2"
     seq_len = resolve_seq_len(model, seq_len)
     ids = tokenize_text(tokenizer, text)
     out = perplexity_of_ids(model, ids, seq_len=seq_len, batch_size=batch_size, device=device, max_windows=max_windows)
-    from gac.data import is_named_source
+    from gac.text import is_named_source
 
     out["source"] = f"{source} ({split})" if is_named_source(source) else source
     log.info("perplexity %.3f over %d windows of %d tokens (%s)", out["ppl"], out["n_windows"], seq_len, out["source"])

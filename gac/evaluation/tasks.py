@@ -214,7 +214,7 @@ def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0, via: str = "cli"
     tasks = list(dict.fromkeys(tasks))
     if not tasks:
         return
-    from gac.data import hub_unreachable
+    from gac.text import hub_unreachable
 
     why = hub_unreachable(timeout)
     if why is None:
@@ -252,7 +252,7 @@ def _dataset_cached(task: str) -> bool | None:
         return None
     if not path:
         return None
-    from gac.data import hub_dataset_cached
+    from gac.text import hub_dataset_cached
 
     return hub_dataset_cached(path)
 

@@ -395,7 +395,7 @@ def check_job_here(spec: JobSpec) -> None:
             check_model_here(spec.model_spec)  # a missing directory, a file, the hub offline: now
         except GacError as e:
             raise GacError(f"config: model.spec: {e}") from None
-    from gac.data import check_source
+    from gac.text import check_source
 
     if not spec.is_baseline and spec.calibration.get("source") != "random":
         check_source(str(spec.calibration.get("source")), "train", "calibration.source")
@@ -426,8 +426,8 @@ def check_job_here(spec: JobSpec) -> None:
 def check_model_here(model_spec: str) -> None:
     """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache or the
     hub answers (otherwise loading retries for a minute before it fails)."""
-    from gac.data import hub_repo_cached, hub_unreachable
     from gac.models import model_kind
+    from gac.text import hub_repo_cached, hub_unreachable
 
     if model_kind(model_spec) != "hub":
         return

@@ -4,7 +4,7 @@ A profiler session with CUDA activities leaves CUPTI attached after it closes (t
 unless ``TEARDOWN_CUPTI=1``; pytorch issue 144455: 10-20% slower kernels afterwards). A job that captured kernel
 names during its dimension sweep would time its latency with CUPTI attached, and only the jobs that measured a
 profile would pay for it. :func:`capture_in_child` sends the op specs of :func:`gac.profiling.sweeps.op_of` to
-``python -m gac.profiling.capture`` on the same device (it inherits ``CUDA_VISIBLE_DEVICES``), which runs each once
+``python -m gac.profiling.capture_child`` on the same device (it inherits ``CUDA_VISIBLE_DEVICES``), which runs each once
 under the profiler and answers with the names. A child that cannot start or fails (a GPU in exclusive-process
 mode, say) costs the names, never the measurement: the rows keep an empty kernel and a warning says why.
 """
@@ -32,7 +32,7 @@ def capture_in_child(specs: Sequence[Mapping], device, dtype, timeout: float = C
     root = str(Path(__file__).resolve().parents[2])  # the child imports this gac, not another one installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:
-        res = subprocess.run([sys.executable, "-m", "gac.profiling.capture"], input=json.dumps(request), env=env,
+        res = subprocess.run([sys.executable, "-m", "gac.profiling.capture_child"], input=json.dumps(request), env=env,
                              capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("kernel names not captured: the child process did not run (%s)", e)
@@ -50,20 +50,3 @@ def capture_in_child(specs: Sequence[Mapping], device, dtype, timeout: float = C
         log.warning("kernel names not captured: %d names for %d shapes", len(names), len(specs))
         return [None] * len(specs)
     return names
-
-
-def main() -> int:
-    """The child: a JSON request on stdin, ``{"kernels": [...]}`` on the last line of stdout."""
-    from gac.profiling.device import resolve_device, resolve_dtype
-    from gac.profiling.sweeps import capture_kernel_names
-
-    logging.basicConfig(level=logging.WARNING)
-    req = json.loads(sys.stdin.read())
-    dev = resolve_device(req["device"])
-    names = capture_kernel_names(req["specs"], dev, resolve_dtype(req["dtype"], dev))
-    print(json.dumps({"kernels": names}))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover - run as a child by capture_in_child
-    sys.exit(main())

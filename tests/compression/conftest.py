@@ -46,7 +46,7 @@ def base():
     if got is not None:
         model, tok = got
         model.eval()
-        from gac.data import calibration_batches
+        from gac.text import calibration_batches
 
         calib = calibration_batches(tok, "tiny", N_CALIB, CALIB_LEN, seed=0, split="train")
         held = calibration_batches(tok, "tiny", 4, EVAL_LEN, seed=1, split="test")

@@ -120,7 +120,7 @@ def test_in_memory_compressed_model_is_guarded_too(compressed, tmp_path):
 def test_an_uncompressed_model_keeps_transformers_save(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from gac.compression.modules import guard_save_pretrained, hf_loadable
+    from gac.compression.checkpoint import guard_save_pretrained, hf_loadable
 
     m = small_model()
     guard_save_pretrained(m)  # installed, but the model is still exactly its architecture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.data import calibration_batches, load_text, tokenize_text
 from gac.errors import GacError
+from gac.text import calibration_batches, load_text, tokenize_text
 
 
 def test_calibration_batches_are_seeded_windows_of_the_train_text(tiny):

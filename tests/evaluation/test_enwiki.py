@@ -86,10 +86,10 @@ def dump(tmp_path, monkeypatch):
 
 
 def test_build_splits_by_article_and_makes_task_files(dump, capsys):
-    from gac.data import load_text
     from gac.evaluation.tasks import check_local_file
     from gac.fixtures import task_files_of
     from gac.metrics import ppl_metric
+    from gac.text import load_text
 
     assert main(["fixtures", "build", "enwiki", "--dump", str(dump)]) == 0
     root = enwiki.default_dir()

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from gac.data import load_rows, load_text
 from gac.errors import GacError
 from gac.evaluation import perplexity, perplexity_of_ids
+from gac.text import load_rows, load_text
 
 from .fakes import CharTokenizer, TableModel
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gac.fixtures import build_tiny
+from gac.training.tiny import build_tiny
 
 
 @pytest.mark.slow

@@ -120,7 +120,6 @@ def test_stale_task_files_are_remade_into_the_cache_instead_of_retraining(tmp_pa
     recipe["eval_items"]["seed"] += 1
     monkeypatch.setattr(tiny_mod, "RECIPE", recipe)
     monkeypatch.setenv("GAC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(tiny_mod, "build_tiny", lambda *a, **k: pytest.fail("tiny was retrained"))
     assert model_recipe(recipe) == model_recipe(RECIPE)
     with pytest.raises(Exception, match="neither shipped"):
         tiny_mod.tiny_dir(build_if_missing=False)
@@ -130,3 +129,13 @@ def test_stale_task_files_are_remade_into_the_cache_instead_of_retraining(tmp_pa
     assert (root / "eval" / "piqa.jsonl").read_bytes() != (SHIPPED_DIR / "eval" / "piqa.jsonl").read_bytes()
     assert json.loads((root / "provenance.json").read_text())["recipe"] == recipe
     assert tiny_mod.tiny_dir() == root  # the cache entry is found the second time
+
+
+def test_a_changed_model_recipe_asks_for_a_build_instead_of_training(tmp_path, monkeypatch):
+    recipe = json.loads(json.dumps(RECIPE))
+    recipe["train"]["steps"] += 1
+    monkeypatch.setattr(tiny_mod, "RECIPE", recipe)
+    monkeypatch.setenv("GAC_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(Exception, match="gac fixtures build"):
+        tiny_mod.tiny_dir()
+    assert not (tmp_path / "cache" / "tiny").exists()

@@ -22,7 +22,8 @@ from gac.compression.compressors.lowrank_math import (
 )
 from gac.compression.discovery import PROJECTIONS, ModelLayout
 from gac.compression.importance import Proxy, WeightStats, check_score
-from gac.compression.modules import LowRankLinear, get_module, replace_module
+from gac.compression.modules import LowRankLinear, get_module
+from gac.compression.swap import replace_module
 from gac.errors import GacError
 from gac.progress import track
 

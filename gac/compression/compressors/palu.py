@@ -60,7 +60,8 @@ from gac.compression.compressors.lowrank_math import (
 )
 from gac.compression.discovery import ModelLayout
 from gac.compression.importance import Proxy, check_score
-from gac.compression.modules import GroupedLowRankLinear, get_module, replace_module
+from gac.compression.modules import GroupedLowRankLinear, get_module
+from gac.compression.swap import replace_module
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 
