@@ -30,10 +30,6 @@ ALLOWED = {
     "launch": BASE | {"jobs", "results"},
 }
 
-# Module import circles not cut yet, each as the set of its modules. Empty it as they are cut: a listed circle that
-# no longer exists fails the test too.
-KNOWN_CYCLES: set[frozenset[str]] = {frozenset({"gac.jobs.bench", "gac.jobs.experiment"})}
-
 
 def _package(path: Path) -> str:
     rel = path.relative_to(ROOT)
@@ -162,15 +158,11 @@ def module_graph() -> dict[str, dict[str, str]]:
 def test_no_import_circle_between_modules():
     graph = module_graph()
     cycles = _sccs({m: set(e) for m, e in graph.items()})
-    found = {frozenset(c) for c in cycles}
-    new = [c for c in cycles if frozenset(c) not in KNOWN_CYCLES]
-    gone = sorted(sorted(c) for c in KNOWN_CYCLES - found)
     lines = []
-    for c in new:
+    for c in cycles:
         lines.append(" <-> ".join(c))
         lines += [f"    {a} imports {b} ({graph[a][b]})" for a in c for b in sorted(graph[a]) if b in c]
-    assert not new, "import circles between modules:\n" + "\n".join(lines)
-    assert not gone, f"KNOWN_CYCLES lists circles that no longer exist, remove them: {gone}"
+    assert not cycles, "import circles between modules:\n" + "\n".join(lines)
 
 
 @pytest.mark.parametrize("old,new", [("gac.compress", "gac.compression.compress"),
