@@ -23,7 +23,7 @@ option is never a candidate (the authors' procedure has none). The authors' ``ma
 target's ``d_max`` here (for ``stable_rank_svd`` units the largest multiple of ``unit`` in ``min(out, in)``, the same
 candidates). gac's candidate window and hardware filter do not apply: the window is part of the procedure.
 
-``authors_round_to_n``: the scripts' "aligned_8" baseline and the DP's fallback: each rank to the nearest multiple
+``authors_round`` (:func:`authors_round_to_n`): the scripts' "aligned_8" baseline and the DP's fallback: each rank to the nearest multiple
 (half to even, at least ``unit``, at most ``d_max``), then round-robin passes over the targets by ascending score
 stepping down by ``unit`` until the budget holds, then passes by descending score stepping up while it fits. (gac's
 ``rebalance`` is the same idea with a heap: it always steps the currently least important target.)
@@ -218,6 +218,22 @@ def authors_dp(targets, cands, budget, unit: int = AUTHORS_UNIT, radius: int = A
     it = iter(dims_free)
     dims = [t.dense_dim if k else next(it) for t, k in zip(targets, dense)]
     return dims, notes, stats
+
+
+def authors_round(targets, cands, budget, unit: int = AUTHORS_UNIT):
+    """The ``authors_round`` strategy: :func:`authors_round_to_n` (the scripts' "aligned_8" row); dense d* stay dense,
+    their cost taken from the budget first. It holds the budget whenever every factorised target at ``unit`` does."""
+    targets = list(targets)
+    dense = [t.dense_star for t in targets]
+    fixed = sum(t.dense_params for t, k in zip(targets, dense) if k)
+    free = [t for t, k in zip(targets, dense) if not k]
+    need = sum(t.params_per_dim * unit for t in free)
+    if free and budget - fixed < need:
+        raise InfeasibleBudgetError(budget, fixed + need, f"every factorised target at {unit}, the dense ones dense")
+    it = iter(authors_round_to_n(free, budget - fixed, unit) if free else [])
+    dims = [t.dense_dim if k else next(it) for t, k in zip(targets, dense)]
+    return dims, [f"the GAC authors' round_to_n: nearest multiple of {unit} (half to even), then round-robin steps "
+                  f"by score"], {}
 
 
 def round_to(targets, cands, budget, unit: int = AUTHORS_UNIT):

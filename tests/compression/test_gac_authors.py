@@ -19,7 +19,14 @@ import torch
 
 from benchmarks.parity_refs import gac_authors as ref
 from gac.align import STRATEGIES, align
-from gac.align.authors_dp import authors_dp, authors_dp_dims, authors_round_to_n, authors_window, round_to
+from gac.align.authors_dp import (
+    authors_dp,
+    authors_dp_dims,
+    authors_round,
+    authors_round_to_n,
+    authors_window,
+    round_to,
+)
 from gac.align.targets import Target
 from gac.compression.compressors.stable_rank_svd import StableRankSVD
 from gac.compression.stable_rank import linear_table, stable_rank_kept, stable_rank_targets
@@ -113,8 +120,12 @@ def test_authors_dp_ranks_identical(authors, ratio, monkeypatch):
     assert plan.aligned_fraction == 1.0
     dims, info = authors_dp_dims(targets, budget)
     assert info == want["dp_info"]
-    dims = authors_round_to_n(targets, budget)
-    assert {key(t.name): d for t, d in zip(targets, dims)} == want["aligned_8"]
+    monkeypatch.setitem(STRATEGIES, "authors_round", authors_round)
+    rounded = align(targets, budget, "authors_round")
+    assert {key(n): d for n, d in rounded.dims.items()} == want["aligned_8"] and rounded.budget_met
+    # the authors' unaligned row is their ideal ranks, which gac's unaligned strategy keeps as they are
+    unaligned = align(targets, budget, "unaligned")
+    assert {key(n): d for n, d in unaligned.dims.items()} == want["ideal"] and unaligned.params == budget
     # the exact knapsack on the same targets and budget is at least as good on Eq. 4's objective
     gac_plan = align(targets, budget, "gac", window=4)
     assert gac_plan.objective >= plan.objective - 1e-9 * abs(plan.objective)
