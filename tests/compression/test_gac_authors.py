@@ -302,3 +302,24 @@ def test_smollm2_ranks_identical(monkeypatch):
     assert {key(t.name): int(t.d_star) for t in targets} == want["ideal"] and budget == want["budget"]
     plan = align(targets, budget, "authors_dp")
     assert {key(n): d for n, d in plan.dims.items()} == want["gac_dp"] and plan.budget_met
+
+
+def test_prepared_compress_with_the_wiring_the_lead_adds(authors, monkeypatch):
+    """Prepared.compress end to end once ``stable_rank`` dispatches to stable_rank_targets and ``authors_dp`` is a
+    strategy (the two registry entries): the plan's accounting holds on the compressed model."""
+    from gac.compression.compress import Prepared
+
+    orig = Prepared.targets
+
+    def targets(self, ratio, unit=8, knapsack_score="marginal", budget=None):
+        if self.allocation == "stable_rank":
+            return stable_rank_targets(self, ratio, unit)
+        return orig(self, ratio, unit, knapsack_score, budget)
+
+    monkeypatch.setattr(Prepared, "targets", targets)
+    monkeypatch.setitem(STRATEGIES, "authors_dp", authors_dp)
+    with one_thread():
+        model, plan, report = authors["prepared"].compress(0.3, "authors_dp")
+    assert {key(n): d for n, d in plan.dims.items()} == authors["plans"][0.3]["gac_dp"]
+    assert report["budget_met"] and report["params_counted"] == plan.params <= authors["plans"][0.3]["budget"]
+    assert report["recipe"]["compressor"] == "stable_rank_svd" and report["recipe"]["allocation"] == "stable_rank"
