@@ -208,13 +208,17 @@ def wrecked_warning(ppl: float, vocab_size: int | None) -> str | None:
 
 
 def perplexity(model, tokenizer, text_or_source: str | os.PathLike = "wikitext2", seq_len: int | None = None,
-               batch_size: int = 1, device=None, split: str = "test", max_windows: int | None = None) -> dict:
+               batch_size: int = 1, device=None, split: str = "test", max_windows: int | None = None,
+               stride: int | None = None) -> dict:
     """Perplexity of ``model`` on a text source or a text.
 
     ``text_or_source``: a named source (``"wikitext2"``: the hub's wikitext-2-raw-v1; ``"tiny"``: tiny's held-out
     text), a local ``.txt``/``.jsonl``/``.parquet`` path (see :func:`gac.text.load_text`), or the text itself (any
     string containing whitespace that is not an existing file). ``seq_len`` defaults to 2048, capped at the model's
     maximum; a larger explicit value is an error. ``max_windows`` scores only the first windows (quick checks).
+    ``stride``: None (default) is the protocol above; a number of tokens scores overlapping windows that start every
+    ``stride`` tokens instead (:mod:`gac.evaluation.sliding_perplexity`, the GAC authors' script: ``seq_len // 2``;
+    ``batch_size`` does not apply; the result adds ``stride``).
 
     Returns ``ppl``, ``nll`` (mean token NLL, nats), ``n_tokens`` (scored), ``n_windows``, ``seq_len``,
     ``n_text_tokens``, ``dropped_tokens``, ``seconds`` and ``source``.
@@ -232,7 +236,14 @@ def perplexity(model, tokenizer, text_or_source: str | os.PathLike = "wikitext2"
         raise GacError(f"text_or_source must be a string or a path, not {type(text_or_source).__name__}")
     seq_len = resolve_seq_len(model, seq_len)
     ids = tokenize_text(tokenizer, text)
-    out = perplexity_of_ids(model, ids, seq_len=seq_len, batch_size=batch_size, device=device, max_windows=max_windows)
+    if stride is not None:
+        from gac.evaluation.sliding_perplexity import sliding_perplexity_of_ids
+
+        out = sliding_perplexity_of_ids(model, ids, seq_len=seq_len, stride=stride, device=device,
+                                        max_windows=max_windows)
+    else:
+        out = perplexity_of_ids(model, ids, seq_len=seq_len, batch_size=batch_size, device=device,
+                                max_windows=max_windows)
     from gac.text import is_named_source
 
     out["source"] = f"{source} ({split})" if is_named_source(source) else source

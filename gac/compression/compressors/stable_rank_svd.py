@@ -1,0 +1,78 @@
+"""Plain truncated SVD with the stable-rank allocation: what the GAC authors' Table 5 script ran as "ASVD".
+
+The authors' ``scripts/asvd_gac_experiment.py`` (``JihaoXin/GAC``) imports nothing from ASVD: it allocates ranks with
+a data-free stable-rank score (:mod:`gac.compression.stable_rank`) and factorises every projection with a plain
+truncated SVD, ``W ~ U_r sqrt(S_r) . sqrt(S_r) V_r^T``, with no activation scaling. This compressor is that procedure,
+named for what it is, so the paper's numbers can be reproduced beside real ASVD (``asvd``); it is never a default.
+
+How it differs from gac's per-projection low-rank compressors (``asvd``, ``svd_llm``):
+
+* no calibration data: the score and the factors read the weights only (the default proxy ``magnitude`` needs
+  nothing; the score ignores the proxy: it is always the authors' stable-rank "fisher");
+* no weight stays dense: a unit's largest rank is ``min(out, in)`` (the authors' ``max_rank``), above the break-even
+  rank, because the allocation factorises even the weights it keeps whole (at their break-even rank);
+* its allocation is ``stable_rank`` (:func:`gac.compression.stable_rank.stable_rank_targets`), whose budget is the
+  cost of the ranks it chose.
+
+``svd``: the factorisation method; default ``"exact"`` (a full float64 SVD; the authors' is a full float32 SVD, the
+difference is float rounding). ``sensitivity_grid``: the kept ratios of the stable-rank table (the authors' 0.4 ...
+0.9).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
+from gac.compression.compressors.asvd import LowRankCompressor
+from gac.compression.compressors.base import Unit, parse_layers
+from gac.compression.compressors.lowrank_math import svd_factors
+from gac.compression.discovery import PROJECTIONS, ModelLayout
+from gac.compression.modules import get_module
+from gac.compression.stable_rank import stable_rank, stable_rank_fisher
+from gac.errors import GacError
+
+STABLE_RANK_ALLOCATION = "stable_rank"
+
+
+class StableRankSVD(LowRankCompressor):
+    """Stable-rank allocation + plain truncated SVD (module docstring)."""
+
+    name = "stable_rank_svd"
+    default_proxy = "magnitude"
+    default_allocation = STABLE_RANK_ALLOCATION
+    supports_sensitivity = False
+
+    def __init__(self, projections=PROJECTIONS, layers=None, svd: str = "exact", sensitivity_grid=SENSITIVITY_GRID):
+        super().__init__(projections, layers, svd)
+        self.sensitivity_grid = check_sensitivity_grid(sensitivity_grid)
+
+    def units(self, model, layout: ModelLayout) -> list[Unit]:
+        idx = parse_layers(self.layers, layout.num_layers)
+        out = []
+        for name in layout.linear_names(self.projections, idx):
+            mod = get_module(model, name)
+            if not isinstance(mod, nn.Linear):
+                raise GacError(f"{name} is a {type(mod).__name__}, not a dense Linear; it is already compressed")
+            o, i = mod.out_features, mod.in_features
+            out.append(Unit(name, "lowrank", o + i, o * i, min(o, i), min(o, i), (name,),
+                            {"shape": [o, i], "layer": layout.layer_of(name)}))
+        return out
+
+    def score(self, model, units, stats, proxy):
+        return {u.name: stable_rank_fisher(stable_rank(get_module(model, u.name).weight), self.sensitivity_grid)
+                for u in units}
+
+    def _factors(self, W, st, unit):
+        A, B, S = svd_factors(W, max_rank=unit.d_cap, name=unit.name, method=self.svd, return_sigma=True)
+        return A, B, S, {}
+
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        out = {}
+        for u in units:
+            if u.name in dims:
+                mod = get_module(model, u.name)
+                out[u.name] = {"type": "lowrank", "in": mod.in_features, "out": mod.out_features,
+                               "rank": int(dims[u.name]), "bias": mod.bias is not None}
+        return out
