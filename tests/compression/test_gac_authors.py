@@ -2,7 +2,7 @@
 
 The package side: the ``stable_rank_svd`` compressor and its allocation (:mod:`gac.compression.stable_rank`), the
 ``authors_dp`` and ``round_to`` strategies (:mod:`gac.align.authors_dp`) and the sliding-window perplexity
-(:mod:`gac.evaluation.sliding_perplexity`). Scores, ideal ranks, budgets and DP ranks must be identical to the
+(:mod:`gac.evaluation.perplexity`). Scores, ideal ranks, budgets and DP ranks must be identical to the
 re-implementation of the authors' script; perplexities equal to float rounding (gac's SVD is float64, theirs
 float32). Stable-rank scores depend on LAPACK's threading in their last bits, so both sides run on one thread.
 """
@@ -31,7 +31,7 @@ from gac.align.targets import Target
 from gac.compression.compressors.stable_rank_svd import StableRankSVD
 from gac.compression.stable_rank import linear_table, stable_rank_kept, stable_rank_targets
 from gac.errors import GacError, InfeasibleBudgetError
-from gac.evaluation.sliding_perplexity import sliding_perplexity_of_ids, sliding_windows
+from gac.evaluation.perplexity import sliding_perplexity_of_ids, sliding_windows
 
 RATIOS = (0.15, 0.3, 0.45)
 
@@ -253,8 +253,8 @@ def test_perplexity_stride_option(base):
     model, tok = base[0], base[1]
     if tok is None:
         pytest.skip("the tiny fixture is not shipped here (random stand-in without a tokenizer)")
-    from gac.text import load_text, tokenize_text
     from gac.evaluation.perplexity import perplexity
+    from gac.text import load_text, tokenize_text
 
     with one_thread():
         got = perplexity(model, tok, "tiny", seq_len=SEQ, stride=STRIDE, max_windows=2)
