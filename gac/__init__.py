@@ -8,7 +8,3 @@ Packages, from the pure core up: ``align`` (targets, candidate sets, the exact s
 """
 
 __version__ = "0.2.0"
-
-from gac import _moved  # noqa: E402
-
-_moved.install()  # old paths (gac.compress, gac.pipeline, ...) keep working: see gac/_moved.py
