@@ -3,8 +3,6 @@
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "gac"
 
 # What each package may import (besides itself). Foundations: errors, io, faults; the utilities data/fixtures
@@ -68,20 +66,3 @@ def test_every_package_has_a_rule():
     packages = {_package(p) for p in ROOT.rglob("*.py")} - top - BASE
     assert packages <= set(ALLOWED), f"packages without a layering rule: {sorted(packages - set(ALLOWED))}"
 
-
-@pytest.mark.parametrize("old,new", [("gac.compress", "gac.compression.compress"),
-                                     ("gac.compressors.asvd", "gac.compression.compressors.asvd"),
-                                     ("gac.targets", "gac.align.targets"), ("gac.pipeline", "gac.jobs.pipeline"),
-                                     ("gac.checkpoint", "gac.compression.checkpoint")])
-def test_old_import_paths_still_work(old, new):
-    import importlib
-    import sys
-    import warnings
-
-    sys.modules.pop(old, None)  # an earlier test may have imported the old name: import it afresh
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mod = importlib.import_module(old)
-    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
-    assert mod is importlib.import_module(new)
-    assert mod.__spec__.name == new  # the real module keeps its identity
