@@ -1,4 +1,5 @@
-"""Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers.
+"""Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers;
+where gac's Hydra configs live (:func:`conf_dir`).
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
 mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import importlib.resources
 import json
 import logging
 import math
@@ -30,6 +32,21 @@ TEMP_STALE_S = float(os.environ.get("GAC_TEMP_STALE_S", 6 * 3600))  # a temp fil
 _TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.(?P<rand>[0-9a-f]{8})\.tmp$")
 _LEGACY_RE = re.compile(r"^\..+(\.[A-Za-z0-9_]{8}\.tmp|\.tmp\d+|\.tmp-\d+)$")  # gac <= 0.2 (mkstemp, .tmp<pid>)
 
+
+
+def conf_dir() -> Path:
+    """The directory of gac's Hydra configs (``config.yaml``, ``model/``, ``compressor/``, ...).
+
+    An installed wheel holds them as the package ``gac.conf`` (the checkout's top-level ``conf/``, mapped into the
+    package at build time by ``pyproject.toml``); a source checkout (editable install, ``PYTHONPATH``) reads its
+    ``conf/`` beside ``gac/``, the one copy a researcher edits. Hydra's ``--config-dir`` or ``hydra.searchpath``
+    adds a directory of one's own on top.
+    """
+    package = Path(str(importlib.resources.files("gac")))
+    for d in (package / "conf", package.parent / "conf"):
+        if (d / "config.yaml").is_file():
+            return d
+    return package.parent / "conf"  # neither: callers name this path when a config is missing
 
 def hostname() -> str:
     """This machine's name as temp files and locks record it (dots removed: they separate name fields)."""

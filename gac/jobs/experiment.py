@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.io import conf_dir
 
 log = logging.getLogger(__name__)
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = conf_dir()
 _FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that failed on bad input
 
 

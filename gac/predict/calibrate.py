@@ -35,7 +35,7 @@ def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None) -> Cal
     missing = [s for s in NEEDED if s not in profile.sweeps()]
     if missing:
         raise GacError(f"profile {profile.device_name!r} lacks the sweeps {missing} the predictor calibrates on; "
-                       f"measure them (python experiments/profile.py device=cuda) or use a published profile")
+                       f"measure them (python experiments/profile_device.py device=cuda) or use a published profile")
     fits: dict = {"source": profile.meta.get("published", {}).get("source") or profile.device_name}
     # --- streaming bandwidth and the padding copy, from SDPA's misaligned excess
     sd = profile.sweep("sdpa_head_dim")
