@@ -1,6 +1,7 @@
 """The latency predictor (gac.predict) against the GAC paper's own end-to-end numbers — validation, kept apart.
 
     python benchmarks/predict_paper.py [--json OUT.json]
+    python benchmarks/predict_paper.py --quick      # a smoke run: the A100 at S=128 and 1024 only
 
 Rebuilds the paper's Llama-3-8B plans from shapes alone (no weights) and predicts their prefill latency (batch 1) on
 the A100 and the H100 from the published kernel data, then prints predicted against measured with the error per
@@ -87,7 +88,9 @@ def asvd_plans(config) -> dict[str, dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--quick", action="store_true", help="the A100 at S=128 (the fit) and 1024 only (a smoke run)")
     args = ap.parse_args(argv)
+    gpus, seqs = (("a100",), (128, 1024)) if args.quick else (("a100", "h100"), SEQS)
     t0 = time.perf_counter()
     from gac.compression.structure import Structure
     from gac.predict import Predictor
@@ -101,10 +104,10 @@ def main(argv=None) -> int:
         for strategy, dims in by.items():
             structures[(comp, strategy)] = Structure(config, "float16", comp, {}, dims)
     rows = []
-    for gpu in ("a100", "h100"):
+    for gpu in gpus:
         pred = Predictor(gpu)
         for (comp, variant), st in structures.items():
-            for s in SEQS:
+            for s in seqs:
                 if comp == "asvd" and s != 1024:
                     continue
                 p = pred.predict(st, 1, s)
@@ -142,9 +145,9 @@ def main(argv=None) -> int:
     # signs of gac vs unaligned
     print("\ngac vs unaligned (same compressor, GPU, S): predicted against measured")
     signs = []
-    for gpu in ("a100", "h100"):
+    for gpu in gpus:
         for comp in ("llm_pruner", "asvd"):
-            for s in SEQS:
+            for s in seqs:
                 get = {r["variant"]: r for r in table if r["gpu"] == gpu and r["compressor"] == comp and r["seq_len"] == s}
                 if "gac" not in get or "unaligned" not in get or get["gac"]["measured_ms"] is None:
                     continue

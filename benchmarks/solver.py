@@ -28,6 +28,7 @@ from gac.align import align, candidate_sets  # noqa: E402
 from gac.align.reference import milp_reference  # noqa: E402
 from gac.align.solver import solve_mckp  # noqa: E402
 from gac.align.synthetic import lowrank_problem  # noqa: E402
+from gac.io import hold_cpu_lock  # noqa: E402
 
 FAMILIES = [
     ("Llama-3-8B (224)", "llama3_8b", False),
@@ -50,6 +51,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.repeats = 1, 1
+    hold_cpu_lock(enabled=not args.quick)
     milp_max = 224 if args.quick else 1999 if args.no_milp_2000 else None
 
     print(f"one core (affinity {sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'}), "

@@ -1,5 +1,5 @@
 """Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers;
-where gac's Hydra configs live (:func:`conf_dir`).
+where gac's Hydra configs live (:func:`conf_dir`); the machine's serial CPU lock (:func:`hold_cpu_lock`).
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
 mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -47,6 +48,29 @@ def conf_dir() -> Path:
         if (d / "config.yaml").is_file():
             return d
     return package.parent / "conf"  # neither: callers name this path when a config is missing
+
+#: The serial CPU lock: timings on a shared CPU mean something only when one measurement runs at a time, so every
+#: benchmark that times something on the CPU holds this ``flock`` while it measures (:func:`hold_cpu_lock`), and any
+#: other command takes it from a shell with ``flock /tmp/gac-cpu.lock COMMAND``. ``GAC_CPU_LOCK`` names another path.
+CPU_LOCK = os.environ.get("GAC_CPU_LOCK", "/tmp/gac-cpu.lock")
+_held_cpu_lock: list = []  # the open lock file: the lock lasts as long as this process
+
+
+def hold_cpu_lock(enabled: bool = True) -> None:
+    """Take :data:`CPU_LOCK` for the rest of this process (the kernel releases it when the process ends, however it
+    ends), saying so on stderr while another holder makes it wait. ``enabled=False`` or already held: nothing.
+    A child process must not call it while its parent holds the lock (it would wait for its parent)."""
+    if not enabled or _held_cpu_lock:
+        return
+    import fcntl
+
+    f = open(CPU_LOCK, "a")  # noqa: SIM115 (kept open on purpose: closing it releases the lock)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"waiting for the CPU lock {CPU_LOCK} (another measurement holds it)", file=sys.stderr, flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+    _held_cpu_lock.append(f)
 
 def hostname() -> str:
     """This machine's name as temp files and locks record it (dots removed: they separate name fields)."""
