@@ -25,7 +25,7 @@ reference's ``param_first``), and PaLU's ranks per projection (reference vs gac)
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -34,8 +34,12 @@ import time
 
 
 def _load_ref(name: str):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return importlib.import_module(f"benchmarks.parity_refs.{name}")
+    """``benchmarks/parity_refs/<name>.py`` as a module, loaded from its file."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parity_refs", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"parity_ref_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main(argv=None) -> int:
