@@ -102,3 +102,11 @@ def test_own_config_dir_adds_to_the_packaged_configs(wheel_env):
     out = _run(["gac-run", "--config-dir", w["work"] / "my_conf", "model=my_tiny", "--cfg", "job"],
                w["work"], w["env"])
     assert "name: my_tiny" in out and "compressor:" in out  # my model over the packaged groups
+
+
+def test_the_other_apps_compose_their_packaged_configs(wheel_env):
+    w = wheel_env
+    out = _run(["gac-bench", "--cfg", "job", "rounds=2"], w["work"], w["env"])
+    assert "rounds: 2" in out and "results_dir: results" in out
+    out = _run(["gac-profile-device", "--cfg", "job", f"out_dir={w['work'] / 'prof'}", "quick=true"], w["work"], w["env"])
+    assert "quick: true" in out and "sweeps:" in out
