@@ -2,6 +2,7 @@
 
     python benchmarks/compressors.py                      # tiny, ASVD + LLM-Pruner, ratios 0.15 0.30
     python benchmarks/compressors.py --compressors asvd svd_llm llm_pruner palu --json out.json
+    python benchmarks/compressors.py --quick                 # seconds: small calibration and windows, ratio 0.3
 
 Each compressor is scored and factorised once (``gac.compression.compress.prepare``); every (ratio, strategy) row re-uses that
 state, so "wall" is the one-off preparation plus that row's allocation, alignment and layer swap. Perplexity is
@@ -36,7 +37,15 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-text", default=None, help="evaluation source (default: tiny for tiny, else wikitext2)")
     ap.add_argument("--unit", type=int, default=8)
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: calibration 4 x 64, two 128-token windows, "
+                    "ratio 0.3, strategies unaligned and gac (no CPU lock)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.calib_samples, args.calib_seq_len, args.eval_seq_len, args.eval_windows = 4, 64, 128, 2
+        args.ratios, args.strategies = [0.3], ["unaligned", "gac"]
+    from gac.io import hold_cpu_lock
+
+    hold_cpu_lock(enabled=not args.quick)  # the wall column is a timing
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     import torch
@@ -51,10 +60,12 @@ def main(argv=None) -> int:
 
     torch.manual_seed(0)
     if args.model == "random":
-        sys.path.insert(0, ".")
-        from tests.compression.conftest import small_model
+        from transformers import AutoConfig, AutoModelForCausalLM
 
-        model, tok = small_model(hidden_size=256, intermediate_size=688, num_hidden_layers=4, vocab_size=4096), None
+        cfg = AutoConfig.for_model("llama", hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=4096,
+                                   max_position_embeddings=max(256, args.calib_seq_len, args.eval_seq_len))
+        model, tok = AutoModelForCausalLM.from_config(cfg).eval(), None
         g = torch.Generator().manual_seed(0)
         calib_ids = torch.randint(0, 4096, (args.calib_samples, args.calib_seq_len), generator=g)
         held = torch.randint(0, 4096, (8, args.eval_seq_len), generator=g)

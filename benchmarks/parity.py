@@ -1,10 +1,13 @@
 """gac against the reference procedure of each compressor, at equal parameters, on ``tiny`` (issue 13's protocol)
 or another model (``--model``: SmolLM2-135M, issue 24).
 
-    flock /tmp/gac-cpu.lock python benchmarks/parity.py                  # ASVD and SVD-LLM, rho 0.15 0.30
+    python benchmarks/parity.py                  # ASVD and SVD-LLM, rho 0.15 0.30
     python benchmarks/parity.py --compressors asvd --ratios 0.15 --json out.json
-    flock /tmp/gac-cpu.lock python benchmarks/parity.py --model smollm2 --compressors svd_llm --ratios 0.15
-    flock /tmp/gac-cpu.lock python benchmarks/parity.py --model smollm2 --compressors asvd --ratios 0.15 --probe-samples 1
+    python benchmarks/parity.py --model smollm2 --compressors svd_llm --ratios 0.15
+    python benchmarks/parity.py --model smollm2 --compressors asvd --ratios 0.15 --probe-samples 1
+    python benchmarks/parity.py --quick          # seconds: a smoke run of every compressor at small sizes
+
+Each run holds the serial CPU lock (``gac.io.hold_cpu_lock``) while it measures; ``--quick`` does not.
 
 For each compressor that has an independent reference implementation in ``benchmarks/parity_refs/<name>.py``
 (a function ``reference(model, tokenizer, calib_ids, ratio) -> dict(model, kept_params, dense_params, notes)``
@@ -94,7 +97,15 @@ def main(argv=None) -> int:
                          "run on smollm2 into two shorter ones)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the uncompressed model's perplexity")
     ap.add_argument("-v", "--verbose", action="store_true", help="log progress (sensitivity tables take minutes)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: rho 0.3, calibration 2 x 64, two 128-token "
+                    "windows, one ASVD probe sample (no CPU lock; the numbers mean nothing)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.ratios, args.calib_samples, args.calib_seq_len = [0.3], 2, 64
+        args.eval_seq_len, args.eval_windows, args.probe_samples = 128, 2, 1
+    from gac.io import hold_cpu_lock
+
+    hold_cpu_lock(enabled=not args.quick)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s: %(message)s")
 

@@ -1,9 +1,12 @@
 """Parity of gac's PaLU and LLM-Pruner with their reference procedures on ``tiny`` (issue #13).
 
-    flock /tmp/gac-cpu.lock python benchmarks/parity_prune.py                  # both compressors, rho 0.15 0.30
+    python benchmarks/parity_prune.py                  # both compressors, rho 0.15 0.30
     python benchmarks/parity_prune.py --compressors llm_pruner --eval-windows 8  # a quick look
-    flock /tmp/gac-cpu.lock python benchmarks/parity_prune.py --model smollm2 --ratios 0.15 --no-before
+    python benchmarks/parity_prune.py --model smollm2 --ratios 0.15 --no-before
     python benchmarks/parity_prune.py --compressors palu --palu-fisher-loss two_ahead   # the reference's loss too
+    python benchmarks/parity_prune.py --quick          # seconds: a smoke run at small sizes
+
+Each run holds the serial CPU lock (``gac.io.hold_cpu_lock``) while it measures; ``--quick`` does not.
 
 Protocol (the issue's): calibration 32 x 256 tokens of tiny's train text (seed 0) for gac and for the reference;
 perplexity on tiny's full test text in 1024-token windows (baseline 233.37); ``--model`` another model on the same
@@ -22,7 +25,7 @@ reference's ``param_first``), and PaLU's ranks per projection (reference vs gac)
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -31,8 +34,12 @@ import time
 
 
 def _load_ref(name: str):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return importlib.import_module(f"benchmarks.parity_refs.{name}")
+    """``benchmarks/parity_refs/<name>.py`` as a module, loaded from its file."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parity_refs", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"parity_ref_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main(argv=None) -> int:
@@ -55,7 +62,15 @@ def main(argv=None) -> int:
     ap.add_argument("--palu-fisher-loss", default="next_token", choices=["next_token", "two_ahead"],
                     help="gac PaLU's fisher_loss option (two_ahead: the reference code's doubly shifted loss)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: rho 0.3, calibration 2 x 64, two 128-token "
+                    "windows, no 'before' column (no CPU lock; the numbers mean nothing)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.ratios, args.calib_samples, args.calib_seq_len = [0.3], 2, 64
+        args.eval_seq_len, args.eval_windows, args.no_before = 128, 2, True
+    from gac.io import hold_cpu_lock
+
+    hold_cpu_lock(enabled=not args.quick)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     import torch

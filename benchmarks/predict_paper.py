@@ -1,6 +1,7 @@
 """The latency predictor (gac.predict) against the GAC authors' own end-to-end numbers: validation, kept apart.
 
     python benchmarks/predict_paper.py [--json OUT.json] [--boot N]
+    python benchmarks/predict_paper.py --quick      # a smoke run: 2 bootstrap replicates
 
 Every number printed is a **prediction** from the authors' published kernel data set against a **published**
 measurement; nothing runs on a GPU. Rebuilds Llama-3-8B plans from shapes alone (no weights) and predicts their
@@ -134,7 +135,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--boot", type=int, default=40, help="bootstrap replicates of the calibration (default 40)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 bootstrap replicates (intervals meaningless)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.boot = 2
     if args.boot < 2:
         print("predict_paper.py: error: --boot must be at least 2 (the interval needs a spread); use --boot 40",
               file=sys.stderr)

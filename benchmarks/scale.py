@@ -1,16 +1,18 @@
 """Where the time and memory of a compression job go, per stage, as models grow; extrapolated to Llama-3-8B.
 
-    flock /tmp/gac-heavy.lock python benchmarks/scale.py jobs --shapes tiny h512 h1024 --out scale.json
-    flock /tmp/gac-heavy.lock python benchmarks/scale.py jobs --shapes llama1b --compressors asvd --out scale.json
+    python benchmarks/scale.py jobs --shapes tiny h512 h1024 --out scale.json
+    python benchmarks/scale.py jobs --shapes llama1b --compressors asvd --out scale.json
     python benchmarks/scale.py methods --out scale.json     # factorisation speed and error against the exact SVD
     python benchmarks/scale.py ppl --out scale.json         # end-to-end PPL on tiny per factorisation method
     python benchmarks/scale.py plan --out scale.json        # the plan step at Llama-3-8B shapes (224 targets)
     python benchmarks/scale.py grads --shapes h512 h1024 llama1b --out scale.json   # gradient pass memory
     python benchmarks/scale.py report --out scale.json      # the tables, fitted growth and the 8B extrapolation
     python benchmarks/scale.py jobs --device cuda --shapes l8bx2 --threads 2 --out gpu.json   # on a GPU node
+    python benchmarks/scale.py jobs --quick --out q.json    # seconds: tiny, calibration 2 x 64, unpinned (smoke run)
 
 Every part appends its rows to ``--out`` (JSON), so a long measurement can be split into runs that each hold the
-shared lock briefly; ``report`` reads them all. ``jobs`` runs each (shape, compressor) as its own process (a clean
+serial CPU lock (``gac.io.hold_cpu_lock``, taken by every part that measures on the CPU, except with ``--quick``)
+briefly; ``report`` reads them all. ``jobs`` runs each (shape, compressor) as its own process (a clean
 peak RSS), through the real job (:func:`gac.jobs.pipeline.run_job`: random Llama-shaped fp32 weights built from a
 config, ``calibration.source=random`` 8 x 256 tokens, ratio 0.15, ``eval=none``), pinned to one core with one thread
 (``taskset -c 1``, the issue's baseline) unless ``--threads 2``; the row is the record's per-stage ``timings`` and
@@ -110,7 +112,7 @@ def one_job(args) -> int:
 
 
 def jobs(args) -> int:
-    rows = []
+    rows, failed = [], 0
     for shape in args.shapes:
         for comp in args.compressors:
             cmd = [sys.executable, __file__, "one", "--shape", shape, "--compressor", comp, "--threads",
@@ -126,13 +128,14 @@ def jobs(args) -> int:
             r = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if r.returncode:
                 print(f"{shape} {comp}: failed (exit {r.returncode})\n{r.stderr[-2000:]}", file=sys.stderr)
+                failed += 1
                 continue
             row = json.loads(r.stdout.strip().splitlines()[-1])
             row["process_wall_s"] = time.perf_counter() - t0
             rows.append(row)
             _print_job(row)
             _append(args.out, [row])
-    return 0
+    return 1 if failed else 0
 
 
 def _on_gpu(r: dict) -> bool:
@@ -570,9 +573,17 @@ def main(argv=None) -> int:
         p.add_argument("--allocation", default="proportional", help="jobs: 'sensitivity' times ASVD's search")
         p.add_argument("--mshapes", nargs="+", default=["2048x2048", "512x2048", "8192x2048", "2048x8192"])
         p.add_argument("--skip-exact", action="store_true", help="methods: skip the exact SVD above 16M entries")
+        p.add_argument("--quick", action="store_true", help="a smoke run: shape tiny, calibration 2 x 64, no pinning, "
+                       "methods on one 256x128 weight (no CPU lock; the numbers mean nothing)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.shapes, args.samples, args.calib_len, args.pin, args.mshapes = ["tiny"], 2, 64, -1, ["256x128"]
     if getattr(args, "pin", None) == -1:
         args.pin = None
+    # the parent process of a measurement holds the lock (its "one" children run under it); report measures nothing
+    from gac.io import hold_cpu_lock
+
+    hold_cpu_lock(enabled=not args.quick and args.device == "cpu" and args.cmd not in ("one", "one-grad", "report"))
     return {"one": one_job, "one-grad": one_grad, "grads": grads, "jobs": jobs, "methods": methods, "ppl": ppl, "plan": plan, "report": report}[args.cmd](args)
 
 

@@ -10,7 +10,3 @@ above ``io``) -> ``analysis`` (reads the store) -> ``jobs`` (the one job, its Hy
 """
 
 __version__ = "0.2.0"
-
-from gac import _moved  # noqa: E402
-
-_moved.install()  # old paths (gac.compress, gac.pipeline, ...) keep working: see gac/_moved.py

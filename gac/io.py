@@ -1,4 +1,5 @@
-"""Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers.
+"""Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers;
+where gac's Hydra configs live (:func:`conf_dir`); the machine's serial CPU lock (:func:`hold_cpu_lock`).
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
 mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import importlib.resources
 import json
 import logging
 import math
@@ -19,6 +21,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +33,44 @@ TEMP_STALE_S = float(os.environ.get("GAC_TEMP_STALE_S", 6 * 3600))  # a temp fil
 _TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.(?P<rand>[0-9a-f]{8})\.tmp$")
 _LEGACY_RE = re.compile(r"^\..+(\.[A-Za-z0-9_]{8}\.tmp|\.tmp\d+|\.tmp-\d+)$")  # gac <= 0.2 (mkstemp, .tmp<pid>)
 
+
+
+def conf_dir() -> Path:
+    """The directory of gac's Hydra configs (``config.yaml``, ``model/``, ``compressor/``, ...).
+
+    An installed wheel holds them as the package ``gac.conf`` (the checkout's top-level ``conf/``, mapped into the
+    package at build time by ``pyproject.toml``); a source checkout (editable install, ``PYTHONPATH``) reads its
+    ``conf/`` beside ``gac/``, the one copy a researcher edits. Hydra's ``--config-dir`` or ``hydra.searchpath``
+    adds a directory of one's own on top.
+    """
+    package = Path(str(importlib.resources.files("gac")))
+    for d in (package / "conf", package.parent / "conf"):
+        if (d / "config.yaml").is_file():
+            return d
+    return package.parent / "conf"  # neither: callers name this path when a config is missing
+
+#: The serial CPU lock: timings on a shared CPU mean something only when one measurement runs at a time, so every
+#: benchmark that times something on the CPU holds this ``flock`` while it measures (:func:`hold_cpu_lock`), and any
+#: other command takes it from a shell with ``flock /tmp/gac-cpu.lock COMMAND``. ``GAC_CPU_LOCK`` names another path.
+CPU_LOCK = os.environ.get("GAC_CPU_LOCK", "/tmp/gac-cpu.lock")
+_held_cpu_lock: list = []  # the open lock file: the lock lasts as long as this process
+
+
+def hold_cpu_lock(enabled: bool = True) -> None:
+    """Take :data:`CPU_LOCK` for the rest of this process (the kernel releases it when the process ends, however it
+    ends), saying so on stderr while another holder makes it wait. ``enabled=False`` or already held: nothing.
+    A child process must not call it while its parent holds the lock (it would wait for its parent)."""
+    if not enabled or _held_cpu_lock:
+        return
+    import fcntl
+
+    f = open(CPU_LOCK, "a")  # noqa: SIM115 (kept open on purpose: closing it releases the lock)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"waiting for the CPU lock {CPU_LOCK} (another measurement holds it)", file=sys.stderr, flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+    _held_cpu_lock.append(f)
 
 def hostname() -> str:
     """This machine's name as temp files and locks record it (dots removed: they separate name fields)."""

@@ -4,15 +4,13 @@ acyclic, and no two modules import each other, directly or through others (lazy 
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "gac"
 
-# What each package may import (besides itself). Foundations: errors, io, faults, _moved; the named fixture models
+# What each package may import (besides itself). Foundations: errors, io, faults; the named fixture models
 # (find and load them, build what needs no evaluation) sit below the text sources that name their files, both below
 # compression; models (any model or a gac checkpoint) above it; training (tiny from its recipe) evaluates what it
 # trains, so it sits above evaluation.
-BASE = {"errors", "io", "faults", "_moved", "metrics", "progress", "dtypes", "(gac)"}  # metrics: names; progress: bars/lines; dtypes: the "auto" rule
+BASE = {"errors", "io", "faults", "metrics", "progress", "dtypes", "(gac)"}  # metrics: names; progress: bars/lines; dtypes: the "auto" rule
 ALLOWED = {
     "align": BASE,
     "results": BASE,
@@ -163,21 +161,3 @@ def test_no_import_circle_between_modules():
         lines.append(" <-> ".join(c))
         lines += [f"    {a} imports {b} ({graph[a][b]})" for a in c for b in sorted(graph[a]) if b in c]
     assert not cycles, "import circles between modules:\n" + "\n".join(lines)
-
-
-@pytest.mark.parametrize("old,new", [("gac.compress", "gac.compression.compress"),
-                                     ("gac.compressors.asvd", "gac.compression.compressors.asvd"),
-                                     ("gac.targets", "gac.align.targets"), ("gac.pipeline", "gac.jobs.pipeline"),
-                                     ("gac.checkpoint", "gac.compression.checkpoint")])
-def test_old_import_paths_still_work(old, new):
-    import importlib
-    import sys
-    import warnings
-
-    sys.modules.pop(old, None)  # an earlier test may have imported the old name: import it afresh
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mod = importlib.import_module(old)
-    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
-    assert mod is importlib.import_module(new)
-    assert mod.__spec__.name == new  # the real module keeps its identity

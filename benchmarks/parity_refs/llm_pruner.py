@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 
 import torch
 from torch import nn
@@ -96,9 +95,3 @@ def reference(model, tokenizer, calib_ids: torch.Tensor, ratio: float, layers: l
              f"widths {widths}; attention heads not pruned")
     return {"model": m, "kept_params": int(kept), "dense_params": int(dense), "notes": notes}
 
-
-if __name__ == "__main__":
-    sys.path.insert(0, ".")
-    from benchmarks.parity_prune import main
-
-    sys.exit(main(["--compressors", "llm_pruner", *sys.argv[1:]]))

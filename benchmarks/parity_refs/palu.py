@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 
 import torch
 from torch import nn
@@ -198,9 +197,3 @@ def reference(model, tokenizer, calib_ids: torch.Tensor, ratio: float, group_siz
              f"ranks {ranks}")
     return {"model": m, "kept_params": int(kept), "dense_params": int(dense), "notes": notes}
 
-
-if __name__ == "__main__":
-    sys.path.insert(0, ".")
-    from benchmarks.parity_prune import main
-
-    sys.exit(main(["--compressors", "palu", *sys.argv[1:]]))

@@ -1,11 +1,11 @@
-"""``gac profile``: inspect hardware profiles (measure them with ``python experiments/profile.py``)."""
+"""``gac profile``: inspect hardware profiles (measure them with ``python experiments/profile_device.py``)."""
 
 from __future__ import annotations
 
 NAME = "profile"
 HELP = "show a hardware profile, its cliffs and alignment rules, or redraw its figures"
 DESCRIPTION = (
-    "Inspect a hardware profile directory written by `python experiments/profile.py`.\n"
+    "Inspect a hardware profile directory written by `python experiments/profile_device.py`.\n"
     "  gac profile show DIR      device, software stack, protocol and sweeps\n"
     "  gac profile cliffs DIR    Table 4-like constraints, kernel tiers, SDPA backends, cliff dims\n"
     "  gac profile figures DIR   redraw the figures into DIR/figures (or --out)"

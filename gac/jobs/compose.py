@@ -7,7 +7,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from gac.io import conf_dir
+
+CONF_DIR = conf_dir()  # the packaged configs in a wheel, the checkout's conf/ otherwise
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None,

@@ -51,7 +51,7 @@ def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=No
     missing = [s for s in NEEDED if s not in profile.sweeps()]
     if missing:
         raise GacError(f"profile {profile.device_name!r} lacks the sweeps {missing} the predictor calibrates on; "
-                       f"measure them (python experiments/profile.py device=cuda) or use a published profile")
+                       f"measure them (python experiments/profile_device.py device=cuda) or use a published profile")
     have = set(profile.sweeps())
 
     def sweep(name):

@@ -9,9 +9,10 @@ from pathlib import Path
 import yaml
 
 from gac.errors import GacError
+from gac.io import conf_dir
 from gac.predict.predictor import KIND_LABELS, KINDS, Predictor
 
-CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
+CONF_MODEL_DIR = conf_dir() / "model"
 LABEL = "predicted, {gpu}, from published kernel data"
 
 

@@ -6,7 +6,7 @@
 - :mod:`.cliffs`: cliffs, alignment rules, staircases and Table 2-4-like summaries computed from the data;
 - :class:`ProfileFilter`: the :class:`gac.align.candidates.CandidateFilter` that drops cliff dims per target kind;
 - :func:`dimension_sweep`: the job's Step 2 (cached per device + software stack);
-- :func:`profile_device`: run, save, analyse and plot (what ``experiments/profile.py`` calls).
+- :func:`profile_device`: run, save, analyse and plot (what ``experiments/profile_device.py`` calls).
 """
 
 from gac.profiling.cliffs import (

@@ -1,6 +1,6 @@
 """Kernel staircase figures (the paper's Figures 5-7) and the style every gac figure shares.
 
-This is the one staircase module: ``gac profile figures`` / ``experiments/profile.py`` (:func:`save_figures`) and
+This is the one staircase module: ``gac profile figures`` / ``experiments/profile_device.py`` (:func:`save_figures`) and
 ``gac report`` (:func:`gac.analysis.kernel_staircase`) both draw with :func:`staircase_figures`. It sits in
 ``gac.profiling`` because ``gac.analysis`` may import profiling but not the other way round
 (``tests/test_layering.py``); the style helpers live here for the same reason.

@@ -144,7 +144,7 @@ def dimension_sweep(
         raise GacError(
             f"no cached or shipped profile for {info['device_name']} covers {len(missing)} target shape(s) "
             f"(e.g. {next(iter(missing))}); allow measuring, pass a profile directory, or measure one with "
-            f"python experiments/profile.py device={dev.type} out_dir=..."
+            f"python experiments/profile_device.py device={dev.type} out_dir=..."
         )
     sub = [
         t for t in targets if target_shape(t) is not None and context_key(t.kind, target_shape(t)) in missing

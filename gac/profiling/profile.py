@@ -142,7 +142,7 @@ class HardwareProfile:
             return
         msg = (
             f"hardware profile was measured on {self.device_name!r} but the job runs on {want!r}; its cliffs need "
-            f"not hold there. Measure a profile on this device (python experiments/profile.py device=cuda "
+            f"not hold there. Measure a profile on this device (python experiments/profile_device.py device=cuda "
             f"out_dir=...), or allow the mismatch to use it anyway (a job: gpu.allow_profile_mismatch=true; Python: "
             f"allow_device_mismatch=True)"
         )
@@ -231,7 +231,7 @@ class HardwareProfile:
         if not meta_file.is_file():
             raise GacError(
                 f"no hardware profile at {str(path)!r}: {meta_file} does not exist; give the directory "
-                f"that python experiments/profile.py wrote (it holds {META_FILE} and table.parquet)"
+                f"that python experiments/profile_device.py wrote (it holds {META_FILE} and table.parquet)"
             )
         try:
             meta = json.loads(meta_file.read_text())

@@ -1,4 +1,4 @@
-"""One call that profiles a device and writes everything: :func:`profile_device` (behind ``experiments/profile.py``)."""
+"""One call that profiles a device and writes everything: :func:`profile_device` (behind ``experiments/profile_device.py``)."""
 
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ def test_single_run_bad_value_is_one_line(tmp_path):
 
 
 def test_slurm_launcher_without_sbatch_says_so(tmp_path):
-    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     r = _run(["-m", "hydra/launcher=slurm_a100", "eval=none", f"results_dir={tmp_path}/res",
               f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
     assert r.returncode == 2
@@ -175,7 +175,8 @@ def _fake_slurm(tmp_path, sinfo_body):
     for name, body in (("sbatch", "exit 1"), ("sinfo", sinfo_body)):
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    return {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    return {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+            "PYTHONPATH": str(ROOT)}  # this checkout's gac (the script imports whichever gac Python finds)
 
 
 def test_slurm_without_a_configuration_says_so_in_one_line(tmp_path):

@@ -67,7 +67,7 @@ def test_a_profiled_job_opens_no_profiler_session_and_pauses_the_sampler_while_t
 
 
 def test_kernel_names_of_a_sweep_are_captured_after_every_shape_is_timed(monkeypatch):
-    """In-process capture (experiments/profile.py): every profiler session after the last timed shape."""
+    """In-process capture (experiments/profile_device.py): every profiler session after the last timed shape."""
     import gac.profiling.sweeps as sweeps
     from gac.profiling import SweepPlan, TimingProtocol, run_sweeps
 

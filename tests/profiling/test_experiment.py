@@ -1,4 +1,4 @@
-"""`python experiments/profile.py device=cpu quick=true out_dir=...` writes a loadable profile; `gac profile`."""
+"""`python experiments/profile_device.py device=cpu quick=true out_dir=...` writes a loadable profile; `gac profile`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(*overrides, timeout=180):
     env = dict(os.environ, OMP_NUM_THREADS="1")  # the CI's 2 cores are shared: no OpenMP oversubscription
     return subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "profile.py"), *overrides],
+        [sys.executable, str(ROOT / "experiments" / "profile_device.py"), *overrides],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,0 +1,90 @@
+"""The Hydra apps beside the ``gac`` command line: the main job (``gac-run``), the side-by-side bench
+(``gac-bench``) and the kernel dimension sweeps (``gac-profile-device``), installed as console scripts and run by
+``experiments/*.py`` in a checkout. (The leading underscore keeps this module out of ``gac``'s sub-commands.)
+
+Each reads the configs of :func:`gac.io.conf_dir` (the packaged ``gac.conf`` of a wheel, or a checkout's
+``conf/``); Hydra's ``--config-dir DIR`` or ``hydra.searchpath=[file://DIR]`` adds a researcher's own configs.
+The work lives in plain functions of the config (:mod:`gac.jobs.experiment`, :mod:`gac.jobs.bench`,
+:func:`gac.profiling.profile_device`) that tests call directly.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gac.cli import guard_closed_pipe
+from gac.io import conf_dir
+
+
+def _hydra_main(config_name: str, task):
+    import hydra
+
+    return hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")(task)
+
+
+def _run_task(cfg):
+    from gac.jobs.experiment import run_from_hydra
+
+    return run_from_hydra(cfg)
+
+
+def run() -> None:
+    """The one job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record (``conf/config.yaml``)."""
+    from gac.jobs.experiment import check_command_line, interrupted
+    from gac.jobs.schema import register
+
+    guard_closed_pipe()  # `... --cfg job | head`: quiet, no BrokenPipeError traceback
+    register()  # the typed schema (gac_schema) that conf/config.yaml composes first
+    try:
+        check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
+        _hydra_main("config", _run_task)()
+    except KeyboardInterrupt:  # Ctrl-C outside the job itself (composing, a sweep between points)
+        sys.exit(interrupted())
+
+
+def _bench_task(cfg):
+    from gac.jobs.bench import bench_from_hydra
+
+    return bench_from_hydra(cfg)
+
+
+def bench() -> None:
+    """Side-by-side latency of a store's records in one process on one device (``gac bench`` as a Hydra app,
+    ``conf/bench.yaml``: a Slurm launcher measures a stored sweep on a GPU node)."""
+
+    guard_closed_pipe()
+    try:
+        _hydra_main("bench", _bench_task)()
+    except KeyboardInterrupt:  # one line and exit code 130, not a traceback
+        from gac.jobs.experiment import interrupted
+
+        sys.exit(interrupted("experiments/bench.py", resumes=False))
+
+
+def _profile_task(cfg) -> None:
+    from omegaconf import OmegaConf
+
+    from gac.profiling import profile_device
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    profile_device(
+        out_dir=c["out_dir"],
+        device=c["device"],
+        dtype=c["dtype"],
+        quick=bool(c["quick"]),
+        sweeps=c["sweeps"],
+        plan_overrides=c["plan"],
+        protocol_overrides=c["protocol"],
+        tolerance=float(c["tolerance"]),
+        horizon=c["horizon"],
+        figures=bool(c["figures"]),
+        table_format=c["table_format"],
+        num_threads=c["threads"],
+    )
+
+
+def profile_device() -> None:
+    """Kernel dimension sweeps on this machine -> a HardwareProfile directory (``conf/profile.yaml``)."""
+
+    guard_closed_pipe()
+    _hydra_main("profile", _profile_task)()

@@ -1,0 +1,112 @@
+"""gac as a wheel, outside any checkout: build it, install it into a fresh virtual environment, and from a temporary
+directory run ``gac demo``, ``gac predict``, one tiny job through the installed ``gac-run`` and a researcher's own
+config directory on top of the packaged configs.
+
+The virtual environment sees the shared site-packages (torch, transformers, ... are not installed again) and gets
+the wheel alone (``--no-deps``); every command runs without ``PYTHONPATH`` from a directory outside the checkout,
+so ``import gac`` finds the installed wheel and nothing else.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_JOB = ["model=tiny", "compressor=llm_pruner", "calibration.n_samples=4", "calibration.seq_len=128",
+            "eval=quick", "eval.latency=false", "eval.tasks=[]", "eval.ppl_seq_len=128", "eval.ppl_max_windows=2"]
+
+
+def _sources(dst: Path) -> None:
+    """What a build reads (pyproject.toml, README.md, gac/, conf/), copied so the build leaves the checkout alone."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dst / name)
+    shutil.copytree(ROOT / "gac", dst / "gac", ignore=ignore)
+    shutil.copytree(ROOT / "conf", dst / "conf", ignore=ignore)
+
+
+def _run(args, cwd, env, timeout=300):
+    r = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    src, dist, venv, work = (tmp / n for n in ("src", "dist", "venv", "work"))
+    for d in (src, dist, work):
+        d.mkdir()
+    _sources(src)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["OMP_NUM_THREADS"] = "1"  # shared CI cores: no OpenMP oversubscription
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, src], tmp, env)
+    (wheel,) = dist.glob("gac-*.whl")
+    # the shared environment's pip installs into the venv (sys.prefix), no ensurepip needed
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], tmp, env)
+    python = venv / "bin" / "python"
+    _run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", wheel], work, env)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return {"wheel": wheel, "venv": venv, "work": work, "env": env, "python": python}
+
+
+def test_wheel_holds_every_module_config_and_data_file(wheel_env):
+    names = set(zipfile.ZipFile(wheel_env["wheel"]).namelist())
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gac").rglob("*.py")}
+    configs = {"gac/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "conf").rglob("*.yaml")
+               if p.parent.name != "local"}
+    data = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gac" / "data").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+    assert modules - names == set(), "modules missing from the wheel: list their package in pyproject.toml"
+    assert configs - names == set()
+    assert data - names == set()
+    assert "gac/conf/config.yaml" in names and not any(n.startswith("gac/conf/local/") for n in names)
+
+
+def test_installed_gac_is_the_wheel(wheel_env):
+    out = _run([wheel_env["python"], "-c", "import gac, gac.io; print(gac.__file__); print(gac.io.conf_dir())"],
+               wheel_env["work"], wheel_env["env"]).split()
+    venv = wheel_env["venv"].resolve()
+    package, conf = Path(out[0]).resolve(), Path(out[1]).resolve()
+    assert package.is_relative_to(venv), f"import gac found {package}, not the wheel in {venv}"
+    assert conf == package.parent / "conf", conf
+
+
+def test_demo_and_predict_run_from_the_wheel(wheel_env):
+    w = wheel_env
+    demo = _run(["gac", "demo"], w["work"], w["env"])
+    assert "gac" in demo
+    out = _run(["gac", "predict", "--gpu", "a100", "--model", "llama3_8b"], w["work"], w["env"])
+    assert "predicted, A100" in out and "llama3_8b" in out
+
+
+def test_tiny_job_runs_through_gac_run(wheel_env):
+    w = wheel_env
+    results, outputs = w["work"] / "results", w["work"] / "outputs"
+    out = _run(["gac-run", *TINY_JOB, f"results_dir={results}", f"hydra.run.dir={outputs}"], w["work"], w["env"])
+    assert "model=tiny, compressor=llm_pruner" in out and "ppl_tiny" in out
+    assert len(list((results / "records").glob("*.json"))) == 1
+    assert (outputs / "run.log").is_file()  # the job's log keeps its name whichever entry point ran it
+
+
+def test_own_config_dir_adds_to_the_packaged_configs(wheel_env):
+    w = wheel_env
+    mine = w["work"] / "my_conf" / "model"
+    mine.mkdir(parents=True)
+    (mine / "my_tiny.yaml").write_text("defaults:\n  - tiny\n  - _self_\n\nname: my_tiny\n")
+    out = _run(["gac-run", "--config-dir", w["work"] / "my_conf", "model=my_tiny", "--cfg", "job"],
+               w["work"], w["env"])
+    assert "name: my_tiny" in out and "compressor:" in out  # my model over the packaged groups
+
+
+def test_the_other_apps_compose_their_packaged_configs(wheel_env):
+    w = wheel_env
+    out = _run(["gac-bench", "--cfg", "job", "rounds=2"], w["work"], w["env"])
+    assert "rounds: 2" in out and "results_dir: results" in out
+    out = _run(["gac-profile-device", "--cfg", "job", f"out_dir={w['work'] / 'prof'}", "quick=true"], w["work"], w["env"])
+    assert "quick: true" in out and "sweeps:" in out
