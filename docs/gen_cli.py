@@ -37,7 +37,7 @@ The Hydra entry points take overrides, not flags (the config groups:
 ```
 python experiments/run.py [-m] [OVERRIDES...]          # the job; -m for a sweep
 python experiments/bench.py [-m] [results_dir=DIR] [experiment=E] [sweep=S] [+where.KEY=VALUE] [device=D] [...]
-python experiments/profile.py device=cuda|cpu [quick=true] out_dir=DIR
+python experiments/profile_device.py device=cuda|cpu [quick=true] out_dir=DIR
 python -m gac.profiling.extract_published GAC_CHECKOUT [--out DIR] [--check-only]
 ```
 """
