@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1] / "gac"
 
 # What each package may import (besides itself). Foundations: errors, io, faults, _moved; the utilities data/fixtures
 # (text sources, the embedded tiny model) sit below compression; models (any model or a gac checkpoint) above it.
-BASE = {"errors", "io", "faults", "_moved", "metrics", "progress", "dtypes", "(gac)"}  # metrics: names; progress: bars/lines; dtypes: the "auto" rule
+BASE = {"errors", "io", "faults", "_moved", "metrics", "progress", "dtypes", "registry", "(gac)"}  # metrics: names; progress: bars/lines; dtypes: the "auto" rule; registry: names
 ALLOWED = {
     "align": BASE,
     "results": BASE,

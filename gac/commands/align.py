@@ -15,7 +15,7 @@ Exit code 2 on bad input (the message names the problem); no output file is writ
 
 
 def add_arguments(p):
-    from gac.align.strategies import STRATEGIES
+    from gac.registry import STRATEGIES
 
     p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (see README: 'gac align')")
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default: print it)")
@@ -28,12 +28,11 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.align.allocation_io import load_allocation
-    from gac.align.strategies import STRATEGIES, align
-    from gac.errors import unknown_name
+    from gac.align.strategies import align
     from gac.io import write_json_atomic
+    from gac.registry import STRATEGIES
 
-    if args.strategy not in STRATEGIES:
-        raise unknown_name("strategy", args.strategy, STRATEGIES)
+    args.strategy = STRATEGIES.resolve(args.strategy)
     from gac.align.candidates import check_unit, check_window
 
     if args.unit is not None:

@@ -54,7 +54,8 @@ def capture_in_child(specs: Sequence[Mapping], device, dtype, timeout: float = C
 
 def main() -> int:
     """The child: a JSON request on stdin, ``{"kernels": [...]}`` on the last line of stdout."""
-    from gac.profiling.device import resolve_device, resolve_dtype
+    from gac.dtypes import resolve_dtype
+    from gac.profiling.device import resolve_device
     from gac.profiling.sweeps import capture_kernel_names
 
     logging.basicConfig(level=logging.WARNING)
