@@ -84,7 +84,9 @@ def one_job(args) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from gac.jobs.pipeline import check_job_fits, run_job, spec_from_config
+    from gac.jobs.config import spec_from_config
+    from gac.jobs.fits import check_job_fits
+    from gac.jobs.pipeline import run_job
     from gac.results import ResultsStore
 
     arch = shape_arch(args.shape)

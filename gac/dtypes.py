@@ -2,8 +2,9 @@
 
 * ``"auto"`` is **float16 on a CUDA device** (the paper measured and compressed in fp16; Tensor Cores run fp16 and
   bf16 at the same rate, so the alignment effects are the same) and **float32 on the CPU** (fp16 matmuls on a CPU
-  are emulated and slow). Profiles, model loading and jobs share it, so a job measures its kernels in the dtype it
-  runs in.
+  are emulated and slow). One rule everywhere, so a job measures its kernels in the dtype it runs in.
+* :func:`resolve_dtype` (a ``torch.dtype``) and :func:`dtype_name` (its name) resolve a dtype for model
+  loading, hardware profiles, jobs and the doctor alike.
 * A job's dtype: ``gpu.dtype`` when set (an override for every model on that GPU), else ``model.dtype`` (the model
   configs say float16 for the 7-8B models; ``tiny`` leaves it null), else ``"auto"``; the GPU configs leave
   ``gpu.dtype`` null, so ``model.dtype=bfloat16 gpu=h100`` runs in bf16 (:func:`job_dtype`).
@@ -45,7 +46,7 @@ def dtype_name(dtype, device="cpu") -> str | None:
     return ALIASES[s]
 
 
-def resolve(dtype, device="cpu"):
+def resolve_dtype(dtype, device="cpu"):
     """A ``torch.dtype`` for a name, alias, ``torch.dtype`` or ``"auto"`` on ``device``; None stays None."""
     import torch
 

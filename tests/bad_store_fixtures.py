@@ -107,8 +107,8 @@ def _run_stores(T: Path) -> None:
     """Stores for the experiments/run.py rows: the baseline point's key with a damaged entry of each kind."""
     from omegaconf import OmegaConf
 
+    from gac.jobs.config import spec_from_config
     from gac.jobs.experiment import compose_config
-    from gac.jobs.pipeline import spec_from_config
 
     key = spec_from_config(OmegaConf.to_container(compose_config(BASELINE), resolve=True)).key
 

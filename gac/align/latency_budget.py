@@ -49,9 +49,9 @@ from gac.align.strategies import _check_magnitudes
 from gac.align.targets import Target, check_unique
 from gac.errors import GacError, InfeasibleBudgetError
 
-#: strategies ``gac align`` runs with latency tables (not in :data:`gac.align.strategies.STRATEGIES`: they take more
-#: inputs); the dual (:func:`align_min_latency`, plans named ``gac_min_latency``) is a Python entry point only
-LATENCY_STRATEGIES = ("gac_latency",)
+# The strategies `gac align` runs with latency tables are gac.registry.LATENCY_STRATEGIES (not in
+# gac.align.strategies.STRATEGIES: they take more inputs); the dual (align_min_latency, plans named
+# gac_min_latency) is a Python entry point only.
 #: the default quantum keeps the rounding below this share of the latency budget
 QUANTUM_SHARE = 1e-3
 BOUNDS = ("at_least", "at_most")

@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from gac import registry
 from gac.align.candidates import (
     DEFAULT_UNIT,
     DEFAULT_WINDOW,
@@ -145,14 +146,14 @@ def _gac(targets, cands, budget):
     return dims, [], {"solver": res.stats}
 
 
-STRATEGIES: dict[str, Strategy] = {
+STRATEGIES: dict[str, Strategy] = registry.STRATEGIES.bind({
     "unaligned": _unaligned,
     "round_nearest": _round_nearest,
     "round_up": _round_up,
     "round_down": _round_down,
     "rebalance": _rebalance,
     "gac": _gac,
-}
+})
 # Strategies whose documented peer behaviour ignores the budget (they report budget_met instead).
 BUDGET_FREE = frozenset({"round_nearest", "round_up", "round_down"})
 

@@ -15,8 +15,7 @@ Exit code 2 on bad input (the message names the problem); no output file is writ
 
 
 def add_arguments(p):
-    from gac.align.latency_budget import LATENCY_STRATEGIES
-    from gac.align.strategies import STRATEGIES
+    from gac.registry import LATENCY_STRATEGIES, STRATEGIES
 
     p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (see README: 'gac align')")
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default: print it)")
@@ -30,13 +29,11 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.align.allocation_io import load_allocation
-    from gac.align.latency_budget import LATENCY_STRATEGIES
-    from gac.align.strategies import STRATEGIES
-    from gac.errors import unknown_name
     from gac.io import write_json_atomic
+    from gac.registry import LATENCY_STRATEGIES, STRATEGIES
 
-    if args.strategy not in STRATEGIES and args.strategy not in LATENCY_STRATEGIES:
-        raise unknown_name("strategy", args.strategy, [*STRATEGIES, *LATENCY_STRATEGIES])
+    if args.strategy not in LATENCY_STRATEGIES:
+        args.strategy = STRATEGIES.resolve(args.strategy, extra=LATENCY_STRATEGIES)
     from gac.align.candidates import check_unit, check_window
 
     if args.unit is not None:

@@ -7,12 +7,13 @@ HELP = "compress a model (ASVD, SVD-LLM, LLM-Pruner, PaLU) with aligned dimensio
 
 
 def add_arguments(p):
+    from gac import registry
+
     p.add_argument("model", help="'tiny', 'smollm2', a Hugging Face hub id or a local HF model directory")
-    p.add_argument("--compressor", required=True, help="asvd, svd_llm, llm_pruner or palu")
+    p.add_argument("--compressor", required=True, help=registry.COMPRESSORS.listing())
     p.add_argument("--ratio", type=float, required=True, help="fraction of the compressed weights' parameters removed, in (0, 1)")
-    p.add_argument("--strategy", default="gac", help="gac (default), unaligned, round_nearest, round_up, round_down, rebalance")
-    p.add_argument("--proxy", default=None, help="importance proxy (default: the compressor's): magnitude, activation, gradient, fisher, "
-                        "taylor, fisher_rms, random")
+    p.add_argument("--strategy", default="gac", help=f"gac (default), {', '.join(s for s in registry.STRATEGIES if s != 'gac')}")
+    p.add_argument("--proxy", default=None, help=f"importance proxy (default: the compressor's): {', '.join(registry.PROXIES)}")
     p.add_argument("--allocation", default="default",
                    help="d* rule: default (the compressor's reference: ASVD sensitivity, SVD-LLM and LLM-Pruner uniform, "
                         "PaLU fisher_uniform), proportional (gac's Eq. 2 rule), uniform, sensitivity, fisher_uniform; "
@@ -45,16 +46,15 @@ def validate(args) -> None:
     """Every argument checked before the model is loaded: bad input costs a second, not a calibration pass."""
     from pathlib import Path
 
+    from gac import registry
     from gac.align.candidates import check_unit, check_window
-    from gac.align.strategies import STRATEGIES
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import ALLOCATION_CHOICES, resolve_allocation
+    from gac.compression.allocation import resolve_allocation
     from gac.compression.checkpoint import check_output_dir
-    from gac.compression.compress import KNAPSACK_SCORES, check_probe_samples, check_sensitivity_reach
+    from gac.compression.compress import check_probe_samples, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
-    from gac.compression.importance import PROXIES
-    from gac.errors import GacError, unknown_name
-    from gac.models import resolve_dtype
+    from gac.dtypes import resolve_dtype
+    from gac.errors import GacError
     from gac.text import is_named_source
 
     check_ratio(args.ratio)
@@ -67,18 +67,15 @@ def validate(args) -> None:
     if args.layers:
         opts["layers"] = args.layers
     comp = get_compressor(args.compressor, **opts)  # an unknown compressor or option fails before the model loads
-    if args.strategy not in STRATEGIES:
-        raise unknown_name("strategy (--strategy)", args.strategy, STRATEGIES)
-    if args.proxy is not None and args.proxy not in PROXIES:
-        raise unknown_name("importance proxy (--proxy)", args.proxy, PROXIES)
-    if args.allocation not in ALLOCATION_CHOICES:
-        raise unknown_name("allocation (--allocation)", args.allocation, ALLOCATION_CHOICES)
+    args.strategy = registry.STRATEGIES.resolve(args.strategy, "(--strategy)")
+    if args.proxy is not None:
+        args.proxy = registry.PROXIES.resolve(args.proxy, "(--proxy)")
+    args.allocation = registry.ALLOCATIONS.resolve(args.allocation, "(--allocation)")
     allocation = resolve_allocation(args.allocation, comp)
     if allocation == "sensitivity" and not comp.supports_sensitivity:
         raise GacError(f"--allocation sensitivity is not available for {comp.name}; use proportional or uniform")
     check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
-    if args.knapsack_score not in KNAPSACK_SCORES:
-        raise unknown_name("knapsack score (--knapsack-score)", args.knapsack_score, KNAPSACK_SCORES)
+    args.knapsack_score = registry.KNAPSACK_SCORES.resolve(args.knapsack_score, "(--knapsack-score)")
     from gac.fixtures import default_data
     from gac.models import base_model_of
 
@@ -100,7 +97,8 @@ def validate(args) -> None:
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
     check_output_dir(args.output, overwrite=args.force)
-    from gac.jobs.pipeline import check_model_here, model_max_positions
+    from gac.jobs.loading import model_max_positions
+    from gac.jobs.preflight import check_model_here
     from gac.text import check_source
 
     check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
@@ -118,7 +116,7 @@ def run(args) -> int:
 
     from gac.compression.checkpoint import check_output_dir, save_checkpoint
     from gac.compression.compress import Calibration, compress_model
-    from gac.jobs.pipeline import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.fits import check_model_fits, is_out_of_memory, out_of_memory
     from gac.models import load_model
 
     validate(args)

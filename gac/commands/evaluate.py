@@ -115,7 +115,8 @@ def run(args) -> int:
         if t in files:
             check_local_file(t, files[t])
     from gac.evaluation.tasks import check_hub_tasks
-    from gac.jobs.pipeline import check_model_here, model_max_positions
+    from gac.jobs.loading import model_max_positions
+    from gac.jobs.preflight import check_model_here
     from gac.models import check_model_files
     from gac.text import check_source
 
@@ -138,7 +139,7 @@ def run(args) -> int:
 
         check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
     from gac.compression.footprint import EvalLoad
-    from gac.jobs.pipeline import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.fits import check_model_fits, is_out_of_memory, out_of_memory
 
     load = EvalLoad(ppl_batch=(args.batch_size or 1) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
                     task_batch=(args.batch_size or 16) if tasks else 0,

@@ -65,13 +65,14 @@ import logging
 import math
 from collections.abc import Sequence
 
+from gac import registry
 from gac.errors import GacError, InfeasibleBudgetError
 
 log = logging.getLogger(__name__)
 
-ALLOCATIONS = ("proportional", "uniform", "sensitivity", "fisher_uniform")
 DEFAULT = "default"  # the compressor's own rule (Compressor.default_allocation): what its reference does
-ALLOCATION_CHOICES = (DEFAULT, *ALLOCATIONS)
+ALLOCATION_CHOICES = registry.ALLOCATIONS.names
+ALLOCATIONS = tuple(n for n in ALLOCATION_CHOICES if n != DEFAULT)
 SENSITIVITY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the reference's param_ratio_candidates (ASVD4LLM, sensitivity.py)
 
 

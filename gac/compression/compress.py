@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from gac import __version__
+from gac import __version__, registry
 from gac.align import STRATEGIES, Plan, align
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, check_unit, check_window
 from gac.align.targets import Target, budget_for_ratio, check_ratio
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 # unit): gac then decides exactly which targets round up and which round down under the budget. Pass window=8
 # for the paper's +-8-step candidate sets.
 COMPRESS_WINDOW = DEFAULT_WINDOW  # one default for the library and the pipeline (1: the dims bracketing d*)
-KNAPSACK_SCORES = ("proxy", "marginal")
+KNAPSACK_SCORES = registry.KNAPSACK_SCORES.names
 # Eq. 4's per-parameter score: "marginal" (the compressor's own error of the aligned step at d*, weighted by the
 # proxy) measured no worse than "proxy" on tiny in every benchmark cell (docs/compressors.md); "proxy" is the paper's.
 DEFAULT_KNAPSACK_SCORE = "marginal"

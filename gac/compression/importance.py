@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from gac import registry
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 
@@ -600,7 +601,7 @@ class Random(Proxy):
         return torch.rand(W.shape[1], generator=self._gen(name, "c"), dtype=torch.float64)
 
 
-PROXIES: dict[str, type[Proxy]] = {
+PROXIES: dict[str, type[Proxy]] = registry.PROXIES.bind({
     "magnitude": Magnitude,
     "activation": Activation,
     "gradient": Gradient,
@@ -608,7 +609,7 @@ PROXIES: dict[str, type[Proxy]] = {
     "taylor": Taylor,
     "fisher_rms": FisherRMS,
     "random": Random,
-}
+})
 
 
 def get_proxy(name: str, seed: int = 0) -> Proxy:

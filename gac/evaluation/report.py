@@ -27,16 +27,8 @@ def provenance(device: str | None = None) -> dict:
         except md.PackageNotFoundError:
             pkgs[name] = None
     repo = Path(gac.__file__).resolve().parent.parent
-    commit, dirty = None, None
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-        if commit:
-            status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=10).stdout
-            dirty = bool(status.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass
+    commit = git_commit(repo)
+    dirty = git_dirty(repo) if commit else None
     return {
         "gac_version": gac.__version__,
         "git_commit": commit,
@@ -47,6 +39,24 @@ def provenance(device: str | None = None) -> dict:
         "device": device,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def git_commit(repo: str | os.PathLike) -> str | None:
+    """The commit the checkout ``repo`` is at (``git rev-parse HEAD``); None without git or outside a checkout."""
+    try:
+        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_dirty(repo: str | os.PathLike) -> bool | None:
+    """Whether tracked files of the checkout ``repo`` differ from its commit; None when git cannot tell."""
+    try:
+        return bool(subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, seq_len: int | None = None,

@@ -218,7 +218,7 @@ def sdpa_checks(dev, dims: Sequence[int] = HEAD_DIMS, dtypes: Sequence[str] | No
     """One check per (head_dim, dtype): the dispatcher's backend, the backends that accept the shape, latencies."""
     import torch
 
-    from gac.profiling.device import resolve_dtype
+    from gac.dtypes import resolve_dtype
     from gac.profiling.kernels import available_sdpa_backends, sdpa_with_backend, selected_sdpa_backend
     from gac.profiling.timing import time_op
 

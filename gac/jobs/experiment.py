@@ -24,7 +24,8 @@ _FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that
 
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
-    from gac.jobs.pipeline import resolve_model_data, run_job, spec_from_config
+    from gac.jobs.config import resolve_model_data, spec_from_config
+    from gac.jobs.pipeline import run_job
     from gac.jobs.tracking import build_loggers
     from gac.progress import quiet_libraries, set_quiet
     from gac.results import ResultsStore
@@ -342,7 +343,7 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
     they are read from the config the non-swept overrides compose to."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.pipeline import spec_from_config
+    from gac.jobs.config import spec_from_config
 
     if sweeper_params is None:
         primary = compose_config(overrides=[o for o in overrides if not _is_swept(o)],

@@ -4,8 +4,8 @@
 key of a group (``align.unit=abc`` or a typo'd key in a group file fail at composition, the file or override named).
 :func:`validate_config` applies the same schema to a plain dict (tests and notebooks build configs by hand) and turns
 OmegaConf's error into one :class:`~gac.errors.GacError` line with close matches. Ranges and names (ratio in (0, 1),
-known compressors, strategies, tasks...) stay in :func:`gac.jobs.pipeline.spec_from_config`, which has the
-suggestions.
+known compressors, strategies, tasks...) are checked by :func:`gac.jobs.config.spec_from_config`, which applies this
+schema first; the ``eval`` group is the job's own :class:`~gac.jobs.spec.EvalSpec`.
 
 The top level is open (``+my_label=...`` adds a key); groups are closed (an unknown key is a typo).
 """
@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional  # noqa: UP035 - OmegaConf reads th
 from omegaconf import MISSING
 
 from gac.errors import GacError
+from gac.jobs.spec import EvalSpec
 
 SCHEMA_NAME = "gac_schema"
 
@@ -63,24 +64,6 @@ class GpuConfig:
 
 
 @dataclass
-class EvalConfig:  # gac.jobs.pipeline.EvalSpec's fields and defaults (tests/jobs/test_schema.py keeps them equal)
-    ppl: bool = True
-    ppl_seq_len: Optional[int] = None  # noqa: UP045
-    ppl_max_windows: Optional[int] = None  # noqa: UP045
-    tasks: List[str] = field(default_factory=lambda: ["piqa", "hellaswag"])  # noqa: UP006
-    limit: Optional[int] = 200  # noqa: UP045
-    batch_size: int = 8
-    latency: bool = True
-    latency_batch: int = 1
-    latency_seq_lens: List[int] = field(default_factory=lambda: [1024])  # noqa: UP006
-    latency_batches: List[Any] = field(default_factory=list)  # noqa: UP006 - [[batch, seq_len], ...]
-    decode_tokens: int = 0
-    warmup: Optional[int] = None  # noqa: UP045
-    iters: Optional[int] = None  # noqa: UP045
-    trials: Optional[int] = None  # noqa: UP045
-
-
-@dataclass
 class WandbConfig:
     project: str = "gac"
     entity: Optional[str] = None  # noqa: UP045
@@ -114,7 +97,7 @@ class GacConfig:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: EvalSpec = field(default_factory=EvalSpec)  # one dataclass for the config group and the job
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     ratio: float = 0.15
     seq_len: int = 1024

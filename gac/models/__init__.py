@@ -18,20 +18,13 @@ import logging
 import os
 from pathlib import Path
 
+from gac.dtypes import resolve_dtype
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MARKER = "gac_checkpoint.json"
 BUILTIN = ("tiny", "tiny-untrained", "smollm2")  # gac.fixtures.NAMED_MODELS
-
-
-def resolve_dtype(dtype, device="cpu"):
-    """A ``torch.dtype`` (or None) from a dtype or a name such as ``"fp16"``, ``"bfloat16"``; ``"auto"`` is float16
-    on a CUDA ``device`` and float32 on the CPU (:mod:`gac.dtypes`: the rule profiles and jobs use too)."""
-    from gac.dtypes import resolve
-
-    return resolve(dtype, device)
 
 
 def _check_device(device) -> str:
@@ -310,4 +303,4 @@ def describe(model) -> dict:
 
 
 __all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_hf_dir", "check_model_files", "describe", "load_model", "model_kind",
-           "model_label", "resolve_dtype"]
+           "model_label"]

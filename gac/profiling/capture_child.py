@@ -7,7 +7,8 @@ import json
 import logging
 import sys
 
-from gac.profiling.device import resolve_device, resolve_dtype
+from gac.dtypes import resolve_dtype
+from gac.profiling.device import resolve_device
 from gac.profiling.sweeps import capture_kernel_names
 
 

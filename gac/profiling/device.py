@@ -1,4 +1,5 @@
-"""Which device a profile is for: device resolution, dtype names and the platform metadata a profile records."""
+"""Which device a profile is for: device resolution and the platform metadata a profile records (dtype names are
+:mod:`gac.dtypes`')."""
 
 from __future__ import annotations
 
@@ -14,18 +15,6 @@ from gac import __version__
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
-
-DTYPES = {
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-}
-
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` -> the current CUDA device if there is one, else CPU; ``"cuda"`` without CUDA is an error."""
@@ -54,23 +43,6 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     elif dev.type != "cpu":
         raise GacError(f"device type {dev.type!r} is not supported for profiling; use cpu or cuda")
     return dev
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    """A dtype by name; ``"auto"`` is float16 on CUDA (the paper's setting) and float32 on CPU: the rule of
-    :mod:`gac.dtypes`, which model loading and jobs use too."""
-    from gac.dtypes import resolve
-
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = str(dtype).strip().lower()
-    if name != "auto" and name not in DTYPES:
-        raise GacError(f"unknown dtype {dtype!r}; use one of float16, bfloat16, float32 or auto")
-    return resolve(name, device)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _cpu_name() -> str:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -563,18 +562,11 @@ def check_report(repo: Path) -> list[dict]:
     return checks
 
 
-def git_commit(repo: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def write_all(repo: str | Path, out: str | Path, e2e_out: str | Path | None, commit: str | None = None,
               check_only: bool = False) -> dict:
     """Extract both GPUs from ``repo`` and write the profiles under ``out/<gpu>`` and the prefill bars to ``e2e_out``."""
     from gac import __version__
+    from gac.evaluation.report import git_commit
     from gac.profiling.profile import HardwareProfile
 
     repo = Path(repo).expanduser()

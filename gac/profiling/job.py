@@ -19,8 +19,9 @@ import torch
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rank_candidates
 from gac.align.targets import Target
+from gac.dtypes import dtype_name, resolve_dtype
 from gac.errors import GacError
-from gac.profiling.device import device_info, dtype_name, resolve_device, resolve_dtype, stack_key
+from gac.profiling.device import device_info, resolve_device, stack_key
 from gac.profiling.profile import META_FILE, HardwareProfile, load_profile
 from gac.profiling.sweeps import context_key, measure_for_targets, target_shape
 from gac.profiling.timing import TimingProtocol

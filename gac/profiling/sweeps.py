@@ -39,8 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from gac.align.targets import Target
+from gac.dtypes import dtype_name, resolve_dtype
 from gac.errors import GacError
-from gac.profiling.device import device_info, dtype_name, resolve_device, resolve_dtype
+from gac.profiling.device import device_info, resolve_device
 from gac.profiling.kernels import (
     available_sdpa_backends,
     kernel_tier,

@@ -8,8 +8,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
+from gac.jobs.config import spec_from_config
 from gac.jobs.experiment import compose_config, sweep_points
-from gac.jobs.pipeline import check_job_here, spec_from_config
+from gac.jobs.preflight import check_job_here
 
 
 def _check(overrides):

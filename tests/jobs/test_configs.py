@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
+from gac.jobs.config import spec_from_config
 from gac.jobs.experiment import CONF_DIR, compose_config, expand_sweep, sweep_points
-from gac.jobs.pipeline import spec_from_config
 
 GROUPS = ["model", "compressor", "proxy", "align", "gpu", "eval", "logger"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.jobs.pipeline import run_job, spec_from_config
+from gac.jobs.config import spec_from_config
+from gac.jobs.pipeline import run_job
 from gac.results import ResultsStore
 
 
@@ -116,15 +117,13 @@ def test_one_dtype_rule_for_jobs(make_cfg, overrides, dtype):
 
 
 def test_auto_means_the_same_in_profiles_models_and_bench_records():
-    from gac.dtypes import auto_dtype
+    from gac.dtypes import auto_dtype, resolve_dtype
     from gac.jobs.bench_variants import record_dtype
-    from gac.models import resolve_dtype as model_dtype
-    from gac.profiling.device import resolve_dtype as profile_dtype
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert model_dtype("auto", "cuda") == profile_dtype("auto", cuda) == torch.float16
-    assert model_dtype("auto", "cpu") == profile_dtype("auto", cpu) == torch.float32
-    assert auto_dtype("cuda:1") == "float16" and model_dtype(None, "cuda") is None  # None: the model's own
+    assert resolve_dtype("auto", "cuda") == resolve_dtype("auto", cuda) == torch.float16
+    assert resolve_dtype("auto", "cpu") == resolve_dtype("auto", cpu) == torch.float32
+    assert auto_dtype("cuda:1") == "float16" and resolve_dtype(None, "cuda") is None  # None: the model's own
     assert record_dtype({"config": {"gpu": {"device": "cuda", "dtype": None}, "model": {"dtype": None}}}) == "float16"
     assert record_dtype({"config": {"gpu": {"device": "cuda", "dtype": "bf16"}, "model": {"dtype": "float16"}}}) \
         == "bfloat16"

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from gac.errors import GacError
+from gac.jobs.config import spec_from_config
 from gac.jobs.experiment import run_config
-from gac.jobs.pipeline import spec_from_config
 from gac.results import ResultsStore
 
 FAST = ("compressor=asvd", "eval=none")
@@ -113,11 +113,11 @@ def test_a_corrupt_record_is_named_not_a_traceback(make_cfg, shared):
 
 
 def test_bad_task_file_fails_before_the_model_loads(make_cfg, tmp_path, monkeypatch):
-    import gac.jobs.pipeline as pipeline
+    import gac.jobs.loading as loading
 
     bad = tmp_path / "piqa.jsonl"
     bad.write_text(json.dumps({"goal": "g", "sol1": "a", "sol2": "b", "label": "x"}) + "\n")
-    monkeypatch.setattr(pipeline, "load_job_model", lambda spec: (_ for _ in ()).throw(AssertionError("loaded")))
+    monkeypatch.setattr(loading, "load_job_model", lambda spec: (_ for _ in ()).throw(AssertionError("loaded")))
     cfg = make_cfg(*FAST)
     cfg["eval"] = {**cfg["eval"], "tasks": ["piqa"]} if cfg["eval"] else {"tasks": ["piqa"]}
     cfg["model"]["task_files"] = {"piqa": str(bad)}

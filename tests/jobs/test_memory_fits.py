@@ -10,7 +10,9 @@ import torch
 
 import gac.compression.resources as resources
 from gac.errors import GacError
-from gac.jobs.pipeline import check_job_fits, run_job, spec_from_config
+from gac.jobs.config import spec_from_config
+from gac.jobs.fits import check_job_fits
+from gac.jobs.pipeline import run_job
 from gac.results import ResultsStore
 
 GIB = 1024.0  # MiB
@@ -57,7 +59,7 @@ def test_llama3_70b_fits_no_single_gpu_and_is_refused_before_loading(make_cfg, m
 
 def test_compression_estimate_includes_the_evaluation(make_cfg, monkeypatch):
     from gac.compression.footprint import EvalLoad, estimate_footprint
-    from gac.jobs.pipeline import job_model_config
+    from gac.jobs.loading import job_model_config
 
     spec = spec_from_config(make_cfg("model=llama3_8b", "gpu=h100", "eval.batch_size=8"))
     cfg = job_model_config(spec)
@@ -74,7 +76,7 @@ class _FakeOOM(torch.cuda.OutOfMemoryError):
 
 
 def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg, monkeypatch, tmp_path):
-    import gac.jobs.pipeline as pipeline
+    import gac.jobs.loading as loading
 
     spec = spec_from_config(make_cfg("compressor=none", "eval=none"))
 
@@ -82,7 +84,7 @@ def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg
         raise _FakeOOM("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of "
                        "which 1.06 GiB is free.\nIncluding non-PyTorch memory, this process has ...")
 
-    monkeypatch.setattr(pipeline, "load_job_model", boom)
+    monkeypatch.setattr(loading, "load_job_model", boom)
     store = ResultsStore(tmp_path / "r")
     with pytest.raises(GacError) as e:
         run_job(spec, store)
@@ -115,6 +117,6 @@ def test_out_of_memory_in_gac_evaluate_exits_2_with_one_line(monkeypatch, capsys
 
 
 def test_other_errors_are_not_taken_for_out_of_memory():
-    from gac.jobs.pipeline import is_out_of_memory
+    from gac.jobs.fits import is_out_of_memory
 
     assert is_out_of_memory(_FakeOOM("x")) and not is_out_of_memory(RuntimeError("CUDA out of memory"))

@@ -80,7 +80,7 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
     monkeypatch.setattr(ev, "evaluate_tasks", boom)
     with pytest.raises(RuntimeError, match="node lost"):
         run_config(cfg)
-    from gac.jobs.pipeline import spec_from_config
+    from gac.jobs.config import spec_from_config
 
     key = spec_from_config(cfg).key
     assert store.status(key) == "failed"
@@ -137,13 +137,14 @@ def test_record_has_time_and_peak_memory_per_stage(make_cfg, tmp_path):
 
 
 def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monkeypatch):
-    import gac.jobs.pipeline as pl
+    import gac.jobs.fits as fits
+    import gac.jobs.loading as loading
     from gac.errors import GacError
 
     def boom(spec):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(pl, "load_job_model", boom)
+    monkeypatch.setattr(loading, "load_job_model", boom)
     arch = "{model_type:llama,hidden_size:8192,intermediate_size:28672,num_hidden_layers:80,num_attention_heads:64," \
            "num_key_value_heads:8,vocab_size:128256}"
     cfg = make_cfg("model=llama3_70b", "model.random_weights=true", f"model.arch={arch}", "gpu=cpu", "gpu.dtype=float32",
@@ -152,7 +153,7 @@ def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monk
         run_config(cfg)
     failures = list((tmp_path / "r" / "failures").rglob("*.json"))
     assert failures and "will not fit" in json.loads(failures[0].read_text())["error"]
-    monkeypatch.setenv(pl.MEMORY_CHECK_ENV, "1")  # the escape hatch skips the estimate (and then loads)
+    monkeypatch.setenv(fits.MEMORY_CHECK_ENV, "1")  # the escape hatch skips the estimate (and then loads)
     with pytest.raises(AssertionError, match="loaded"):
         run_config(cfg)
 def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, tmp_path, monkeypatch):
@@ -178,7 +179,7 @@ def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, 
 ])
 def test_config_rejects_what_the_sensitivity_search_cannot_do(make_cfg, override, msg):
     from gac.errors import GacError
-    from gac.jobs.pipeline import spec_from_config
+    from gac.jobs.config import spec_from_config
 
     with pytest.raises(GacError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         spec_from_config(make_cfg("compressor=asvd", override))

@@ -99,12 +99,13 @@ def test_predict_cli_json(tmp_path, capsys):
 
 def test_a_job_on_a100_without_a_node_profile_uses_the_published_one():
     from gac.align.targets import Target
-    from gac.jobs.pipeline import JobSpec, _candidate_filter
+    from gac.jobs.spec import JobSpec
+    from gac.jobs.stages import candidate_filter
 
     spec = JobSpec(model_name="m", model_spec="m", compressor="asvd", gpu="a100", device="cpu", profile="auto")
     targets = [Target("t", 100.3, 1.0, 8192, d_max=2048, kind="lowrank",
                       meta={"in_features": 4096, "out_features": 4096})]
-    filt, prof = _candidate_filter(spec, targets, None)
+    filt, prof = candidate_filter(spec, targets, None)
     assert prof.meta["used"].startswith("published a100 kernel data") and prof.meta["published"]["source"]["commit"]
     # the published A100 tensor-core sweep: K or N % 16 == 8 runs 7-12% below % 16 == 0, beyond the 5% tolerance
     assert filt(targets[0], [96, 100, 101, 104, 112]) == [96, 112]

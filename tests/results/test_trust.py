@@ -110,23 +110,24 @@ def test_a_full_disk_is_recorded_as_disk_full(fs_1m, tmp_path, monkeypatch, stag
     status says so; with only the record left to write, the reserve lets the record itself through."""
     from omegaconf import OmegaConf
 
-    import gac.jobs.pipeline as pl
+    import gac.jobs.loading as loading
+    from gac.jobs.config import spec_from_config
     from gac.jobs.experiment import compose_config, run_config
     from gac.launch.status import point_state
 
     eval_ = ["eval.tasks=[]", "eval.latency=false", "eval.ppl_max_windows=1", "eval.ppl_seq_len=32"]
     cfg = OmegaConf.to_container(compose_config(["compressor=none", f"results_dir={fs_1m / 'r'}",
                                                  *(eval_ if stage_left else ["eval=none"])]), resolve=True)
-    real = pl.load_job_model
+    real = loading.load_job_model
 
     def load_then_fill(spec):
         got = real(spec)
         _fill(fs_1m)
         return got
 
-    monkeypatch.setattr(pl, "load_job_model", load_then_fill)
+    monkeypatch.setattr(loading, "load_job_model", load_then_fill)
     store = ResultsStore(fs_1m / "r")
-    key = pl.spec_from_config(cfg).key
+    key = spec_from_config(cfg).key
     if not stage_left:
         rec = run_config(cfg)
         assert store.status(key) == "done" and rec["attempts"][-1]["outcome"] == "completed"

@@ -1,6 +1,6 @@
 """Compressors: ASVD, SVD-LLM, LLM-Pruner and PaLU, each a gac citizen (score -> d* -> aligned plan -> apply).
 
-``COMPRESSORS`` maps a name to its class; :func:`get_compressor` builds one with keyword options and suggests close
+``COMPRESSORS`` maps a name (:data:`gac.registry.COMPRESSORS`, with its aliases) to its class; :func:`get_compressor` builds one with keyword options and suggests close
 matches for a typo. Each compressor is a small class (lifecycle) plus a sibling module of pure tensor math.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 
+from gac import registry
 from gac.compression.compressors.asvd import ASVD
 from gac.compression.compressors.base import Compressor, Unit
 from gac.compression.compressors.llm_pruner import LLMPruner
@@ -15,21 +16,18 @@ from gac.compression.compressors.palu import PaLU
 from gac.compression.compressors.svd_llm import SVDLLM
 from gac.errors import GacError, unknown_name
 
-COMPRESSORS: dict[str, type[Compressor]] = {
+COMPRESSORS: dict[str, type[Compressor]] = registry.COMPRESSORS.bind({
     "asvd": ASVD,
     "svd_llm": SVDLLM,
     "llm_pruner": LLMPruner,
     "palu": PaLU,
-}
-_ALIASES = {"svd-llm": "svd_llm", "svdllm": "svd_llm", "llm-pruner": "llm_pruner", "llmpruner": "llm_pruner"}
+})
 
 
 def canonical_name(name: str) -> str:
-    key = str(name).lower()
-    key = _ALIASES.get(key, key)
-    if key not in COMPRESSORS:
-        raise unknown_name("compressor", str(name), COMPRESSORS)
-    return key
+    """The registered name of a compressor name or alias (``svdllm``, ``SVD-LLM`` -> ``svd_llm``), with suggestions
+    for a typo (:data:`gac.registry.COMPRESSORS`)."""
+    return registry.COMPRESSORS.resolve(name)
 
 
 def get_compressor(name: str | Compressor, **options) -> Compressor:

@@ -1,0 +1,271 @@
+"""Config -> job: :func:`spec_from_config` turns a resolved config (a plain dict: a composed Hydra config, or one
+typed by hand) into a :class:`~gac.jobs.spec.JobSpec`, checked once before any heavy work.
+
+The types and keys are the schema's (:mod:`gac.jobs.schema`, applied first); the names (compressor, strategy,
+proxy, allocation, knapsack score) are the registry's (:mod:`gac.registry`); the ranges of numbers, the devices and
+the model's own data are checked here. Every error names the key and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gac.errors import GacError
+from gac.jobs.spec import BASELINE, EvalSpec, JobSpec, task_files_of
+from gac.results.store import canonical_number
+
+DEVICES = ("cpu", "cuda")
+PROFILE_MODES = ("none", "auto", "measure")
+ON_BUSY = ("wait", "skip")
+
+
+def _get(d: dict, path: str, default=None):
+    cur = d
+    for p in path.split("."):
+        if not isinstance(cur, dict) or p not in cur:
+            return default
+        cur = cur[p]
+    return cur
+
+
+def _require(d: dict, path: str):
+    v = _get(d, path, _MISSING)
+    if v is _MISSING:
+        raise GacError(f"config: missing key {path!r}")
+    return v
+
+
+_MISSING = object()
+
+
+def spec_from_config(cfg: dict) -> JobSpec:
+    """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
+    from gac import registry
+    from gac.align.targets import check_ratio
+    from gac.dtypes import job_dtype
+    from gac.jobs.schema import validate_config
+    from gac.models import model_label
+
+    cfg = resolve_model_data(validate_config(cfg))  # types and keys (gac.jobs.schema); the model's label and data
+    comp = str(_require(cfg, "compressor.name"))
+    if comp != BASELINE:
+        comp = registry.COMPRESSORS.resolve(comp, "(config compressor=...)", extra=[BASELINE])
+    strategy = registry.STRATEGIES.resolve(str(_require(cfg, "align.strategy")), "(config align.strategy)")
+    knapsack_score = registry.KNAPSACK_SCORES.resolve(str(_get(cfg, "align.knapsack_score", "marginal")),
+                                                      "(config align.knapsack_score)")
+    proxy = _get(cfg, "proxy.name")
+    if proxy is not None:
+        proxy = registry.PROXIES.resolve(str(proxy), "(config proxy=...)")
+    ratio = _require(cfg, "ratio")
+    check_ratio(ratio)
+    allocation = registry.ALLOCATIONS.resolve(str(cfg.get("allocation", "default")), "(config allocation=...)")
+    for k in ("align.unit", "align.window", "seq_len"):
+        v = _require(cfg, k)
+        if v <= 0:
+            raise GacError(f"config: {k} must be a positive integer, got {v!r}")
+    from gac.align.candidates import check_unit
+
+    try:
+        check_unit(_require(cfg, "align.unit"))
+    except GacError as e:
+        raise GacError(f"config: align.unit: {e}") from None
+    on_busy = cfg.get("on_busy", "wait")
+    if on_busy not in ON_BUSY:
+        raise GacError(f"config: on_busy must be one of {', '.join(ON_BUSY)}, got {on_busy!r}")
+    device = str(_require(cfg, "gpu.device"))
+    if device.split(":")[0] not in DEVICES:
+        raise GacError(f"config: gpu.device must be one of {DEVICES} (or cuda:N), got {device!r}")
+    profile = str(_get(cfg, "gpu.profile", "none"))
+    if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
+        raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
+    ev = _eval_spec(cfg)
+    options = dict(_get(cfg, "compressor.options", {}) or {})
+    calibration = dict(_get(cfg, "calibration", {}) or {})
+    if calibration.get("seed") is None:
+        calibration["seed"] = cfg.get("seed", 0)
+    if comp != BASELINE:
+        allocation = _check_compression(comp, options, allocation, float(ratio), calibration)
+    return JobSpec(
+        model_name=model_label(_require(cfg, "model.name"), _require(cfg, "model.spec")),
+        model_spec=str(_require(cfg, "model.spec")),
+        compressor=comp,
+        strategy=strategy,
+        ratio=float(canonical_number(float(ratio))),  # 0.30000000000000004 (float drift) is the point 0.3
+        unit=int(_require(cfg, "align.unit")),
+        window=int(_require(cfg, "align.window")),
+        use_profile=bool(_get(cfg, "align.use_profile", True)),
+        knapsack_score=knapsack_score,
+        proxy=proxy,
+        compressor_options=options,
+        allocation=allocation,
+        calibration=calibration,
+        dtype=job_dtype(_get(cfg, "gpu.dtype"), _get(cfg, "model.dtype"), device),  # gpu.dtype > model.dtype > auto
+        random_weights=bool(_get(cfg, "model.random_weights", False)),
+        arch=_get(cfg, "model.arch"),
+        ppl_source=_get(cfg, "model.ppl_source"),
+        task_files=_get(cfg, "model.task_files"),
+        gpu=str(_get(cfg, "gpu.name", "cpu")),
+        device=device,
+        profile=profile,
+        allow_profile_mismatch=bool(_get(cfg, "gpu.allow_profile_mismatch", False)),
+        eval=ev,
+        seq_len=int(cfg["seq_len"]),
+        seed=int(cfg.get("seed", 0)),
+        experiment=str(cfg.get("experiment_name", "default")),
+        sweep=cfg.get("sweep"),
+    )
+
+
+def _eval_spec(cfg: dict) -> EvalSpec:
+    """The ``eval`` group as the job's :class:`EvalSpec`: known task names, numbers in range, tuples."""
+    from gac.evaluation.tasks import check_task_names
+
+    ev = dict(_get(cfg, "eval", {}) or {})
+    tasks = tuple(str(t) for t in ev.get("tasks") or ())
+    if tasks:
+        tf = _get(cfg, "model.task_files")  # a named set's tasks, without building its files (enwiki needs PyPI once)
+        local = dict.fromkeys(("piqa", "hellaswag"), "") if tf in ("tiny", "enwiki") else (task_files_of(tf) or {})
+        try:
+            check_task_names(tasks, local)
+        except GacError as e:
+            raise GacError(f"config eval.tasks: {e}") from None
+    ev["tasks"] = tasks
+    _check_numbers(cfg, ev)
+    ev["latency_seq_lens"] = tuple(int(s) for s in ev.get("latency_seq_lens") or ())
+    ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
+    return EvalSpec(**ev)
+
+
+def _check_compression(comp: str, options: dict, allocation: str, ratio: float, calibration: dict) -> str:
+    """The compressor built with its options, the allocation rule it runs (``default`` resolved to the
+    compressor's own) and that rule's reach and probe samples: every one of these fails now, not after calibration.
+    Returns the resolved allocation."""
+    from gac.compression.allocation import resolve_allocation
+    from gac.compression.compress import check_probe_samples, check_sensitivity_reach
+    from gac.compression.compressors import get_compressor
+
+    built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
+    allocation = resolve_allocation(allocation, built)
+    if allocation == "sensitivity" and not built.supports_sensitivity:
+        raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
+    check_sensitivity_reach(allocation, built, ratio)
+    if allocation == "sensitivity":
+        from gac.compression.sensitivity import sensitivity_limit
+
+        sensitivity_limit()  # a bad $GAC_SENSITIVITY_LIMIT fails with the config, not after calibration
+    try:
+        check_probe_samples(allocation, built, int(calibration.get("n_samples") or 0))
+    except GacError as e:
+        raise GacError(f"config compressor.options: {e}") from None
+    return allocation
+
+
+#: a data key's value meaning "the model's own data" (conf/model/tiny.yaml, smollm2.yaml): a named fixture's files for
+#: it and for gac checkpoints built from it; for any other model the key must be given (exit 2 naming it)
+AUTO_DATA = "auto"
+_DATA_KEYS = (  # (where the job reads it, the model key that sets it, the example fix)
+    ("calibration.source", "model.calibration_source", "a local .txt/.jsonl file, or wikitext2 from the hub"),
+    ("model.ppl_source", "model.ppl_source", "a local .txt/.jsonl file, or wikitext2 from the hub"),
+    ("model.task_files", "model.task_files", "'{piqa: FILE.jsonl}', or null for the hub's datasets"),
+)
+
+
+def model_label(spec: str) -> str:
+    """The name a model given only by ``model.spec`` is recorded under: a named fixture's name, a directory's name
+    (a gac checkpoint's or a Hugging Face model's), else the hub id."""
+    from gac.fixtures import NAMED_MODELS
+
+    s = str(spec)
+    if s in NAMED_MODELS:
+        return s
+    p = Path(s).expanduser()
+    if p.is_dir() or s.startswith((".", "/", "~")):
+        return p.resolve().name or s
+    return s
+
+
+def resolve_model_data(cfg: dict) -> dict:
+    """``cfg`` with the model's label and data resolved (a new dict; ``cfg`` is not changed).
+
+    * ``model.spec`` replacing a named fixture's (``model=tiny model.spec=DIR``): the job is named by what is loaded
+      (:func:`model_label`), not ``tiny``; ``model.name=NAME`` set to anything else keeps NAME.
+    * a data key set to ``auto`` (tiny's and smollm2's configs): the loaded model's own data (a named fixture's, or
+      the fixture a gac checkpoint was built from); a model without data of its own needs the key set, else
+      :class:`GacError` naming each key the job would read (calibration only when it compresses, perplexity text
+      only with ``eval.ppl``, task files only with ``eval.tasks``): tiny's data never score another model unasked.
+    """
+    import copy
+
+    from gac.fixtures import NAMED_MODELS, default_data
+    from gac.models import base_model_of
+
+    model = cfg.get("model")
+    if not isinstance(model, dict):
+        return cfg
+    spec = str(model.get("spec"))
+    if not any(_get(cfg, where) == AUTO_DATA for where, _, _ in _DATA_KEYS) and not (
+            model.get("name") in NAMED_MODELS and spec != model.get("name")):
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    model = cfg["model"]
+    group = model.get("name") if model.get("name") in NAMED_MODELS else None
+    if model.get("name") in NAMED_MODELS and spec != model.get("name"):
+        model["name"] = model_label(spec)
+    own = default_data(base_model_of(spec))
+    ev = cfg.get("eval") or {}
+    used = {"calibration.source": str(_get(cfg, "compressor.name")) != BASELINE,
+            "model.ppl_source": bool(ev.get("ppl")), "model.task_files": bool(ev.get("tasks"))}
+    missing = []
+    for where, key, example in _DATA_KEYS:
+        value = own[key.split(".")[1]] if own else None
+        for path in {where, key}:
+            if _get(cfg, path) == AUTO_DATA:
+                parent, leaf = path.rsplit(".", 1)
+                cfg[parent][leaf] = value
+                if own is None and used[where] and path == where:
+                    missing.append(f"{key} ({example})")
+    p = Path(spec).expanduser()
+    not_a_model_dir = (p.exists() or spec.startswith((".", "/", "~"))) and not p.is_dir()
+    if missing and not not_a_model_dir:  # a missing or wrong path: check_job_here names that, the first thing to fix
+        mine = default_data(group) if group else None
+        on_purpose = f"; ={mine['ppl_source']} uses {group}'s data on purpose" if mine else ""
+        raise GacError(f"config: model.spec={spec} has no calibration/evaluation data of its own (only "
+                       f"{', '.join(NAMED_MODELS)} and gac checkpoints built from them do) and another model's are not "
+                       f"used unasked: set {'; '.join(missing)}{on_purpose}")
+    return cfg
+
+
+def _check_numbers(cfg: dict, ev: dict) -> None:
+    """The ranges of the numbers the schema only types: checked with the rest, before any work (not after loading
+    or compressing, leaving a failures/ entry)."""
+
+    def need(key: str, v, lo: int, none_ok: bool = False, what: str = "") -> None:
+        if v is None and none_ok:
+            return
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise GacError(f"config: {key} must be an integer >= {lo}{' or null' if none_ok else ''}{what}, got {v!r}")
+
+    cal = _get(cfg, "calibration", {}) or {}
+    need("calibration.n_samples", cal.get("n_samples"), 1)
+    need("calibration.seq_len", cal.get("seq_len"), 2, what=" (tokens per calibration sample)")
+    for key, example in (("results_dir", "results"), ("experiment_name", "default")):
+        if key in cfg and not str(cfg[key] or "").strip():
+            raise GacError(f"config: {key} is empty; give it a value (e.g. {key}={example}) or leave it out")
+    need("eval.ppl_seq_len", ev.get("ppl_seq_len"), 2, none_ok=True)
+    need("eval.ppl_max_windows", ev.get("ppl_max_windows"), 1, none_ok=True, what=" (null scores the whole text)")
+    if ev.get("tasks"):  # eval=none sets limit 0 beside no tasks: only a limit that will be used is checked
+        need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
+    for k in ("batch_size", "latency_batch"):
+        need(f"eval.{k}", ev.get(k, 1), 1)
+    need("eval.decode_tokens", ev.get("decode_tokens", 0), 0)
+    need("eval.warmup", ev.get("warmup"), 0, none_ok=True)
+    for k in ("iters", "trials"):
+        need(f"eval.{k}", ev.get(k), 1, none_ok=True)
+    for i, v in enumerate(ev.get("latency_seq_lens") or ()):
+        need(f"eval.latency_seq_lens[{i}]", v, 1)
+    for i, pair in enumerate(ev.get("latency_batches") or ()):
+        ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in pair)
+        if not ok:
+            raise GacError(f"config: eval.latency_batches[{i}] must be a pair [batch, seq_len] of positive integers, "
+                           f"got {pair!r}; write eval.latency_batches='[[4,1024],[8,1024]]'")

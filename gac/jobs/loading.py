@@ -1,0 +1,122 @@
+"""Loading a job's model, and reading a model's config without loading it (no weights, no network)."""
+
+from __future__ import annotations
+
+import threading
+
+from gac.errors import GacError
+from gac.jobs.spec import JobSpec
+
+_LOAD_LOCK = threading.Lock()  # transformers' loading patches process-wide state: one load at a time per process
+
+
+def load_job_model(spec: JobSpec):
+    """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights).
+    Loads in one process are serialised (jobs run from threads of a notebook or a test)."""
+    with _LOAD_LOCK:
+        return _load_job_model(spec)
+
+
+def _load_job_model(spec: JobSpec):
+    import torch
+
+    if spec.random_weights:
+        if not spec.arch:
+            raise GacError(f"model {spec.model_name}: random_weights=true needs an `arch` block in the model config")
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from gac.dtypes import resolve_dtype
+
+        arch = dict(spec.arch)
+        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
+        torch.manual_seed(spec.seed)
+        with torch.device(spec.device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return model.eval(), None
+    from gac.models import load_model
+
+    return load_model(spec.model_spec, dtype=spec.dtype or "auto", device=spec.device)
+
+
+def model_config_offline(model_spec: str, arch: dict | None = None):
+    """A model's config without loading weights or touching the network: tiny's, a local or cached hub model's
+    ``config.json``, a gac checkpoint's base config, else one built from ``arch`` (the ``model.arch`` block of the
+    model configs: so a hub model that is not downloaded yet is still checked before it is). None when none of
+    these exists."""
+    from gac.models import model_kind
+
+    try:
+        kind = model_kind(model_spec)
+    except GacError:
+        kind = None  # load_job_model reports a bad path with its own message
+    if kind == "builtin":
+        from gac.fixtures import named_config
+
+        return named_config(model_spec)
+    if kind in ("local", "hub"):
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(model_spec, local_files_only=True)
+        except Exception:  # noqa: BLE001 - not cached / not readable: fall back to the arch block
+            pass
+    if kind == "checkpoint":
+        from gac.compression.checkpoint import read_meta
+
+        try:
+            from transformers import AutoConfig
+
+            base = dict(read_meta(model_spec)["base_config"])
+            return AutoConfig.for_model(base.pop("model_type"), **base)  # an upper bound: the uncompressed model
+        except Exception:  # noqa: BLE001 - loading reports a damaged checkpoint itself
+            return None
+    if arch:
+        from transformers import AutoConfig
+
+        a = dict(arch)
+        try:
+            return AutoConfig.for_model(a.pop("model_type"), **a)
+        except Exception:  # noqa: BLE001 - a bad arch block fails where the model is built
+            return None
+    return None
+
+
+def job_model_config(spec: JobSpec):
+    """The job's model config without loading any weights (:func:`model_config_offline`), or None."""
+    if spec.random_weights and spec.arch:
+        from transformers import AutoConfig
+
+        arch = dict(spec.arch)
+        return AutoConfig.for_model(arch.pop("model_type"), **arch)
+    return model_config_offline(spec.model_spec, spec.arch)
+
+
+def model_max_positions(model_spec: str) -> int | None:
+    """A model's ``max_position_embeddings`` from its config alone (no weights read): tiny's, a gac checkpoint's
+    base config, a local directory's or a cached hub model's config.json; None when it cannot be had offline."""
+    from gac.models import model_kind
+
+    try:
+        kind = model_kind(model_spec)
+        if kind == "builtin":
+            try:  # every built-in model (tiny, smollm2, ...) by name, where gac.fixtures has that registry
+                from gac.fixtures import named_config
+
+                config = named_config(model_spec)
+            except ImportError:
+                from gac.fixtures.tiny import tiny_config
+
+                config = tiny_config()
+            n = getattr(config, "max_position_embeddings", None)
+        elif kind == "checkpoint":
+            from gac.compression.checkpoint import read_meta
+
+            n = (read_meta(model_spec).get("base_config") or {}).get("max_position_embeddings")
+        else:
+            from transformers import AutoConfig
+
+            n = getattr(AutoConfig.from_pretrained(model_spec, local_files_only=True), "max_position_embeddings", None)
+    except Exception:  # noqa: BLE001 - a bad path or config: loading reports it with its own message
+        return None
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None

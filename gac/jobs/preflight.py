@@ -1,0 +1,102 @@
+"""Preflight: everything that can fail on bad input, a missing device or a bad disk, checked before a second of
+compute and before the store is touched."""
+
+from __future__ import annotations
+
+from gac.errors import GacError
+from gac.jobs.loading import job_model_config, model_max_positions
+from gac.jobs.spec import JobSpec, task_files_of
+from gac.results import ResultsStore
+
+
+def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False) -> None:
+    """Everything that can fail on bad input or a bad disk, checked before a second of compute (and before the store
+    is touched): the job's device, model and sequence lengths (check_job_here), the model's files match their config,
+    the store is writable with room to spare and its entries for this key are what gac makes, the task files match
+    their task's schema, the checkpoint path is free."""
+    check_job_here(spec)
+    if not spec.random_weights and (force or not store.is_done(spec.key)):  # a done point needs no model
+        from gac.models import check_model_files
+
+        check_model_files(spec.model_spec)  # weights that match their config, a checkpoint that matches its weights
+    store.prepare_for_writing()
+    store.check_layout(spec.key)
+    if spec.eval.tasks:
+        files = task_files_of(spec.task_files) or {}
+        from gac.evaluation.tasks import check_local_file
+
+        for t in spec.eval.tasks:
+            if t in files:
+                check_local_file(t, files[t])
+    if save_model:
+        from gac.compression.checkpoint import check_output_dir
+
+        check_output_dir(save_model)
+
+
+def check_job_here(spec: JobSpec) -> None:
+    """What only the machine that runs the job can check, before anything is written or loaded: the job's device is
+    there, its sequence lengths fit the model's positions, and tasks that need the hub can reach it."""
+    if spec.device.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(spec.device.split(":")[1]) if ":" in spec.device and spec.device.split(":")[1].isdigit() else 0
+        if n == 0 or index >= n:
+            have = f"{n} CUDA device(s)" if n else "no CUDA"
+            raise GacError(f"this job runs on {spec.device} (gpu={spec.gpu}), but this machine has {have}; run it on a "
+                           f"GPU node (e.g. hydra/launcher=slurm_h100), or use gpu=cpu here")
+    if not spec.random_weights:
+        try:
+            check_model_here(spec.model_spec)  # a missing directory, a file, the hub offline: now
+        except GacError as e:
+            raise GacError(f"config: model.spec: {e}") from None
+    from gac.text import check_source
+
+    if not spec.is_baseline and spec.calibration.get("source") != "random":
+        check_source(str(spec.calibration.get("source")), "train", "calibration.source")
+    if spec.eval.ppl and spec.ppl_source:
+        check_source(str(spec.ppl_source), "test", "model.ppl_source")
+    limit = _max_positions(spec)
+    if limit is not None:
+        ev = spec.eval
+        lengths = [("calibration.seq_len", int(spec.calibration.get("seq_len") or 0))] if not spec.is_baseline else []
+        if ev.ppl and spec.ppl_source and ev.ppl_seq_len is not None:
+            lengths.append(("eval.ppl_seq_len", ev.ppl_seq_len))
+        if ev.latency:
+            lengths += [("seq_len" if s == spec.seq_len else "eval.latency_seq_lens", s) for s in ev.latency_seq_lens]
+            lengths += [("eval.latency_batches", s) for _, s in ev.latency_batches]
+            if ev.decode_tokens > 0:
+                lengths.append(("eval.decode_tokens + 128 (the decode prompt)", ev.decode_tokens + 128))
+        for key, n in lengths:
+            if n > limit:
+                raise GacError(f"config: {key}={n} is above the maximum sequence length of model {spec.model_name} "
+                               f"({limit}, max_position_embeddings); use at most {limit}")
+    if spec.eval.tasks:
+        from gac.evaluation.tasks import check_hub_tasks
+
+        local = task_files_of(spec.task_files) or {}
+        check_hub_tasks([t for t in spec.eval.tasks if t not in local], via="config")
+
+
+def check_model_here(model_spec: str) -> None:
+    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache or the
+    hub answers (otherwise loading retries for a minute before it fails)."""
+    from gac.models import model_kind
+    from gac.text import hub_repo_cached, hub_unreachable
+
+    if model_kind(model_spec) != "hub":
+        return
+    why = hub_unreachable()
+    if why is not None and not hub_repo_cached(str(model_spec), "model"):
+        raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
+                       f"model is not in the local cache; download it where the hub is reachable (`huggingface-cli "
+                       f"download {model_spec} --local-dir DIR`) and pass DIR, or use 'tiny' (offline)")
+
+
+def _max_positions(spec: JobSpec) -> int | None:
+    if spec.random_weights:
+        config = job_model_config(spec)
+        n = getattr(config, "max_position_embeddings", None) if config is not None else None
+        return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return model_max_positions(spec.model_spec)

@@ -1,0 +1,115 @@
+"""What a job is: :class:`JobSpec` (with its :class:`EvalSpec`) and the record key derived from it.
+
+:class:`EvalSpec` is also the ``eval`` group of the typed config (:mod:`gac.jobs.schema`): one dataclass, so the
+config's defaults and the spec's cannot drift apart. Its annotations use :mod:`typing` because OmegaConf reads
+them at runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Tuple  # noqa: UP035 - OmegaConf reads these annotations at runtime
+
+from gac.results import config_key
+
+BASELINE = "none"  # the compressor name of an uncompressed job
+
+
+@dataclass
+class EvalSpec:
+    ppl: bool = True
+    ppl_seq_len: Optional[int] = None  # noqa: UP045 - None: 2048 capped at the model's maximum (the papers' protocol)
+    ppl_max_windows: Optional[int] = None  # noqa: UP045 - None: the whole test text
+    tasks: Tuple[str, ...] = ("piqa", "hellaswag")  # noqa: UP006
+    limit: Optional[int] = 200  # noqa: UP045
+    batch_size: int = 8
+    latency: bool = True
+    latency_batch: int = 1
+    latency_seq_lens: Tuple[int, ...] = (1024,)  # noqa: UP006
+    latency_batches: Tuple[Any, ...] = ()  # noqa: UP006 - ((batch, seq_len), ...)
+    decode_tokens: int = 0
+    warmup: Optional[int] = None  # noqa: UP045
+    iters: Optional[int] = None  # noqa: UP045
+    trials: Optional[int] = None  # noqa: UP045
+
+
+@dataclass
+class JobSpec:
+    model_name: str
+    model_spec: str
+    compressor: str
+    strategy: str = "gac"
+    ratio: float = 0.15
+    unit: int = 8
+    window: int = 8
+    use_profile: bool = True
+    knapsack_score: str = "marginal"  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
+    proxy: str | None = None
+    compressor_options: dict = field(default_factory=dict)
+    allocation: str = "default"  # "default": the compressor's own rule (its reference's); else see gac.compression.allocation
+    calibration: dict = field(default_factory=lambda: {"source": "wikitext2", "n_samples": 32, "seq_len": 2048})
+    dtype: str | None = None
+    random_weights: bool = False
+    arch: dict | None = None
+    ppl_source: str | None = "wikitext2"
+    task_files: str | dict | None = None
+    gpu: str = "cpu"
+    device: str = "cpu"
+    profile: str = "none"
+    allow_profile_mismatch: bool = False
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    seq_len: int = 1024
+    seed: int = 0
+    experiment: str = "default"
+    sweep: str | None = None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.compressor == BASELINE
+
+    def identity(self) -> dict:
+        """What determines the result (labels such as experiment/sweep excluded); the baseline ignores
+        compression-only settings, so every sweep shares one baseline record per model, GPU and evaluation."""
+        d = asdict(self)
+        for k in ("experiment", "sweep"):
+            d.pop(k)
+        if self.is_baseline:
+            for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
+                      "allocation", "calibration"):
+                d.pop(k)
+        return d
+
+    @property
+    def key(self) -> str:
+        return config_key(self.identity())
+
+    def job_fields(self) -> dict:
+        return {
+            "model": self.model_name, "compressor": self.compressor,
+            "proxy": None if self.is_baseline else (self.proxy or default_proxy(self.compressor)),
+            "strategy": "baseline" if self.is_baseline else self.strategy,
+            "ratio": None if self.is_baseline else self.ratio, "unit": None if self.is_baseline else self.unit,
+            "gpu": self.gpu, "seq_len": self.seq_len, "experiment": self.experiment, "sweep": self.sweep,
+        }
+
+
+def default_proxy(compressor: str) -> str:
+    """The importance proxy ``compressor`` uses when the job names none."""
+    from gac.compression.compressors import COMPRESSORS, canonical_name
+
+    return COMPRESSORS[canonical_name(compressor)].default_proxy
+
+
+def task_files_of(task_files) -> dict | None:
+    """``model.task_files`` as ``{task: path}``: None for the hub, a named set's files, or the mapping given."""
+    from gac.errors import GacError
+
+    if task_files in (None, "hub"):
+        return None
+    if task_files in ("tiny", "enwiki"):
+        from gac.fixtures import task_files_of as named
+
+        return {k: str(v) for k, v in named(task_files).items()}
+    if isinstance(task_files, dict):
+        return dict(task_files)
+    raise GacError(f"model.task_files must be null, 'tiny', 'enwiki' or a {{task: path}} mapping, got {task_files!r}")

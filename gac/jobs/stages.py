@@ -1,0 +1,308 @@
+"""The stages of a job: load, prepare (calibration, scores, factorization), plan and apply, evaluate (perplexity,
+tasks, latency). :class:`JobStages` runs them for one :class:`~gac.jobs.attempts.Attempt`: each is announced to the
+attempt and the loggers, timed, metered (wall time and peak memory) and, for the metric groups, saved as a stage
+output a later attempt resumes from.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gac.errors import GacError
+from gac.jobs import loading
+from gac.jobs.attempts import Attempt
+from gac.jobs.config import PROFILE_MODES
+from gac.jobs.spec import JobSpec, task_files_of
+from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric, prefill_point
+from gac.progress import progress, stage_done
+
+log = logging.getLogger(__name__)
+
+STAGE_NAMES = {"tasks": "lm-eval tasks"}
+PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s")
+
+
+@dataclass
+class Compressed:
+    """What the prepare and plan stages give the record: the compressed model, its plan, the compression report and
+    the hardware profile that filtered the candidates."""
+
+    model: object
+    plan: dict
+    report: dict
+    profile: dict | None
+
+
+class JobStages:
+    """The stages of one attempt at ``spec``, in the order a job runs them."""
+
+    def __init__(self, spec: JobSpec, store, attempt: Attempt, loggers=()):
+        from gac.compression.resources import ResourceMeter
+
+        self.spec, self.store, self.attempt, self.loggers = spec, store, attempt, loggers
+        self.meter = ResourceMeter(spec.device)  # wall time and peak memory per stage -> record["memory"]
+        self.sub_memory: dict = {}  # the stages inside prepare / compress (calibration, score, factorize, plan, ...)
+        self.prepare_cached: bool | None = None  # whether the prepare stage re-used the cache
+        self.t_start = time.perf_counter()
+
+    def enter(self, stage: str) -> None:
+        """The job enters ``stage``: the attempt records it, the loggers hear it, any injected fault runs."""
+        self.attempt.enter(stage)
+        stage_hook(self.loggers, stage)
+
+    def load(self):
+        """The model and tokenizer (:func:`gac.jobs.loading.load_job_model`)."""
+        self.enter("load")
+        t0 = time.perf_counter()
+        with self.meter.stage("load"):
+            model, tokenizer = loading.load_job_model(self.spec)
+        self.attempt.timings["load_s"] = time.perf_counter() - t0
+        stage_done("load", self.attempt.timings["load_s"], self.spec.model_name)
+        return model, tokenizer
+
+    def compress(self, model, tokenizer, refresh: bool = False, on_wait=None, save_model: str | None = None):
+        """Prepare (calibration, scores, factorization, or the shared cache entry), then plan and apply the aligned
+        dimensions in place; saves the plan as a stage output and, with ``save_model``, a checkpoint."""
+        from gac.jobs.prepared_cache import prepare_cached
+
+        spec, timings = self.spec, self.attempt.timings
+        self.enter("prepare")
+        t0 = time.perf_counter()
+        with self.meter.stage("prepare"):
+            prepared = prepare_cached(spec, model, tokenizer, self.store.cache_dir, refresh=refresh, on_wait=on_wait)
+        timings["compress_prepare_s"] = time.perf_counter() - t0
+        stage_done("prepare", timings["compress_prepare_s"],
+                   "cached scores" if prepared.timings.get("cached") else "calibration, scores, factorization")
+        self.prepare_cached = bool(prepared.timings.get("cached"))
+        if not self.prepare_cached:
+            timings.update({k: v for k, v in prepared.timings.items() if k in PREPARE_STAGE_TIMINGS})
+            self.sub_memory.update(prepared.memory)
+        self.enter("plan")
+        t0 = time.perf_counter()
+        with self.meter.stage("sweep", sample=False):  # the dimension sweep times kernels: no sampler thread
+            targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
+            filt, profile = candidate_filter(spec, targets, self.store.cache_dir)
+        timings["sweep_s"] = time.perf_counter() - t0
+        model, plan, report = prepared.compress(spec.ratio, spec.strategy, spec.unit, spec.window, filt,
+                                                copy_model=False, knapsack_score=spec.knapsack_score)
+        timings["dp_s"] = report["timings"]["plan_s"]
+        timings["compress_apply_s"] = report["timings"]["apply_s"]
+        stage_done("plan and apply", timings["sweep_s"] + timings["dp_s"] + timings["compress_apply_s"],
+                   f"{spec.strategy}, ratio {spec.ratio:g}")
+        self.sub_memory.update({k: v for k, v in report["memory"].items() if k in ("plan", "apply")})
+        plan_json = plan.to_json()
+        plan_json["d_star"] = report["d_star"]
+        if self.attempt.outputs.get("plan") is None:
+            self.attempt.outputs.put("plan", plan_json)
+        del prepared
+        if save_model:
+            from gac.compression.checkpoint import save_checkpoint
+
+            save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
+        return Compressed(model, plan_json, report, None if profile is None else dict(profile.meta))
+
+    def evaluate(self, model, tokenizer) -> dict:
+        """Perplexity, tasks and latency as the spec asks: ``{"metrics", "details"}``."""
+        t0 = time.perf_counter()
+        with self.meter.stage("evaluate"):
+            ev = evaluate(self.spec, model, tokenizer, self.attempt, self.enter, self.meter)
+        self.attempt.timings["evaluate_s"] = time.perf_counter() - t0
+        return ev
+
+    def finish(self, key: str) -> None:
+        """The job's total time, in the timings and on the console."""
+        self.attempt.timings["total_s"] = time.perf_counter() - self.t_start
+        stage_done("job", self.attempt.timings["total_s"], key)
+
+    def memory(self) -> dict:
+        return resources(self.meter, self.sub_memory, self.spec)
+
+
+def stage_hook(loggers, stage: str) -> None:
+    """A job enters ``stage``: tell the loggers (``gac launch status`` shows it) and run any injected fault."""
+    from gac.faults import fault_point
+
+    for lg in loggers:
+        if hasattr(lg, "log_stage"):
+            lg.log_stage(stage)
+    fault_point(stage)
+
+
+def candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
+    """Paper Step 2: a hardware profile of the job's device for the targets' kernels, as a candidate filter."""
+    if not spec.use_profile or spec.profile == "none":
+        return None, None
+    from gac.profiling import ProfileFilter, dimension_sweep
+
+    explicit = spec.profile not in PROFILE_MODES
+    from gac.profiling.published import PUBLISHED_GPUS
+
+    if spec.profile == "auto" and spec.gpu in PUBLISHED_GPUS:
+        # a profile measured on this node (cached) or shipped for this device wins; else the published one of the GPU
+        try:
+            profile = dimension_sweep(
+                targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
+                window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles", measure=False)
+            profile.meta["used"] = "measured on this node (cached) or shipped for this device"
+        except GacError:
+            from gac.profiling.published import published_profile
+
+            profile = published_profile(spec.gpu)
+            profile.meta["used"] = (f"published {spec.gpu} kernel data (no profile measured on this node): "
+                                    f"{profile.device_name}")
+            log.info("candidate filter: %s", profile.meta["used"])
+            return ProfileFilter(profile), profile  # a GPU model's published data: no device-name check
+    profile = dimension_sweep(
+        targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
+        window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles",
+        profile_dir=spec.profile if explicit else None, allow_device_mismatch=spec.allow_profile_mismatch,
+    )
+    filt = ProfileFilter(profile, device=spec.device, allow_device_mismatch=spec.allow_profile_mismatch)
+    return filt, profile
+
+
+def run_stage(attempt: Attempt, name: str, compute, hook=None) -> dict:
+    """A stage's output from the work dir if a previous attempt finished it, else computed (timed in this attempt's
+    ``timings`` as ``<name>_s``) and saved. A resumed stage adds no timing: an attempt reports only what it ran."""
+    work, timings = attempt.outputs, attempt.timings
+    got = work.get(name)
+    if got is not None:
+        attempt.resumed.append(name)
+        return got
+    if hook is not None:
+        hook(name)
+    t0 = time.perf_counter()
+    got = compute()
+    got["seconds"] = time.perf_counter() - t0
+    timings[f"{name}_s"] = got["seconds"]
+    if name in STAGE_NAMES:  # perplexity's own progress already closed with its time
+        stage_done(STAGE_NAMES[name], got["seconds"])
+    work.put(name, got)
+    return got
+
+
+def _results_of(res: dict) -> dict:
+    """:func:`evaluate_tasks` with ``layout=True`` as the tasks stage stores it."""
+    return {"results": res["tasks"], "metrics": res["metrics"], "lm_eval": res["lm_eval"]}
+
+
+def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter=None) -> dict:
+    """The metric groups the spec asks for, each resumed from an earlier attempt's stage output or measured now:
+    ``{"metrics": flat metrics of the record, "details": each group's full output}``."""
+    import contextlib
+
+    from gac.evaluation import evaluate_tasks, perplexity
+
+    def measured(name, sample=True):
+        return meter.stage(name, sample=sample) if meter is not None else contextlib.nullcontext()
+
+    work = attempt.outputs
+    ev = spec.eval
+    metrics: dict = {}
+    details: dict = {}
+    if ev.ppl and spec.ppl_source:
+        if tokenizer is None and work.get("ppl") is None:
+            raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
+        with measured("ppl"):
+            got = run_stage(attempt, "ppl", lambda: perplexity(
+                model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
+                max_windows=ev.ppl_max_windows), hook)
+        metrics[ppl_metric(got.get("source") or spec.ppl_source)] = got["ppl"]
+        details["perplexity"] = got
+    if ev.tasks:
+        if tokenizer is None and work.get("tasks") is None:
+            raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
+        with measured("tasks"):
+            got = run_stage(attempt, "tasks", lambda: _results_of(evaluate_tasks(
+                model, tokenizer, ev.tasks, limit=ev.limit, local_files=task_files_of(spec.task_files),
+                batch_size=ev.batch_size, layout=True)), hook)
+        metrics.update(got["metrics"])
+        details["tasks"] = got["results"]
+        if got.get("lm_eval") is not None:
+            details["lm_eval"] = got["lm_eval"]
+    if ev.latency:
+        with measured("latency", sample=False):  # no sampler thread while latency is timed
+            lat = latency(spec, model, attempt, hook)
+        metrics.update(latency_metrics(spec, lat))
+        details["latency"] = lat
+    for k, v in metrics.items():
+        if v is not None and isinstance(v, float) and not math.isfinite(v):
+            raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
+    return {"metrics": metrics, "details": details}
+
+
+def latency(spec: JobSpec, model, attempt: Attempt, hook=None) -> dict:
+    """Prefill latency at each of the spec's points (and decode latency when asked), each point saved as soon as it
+    is measured: a requeued job measures only the points it lacks. ``{point name: timing}``."""
+    from gac.evaluation import decode_latency, prefill_latency
+
+    ev, work = spec.eval, attempt.outputs
+    lat = work.get("latency") or {}
+    attempt.resumed.extend(f"latency:{k}" for k in lat)
+    t0 = time.perf_counter()
+    points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
+    todo = [(b, s) for b, s in points if prefill_point(b, s) not in lat]
+    if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
+        hook("latency")
+    with progress(len(todo), "latency", unit="points") as bar:
+        for b, s in points:
+            name = prefill_point(b, s)
+            if name not in lat:
+                lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
+                                            trials=ev.trials, seed=spec.seed)
+                work.put("latency", lat)
+                bar.update()
+    if ev.decode_tokens > 0 and "decode" not in lat:
+        lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
+                                       trials=ev.trials, seed=spec.seed)
+        work.put("latency", lat)
+    if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in attempt.resumed):
+        attempt.timings["latency_s"] = time.perf_counter() - t0
+    return lat
+
+
+def latency_metrics(spec: JobSpec, lat: dict) -> dict:
+    """The record's latency metrics: the job's own point as ``prefill_ms`` (with its spread over trials), decode
+    as ``decode_ms_per_token``, every other point under its own name."""
+    main = prefill_point(spec.eval.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
+    metrics = {}
+    for name, r in lat.items():
+        if name == "decode":
+            metrics[DECODE] = r["median_ms"]
+        elif name == main:
+            metrics[PREFILL] = r["median_ms"]
+            if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
+                metrics[PREFILL_SPREAD] = r["spread_pct"]
+        else:
+            metrics[name] = r["median_ms"]
+    return metrics
+
+
+def resources(meter, sub_memory: dict, spec: JobSpec) -> dict:
+    """The record's ``memory`` block: peak host RSS (and GPU memory on CUDA) per stage, in MiB.
+
+    ``stages`` holds the job's own stages (load, prepare, sweep, evaluate, ppl, tasks, latency) and those measured
+    inside prepare / compress (calibration, gradients, score, factorize, sensitivity, plan, apply); each has
+    ``peak_rss_mb`` (the highest resident set size while it ran), ``start_rss_mb``, ``end_rss_mb`` and, on a CUDA
+    device, ``gpu_peak_mb`` (``torch.cuda.max_memory_allocated``, reset at the stage's start)."""
+    stages = {**meter.memory(), **sub_memory}
+    out = {"device": spec.device, "peak_rss_mb": meter.peak_mb(), "stages": stages}
+    gpu = [v["gpu_peak_mb"] for v in stages.values() if "gpu_peak_mb" in v]
+    if gpu:
+        out["gpu_peak_mb"] = max(gpu)
+    return out
+
+
+def model_aligned_fraction(model, unit: int) -> float | None:
+    """Aligned fraction of an uncompressed model's Linear dims (the baseline row)."""
+    from torch import nn
+
+    dims = []
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            dims += [m.in_features, m.out_features]
+    return None if not dims else sum(d % unit == 0 for d in dims) / len(dims)
