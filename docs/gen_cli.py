@@ -32,12 +32,13 @@ progress lines and stage times (`gac -q` its INFO log lines too: warnings and er
 (`verbose=true`) shows DEBUG logs, lm-eval's warnings and the profiler's lines.
 
 The Hydra entry points take overrides, not flags (the config groups:
-[sweeps-and-store.md](sweeps-and-store.md#config-groups)):
+[sweeps-and-store.md](sweeps-and-store.md#config-groups)). Each is an installed console script and, in a checkout,
+the same thing as a script under `experiments/`; `--config-dir DIR` adds a directory of your own configs:
 
 ```
-python experiments/run.py [-m] [OVERRIDES...]          # the job; -m for a sweep
-python experiments/bench.py [-m] [results_dir=DIR] [experiment=E] [sweep=S] [+where.KEY=VALUE] [device=D] [...]
-python experiments/profile_device.py device=cuda|cpu [quick=true] out_dir=DIR
+gac-run [-m] [OVERRIDES...]            # = python experiments/run.py; the job, -m for a sweep
+gac-bench [-m] [results_dir=DIR] [experiment=E] [sweep=S] [+where.KEY=VALUE] [device=D] [...]   # = experiments/bench.py
+gac-profile-device device=cuda|cpu [quick=true] out_dir=DIR                                       # = experiments/profile_device.py
 python -m gac.profiling.extract_published GAC_CHECKOUT [--out DIR] [--check-only]
 ```
 """

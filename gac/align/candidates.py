@@ -26,7 +26,7 @@ from gac.align.targets import Target, check_d_star
 from gac.errors import GacError
 
 DEFAULT_UNIT = 8
-DEFAULT_WINDOW = 1  # the aligned dims that bracket d*; see the README ("Candidate window")
+DEFAULT_WINDOW = 1  # the aligned dims that bracket d*; see docs/algorithm.md ("Candidate window")
 
 
 @runtime_checkable

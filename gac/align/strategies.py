@@ -1,6 +1,6 @@
 """Strategies that turn an allocation (targets with d* and scores) into integer dimensions under a budget.
 
-``gac`` is the paper's Eq. 4 solved exactly. The others are the baselines peers use (see the README's table):
+``gac`` is the paper's Eq. 4 solved exactly. The others are the baselines peers use (docs/algorithm.md, "Strategies"):
 
 =================  ==========================================================  ==================================
 strategy           rule                                                        budget

@@ -17,7 +17,7 @@ Exit code 2 on bad input (the message names the problem); no output file is writ
 def add_arguments(p):
     from gac.registry import LATENCY_STRATEGIES, STRATEGIES
 
-    p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (see README: 'gac align')")
+    p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (format: docs/algorithm.md, 'The gac align file format')")
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default: print it)")
     p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac); "
                    f"{', '.join(LATENCY_STRATEGIES)} with a latency budget and per-target latencies in the file")
