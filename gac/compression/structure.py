@@ -30,23 +30,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from gac.dtypes import resolve_dtype
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Structure", "architecture", "resolve_dtype"]
-
-
-def resolve_dtype(dtype) -> torch.dtype:
-    """``torch.float16`` from ``"float16"``, ``"fp16"``, ``"torch.float16"`` or a dtype."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-    name = str(dtype).replace("torch.", "").lower()
-    dt = getattr(torch, names.get(name, name), None)
-    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
-        raise GacError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16")
-    return dt
+__all__ = ["Structure", "architecture"]
 
 
 def architecture(model_spec: str | os.PathLike, random_weights: bool = False, arch: dict | None = None):

@@ -173,7 +173,7 @@ def check_device(dev) -> Check:
     import torch
 
     from gac.compression.resources import device_memory
-    from gac.evaluation.bench import device_info
+    from gac.evaluation.bench_device import device_info
 
     info = device_info(dev)
     mem = device_memory(str(dev))

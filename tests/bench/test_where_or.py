@@ -8,7 +8,7 @@ from gac.errors import GacError
 
 
 def test_bench_where_repeated_key_is_or():
-    from gac.jobs.bench import parse_where, select_records
+    from gac.results.query import parse_where, select_records
     from gac.results import AnyOf
 
     where = parse_where(["compressor=asvd", "compressor=llm_pruner", "ratio=0.15"])
