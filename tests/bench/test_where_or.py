@@ -8,8 +8,8 @@ from gac.errors import GacError
 
 
 def test_bench_where_repeated_key_is_or():
-    from gac.results.query import parse_where, select_records
     from gac.results import AnyOf
+    from gac.results.query import parse_where, select_records
 
     where = parse_where(["compressor=asvd", "compressor=llm_pruner", "ratio=0.15"])
     assert where == {"compressor": AnyOf(("asvd", "llm_pruner")), "ratio": "0.15"}
