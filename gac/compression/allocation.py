@@ -74,6 +74,9 @@ DEFAULT = "default"  # the compressor's own rule (Compressor.default_allocation)
 ALLOCATION_CHOICES = registry.ALLOCATIONS.names
 ALLOCATIONS = tuple(n for n in ALLOCATION_CHOICES if n != DEFAULT)
 SENSITIVITY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the reference's param_ratio_candidates (ASVD4LLM, sensitivity.py)
+#: allocations that never read the importance proxy: ASVD's sensitivity search ranks weights by the calibration
+#: perplexity of probes, so its d*, its scores and therefore every plan are the same whatever the proxy
+PROXY_FREE = ("sensitivity",)
 
 
 def resolve_allocation(name: str | None, compressor) -> str:

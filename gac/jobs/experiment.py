@@ -358,7 +358,29 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
         except GacError as e:
             raise GacError(f"sweep point [{' '.join(job)}]: {e}") from None
         points.append({"overrides": job, "config": container, "spec": spec, "key": spec.key})
+    check_proxy_axis(points)
     return points
+
+
+def check_proxy_axis(points: list[dict]) -> None:
+    """A sweep over ``proxy`` must be able to change what it compares: refuse it (before any work) when a point's
+    allocation never reads the proxy, naming the setting that makes it count."""
+    from gac.compression.allocation import PROXY_FREE, resolve_allocation
+    from gac.compression.compressors import COMPRESSORS, canonical_name
+
+    specs = [p["spec"] for p in points if not p["spec"].is_baseline]
+    if len({s.proxy for s in specs}) < 2:
+        return
+    for p in points:
+        s = p["spec"]
+        if s.is_baseline:
+            continue
+        allocation = resolve_allocation(s.allocation, COMPRESSORS[canonical_name(s.compressor)])
+        if allocation in PROXY_FREE:
+            own = " (its default)" if s.allocation in (None, "default") else ""
+            raise GacError(f"sweep point [{' '.join(p['overrides'])}]: proxy is swept, but compressor={s.compressor} "
+                           f"with allocation={allocation}{own} never reads the proxy, so every proxy would give the "
+                           f"same d* and plans; add allocation=proportional (Eq. 2), which allocates by the proxy")
 
 
 def _sweeper_params(cfg) -> dict:

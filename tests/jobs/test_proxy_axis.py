@@ -1,0 +1,12 @@
+import pytest
+from gac.errors import GacError
+from gac.jobs.experiment import sweep_points
+
+def test_a_proxy_sweep_under_asvds_sensitivity_search_is_refused():
+    with pytest.raises(GacError, match="allocation=proportional"):
+        sweep_points(["proxy=magnitude,random", "compressor=asvd"])
+
+def test_proxy_compare_sweeps_an_allocation_that_reads_the_proxy():
+    pts = sweep_points(["experiment=proxy_compare"])
+    assert len(pts) == 10 and {p["spec"].allocation for p in pts} == {"proportional"}
+    assert len({p["key"] for p in pts}) == 10
