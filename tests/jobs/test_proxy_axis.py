@@ -1,6 +1,10 @@
+"""A sweep over the proxy must be able to change what it compares: refused before any work where it cannot."""
+
 import pytest
+
 from gac.errors import GacError
 from gac.jobs.experiment import sweep_points
+
 
 def test_a_proxy_sweep_under_asvds_sensitivity_search_is_refused():
     with pytest.raises(GacError, match="allocation=proportional"):
