@@ -27,6 +27,7 @@ _SHAPES = {
                  + [(f"experts.{e}.{p}", o, i) for e in range(12)
                     for p, o, i in (("gate_proj", 1536, 4096), ("up_proj", 1536, 4096), ("down_proj", 4096, 1536))]),
 }
+_MLP = ("gate_proj", "up_proj", "down_proj")
 _TYPE_FACTOR = {"q_proj": 0.8, "k_proj": 1.3, "v_proj": 1.5, "o_proj": 1.0, "gate_proj": 0.9, "up_proj": 1.0, "down_proj": 1.2}
 
 SHAPES = tuple(_SHAPES)
@@ -60,7 +61,8 @@ def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0
         for name, out, inp in projs:
             factor = _TYPE_FACTOR[name.rsplit(".", 1)[-1]]
             s = 1.0 if equal_scores else u * factor * float(rng.lognormal(0.0, 0.35))
-            rows.append((f"model.layers.{layer}.{name}", out, inp, s))
+            block = "mlp" if name in _MLP else "self_attn"  # the module paths of a Llama-architecture model
+            rows.append((f"model.layers.{layer}.{block}.{name}", out, inp, s))
     full = sum(o * i for _, o, i, _ in rows)
     scores = np.array([r[3] for r in rows])
     rel = np.sqrt(scores / scores.mean())

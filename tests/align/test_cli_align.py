@@ -139,3 +139,16 @@ def test_console_script_entry_point(tmp_path):
     assert json.loads(r.stdout)["dims"] == {"lo": 88, "hi": 112}
     r = subprocess.run([sys.executable, "-m", "gac.cli", "align", str(tmp_path / "missing.json")], capture_output=True, text=True)
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_the_demo_allocation_aligns_and_predicts_on_the_real_module_names(tmp_path, capsys):
+    """gac demo --save-allocation -> gac align -> gac predict --plan: the targets carry the architecture's module
+    paths (self_attn.q_proj, mlp.gate_proj), so the plan applies to a Llama-3-8B."""
+    alloc, plan = tmp_path / "alloc.json", tmp_path / "plan.json"
+    assert main(["demo", "--save-allocation", str(alloc)]) == 0
+    names = [t["name"] for t in json.loads(alloc.read_text())["targets"]]
+    assert "model.layers.0.self_attn.q_proj" in names and "model.layers.31.mlp.down_proj" in names
+    assert main(["align", str(alloc), "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--gpu", "a100", "--model", "llama3_8b", "--plan", str(plan), "--compressor", "asvd"]) == 0
+    assert "plan" in capsys.readouterr().out
