@@ -265,7 +265,9 @@ def _unknown_key(path: str, conf_dir: str) -> str:
     close = difflib.get_close_matches(leaf, known, n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(f'{parent}.{c}' if parent else c) for c in close)}?" if close else ""
     where = f"under {parent!r}" if parent else "at the top level"
-    return (f"unknown config key {path!r}{hint} (known {where}: {', '.join(known) or '?'}); to add a new key on "
+    if close:  # a typo of a known key: the fix is that key (a new key under a typed group is refused anyway)
+        return f"unknown config key {path!r}{hint} (known {where}: {', '.join(known)})"
+    return (f"unknown config key {path!r} (known {where}: {', '.join(known) or '?'}); to add a new key on "
             f"purpose write +{path}=...")
 
 

@@ -42,6 +42,12 @@ def test_hydra_checks_types_when_composing(overrides, msg):
         compose_config(overrides)
 
 
+def test_a_misspelt_key_suggests_the_key_not_adding_the_typo():
+    with pytest.raises(GacError) as e:
+        compose_config(["align.windw=2"])
+    assert "'align.window'" in str(e.value) and "+align.windw" not in str(e.value)
+
+
 @pytest.mark.parametrize("path,value,msg", [
     ("align.unit", True, "config: align.unit: Value 'True' of type 'bool' could not be converted to Integer"),
     ("seq_len", "long", "config: seq_len: Value 'long'"),
