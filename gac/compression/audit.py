@@ -30,6 +30,7 @@ from torch import nn
 
 from gac.compression.modules import get_module, module_spec
 from gac.errors import GacError
+from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 
 AUDIT_UNITS = (8, 16, 32)
 VLLM_HEAD_SIZES = (64, 80, 96, 112, 128, 256)
@@ -150,7 +151,8 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
-        config = AutoConfig.from_pretrained(str(spec))
+        refuse_remote_code(spec)
+        config = AutoConfig.from_pretrained(str(spec), **NO_REMOTE_CODE)
     except (OSError, ValueError) as e:
         raise GacError(f"cannot read a model config from {str(spec)!r}: {str(e).splitlines()[0]}") from None
     with torch.device("meta"):

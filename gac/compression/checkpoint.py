@@ -46,6 +46,7 @@ from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
 from gac.errors import GacError
 from gac.io import file_sha256, read_json, write_json_atomic
+from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 
 log = logging.getLogger(__name__)
 
@@ -506,7 +507,8 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
         from transformers import AutoTokenizer
 
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(p))
+            refuse_remote_code(p)
+            tokenizer = AutoTokenizer.from_pretrained(str(p), **NO_REMOTE_CODE)
         except Exception as e:  # noqa: BLE001 - tokenizers raise many kinds for a damaged file
             why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {_COPY}") from None

@@ -32,6 +32,7 @@ from torch import nn
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
+from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
     if s in ("tiny", "tiny-untrained"):
         from gac.fixtures import SHIPPED_DIR
 
-        return AutoConfig.from_pretrained(str(SHIPPED_DIR))
+        return AutoConfig.from_pretrained(str(SHIPPED_DIR), **NO_REMOTE_CODE)
     if s == "smollm2":
         from gac.fixtures import named_config
 
@@ -74,12 +75,13 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             base = dict(read_meta(p)["base_config"])
             return AutoConfig.for_model(base.pop("model_type", None), **base)
         if (p / "config.json").is_file():
-            return AutoConfig.from_pretrained(str(p))
+            refuse_remote_code(p)
+            return AutoConfig.from_pretrained(str(p), **NO_REMOTE_CODE)
         raise GacError(f"{s!r} is a directory without config.json or gac_checkpoint.json; point at a model directory")
     if s.startswith((".", "/", "~")) or p.exists():
         raise GacError(f"model directory {s!r} does not exist; check the path (or pass a hub id or 'tiny')")
     try:
-        return AutoConfig.from_pretrained(s)
+        return AutoConfig.from_pretrained(s, **NO_REMOTE_CODE)
     except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise GacError(f"could not read the config of {s!r} ({msg}); without network pass a local model directory, "

@@ -6,6 +6,7 @@ import threading
 
 from gac.errors import GacError
 from gac.jobs.spec import JobSpec
+from gac.untrusted import NO_REMOTE_CODE
 
 _LOAD_LOCK = threading.Lock()  # transformers' loading patches process-wide state: one load at a time per process
 
@@ -58,7 +59,7 @@ def model_config_offline(model_spec: str, arch: dict | None = None):
         from transformers import AutoConfig
 
         try:
-            return AutoConfig.from_pretrained(model_spec, local_files_only=True)
+            return AutoConfig.from_pretrained(model_spec, local_files_only=True, **NO_REMOTE_CODE)
         except Exception:  # noqa: BLE001 - not cached / not readable: fall back to the arch block
             pass
     if kind == "checkpoint":
@@ -116,7 +117,7 @@ def model_max_positions(model_spec: str) -> int | None:
         else:
             from transformers import AutoConfig
 
-            n = getattr(AutoConfig.from_pretrained(model_spec, local_files_only=True), "max_position_embeddings", None)
+            n = getattr(AutoConfig.from_pretrained(model_spec, local_files_only=True, **NO_REMOTE_CODE), "max_position_embeddings", None)
     except Exception:  # noqa: BLE001 - a bad path or config: loading reports it with its own message
         return None
     return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
+from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,9 @@ def hf_config(path: Path):
     """``config.json`` of a local model directory as a transformers config, or a one-line :class:`GacError`."""
     from transformers import AutoConfig
 
+    refuse_remote_code(path)
     try:
-        return AutoConfig.from_pretrained(str(path), local_files_only=True)
+        return AutoConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
     except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
         raise GacError(f"{str(path / 'config.json')!r} is not a usable Hugging Face config ({_short(e)}); copy the "
                        f"model directory again from its source") from None
@@ -252,7 +254,7 @@ def _tokenizer_from(path: Path):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path), **NO_REMOTE_CODE)
     except Exception as e:
         raise GacError(f"no tokenizer in {path} ({type(e).__name__}); save the tokenizer beside the weights") from None
 
@@ -262,13 +264,14 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
     from transformers.utils import logging as hf_logging
 
     if kind == "local":
+        refuse_remote_code(spec)
         check_hf_dir(Path(spec).expanduser())
     kwargs = {"dtype": dtype} if dtype is not None else {}
     level = hf_logging.get_verbosity()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec)
+        tokenizer = AutoTokenizer.from_pretrained(spec, **NO_REMOTE_CODE)
         hf_logging.set_verbosity_error()  # its load report (a table on stderr) becomes the one line below
-        model, info = AutoModelForCausalLM.from_pretrained(spec, output_loading_info=True, **kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(spec, output_loading_info=True, **NO_REMOTE_CODE, **kwargs)
     except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
         msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         if kind == "hub":
