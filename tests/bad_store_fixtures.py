@@ -176,6 +176,15 @@ def _checkpoints(T: Path) -> None:
     ck("abs", lambda m: m["weights"].update(file=str(other / "gac_model.safetensors")))
     ck("version", lambda m: m.update(format_version="abc"))
     ck("modules", lambda m: m.update(modules=["q_proj"]))
+
+    def unhashed(m):  # the config's hash deleted, then rope_theta and rms_norm_eps edited
+        m.pop("meta_sha256")
+        m["base_config"]["rope_parameters"].update(rope_theta=5.0)
+        m["base_config"].update(rms_norm_eps=0.5)
+
+    ck("nohash", unhashed)
+    ck("noweighthash", lambda m: m["weights"].pop("sha256"))
+    ck("format1", lambda m: m.update(format_version=1))
     d = ck("tok")
     text = (d / "tokenizer.json").read_text()
     (d / "tokenizer.json").unlink()

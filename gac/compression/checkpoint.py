@@ -51,7 +51,7 @@ from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 log = logging.getLogger(__name__)
 
 FORMAT = "gac-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the config's own sha256 and the weights' sha256 are always written, and required on load
 META_FILE = "gac_checkpoint.json"
 WEIGHTS_FILE = "gac_model.safetensors"
 BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
@@ -358,7 +358,8 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
         raise GacError(f"{where}: {META_FILE} does not match its weights ({'; '.join(parts)}): the config was edited "
                        f"or the weights come from another checkpoint; {_COPY}")
     if verify:
-        if meta.get("meta_sha256") is not None and meta["meta_sha256"] != meta_sha256(meta):
+        check_hashes_present(p, meta)
+        if meta["meta_sha256"] != meta_sha256(meta):
             raise GacError(f"{where}: {META_FILE} was changed after the checkpoint was saved (its sha256 differs); "
                            f"{_COPY}, or load with verify=False (gac evaluate --no-verify) if you edited it on purpose")
         verify_checkpoint(p, meta)
@@ -426,10 +427,29 @@ def _dtype(d):
     return dt
 
 
+def check_hashes_present(p: Path, meta: dict) -> None:
+    """Every hash this format writes is there: a deleted hash never turns verification off."""
+    version = meta.get("format_version", 0)
+    if version < FORMAT_VERSION:
+        raise GacError(f"checkpoint {str(p)!r} has format {version}, which carries no hash of its config; re-save it "
+                       f"with this gac (gac compress ... -o DIR), or load it with verify=False (gac evaluate "
+                       f"--no-verify) if you trust it")
+    w = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
+    needed = {"meta_sha256": meta.get("meta_sha256"), "weights.sha256": w.get("sha256")}
+    if w.get("buffers"):
+        needed["weights.buffers_sha256"] = w.get("buffers_sha256")
+    missing = [k for k, v in needed.items() if not isinstance(v, str) or not v]
+    if missing:
+        raise GacError(f"checkpoint {str(p)!r}: {META_FILE} lacks {', '.join(missing)}, which every checkpoint of "
+                       f"format {FORMAT_VERSION} has (it was edited or damaged); {_COPY}, or load with verify=False "
+                       f"(gac evaluate --no-verify) if you edited it on purpose")
+
+
 def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None:
     """Check the weights (and buffers) files against the sha256 recorded at save time."""
     p = Path(path)
     meta = meta or read_meta(p)
+    check_hashes_present(p, meta)
     w = meta.get("weights") or {}
     for file, digest in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
         if not file or not digest:
