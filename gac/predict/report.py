@@ -67,6 +67,13 @@ def load_plan(path: str, compressor: str | None) -> tuple[dict, str]:
     return dims, str(comp)
 
 
+GPU_MEMORY_GIB = 80  # the A100 80GB and H100 80GB the published kernel data come from
+
+
+def _max_batch(seq_len: int, vocab: int) -> int:
+    return max(1, int(GPU_MEMORY_GIB * 2**30 // max(1, seq_len * vocab * 2)))
+
+
 def predict_document(gpu: str, model: str, plans=(), compressor: str | None = None, options: dict | None = None,
                      seq_lens=(1024,), batch: int = 1, predictor: Predictor | None = None) -> dict:
     """Predicted prefill latency of ``model`` and of each plan (validated before anything is predicted)."""
@@ -84,6 +91,12 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
     for s in seq_lens:
         if isinstance(limit, int) and s > limit:
             raise GacError(f"--seq-len {s} is above {name}'s maximum sequence length {limit}")
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    logits_gib = batch * max(seq_lens) * vocab * 2 / 2**30  # the prefill's fp16 logits, one row per token
+    if logits_gib > GPU_MEMORY_GIB:
+        raise GacError(f"--batch {batch} at --seq-len {max(seq_lens)}: the prefill's logits alone ({batch} x "
+                       f"{max(seq_lens)} tokens x {vocab} fp16) take {logits_gib:,.0f} GiB, more than an 80 GiB "
+                       f"A100/H100 holds; predict a batch that runs (at most {_max_batch(max(seq_lens), vocab)})")
     variants = [("Baseline", Structure(config, "float16"), None)]
     for f in plans:
         dims, comp = load_plan(f, compressor)
