@@ -81,6 +81,16 @@ def _files_2(T: Path, tgt: dict) -> None:
     import shutil
 
     shutil.copytree(ROOT / "tests" / "analysis" / "fixtures" / "profile", T / "profile")
+    neg = T / "profile_negative"  # one latency made -5 ms, its checksum updated to match
+    shutil.copytree(T / "profile", neg)
+    lines = (neg / "table.csv").read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace(",0.74,", ",-5,")
+    (neg / "table.csv").write_text("".join(lines))
+    from gac.io import file_sha256
+
+    meta = json.loads((neg / "profile.json").read_text())
+    meta["table_sha256"] = file_sha256(neg / "table.csv")
+    (neg / "profile.json").write_text(json.dumps(meta))
 
 
 def _outputs(argv: list[str]) -> list[Path]:

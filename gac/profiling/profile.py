@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -277,6 +278,13 @@ class HardwareProfile:
         missing = [c for c in COLUMNS if c not in table.columns]
         if missing:
             raise GacError(f"corrupt hardware profile {meta_file.parent}: table lacks columns {missing}")
+        for c in ("latency_ms", "latency_min_ms", "latency_max_ms", "tflops"):
+            v = pd.to_numeric(table[c], errors="coerce")
+            bad = v.notna() & ~(np.isfinite(v) & ((v > 0) if c != "tflops" else (v >= 0)))
+            if bad.any():
+                i = int(bad.to_numpy().nonzero()[0][0])
+                raise GacError(f"corrupt hardware profile {meta_file.parent}: {c} = {float(v.iloc[i])!r} in row {i + 1} of "
+                               f"{table_file.name}; a measured value is a finite, positive number: re-measure it")
         if "rows" in meta and meta["rows"] != len(table):
             raise GacError(
                 f"corrupt hardware profile {meta_file.parent}: {len(table)} rows, metadata says {meta['rows']}"
