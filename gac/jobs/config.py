@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gac.errors import GacError
 from gac.jobs.spec import BASELINE, EvalSpec, JobSpec, task_files_of
+from gac.results.query import MISSING, config_value
 from gac.results.store import canonical_number
 
 DEVICES = ("cpu", "cuda")
@@ -20,12 +21,8 @@ ON_BUSY = ("wait", "skip")
 
 
 def _get(d: dict, path: str, default=None):
-    cur = d
-    for p in path.split("."):
-        if not isinstance(cur, dict) or p not in cur:
-            return default
-        cur = cur[p]
-    return cur
+    v = config_value(d, path)  # the one dotted-path getter (gac.results.query)
+    return default if v is MISSING else v
 
 
 def _require(d: dict, path: str):
