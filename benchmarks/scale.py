@@ -174,7 +174,8 @@ def one_grad(args) -> int:
     from gac.compression.compressors import get_compressor
     from gac.compression.discovery import discover
     from gac.compression.footprint import estimate_footprint
-    from gac.compression.importance import collect_gradient_stats, get_proxy
+    from gac.compression.importance import collect_gradient_stats
+    from gac.compression.proxies import get_proxy
     from gac.compression.resources import ResourceMeter
 
     torch.set_num_threads(args.threads)

@@ -3,7 +3,7 @@ allocation rules and knapsack scores, each with its aliases and one lookup that 
 
 Only names live here (this module imports nothing of gac but its errors); the implementations register under them
 in their own packages (:data:`gac.compression.compressors.COMPRESSORS`, :data:`gac.align.strategies.STRATEGIES`,
-:data:`gac.compression.importance.PROXIES`), and :meth:`Names.bind` fails at import if one of them names a
+:data:`gac.compression.proxies.PROXIES`), and :meth:`Names.bind` fails at import if one of them names a
 different set.
 """
 

@@ -12,7 +12,7 @@ def test_each_implementation_map_has_exactly_the_registered_names():
     from gac.compression.allocation import ALLOCATION_CHOICES
     from gac.compression.compress import KNAPSACK_SCORES
     from gac.compression.compressors import COMPRESSORS
-    from gac.compression.importance import PROXIES
+    from gac.compression.proxies import PROXIES
 
     assert tuple(COMPRESSORS) == registry.COMPRESSORS.names
     assert tuple(STRATEGIES) == registry.STRATEGIES.names

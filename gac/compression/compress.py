@@ -41,9 +41,10 @@ from gac.compression.allocation import (
 )
 from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
-from gac.compression.importance import collect_gradient_stats, get_proxy, iter_activation_stats
+from gac.compression.importance import collect_gradient_stats, iter_activation_stats
 from gac.compression.modules import get_module, weight_params
 from gac.compression.prepared_io import load_prepared, save_prepared
+from gac.compression.proxies import get_proxy
 from gac.compression.resources import ResourceMeter
 from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
 from gac.errors import GacError, unknown_name

@@ -169,7 +169,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     ``compressor="none"``: the uncompressed baseline (weights and ``evaluation`` only)."""
     from gac.compression.compressors import get_compressor
     from gac.compression.compressors.lowrank_math import DEFAULT_SVD
-    from gac.compression.importance import get_proxy
+    from gac.compression.proxies import get_proxy
 
     ev = 0 if evaluation is None else evaluation_bytes(config, dtype, evaluation)
     if compressor == BASELINE:

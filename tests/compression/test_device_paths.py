@@ -11,8 +11,9 @@ import torch
 
 from gac.compression.compress import prepare
 from gac.compression.discovery import discover
-from gac.compression.importance import collect_activation_stats, collect_gradient_stats, get_proxy
+from gac.compression.importance import collect_activation_stats, collect_gradient_stats
 from gac.compression.modules import get_module
+from gac.compression.proxies import get_proxy
 from tests.compression.conftest import small_model
 
 IDS = torch.randint(0, 512, (3, 24), generator=torch.Generator().manual_seed(1))

@@ -9,7 +9,8 @@ import torch
 
 from gac.compression.compress import compress_model, prepare
 from gac.compression.discovery import SUPPORTED_MODEL_TYPES, discover
-from gac.compression.importance import PROXIES, collect_activation_stats, collect_gradient_stats
+from gac.compression.importance import collect_activation_stats, collect_gradient_stats
+from gac.compression.proxies import PROXIES
 from gac.errors import GacError, InfeasibleBudgetError
 from tests.compression.conftest import small_model
 
@@ -141,7 +142,7 @@ def test_nan_weight_names_the_weight():
 
 
 def test_nan_score_rejected():
-    from gac.compression.importance import check_score
+    from gac.compression.proxies import check_score
 
     with pytest.raises(GacError, match="layers.3.q_proj"):
         check_score(float("nan"), "layers.3.q_proj", "gradient")

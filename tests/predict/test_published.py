@@ -149,7 +149,7 @@ def test_the_extraction_script_regenerates_the_shipped_tables(tmp_path):
 def test_the_report_numbers_are_checked_against_the_checkout(tmp_path):
     """The validation numbers typed from report.md (sections 5.2.2, 6.6, 6.7) must appear there as written."""
     from gac.errors import GacError
-    from gac.profiling.extract_published import (
+    from gac.profiling.published_report import (
         REPORT_BASELINE_67,
         REPORT_E2E_52,
         REPORT_SVDLLM_66,

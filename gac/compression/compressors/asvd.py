@@ -21,8 +21,9 @@ from gac.compression.compressors.lowrank_math import (
     rank_factors,
 )
 from gac.compression.discovery import PROJECTIONS, ModelLayout
-from gac.compression.importance import Proxy, WeightStats, check_score
+from gac.compression.importance import WeightStats
 from gac.compression.modules import LowRankLinear, get_module
+from gac.compression.proxies import Proxy, check_score
 from gac.compression.swap import replace_module
 from gac.errors import GacError
 from gac.progress import track

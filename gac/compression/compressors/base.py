@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from gac.compression.discovery import ModelLayout
-from gac.compression.importance import Proxy, WeightStats
+from gac.compression.importance import WeightStats
+from gac.compression.proxies import Proxy
 from gac.errors import GacError
 
 

@@ -33,8 +33,8 @@ from torch import nn
 from gac.compression.compressors.base import Compressor, Unit, parse_layers
 from gac.compression.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
 from gac.compression.discovery import ModelLayout
-from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import get_module
+from gac.compression.proxies import Proxy, check_score
 from gac.compression.swap import replace_module
 from gac.errors import GacError, unknown_name
 from gac.progress import track

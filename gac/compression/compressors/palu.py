@@ -59,8 +59,8 @@ from gac.compression.compressors.lowrank_math import (
     whitening,
 )
 from gac.compression.discovery import ModelLayout
-from gac.compression.importance import Proxy, check_score
 from gac.compression.modules import GroupedLowRankLinear, get_module
+from gac.compression.proxies import Proxy, check_score
 from gac.compression.swap import replace_module
 from gac.errors import GacError, unknown_name
 from gac.progress import track
