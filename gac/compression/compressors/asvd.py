@@ -51,9 +51,12 @@ class LowRankCompressor(Compressor):
             mod = get_module(model, name)
             if not isinstance(mod, nn.Linear):
                 raise GacError(f"{name} is a {type(mod).__name__}, not a dense Linear; it is already compressed")
-            out.append(lowrank_unit(name, mod.out_features, mod.in_features, (name,), {"layer": layout.layer_of(name)},
-                                    dense=True))
+            out.append(self._unit(name, mod.out_features, mod.in_features, layout.layer_of(name)))
         return out
+
+    def _unit(self, name: str, out_f: int, in_f: int, layer) -> Unit:
+        """One projection's unit: low rank, or left dense where that is no larger."""
+        return lowrank_unit(name, out_f, in_f, (name,), {"layer": layer}, dense=True)
 
     def score(self, model, units, stats, proxy: Proxy):
         return {

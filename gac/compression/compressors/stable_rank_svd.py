@@ -21,16 +21,13 @@ difference is float rounding). ``sensitivity_grid``: the kept ratios of the stab
 
 from __future__ import annotations
 
-from torch import nn
-
 from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
 from gac.compression.compressors.asvd import LowRankCompressor
-from gac.compression.compressors.base import Unit, parse_layers
+from gac.compression.compressors.base import Unit
 from gac.compression.compressors.lowrank_math import svd_factors
-from gac.compression.discovery import PROJECTIONS, ModelLayout
+from gac.compression.discovery import PROJECTIONS
 from gac.compression.modules import get_module
 from gac.compression.stable_rank import stable_rank, stable_rank_fisher
-from gac.errors import GacError
 
 STABLE_RANK_ALLOCATION = "stable_rank"
 
@@ -47,17 +44,9 @@ class StableRankSVD(LowRankCompressor):
         super().__init__(projections, layers, svd)
         self.sensitivity_grid = check_sensitivity_grid(sensitivity_grid)
 
-    def units(self, model, layout: ModelLayout) -> list[Unit]:
-        idx = parse_layers(self.layers, layout.num_layers)
-        out = []
-        for name in layout.linear_names(self.projections, idx):
-            mod = get_module(model, name)
-            if not isinstance(mod, nn.Linear):
-                raise GacError(f"{name} is a {type(mod).__name__}, not a dense Linear; it is already compressed")
-            o, i = mod.out_features, mod.in_features
-            out.append(Unit(name, "lowrank", o + i, o * i, min(o, i), min(o, i), (name,),
-                            {"shape": [o, i], "layer": layout.layer_of(name)}))
-        return out
+    def _unit(self, name: str, o: int, i: int, layer) -> Unit:
+        """No dense option, and the rank cap is ``min(out, in)`` (the authors' ``max_rank``)."""
+        return Unit(name, "lowrank", o + i, o * i, min(o, i), min(o, i), (name,), {"shape": [o, i], "layer": layer})
 
     def score(self, model, units, stats, proxy):
         return {u.name: stable_rank_fisher(stable_rank(get_module(model, u.name).weight), self.sensitivity_grid)
