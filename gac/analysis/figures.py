@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from gac.analysis.labels import compressor_label, method_label, method_order, metric_label, sweep_metric_rank
@@ -154,13 +155,19 @@ def plot_proxy_comparison(dims: pd.DataFrame, unit: int = 8, title: str | None =
         ax.set_ylabel("dim")
         ax.grid(alpha=0.3)
         plain_ticks(ax)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # so are dims
+    lo, hi = float(dims["dim"].min()), float(dims["dim"].max())
+    if hi - lo < 2 * unit:  # near-equal dims: a window of a few units, not matplotlib's +-0.5 around one value
+        mid = (lo + hi) / 2
+        axes[0][0].set_ylim(mid - 2 * unit, mid + 2 * unit)  # shared y
     spare = [axes[k // ncols][k % ncols] for k in range(n, nrows * ncols)]
     for ax in spare:
         ax.remove()
     handles = [Line2D([], [], linestyle="none", marker=KIND_MARKERS.get(k, "x"), color="0.4", label=k) for k in kinds]
-    handles += [Line2D([], [], linestyle="none", marker="o", color=ALIGNED_STYLE["color"], label=f"d mod {unit} = 0"),
-                Line2D([], [], linestyle="none", marker="o", color=MISALIGNED_STYLE["color"],
-                       label=f"d mod {unit} ≠ 0")]
+    # colour is a property of every marker shape: patches, not a marker that suggests a module kind
+    handles += [Patch(color=ALIGNED_STYLE["color"], label=f"d mod {unit} = 0"),
+                Patch(color=MISALIGNED_STYLE["color"], label=f"d mod {unit} ≠ 0")]
     legend_outside(fig, handles, [h.get_label() for h in handles], ncol=min(8, len(handles)))
     if title:
         fig.suptitle(title)

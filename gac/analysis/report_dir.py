@@ -39,6 +39,7 @@ import gac.analysis.selection as S
 import gac.analysis.tables as T
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
+from gac.results.query import MISSING, config_value
 
 log = logging.getLogger(__name__)
 
@@ -121,15 +122,29 @@ def write_report(
     def figure(name: str, fig):
         rep.written += F.save_figure(fig, rep.out_dir / name, fig_formats)
 
-    tag_seq = df["seq_len"].nunique() > 1
-    for (model, gpu, seq_len), g in _groups(df, ["model", "gpu", "seq_len"]):
-        _table5s(g, model, gpu, seq_len, tag_seq, table, rep)
-        _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep)
-    for (model, gpu), g in _groups(df, ["model", "gpu"]):
-        _latency(g, model, gpu, table, figure, rep)
-    _proxies(df, table, figure, rep)
-    _plans(df, table, figure, rep)
-    _benches(df, figure, rep)
+    for experiment, part in experiments(df):
+        arts = EXPERIMENT_ARTEFACTS.get(experiment, ALL_ARTEFACTS)
+        names = _Names(experiment)
+        if experiment != DEFAULT_EXPERIMENT:
+            rep.sections.append(f"# Experiment {experiment}")
+        keys = set(part["key"].astype(str))
+        part.attrs["bench"] = [b for b in bench or [] if keys & {k for pt in (b.get("points") or {}).values()
+                                                               for k in pt.get("variants", {})}]
+        tag_seq = part["seq_len"].nunique() > 1
+        for (model, gpu, seq_len), g in _groups(part, ["model", "gpu", "seq_len"]):
+            if "table5" in arts:
+                _table5s(g, model, gpu, seq_len, tag_seq, table, rep, names("table5"))
+            if "ratio_sweep" in arts:
+                _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("ratio_sweep"))
+        if "latency" in arts:
+            for (model, gpu), g in _groups(part, ["model", "gpu"]):
+                _latency(g, model, gpu, table, figure, rep, names("latency_seq"))
+        if "proxies" in arts:
+            _proxies(part, table, figure, rep, names("proxies"))
+        if "plans" in arts:
+            _plans(part, table, figure, rep, names("plans"))
+        if "bench" in arts:
+            _benches(part, figure, rep, names("bench"))
     for prof in profiles:
         _staircases(prof, table, figure, rep)
 
@@ -148,6 +163,58 @@ def write_report(
     rep.written.append(index)
     log.info("report: %d files in %s (%d skipped)", len(rep.written), rep.out_dir, len(rep.skipped))
     return rep
+
+
+#: the label of records no experiment config set (``experiment_name`` left at its default)
+DEFAULT_EXPERIMENT = "default"
+#: the artefacts each experiment of conf/experiment/ defines, its first one named for the experiment itself
+#: (``table5_tiny_cpu_r0.15``, ``table5_plans_...``, ``proxy_compare_tiny_asvd_r0.2``): a report writes what its
+#: experiments define. Records of another label get every artefact their results support.
+EXPERIMENT_ARTEFACTS = {
+    "table5": ("table5", "plans", "bench"),
+    "table5_authors": ("table5", "plans", "bench"),
+    "ratio_sweep": ("ratio_sweep",),
+    "proxy_compare": ("proxies",),
+    "seq_len_sweep": ("latency",),
+}
+ALL_ARTEFACTS = ("table5", "ratio_sweep", "latency", "proxies", "plans", "bench")
+_ARTEFACT_NAMES = {"latency": "latency_seq"}
+
+
+class _Names:
+    """The file-name prefix of each artefact of one experiment: the artefact's own name for default records, the
+    experiment's name for the first artefact of a known experiment, ``<experiment>_<artefact>`` for the others (so
+    two experiments never write one file)."""
+
+    def __init__(self, experiment: str):
+        arts = EXPERIMENT_ARTEFACTS.get(experiment)
+        self.experiment, self.first = experiment, _ARTEFACT_NAMES.get(arts[0], arts[0]) if arts else None
+
+    def __call__(self, artefact: str) -> str:
+        if self.experiment == DEFAULT_EXPERIMENT:
+            return artefact
+        return self.experiment if artefact == self.first else f"{self.experiment}_{artefact}"
+
+
+def experiments(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The records of each experiment label that has compressed records, with its baselines: its own where it
+    ran one for a model, else the store's baselines of that model (one baseline serves every sweep). A store of
+    baselines only is one group."""
+    labels = df["experiment"].astype("object").where(df["experiment"].notna(), DEFAULT_EXPERIMENT) \
+        if "experiment" in df.columns else pd.Series(DEFAULT_EXPERIMENT, index=df.index)
+    labels = labels.astype(str)
+    base = N.baseline_mask(df)
+    order = list(dict.fromkeys(labels[~base]))
+    if not order:
+        return [(DEFAULT_EXPERIMENT, df)]
+    out = []
+    for exp in order:
+        mine = df[(labels == exp) & ~base]
+        own = df[(labels == exp) & base]
+        borrowed = [df[base & (labels != exp) & (df["model"].astype(str) == str(m))]
+                    for m in dict.fromkeys(mine["model"].astype(str)) if not (own["model"].astype(str) == m).any()]
+        out.append((exp, pd.concat([own, *borrowed, mine])))
+    return out
 
 
 def _groups(df: pd.DataFrame, by: list[str]):
@@ -170,7 +237,7 @@ def _setting_note(setting: dict) -> str:
     return f" [{S.describe_setting(setting)}]" if setting else ""
 
 
-def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
+def _table5s(g, model, gpu, seq_len, tag_seq, table, rep, prefix="table5"):
     comp = g[~N.baseline_mask(g) & g["strategy"].isin(["unaligned", "gac"])]
     ratios = S.distinct_values(comp.loc[comp["strategy"] == "gac", "ratio"])
     if not ratios:
@@ -187,7 +254,9 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
             if sel:
                 rows = rows[[c not in sel or str(x) == str(sel[c]) for c, x in zip(rows["compressor"], rows["proxy"])]]
             for setting, part in S.setting_groups(pd.concat([g[N.baseline_mask(g)], rows])):
-                name = slug("table5", model, gpu, f"r{r:g}",
+                if N.baseline_mask(part).all():  # a baseline whose settings differ from every compressed run's
+                    continue
+                name = slug(prefix, model, gpu, f"r{r:g}",
                             f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
                             p if ambiguous else None, _setting_slug(setting))
                 try:
@@ -199,7 +268,7 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep):
                 table(name, t, caption=t.attrs.get("caption") + (f", proxy {p}" if ambiguous else ""))
 
 
-def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
+def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="ratio_sweep"):
     comp = g[~N.baseline_mask(g)]
     quality = [N.ppl_column(comp), "prefill_ms"]
     measured = comp[[m for m in quality if m in comp.columns]].notna().any(axis=1) \
@@ -211,7 +280,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
     names = [c for c, n in counts.items() if n >= 2]
     rows = pd.concat([g[N.baseline_mask(g)], comp[measured & comp["compressor"].isin(names)]])
     for setting, part in S.setting_groups(rows, slot=("compressor", "strategy", "ratio", "proxy"), axes=("ratio",)):
-        name = slug("ratio_sweep", model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
+        name = slug(prefix, model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
                     _setting_slug(setting))
         try:
             mine = part[~N.baseline_mask(part)]  # a task row needs some compressor measured at 2+ ratios (a line)
@@ -235,7 +304,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")
 
 
-def _latency(g, model, gpu, table, figure, rep):
+def _latency(g, model, gpu, table, figure, rep, prefix="latency_seq"):
     cols = [c for c in g.columns if (p := L.parse_seq_metric(c)) and p[0] == "prefill_ms"]
     bench = g.attrs.get("bench") or []
     benched = {k for b in bench for p in (b.get("points") or {}).values() for k in p["variants"]}
@@ -249,7 +318,7 @@ def _latency(g, model, gpu, table, figure, rep):
     for r in S.distinct_values(comp["ratio"]) or [None]:
         at = pd.concat([has[N.baseline_mask(has)], comp[S.match_column(comp["ratio"], r)] if r is not None else comp])
         for setting, part in S.setting_groups(at, axes=S.LATENCY_AXES):
-            name = slug("latency_seq", model, gpu, f"r{r:g}" if r is not None else None, _setting_slug(setting))
+            name = slug(prefix, model, gpu, f"r{r:g}" if r is not None else None, _setting_slug(setting))
             try:
                 lat = T.latency_vs_seq_len(part, model=model, gpu=gpu, ratio=r, bench=bench)
             except GacError as e:
@@ -276,7 +345,7 @@ def _latency(g, model, gpu, table, figure, rep):
                               f"{_setting_note(setting)} ({lat.attrs.get('source')})")
 
 
-def _proxies(df, table, figure, rep):
+def _proxies(df, table, figure, rep, prefix="proxies"):
     plans = df[df["dims"].map(lambda d: isinstance(d, dict) and len(d) > 0) & (df["strategy"] == "unaligned")]
     for (model, comp, ratio), g in _groups(plans, ["model", "compressor", "ratio"]):
         if g["proxy"].nunique() < 2:
@@ -284,19 +353,34 @@ def _proxies(df, table, figure, rep):
         for setting, part in S.setting_groups(g, slot=("proxy",), axes=("proxy",)):
             if part["proxy"].nunique() < 2:
                 continue
-            name = slug("proxies", model, comp, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
+            name = slug(prefix, model, comp, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
             try:
                 dims = T.proxy_dims(part, model=model, compressor=comp, ratio=ratio)
             except GacError as e:
                 rep.skipped.append(f"{name}: {e}")
                 continue
             figure(name, F.plot_proxy_comparison(dims, title=F.figure_title(
-                f"{N.compressor_label(comp)}: unconstrained dims per proxy", model=model, ratio=ratio,
-                extra=_setting_note(setting))))
+                f"{N.compressor_label(comp)}, {_allocation_of(part)}: unconstrained dims per proxy", model=model,
+                ratio=ratio, extra=_setting_note(setting))))
             table(name, T.proxy_comparison(dims),
                   caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}{_setting_note(setting)}")
+            runs = df[(df["model"].astype(str) == str(model)) & (df["compressor"].astype(str) == str(comp))
+                      & S.match_column(df["ratio"], ratio) & df["proxy"].isin(part["proxy"].unique())]
+            try:
+                quality = T.proxy_quality(runs, model=model, compressor=comp, ratio=ratio)
+            except GacError as e:
+                rep.skipped.append(f"{name}_quality: {e}")
+                continue
+            table(f"{name}_quality", quality, caption=quality.attrs["caption"] + _setting_note(setting))
     if not rep.written or not any(p.name.startswith("proxies_") for p in rep.written):
         rep.skipped.append("proxy comparison: no (model, compressor, ratio) has unaligned plans from 2+ proxies")
+
+
+def _allocation_of(part) -> str:
+    """How the records' d* were allocated, for a title: ``proportional allocation``, or the compressor's own rule."""
+    vals = {str(v) for c in part["config"] for v in (config_value(c, "allocation"),)
+            if v is not MISSING and v not in (None, "default")} if "config" in part.columns else set()
+    return f"{', '.join(sorted(vals))} allocation" if vals else "its own allocation"
 
 
 def _device_of(part, gpu) -> str | None:
@@ -304,7 +388,7 @@ def _device_of(part, gpu) -> str | None:
     return ", ".join(devices) if devices else (str(gpu) if gpu is not None else None)
 
 
-def _plans(df, table, figure, rep):
+def _plans(df, table, figure, rep, prefix="plans"):
     plans = df[df["dims"].map(lambda d: isinstance(d, dict) and len(d) > 0)]
     if plans.empty:
         rep.skipped.append("plan figures (d* against the chosen dim, dims mod 8/16/32): no record has a plan")
@@ -317,7 +401,7 @@ def _plans(df, table, figure, rep):
             continue
         for setting, part in S.setting_groups(g, slot=("compressor", "strategy")):
             dims = L.plan_dims(part)
-            name = slug("plans", model, gpu, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
+            name = slug(prefix, model, gpu, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
             note = _setting_note(setting)
             device = _device_of(part, gpu)
             try:
@@ -332,14 +416,14 @@ def _plans(df, table, figure, rep):
                   caption=f"Aligned dims per method: {model}, ratio {ratio:g} on {device}{note}")
 
 
-def _benches(df, figure, rep):
+def _benches(df, figure, rep, prefix="bench"):
     benches = df.attrs.get("bench") or []
     if not benches:
         rep.skipped.append("bench figure (latency ratios with 95% CIs): no side-by-side bench in the store "
                            "(gac bench, or bench.after_sweep=true)")
     for b in benches:
         r = T.bench_ratios(b)
-        name = slug("bench", b.get("model"), str(b.get("key"))[:8])
+        name = slug(prefix, b.get("model"), str(b.get("key"))[:8])
         if r.empty:
             rep.skipped.append(f"{name}: the bench measured no compressed record")
             continue

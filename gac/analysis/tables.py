@@ -34,6 +34,7 @@ from gac.analysis.selection import (
     LATENCY_AXES,
     completed,
     describe_setting,
+    distinct_values,
     filter_settings,
     one_proxy,
     one_setting,
@@ -69,6 +70,7 @@ def table5(
     latency: str = "prefill_ms",
     bench: Sequence[Mapping] | None = None,
     where: Mapping[str, object] | None = None,
+    baseline_row: bool = True,
 ) -> pd.DataFrame:
     """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor.
 
@@ -79,7 +81,8 @@ def table5(
     from :func:`load_results`; the latest wins): ``Prefill (ms)`` is its median, ``vs. baseline (%)`` its ratio and
     ``CI95 low/high (%)`` the paired bootstrap interval. Otherwise latency is each job's own metric ``latency``
     (falling back to ``latency@<seq_len>``), a per-job smoke number; the caption says which. The baseline is matched on model, gpu and seq_len (not ratio). A metric a run did
-    not measure is NaN. ``df.attrs`` carries ``formats`` (for :func:`format_table`) and ``caption``.
+    not measure is NaN. ``baseline_row=False``: a table of compressed rows only, with no warning for the missing
+    baseline. ``df.attrs`` carries ``formats`` (for :func:`format_table`) and ``caption``.
     """
     what = "Table 5"
     bench = df.attrs.get("bench") if bench is None else bench
@@ -99,7 +102,7 @@ def table5(
     comp = one_proxy(comp, proxy, what)
     rows = one_setting(filter_settings(pd.concat([base, comp]), where, what), what)
     base, comp = rows[baseline_mask(rows)], rows[~baseline_mask(rows)]
-    if base.empty:
+    if base.empty and baseline_row:
         log.warning("Table 5: no baseline record for model %r; the baseline row and latency change stay blank", model)
 
     order = list(compressors) if compressors is not None else compressor_order(comp["compressor"].tolist())
@@ -337,6 +340,45 @@ def proxy_comparison(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> 
         rows.append((proxy, r))
     out = pd.DataFrame([r for _, r in rows], index=pd.Index([p for p, _ in rows], name="Proxy"))
     out.attrs["formats"] = {"targets": "{:.0f}", **{f"misaligned {u} (%)": "{:.0f}%" for u in units}}
+    return out
+
+
+def proxy_quality(
+    df: pd.DataFrame,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    compressor: str | None = None,
+    ratio: float | None = None,
+    seq_len: int | None = None,
+) -> pd.DataFrame:
+    """Per proxy, unaligned against GAC at the same budget: the Table 5 columns of one (model, compressor, ratio)
+    for each proxy (rows ``(proxy, method)``; no baseline row, columns nothing measured are dropped). Raises
+    :class:`GacError` when no record of it measured quality (the proxy comparison ran with ``eval=none``)."""
+    what = "proxy quality"
+    df = completed(df)
+    comp = df[~baseline_mask(df)]
+    comp, model = resolve(comp, "model", model, what)
+    comp, compressor = resolve(comp, "compressor", compressor, what)
+    comp, ratio = resolve(comp, "ratio", ratio, what)
+    parts = []
+    for proxy in distinct_values(comp["proxy"]):
+        t = table5(comp[comp["proxy"].astype(str) == str(proxy)], model=model, gpu=gpu, ratio=ratio,
+                   seq_len=seq_len, compressors=[compressor], proxy=str(proxy), baseline_row=False)
+        t = t.drop(index="Baseline", errors="ignore")
+        t.index = pd.MultiIndex.from_tuples([(str(proxy), m) for m in t.index], names=["Proxy", "Method"])
+        parts.append(t)
+    if not parts:
+        raise GacError(f"{what}: no {compressor} records for {model} at ratio {ratio}")
+    out = pd.concat(parts)
+    measured = [c for c in out.columns if c != ALIGN_COL and out[c].notna().any()]
+    if not measured:
+        raise GacError(f"{what}: no record measured perplexity, tasks or latency (eval=none); run the proxy "
+                       f"comparison with eval=default for its quality columns")
+    out = out[[ALIGN_COL] + measured]
+    out.attrs["formats"] = {c: f for c, f in TABLE5_FORMATS.items() if c in out.columns}
+    out.attrs["caption"] = (f"Proxy comparison: {compressor_label(compressor)} on {model} at ratio {float(ratio):g}, "
+                            f"unaligned against GAC at the same budget, per proxy")
     return out
 
 

@@ -230,3 +230,21 @@ def test_ratio_sweep_figure_with_task_rows(df):
     chance = [[ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() == ":"] for ax in first_col]
     assert chance == [[], [0.5], [0.25], []]
     assert ga.metric_label("ppl_enwiki") == "PPL (enwiki)" and ga.metric_label("piqa_acc_norm") == "PiQA (norm)"
+
+
+def test_figure2_ticks_whole_numbers_and_a_readable_window_for_near_equal_dims():
+    import pandas as pd
+
+    from gac.analysis.figures import plot_proxy_comparison
+
+    rows = [{"proxy": p, "layer": layer, "kind": "mlp", "dim": 550 + layer, "target": f"l{layer}"}
+            for p in ("magnitude", "activation") for layer in range(2)]
+    fig = plot_proxy_comparison(pd.DataFrame(rows))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert all(float(t).is_integer() for t in ax.get_xticks()) and all(float(t).is_integer() for t in ax.get_yticks())
+    lo, hi = ax.get_ylim()
+    assert hi - lo >= 32  # +-2 units of 8 around 550-551, not 550.0-551.0 in 0.2 steps
+    legend = fig.legends[0]
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[0] == "mlp" and "d mod 8 = 0" in labels
