@@ -298,7 +298,8 @@ def gemm_check(dev, pending: list | None = None) -> Check:
     name = f"gemm K={K}/{K + 1}"
 
     def run():
-        data = {"M": M, "N": N, "dtype": str(dt).removeprefix("torch."), "points": {}}
+        data = {"M": M, "N": N, "dtype": str(dt).removeprefix("torch."), "points": {},
+                "capability": ".".join(map(str, torch.cuda.get_device_capability(dev))) if cuda else None}
         check = Check(name, "PASS", "", data)
         with torch.inference_mode():
             for k in (K, K + 1):
@@ -321,7 +322,7 @@ def _finish_gemm(check: Check, kernels: dict) -> None:
     parts, unknown = [], []
     for k, p in pts.items():
         p["kernel"] = kernels.get(k)
-        p["tier"] = kernel_tier(p["kernel"])
+        p["tier"] = kernel_tier(p["kernel"], check.data.get("capability"))  # older generation's kernel: fallback
         if p["tier"] in ("unknown", "gemm"):
             unknown.append(p["kernel"] or "(no kernel captured)")
         parts.append(f"K={k} {p['ms']:.3f} ms {p['tier']} ({(p['kernel'] or '-')[:48]})")

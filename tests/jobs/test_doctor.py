@@ -97,6 +97,15 @@ def test_gemm_check_fails_on_a_kernel_gac_cannot_place_in_a_tier():
     assert bad.status == "FAIL" and "does not know 'some_new_kernel_1x1'" in bad.detail
 
 
+def test_gemm_check_tiers_by_the_devices_capability():
+    c = doctor.Check("gemm K=4096/4097", "PASS", "", {"points": {"4096": {"ms": 1.0}, "4097": {"ms": 1.6}},
+                                                       "capability": "9.0"})
+    doctor._finish_gemm(c, {"4096": "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNN",
+                            "4097": "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x128x32_stage4_kernel"})
+    assert c.status == "PASS" and c.data["points"]["4096"]["tier"] == "native"
+    assert c.data["points"]["4097"]["tier"] == "fallback"  # an A100 kernel on an H100
+
+
 def test_the_source_rules_are_what_the_readme_says():
     assert [b for b in ("flash", "efficient", "cudnn") if doctor.source_accepts(b, 107)] == ["flash"]
     assert all(doctor.source_accepts(b, 112) for b in ("flash", "efficient", "cudnn"))
