@@ -114,20 +114,26 @@ def check_gpu_name(gpu: str, device: str, device_name: str) -> None:
 
 
 def check_model_here(model_spec: str) -> None:
-    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache or the
-    hub answers (otherwise loading retries for a minute before it fails)."""
+    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache, or the
+    hub answers (otherwise loading retries for a minute before it fails) and this machine's token may read it (a
+    gated model otherwise fails at load, after the queue)."""
     from gac.models import model_kind
-    from gac.text import hub_repo_cached, hub_unreachable
+    from gac.text import hub_access_problem, hub_repo_cached, hub_unreachable
     from gac.untrusted import refuse_remote_code
 
     if model_kind(model_spec) != "hub":
         refuse_remote_code(model_spec)  # a directory that names its own code: before its config is read
         return
+    if hub_repo_cached(str(model_spec), "model"):
+        return
     why = hub_unreachable()
-    if why is not None and not hub_repo_cached(str(model_spec), "model"):
+    if why is not None:
         raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
                        f"model is not in the local cache; download it where the hub is reachable (`huggingface-cli "
                        f"download {model_spec} --local-dir DIR`) and pass DIR, or use 'tiny' (offline)")
+    problem = hub_access_problem(str(model_spec), "model")  # a gated model without a granted token: now, not at load
+    if problem is not None:
+        raise GacError(problem)
 
 
 def _max_positions(spec: JobSpec) -> int | None:
