@@ -155,17 +155,28 @@ def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) ->
 
 def hub_dataset_cached(path: str) -> bool:
     """Whether the hub dataset ``path`` (``org/name``) is in the local Hugging Face caches (hub or datasets)."""
-    data = Path(os.environ.get("HF_DATASETS_CACHE") or _hf_home() / "datasets").expanduser()
-    return hub_repo_cached(path, "dataset") or (data / path.replace("/", "___")).is_dir()
+    return hub_repo_cached(path, "dataset") or (datasets_cache_dir() / path.replace("/", "___")).is_dir()
 
 
 def hub_repo_cached(repo: str, kind: str = "model") -> bool:
     """Whether the hub repository ``repo`` (a model or a dataset) has a snapshot in the local hub cache."""
-    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("TRANSFORMERS_CACHE") or _hf_home() / "hub")
-    return (hub.expanduser() / f"{kind}s--{repo.replace('/', '--')}" / "snapshots").is_dir()
+    return (hub_cache_dir() / f"{kind}s--{repo.replace('/', '--')}" / "snapshots").is_dir()
 
 
-def _hf_home() -> Path:
+def hub_cache_dir() -> Path:
+    """Where model weights (and hub datasets' files) are downloaded: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``."""
+    return Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("TRANSFORMERS_CACHE") or hf_home() / "hub"
+                ).expanduser()
+
+
+def datasets_cache_dir() -> Path:
+    """Where ``datasets`` keeps prepared datasets (WikiText-2, lm-eval's tasks): ``HF_DATASETS_CACHE``, else
+    ``$HF_HOME/datasets``."""
+    return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
+
+
+def hf_home() -> Path:
+    """Hugging Face's home (its caches and the login token by default): ``HF_HOME``, else ~/.cache/huggingface."""
     return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
 
 
