@@ -109,7 +109,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
 
 
 def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) -> str | None:
-    """Why this machine's token (``HF_TOKEN``, or the one ``huggingface-cli login`` stored) cannot read the hub
+    """Why this machine's token (``HF_TOKEN``, or the one ``hf auth login`` stored) cannot read the hub
     repository ``repo``, as one sentence with its fix, or None when it can (or the hub's answer is not about
     access: loading then fails or succeeds on its own). Asks the hub's ``auth-check`` endpoint, as
     ``HfApi.auth_check`` does, with a timeout."""
@@ -126,7 +126,8 @@ def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) ->
         return None
     token = get_token()
     page = f"{hub_endpoint()}/{'' if kind == 'model' else kind + 's/'}{repo}"
-    login = "export HF_TOKEN=hf_... (or run `huggingface-cli login`) where the job runs"
+    login = ("export HF_TOKEN=hf_... (or run `hf auth login`; `huggingface-cli login` before huggingface_hub 1.0) "
+             "where the job runs")
     try:
         r = get_session().get(f"{hub_endpoint()}/api/{kind}s/{repo}/auth-check", headers=build_hf_headers(),
                               timeout=timeout)
@@ -135,7 +136,7 @@ def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) ->
         if token is None:
             return (f"{repo!r} is a gated {kind} and no Hugging Face token is set here: accept its license at {page}, "
                     f"then {login}")
-        return (f"{repo!r} is a gated {kind} and the token here (HF_TOKEN or `huggingface-cli login`'s) has not been "
+        return (f"{repo!r} is a gated {kind} and the token here (HF_TOKEN or `hf auth login`'s) has not been "
                 f"granted access: request it at {page}, or use the token of an account that has it")
     except RepositoryNotFoundError:
         if token is None:
@@ -146,7 +147,7 @@ def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) ->
         status = getattr(getattr(e, "response", None), "status_code", None)
         if status == 401:
             return (f"the Hugging Face hub refuses the token here (HTTP 401: invalid or expired) for {repo!r}: renew "
-                    f"HF_TOKEN or run `huggingface-cli login`")
+                    f"HF_TOKEN or run `hf auth login`")
         return None
     except Exception:  # noqa: BLE001 - the network: hub_unreachable's concern, not access
         return None

@@ -212,9 +212,9 @@ def check_hub() -> Check:
     except ImportError:
         token = None
     source = ("HF_TOKEN" if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-              else "`huggingface-cli login`'s")
+              else "`hf auth login`'s")
     token_part = (f"a token is set ({source})" if token
-                  else "no token (gated models need HF_TOKEN or `huggingface-cli login`)")
+                  else "no token (gated models need HF_TOKEN or `hf auth login`)")
     why = hub_unreachable()
     if why is not None:
         return Check("hub", "INFO", f"{hub_endpoint()} not reachable ({why}): only cached or local models and data; "

@@ -168,7 +168,7 @@ def test_a_gated_model_without_a_token_is_refused_naming_the_fix(fake_hub):
         check_model_here(GATED)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"{GATED!r} is a gated model and no Hugging Face token is set here")
-    assert "HF_TOKEN" in msg and "`huggingface-cli login`" in msg and f"/{GATED}" in msg
+    assert "HF_TOKEN" in msg and "`hf auth login`" in msg and "`huggingface-cli login` before huggingface_hub 1.0" in msg and f"/{GATED}" in msg
     assert fake_hub.calls == [(f"/api/models/{GATED}/auth-check", False)]
 
 
