@@ -66,36 +66,118 @@ def _is_file(x: str) -> bool:
         return False
 
 
-def hub_unreachable(timeout: float = 5.0) -> str | None:
-    """Why the Hugging Face hub cannot be reached from here (offline env vars, DNS, a refused connection), or None."""
-    import socket
+def hub_endpoint() -> str:
+    """The Hugging Face hub's address as its clients use it: ``HF_ENDPOINT`` (a mirror), else huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY``/``HTTP_PROXY``, unless ``NO_PROXY`` exempts its
+    host), for messages: the request itself goes through the hub client's session, which reads the same variables."""
+    import urllib.request
     from urllib.parse import urlparse
 
+    u = urlparse(url)
+    if u.hostname and urllib.request.proxy_bypass_environment(u.hostname):
+        return None
+    return urllib.request.getproxies_environment().get(u.scheme)
+
+
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached from here (offline env vars, DNS, a refused connection, a proxy
+    that refuses), or None. Asked the way the hub clients ask: one HEAD request through huggingface_hub's own HTTP
+    session, so ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` and ``HF_ENDPOINT`` count as they do for a download."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
             return f"{var} is set"
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    from urllib.parse import urlparse
+
+    url = hub_endpoint() + "/"
+    proxy = _proxy_for(url)
+    where = (urlparse(url).hostname or url) + (f" via proxy {proxy}" if proxy else "")
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as e:
-        return f"{host}: {e.strerror or e}"
+        from huggingface_hub import get_session
+
+        r = get_session().head(url, timeout=timeout)
+    except ImportError:
+        return "huggingface_hub is not installed"
+    except Exception as e:  # noqa: BLE001 - DNS, refused, timeout, proxy errors: each is a reason, not a crash
+        return f"{where}: {_short(e)}"
+    if r.status_code == 407 or r.status_code >= 500:
+        return f"{where}: HTTP {r.status_code}" + (" (the proxy asks for credentials)" if r.status_code == 407 else "")
+    return None
+
+
+def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) -> str | None:
+    """Why this machine's token (``HF_TOKEN``, or the one ``hf auth login`` stored) cannot read the hub
+    repository ``repo``, as one sentence with its fix, or None when it can (or the hub's answer is not about
+    access: loading then fails or succeeds on its own). Asks the hub's ``auth-check`` endpoint, as
+    ``HfApi.auth_check`` does, with a timeout."""
+    try:
+        from huggingface_hub import get_session, get_token
+        from huggingface_hub.utils import (
+            GatedRepoError,
+            HfHubHTTPError,
+            RepositoryNotFoundError,
+            build_hf_headers,
+            hf_raise_for_status,
+        )
+    except ImportError:
+        return None
+    token = get_token()
+    page = f"{hub_endpoint()}/{'' if kind == 'model' else kind + 's/'}{repo}"
+    login = ("export HF_TOKEN=hf_... (or run `hf auth login`; `huggingface-cli login` before huggingface_hub 1.0) "
+             "where the job runs")
+    try:
+        r = get_session().get(f"{hub_endpoint()}/api/{kind}s/{repo}/auth-check", headers=build_hf_headers(),
+                              timeout=timeout)
+        hf_raise_for_status(r)
+    except GatedRepoError:
+        if token is None:
+            return (f"{repo!r} is a gated {kind} and no Hugging Face token is set here: accept its license at {page}, "
+                    f"then {login}")
+        return (f"{repo!r} is a gated {kind} and the token here (HF_TOKEN or `hf auth login`'s) has not been "
+                f"granted access: request it at {page}, or use the token of an account that has it")
+    except RepositoryNotFoundError:
+        if token is None:
+            return (f"{repo!r} is not on the Hugging Face hub or is private/gated, and no token is set here: check the "
+                    f"id; for a private or gated {kind}, {login}")
+        return f"{repo!r} is not on the Hugging Face hub or the token here cannot see it: check the id and HF_TOKEN"
+    except HfHubHTTPError as e:
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        if status == 401:
+            return (f"the Hugging Face hub refuses the token here (HTTP 401: invalid or expired) for {repo!r}: renew "
+                    f"HF_TOKEN or run `hf auth login`")
+        return None
+    except Exception:  # noqa: BLE001 - the network: hub_unreachable's concern, not access
+        return None
+    return None
 
 
 def hub_dataset_cached(path: str) -> bool:
     """Whether the hub dataset ``path`` (``org/name``) is in the local Hugging Face caches (hub or datasets)."""
-    data = Path(os.environ.get("HF_DATASETS_CACHE") or _hf_home() / "datasets").expanduser()
-    return hub_repo_cached(path, "dataset") or (data / path.replace("/", "___")).is_dir()
+    return hub_repo_cached(path, "dataset") or (datasets_cache_dir() / path.replace("/", "___")).is_dir()
 
 
 def hub_repo_cached(repo: str, kind: str = "model") -> bool:
     """Whether the hub repository ``repo`` (a model or a dataset) has a snapshot in the local hub cache."""
-    hub = Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("TRANSFORMERS_CACHE") or _hf_home() / "hub")
-    return (hub.expanduser() / f"{kind}s--{repo.replace('/', '--')}" / "snapshots").is_dir()
+    return (hub_cache_dir() / f"{kind}s--{repo.replace('/', '--')}" / "snapshots").is_dir()
 
 
-def _hf_home() -> Path:
+def hub_cache_dir() -> Path:
+    """Where model weights (and hub datasets' files) are downloaded: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``."""
+    return Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("TRANSFORMERS_CACHE") or hf_home() / "hub"
+                ).expanduser()
+
+
+def datasets_cache_dir() -> Path:
+    """Where ``datasets`` keeps prepared datasets (WikiText-2, lm-eval's tasks): ``HF_DATASETS_CACHE``, else
+    ``$HF_HOME/datasets``."""
+    return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
+
+
+def hf_home() -> Path:
+    """Hugging Face's home (its caches and the login token by default): ``HF_HOME``, else ~/.cache/huggingface."""
     return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
 
 

@@ -34,6 +34,7 @@ import resource
 import sys
 import threading
 import time
+from pathlib import Path
 
 MB = 1024.0 * 1024.0
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -221,16 +222,15 @@ def device_memory(device: str = "cpu") -> dict:
         total, avail = info.get("MemTotal"), info.get("MemAvailable")
     except (OSError, ValueError):
         pass
-    limit = _cgroup_limit()
+    limit, left = cgroup_memory()
     if limit is not None:
-        used = _cgroup_usage() or 0
         total = min(total or limit, limit)
-        avail = min(avail if avail is not None else limit, max(limit - used, 0))
+        avail = min(avail if avail is not None else left, left)
     return {"device": "cpu", "total_mb": None if total is None else total / MB,
             "available_mb": None if avail is None else avail / MB}
 
 
-def _read_int(path: str) -> int | None:
+def _read_int(path: str | os.PathLike) -> int | None:
     try:
         with open(path) as f:
             s = f.read().strip()
@@ -239,15 +239,51 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-def _cgroup_limit() -> int | None:
-    v = _read_int("/sys/fs/cgroup/memory.max")
-    if v is None:
-        v = _read_int("/sys/fs/cgroup/memory/memory.limit_in_bytes")
-        if v is not None and v >= 1 << 60:  # cgroup v1 "unlimited"
-            v = None
-    return v
+def cgroup_memory(proc: str | os.PathLike = "/proc", cgroup: str | os.PathLike = "/sys/fs/cgroup"
+                  ) -> tuple[int | None, int | None]:
+    """The memory limit that binds this process and what is left under it, in bytes (None, None: no limit).
+
+    The process's own cgroup comes from ``/proc/self/cgroup`` (cgroup v2's ``0::PATH`` line, or v1's ``memory``
+    controller line), since a Slurm job's limit is set on its job cgroup, not on the root. Every cgroup from that one
+    up to the mount's root can hold a limit; the tightest wins: the smallest ``memory.max`` (v1:
+    ``memory.limit_in_bytes``) and the smallest limit minus usage. ``proc`` and ``cgroup``: the roots of /proc and the
+    cgroup mount."""
+    limit = left = None
+    for d, v2 in _cgroup_dirs(Path(proc), Path(cgroup)):
+        if v2:
+            lim, used = _read_int(d / "memory.max"), _read_int(d / "memory.current")
+        else:
+            lim, used = _read_int(d / "memory.limit_in_bytes"), _read_int(d / "memory.usage_in_bytes")
+            if lim is not None and lim >= 1 << 60:  # cgroup v1 "unlimited"
+                lim = None
+        if lim is None:
+            continue
+        limit = lim if limit is None else min(limit, lim)
+        rest = max(lim - (used or 0), 0)
+        left = rest if left is None else min(left, rest)
+    return limit, left
 
 
-def _cgroup_usage() -> int | None:
-    v = _read_int("/sys/fs/cgroup/memory.current")
-    return v if v is not None else _read_int("/sys/fs/cgroup/memory/memory.usage_in_bytes")
+def _cgroup_dirs(proc: Path, cgroup: Path) -> list[tuple[Path, bool]]:
+    """This process's memory cgroup directory and its ancestors up to the mount's root, each with whether it is
+    cgroup v2. Without a readable ``/proc/self/cgroup``: the mount's root (v2, then v1's memory hierarchy)."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    own = None
+    for ln in lines:
+        parts = ln.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if "memory" in controllers.split(",") and (cgroup / "memory").is_dir():  # v1 (or hybrid): memory's own tree
+            own = (cgroup / "memory", path, False)
+            break
+        if controllers == "" and own is None:  # v2's unified hierarchy
+            own = (cgroup, path, True)
+    if own is None:
+        return [(cgroup, True), (cgroup / "memory", False)]
+    base, path, v2 = own
+    parts = [p for p in path.strip("/").split("/") if p and p not in (".", "..")]
+    return [(base.joinpath(*parts[:i]), v2) for i in range(len(parts), -1, -1)]

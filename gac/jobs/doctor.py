@@ -6,6 +6,9 @@ torch.utils.collect_env`` and ``accelerate env`` but for what gac depends on:
 * ``versions``: torch (+ CUDA, cuDNN), transformers (and whether it accepts this torch: transformers >= 5.20
   disables torch < 2.6), lm-eval, hydra, submitit, wandb, gac and its git commit;
 * ``slurm``: the job's Slurm environment, if any; ``cuda`` and ``device``: name, memory, SM count, clocks;
+* ``cache hub/datasets/gac/lm-eval``: where each cache is, the variable that moves it and the free space there;
+  ``hub``: whether the Hugging Face hub answers (through the environment's proxy), whether a token is set and may
+  read the paper's gated model;
 * ``sdpa d=D DTYPE`` for head_dim 64, 96, 107, 112, 128 in fp16 and bf16 (float32 on a CPU): which backend
   PyTorch's dispatcher picks (``torch._fused_sdp_choice``), which kernel then actually runs (``torch.profiler``,
   captured after all timing), which backends accept the shape (each forced once with ``sdpa_kernel``), the
@@ -133,6 +136,102 @@ def check_slurm() -> Check:
         extra = f" (CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']})" if "CUDA_VISIBLE_DEVICES" in env else ""
         return Check("slurm", "INFO", "not inside a Slurm job" + extra, env)
     return Check("slurm", "INFO", ", ".join(f"{k.removeprefix('SLURM_').lower()}={v}" for k, v in env.items()), env)
+
+
+# ------------------------------------------------------------------------------------------------ caches, hub
+LOW_FREE_GB = 20  # an 8B model's fp16 weights are ~16 GB; its compressed checkpoints and datasets come on top
+
+
+def cache_locations() -> list[tuple[str, str, object, str]]:
+    """``(name, what it holds, path, the variable that moves it)`` of every cache a job writes to."""
+    from pathlib import Path
+
+    from gac.fixtures.tiny import cache_root
+    from gac.text import datasets_cache_dir, hub_cache_dir
+
+    lm_eval = os.environ.get("LM_HARNESS_CACHE_PATH")
+    if not lm_eval:
+        try:
+            import lm_eval.caching.cache as lm_cache
+
+            lm_eval = lm_cache.PATH
+        except Exception:  # noqa: BLE001 - lm-eval missing or changed: its line says so
+            lm_eval = None
+    return [
+        ("hub", "model weights", hub_cache_dir(), "HF_HOME or HF_HUB_CACHE"),
+        ("datasets", "WikiText-2 and lm-eval's task data", datasets_cache_dir(), "HF_HOME or HF_DATASETS_CACHE"),
+        ("gac", "the tiny, smollm2 and enwiki fixtures", cache_root(), "GAC_CACHE"),
+        ("lm-eval", "lm-eval's request cache (only with its cache_requests)", Path(lm_eval) if lm_eval else None,
+         "LM_HARNESS_CACHE_PATH"),
+    ]
+
+
+def free_gb(path) -> float | None:
+    """Free space on the file system that holds ``path`` (its nearest existing parent), in GB; None: unknown."""
+    import shutil
+    from pathlib import Path
+
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free / 1e9
+    except OSError:
+        return None
+
+
+def check_caches() -> list[Check]:
+    """One INFO line per cache: where it is, what moves it and the free space there (``low`` under
+    :data:`LOW_FREE_GB`: on clusters $HOME is often small and shared; move the cache to scratch)."""
+    checks = []
+    for name, what, path, var in cache_locations():
+        if path is None:
+            checks.append(Check(f"cache {name}", "INFO", f"unknown ({what}; set {var})"))
+            continue
+        free = free_gb(path)
+        room = "free space unknown" if free is None else f"{free:.0f} GB free"
+        low = (name in ("hub", "datasets") and free is not None and free < LOW_FREE_GB)
+        note = f"; low for an 8B model (~16 GB of weights): set {var} to a larger disk" if low else ""
+        checks.append(Check(f"cache {name}", "INFO", f"{path} ({room}; {what}; moved by {var}){note}",
+                            {"path": str(path), "free_gb": free, "variable": var}))
+    return checks
+
+
+GATED_MODEL = "meta-llama/Meta-Llama-3-8B"  # the paper's model (conf/model/llama3_8b.yaml), gated on the hub
+
+
+def check_hub() -> Check:
+    """Whether the Hugging Face hub answers here (through the proxy the environment names), whether a token is
+    set, and whether it may read the paper's gated model. INFO: an offline node with local models needs none."""
+    from gac.text import hub_access_problem, hub_endpoint, hub_unreachable
+
+    try:
+        from huggingface_hub import get_token
+
+        token = get_token()
+    except ImportError:
+        token = None
+    source = ("HF_TOKEN" if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+              else "`hf auth login`'s")
+    token_part = (f"a token is set ({source})" if token
+                  else "no token (gated models need HF_TOKEN or `hf auth login`)")
+    why = hub_unreachable()
+    if why is not None:
+        return Check("hub", "INFO", f"{hub_endpoint()} not reachable ({why}): only cached or local models and data; "
+                                    f"{token_part}", {"reachable": False, "token": bool(token)})
+    problem = hub_access_problem(GATED_MODEL)
+    access = f"{GATED_MODEL}: readable" if problem is None else problem
+    return Check("hub", "INFO", f"{hub_endpoint()} reachable; {token_part}; {access}",
+                 {"reachable": True, "token": bool(token), "gated_access": problem is None})
+
+
+def _caches_and_hub() -> list[Check]:
+    """The caches' lines and the hub's (each failure a FAIL line, never the end of the doctor)."""
+    try:
+        caches = check_caches()
+    except Exception as e:  # noqa: BLE001 - a check never takes the others down
+        caches = [Check("caches", "FAIL", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}")]
+    return caches + [_guard("hub", check_hub)]
 
 
 # ------------------------------------------------------------------------------------------------ device
@@ -298,7 +397,8 @@ def gemm_check(dev, pending: list | None = None) -> Check:
     name = f"gemm K={K}/{K + 1}"
 
     def run():
-        data = {"M": M, "N": N, "dtype": str(dt).removeprefix("torch."), "points": {}}
+        data = {"M": M, "N": N, "dtype": str(dt).removeprefix("torch."), "points": {},
+                "capability": ".".join(map(str, torch.cuda.get_device_capability(dev))) if cuda else None}
         check = Check(name, "PASS", "", data)
         with torch.inference_mode():
             for k in (K, K + 1):
@@ -321,7 +421,7 @@ def _finish_gemm(check: Check, kernels: dict) -> None:
     parts, unknown = [], []
     for k, p in pts.items():
         p["kernel"] = kernels.get(k)
-        p["tier"] = kernel_tier(p["kernel"])
+        p["tier"] = kernel_tier(p["kernel"], check.data.get("capability"))  # older generation's kernel: fallback
         if p["tier"] in ("unknown", "gemm"):
             unknown.append(p["kernel"] or "(no kernel captured)")
         parts.append(f"K={k} {p['ms']:.3f} ms {p['tier']} ({(p['kernel'] or '-')[:48]})")
@@ -420,6 +520,7 @@ def run_doctor(device: str | None = None, smoke: bool = True, dims: Sequence[int
     """Every check (module docstring). Returns ``{"checks": [...], "failed": n, "device": str}``."""
     dev, cuda_check = pick_device(device)  # a bad --device is bad input (exit 2) before any work
     checks = [_guard("versions", check_versions), _guard("slurm", check_slurm), cuda_check]
+    checks += _caches_and_hub()
     if cuda_check.status == "FAIL":
         return _result(checks, dev)
     checks.append(_guard("device", lambda: check_device(dev)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gac.errors import GacError
@@ -408,7 +408,7 @@ class SweepCallback(_Callback):
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
             try:
-                check_slurm(config.hydra.launcher.get("partition"))
+                check_slurm(_launcher_settings(config))
             except GacError as e:
                 print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
@@ -443,12 +443,29 @@ class SweepCallback(_Callback):
             log.warning("could not print the sweep's table: %s", e)
 
 
-def check_slurm(partition: str | None = None) -> None:
+def _launcher_settings(config) -> dict:
+    """hydra.launcher as a plain mapping (values that do not resolve outside a job, such as the submitit folder's,
+    stay as written: none of them is a site setting)."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation only a running job can resolve
+        return OmegaConf.to_container(config.hydra.launcher, resolve=False)
+
+
+def check_slurm(launcher=None) -> None:
     """Before a Slurm launch: ``sbatch`` exists, Slurm answers (``sinfo``: a missing or wrong ``SLURM_CONF`` fails
-    here with one line, not in submitit's traceback), and the launcher's partition is one of the cluster's."""
+    here with one line, not in submitit's traceback), and every site setting of ``launcher`` (hydra.launcher: a
+    mapping, or just a partition name) is one the cluster has (:func:`gac.jobs.site.check_site`: partition,
+    constraint, GPUs, memory, CPUs, time limit, account, QOS)."""
     import shutil
     import subprocess
 
+    from gac.jobs.site import SINFO_FORMAT, check_slurm_site, parse_sinfo
+
+    if not isinstance(launcher, Mapping):
+        launcher = {"partition": launcher}
     if shutil.which("sbatch") is None:
         raise GacError("a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm here); use "
                        "hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start")
@@ -456,7 +473,7 @@ def check_slurm(partition: str | None = None) -> None:
     if sinfo is None:
         return
     try:
-        r = subprocess.run([sinfo, "-h", "-o", "%P"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([sinfo, "-h", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         r = subprocess.CompletedProcess([sinfo], 1, "", f"{type(e).__name__}: {e}")
     if r.returncode != 0:
@@ -465,11 +482,7 @@ def check_slurm(partition: str | None = None) -> None:
         raise GacError(f"Slurm does not answer here (sinfo: {lines[-1].removeprefix('sinfo: ')}); SLURM_CONF is "
                        f"{repr(conf) if conf else 'unset'}: export SLURM_CONF=<your cluster's slurm.conf> (the loopback "
                        f"cluster: `python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local")
-    partitions = sorted({p.strip().rstrip("*") for p in r.stdout.split() if p.strip()})
-    if partition and partitions and str(partition) not in partitions:
-        from gac.errors import unknown_name
-
-        raise unknown_name("Slurm partition (hydra.launcher.partition=...)", str(partition), partitions)
+    check_slurm_site(launcher, parse_sinfo(r.stdout))
 
 
 def _bench_after_sweep(config) -> None:

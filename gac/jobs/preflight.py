@@ -3,6 +3,8 @@ compute and before the store is touched."""
 
 from __future__ import annotations
 
+import re
+
 from gac.errors import GacError
 from gac.jobs.loading import job_model_config, model_max_positions
 from gac.jobs.spec import JobSpec, task_files_of
@@ -46,6 +48,7 @@ def check_job_here(spec: JobSpec) -> None:
             have = f"{n} CUDA device(s)" if n else "no CUDA"
             raise GacError(f"this job runs on {spec.device} (gpu={spec.gpu}), but this machine has {have}; run it on a "
                            f"GPU node (e.g. hydra/launcher=slurm_h100), or use gpu=cpu here")
+        check_gpu_name(spec.gpu, spec.device, cuda_device_name(torch.device("cuda", index)))
     if not spec.random_weights:
         try:
             check_model_here(spec.model_spec)  # a missing directory, a file, the hub offline: now
@@ -79,21 +82,58 @@ def check_job_here(spec: JobSpec) -> None:
         check_hub_tasks([t for t in spec.eval.tasks if t not in local], via="config")
 
 
+KNOWN_GPUS = ("a100", "h100", "h200")  # conf/gpu's configs named after a GPU model
+
+
+def cuda_device_name(device) -> str:
+    """The CUDA device's name as the driver reports it (``NVIDIA H100 80GB HBM3``)."""
+    import torch
+
+    return torch.cuda.get_device_name(device)
+
+
+def gpu_name_matches(gpu: str, device_name: str) -> bool:
+    """Whether the config's ``gpu`` (``a100``, ``h100``, ``rtx4090``) names the device ``device_name``: one of the
+    name's words, or two adjacent words run together (``RTX 4090``), equals it, ignoring case."""
+    words = re.findall(r"[a-z0-9]+", device_name.lower())
+    names = set(words) | {a + b for a, b in zip(words, words[1:])}
+    return gpu.lower() in names
+
+
+def check_gpu_name(gpu: str, device: str, device_name: str) -> None:
+    """The GPU the config names is the device the job runs on: its cliffs, its published profile and the record's
+    ``gpu`` would otherwise describe another GPU. ``gpu=auto`` takes whatever device this is (the record's
+    ``provenance.device_name`` says which)."""
+    if gpu in ("auto", "cpu") or gpu_name_matches(gpu, device_name):
+        return
+    fits = [g for g in KNOWN_GPUS if gpu_name_matches(g, device_name)]
+    use = f"gpu={fits[0]} (this device's config) or gpu=auto" if fits else "gpu=auto"
+    raise GacError(f"config: gpu={gpu}, but this job's device {device} is a {device_name!r}, so the {gpu}'s cliffs "
+                   f"and profile would be used for it and the record would say gpu={gpu}; use {use} here, or run on "
+                   f"a {gpu.upper()} node (hydra.launcher.constraint / partition)")
+
+
 def check_model_here(model_spec: str) -> None:
-    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache or the
-    hub answers (otherwise loading retries for a minute before it fails)."""
+    """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache, or the
+    hub answers (otherwise loading retries for a minute before it fails) and this machine's token may read it (a
+    gated model otherwise fails at load, after the queue)."""
     from gac.models import model_kind
-    from gac.text import hub_repo_cached, hub_unreachable
+    from gac.text import hub_access_problem, hub_repo_cached, hub_unreachable
     from gac.untrusted import refuse_remote_code
 
     if model_kind(model_spec) != "hub":
         refuse_remote_code(model_spec)  # a directory that names its own code: before its config is read
         return
+    if hub_repo_cached(str(model_spec), "model"):
+        return
     why = hub_unreachable()
-    if why is not None and not hub_repo_cached(str(model_spec), "model"):
+    if why is not None:
         raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
                        f"model is not in the local cache; download it where the hub is reachable (`huggingface-cli "
                        f"download {model_spec} --local-dir DIR`) and pass DIR, or use 'tiny' (offline)")
+    problem = hub_access_problem(str(model_spec), "model")  # a gated model without a granted token: now, not at load
+    if problem is not None:
+        raise GacError(problem)
 
 
 def _max_positions(spec: JobSpec) -> int | None:

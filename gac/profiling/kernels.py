@@ -153,8 +153,48 @@ def mma_instruction(name: str | None) -> str | None:
     return None
 
 
-def kernel_tier(name: str | None) -> str:
+# The GPU architecture a kernel name says it was built for, as compute capability x 10 (sm80 = Ampere A100)
+_ARCH_NAMES = {"volta": 70, "turing": 75, "ampere": 80, "ada": 89, "hopper": 90, "blackwell": 100}
+_ARCH = re.compile(r"(?:^|[^a-z0-9])(?:sm_?|cutlass_|cutlass3x_sm)(\d{2,3})(?=_|[^0-9]|$)")
+
+
+def kernel_arch(name: str | None) -> int | None:
+    """The architecture a GEMM kernel's name says it targets, as compute capability x 10: ``sm80_xmma_...``,
+    ``ampere_fp16_...`` and ``cutlass_80_tensorop_...`` are 80, ``sm90_xmma_...``, ``nvjet_sm90_...`` and
+    ``cutlass3x_sm90_...`` 90. None when the name does not say (cuBLASLt's ``nvjet_hsh_...`` is built for Hopper
+    and newer, but for which of them its name does not tell)."""
+    if not name:
+        return None
+    low = name.lower()
+    m = _ARCH.search(low)
+    if m:
+        return int(m.group(1))
+    for word, arch in _ARCH_NAMES.items():
+        if low.startswith(word + "_") or f"_{word}_" in low or f" {word}_" in low:
+            return arch
+    return None
+
+
+def _capability(cc) -> int | None:
+    """A compute capability as an int x 10: ``(9, 0)`` -> 90, ``"9.0"`` -> 90, ``90`` -> 90; None stays None."""
+    if cc is None:
+        return None
+    if isinstance(cc, (tuple, list)):
+        return int(cc[0]) * 10 + int(cc[1])
+    if isinstance(cc, str):
+        major, _, minor = cc.partition(".")
+        return int(major) * 10 + int(minor or 0)
+    return int(cc)
+
+
+def kernel_tier(name: str | None, capability=None) -> str:
     """Classify a GEMM/GEMV kernel name (paper Table 3), as ``torch.profiler`` or Nsight report it.
+
+    ``capability``: the compute capability of the device the kernel ran on (``(9, 0)``, ``"9.0"`` or ``90``; None:
+    unknown). A cuBLAS kernel of an older GPU generation than the device's (``sm80_xmma_...`` or ``ampere_...`` on
+    an H100) is then ``fallback``, not ``native``: cuBLAS picks one when the generation's own kernels (``nvjet``,
+    ``sm90_xmma``) do not take the shape, and it runs without that generation's Tensor Core instructions. Kernels of
+    the same generation (sm80 kernels on an sm86 GPU) stay ``native``.
 
     * ``alignN``: a CUTLASS kernel whose name carries its vector width (``cutlass_80_tensorop_..._align2``,
       ``cutlass_75_tensorop_..._align1``, CUTLASS 3's ``cutlass3x_sm90_tensorop_gemm_..._align8``): align8 moves
@@ -166,6 +206,8 @@ def kernel_tier(name: str | None) -> str:
       ``sm90_xmma_gemm_...`` and, on Hopper and newer, cuBLASLt's ``nvjet_*`` kernels (``nvjet_hsh_...`` for fp16,
       ``nvjet_tst_...`` for bf16, ``nvjet_sm90_...`` with CUDA 13). Their names carry no vector width: on Hopper
       the tier tells the kernel family and the latency tells the cost of a misaligned K or N;
+    * ``fallback``: one of those cuBLAS kernels built for an older GPU generation than the device's (only when
+      ``capability`` is given);
     * ``cutlass``: a CUTLASS 3 kernel named by its template (``cutlass::device_kernel<...GemmUniversal<...>>``)
       or a ``cutlass3x`` name without ``alignN``: a CUTLASS kernel whose alignment the name does not say;
     * ``gemm``: another GEMM; ``cpu``: an ATen op on CPU; ``unknown`` otherwise (None, empty, not a GEMM).
@@ -182,6 +224,9 @@ def kernel_tier(name: str | None) -> str:
         return f"align{m.group(1)}"
     if low.startswith("nvjet_") or "xmma" in low or "cublas" in low or re.search(
             r"(ampere|volta|turing|hopper|sm\d\d)_.*gemm", low):
+        device, arch = _capability(capability), kernel_arch(name)
+        if device is not None and arch is not None and arch // 10 < device // 10:
+            return "fallback"
         return "native"
     if "cutlass3x" in low or ("device_kernel<" in low and "gemm" in low):
         return "cutlass"
@@ -191,7 +236,7 @@ def kernel_tier(name: str | None) -> str:
 
 
 # lower is better: a native kernel or a full-width CUTLASS one, then the narrower vector loads
-TIER_RANK = {"native": 1, "align8": 1, "cutlass": 2, "align4": 2, "align2": 2, "align1": 3}
+TIER_RANK = {"native": 1, "align8": 1, "cutlass": 2, "fallback": 2, "align4": 2, "align2": 2, "align1": 3}
 
 
 def attention_backend(name: str | None) -> str | None:

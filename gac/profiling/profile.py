@@ -53,7 +53,7 @@ SCHEMA: dict[str, str] = {
     "latency_max_ms": "float64",
     "tflops": "float64",
     "kernel": "string",  # longest kernel (CUDA) or leaf ATen op (CPU); "" if not captured
-    "tier": "string",  # kernel tier (native, align2, align1, gemv, cpu...) or SDPA backend
+    "tier": "string",  # kernel tier (native, fallback, align2, align1, gemv, cpu...) or SDPA backend
     "context": "string",  # target kernel context (target rows), "" for sweeps
 }
 COLUMNS = tuple(SCHEMA)

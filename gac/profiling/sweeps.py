@@ -208,10 +208,11 @@ def _capture_pending(ctx: _Ctx) -> None:
         names = capture_in_child(specs, ctx.device, ctx.dtype)
     else:
         names = capture_kernel_names(specs, ctx.device, ctx.dtype)
+    cc = torch.cuda.get_device_capability(ctx.device) if ctx.device.type == "cuda" else None
     for (row, spec), name in zip(ctx.pending, names, strict=True):
         row["kernel"] = name or ""
         if spec["op"] != "sdpa":  # an SDPA row's tier is the backend the dispatcher picked
-            row["tier"] = kernel_tier(name)
+            row["tier"] = kernel_tier(name, cc)  # an older generation's kernel on this GPU: "fallback"
     log.info("kernel names of %d shapes captured after timing (%s)", len(specs),
              "in a child process" if ctx.kernel_names == "process" else "in this process")
     ctx.pending.clear()

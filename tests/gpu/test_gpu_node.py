@@ -113,7 +113,7 @@ def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
     from gac.results import ResultsStore
 
     cfg = OmegaConf.to_container(compose_config([
-        "model=tiny", "gpu=h100", "model.dtype=float16", "gpu.profile=measure", "eval=quick", "eval.limit=20",
+        "model=tiny", "gpu=auto", "model.dtype=float16", "gpu.profile=measure", "eval=quick", "eval.limit=20",
         "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "calibration.n_samples=4", "calibration.seq_len=128",
         "seq_len=256", "eval.latency_seq_lens=[256]", f"results_dir={tmp_path / 'r'}"]), resolve=True)
     spec = spec_from_config(cfg)

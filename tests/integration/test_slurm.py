@@ -126,3 +126,16 @@ def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path)
     assert ppl[0].stat().st_mtime_ns == ppl_mtime
     started = [json.loads(x) for x in events[0].read_text().splitlines() if '"started"' in x]
     assert len(started) == 2
+
+
+def test_site_settings_the_cluster_lacks_stop_the_launch(cluster, tmp_path):
+    """The loopback node has no features, no GPUs, 4096 MB and 2 CPUs: each such setting is refused before sbatch."""
+    for setting, msg in (("hydra.launcher.constraint=h100", "hydra.launcher.constraint=h100: no node of partition "
+                                                            "'debug' has the feature 'h100' (features there: none)"),
+                         ("hydra.launcher.mem_gb=64", "hydra.launcher.mem_gb=64: the nodes of partition 'debug' have "
+                                                      "at most 4 GB (4096 MB)"),
+                         ("hydra.launcher.gpus_per_node=1", "no node of partition 'debug' has GPUs (no GPU gres)")):
+        r = _multirun(cluster, tmp_path, [setting], timeout=300)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert msg in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "multirun" / ".submitit").exists()  # nothing was submitted

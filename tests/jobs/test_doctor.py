@@ -97,8 +97,47 @@ def test_gemm_check_fails_on_a_kernel_gac_cannot_place_in_a_tier():
     assert bad.status == "FAIL" and "does not know 'some_new_kernel_1x1'" in bad.detail
 
 
+def test_gemm_check_tiers_by_the_devices_capability():
+    c = doctor.Check("gemm K=4096/4097", "PASS", "", {"points": {"4096": {"ms": 1.0}, "4097": {"ms": 1.6}},
+                                                       "capability": "9.0"})
+    doctor._finish_gemm(c, {"4096": "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNN",
+                            "4097": "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x128x32_stage4_kernel"})
+    assert c.status == "PASS" and c.data["points"]["4096"]["tier"] == "native"
+    assert c.data["points"]["4097"]["tier"] == "fallback"  # an A100 kernel on an H100
+
+
 def test_the_source_rules_are_what_the_readme_says():
     assert [b for b in ("flash", "efficient", "cudnn") if doctor.source_accepts(b, 107)] == ["flash"]
     assert all(doctor.source_accepts(b, 112) for b in ("flash", "efficient", "cudnn"))
     assert not doctor.source_accepts("cudnn", 136) and doctor.source_accepts("flash", 256)
     assert not doctor.source_accepts("flash", 264)
+
+
+def test_the_caches_are_named_with_their_variable_and_free_space(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_CACHE", raising=False)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds"))
+    monkeypatch.setenv("GAC_CACHE", str(tmp_path / "gac"))
+    monkeypatch.setenv("LM_HARNESS_CACHE_PATH", str(tmp_path / "lm"))
+    monkeypatch.setattr(doctor, "free_gb", lambda path: 5.0 if "hf" in str(path) else 500.0)
+    checks = {c.name: c for c in doctor.check_caches()}
+    assert list(checks) == ["cache hub", "cache datasets", "cache gac", "cache lm-eval"]
+    assert all(c.status == "INFO" for c in checks.values())
+    assert checks["cache hub"].detail.startswith(f"{tmp_path / 'hf' / 'hub'} (5 GB free; model weights; moved by "
+                                                 f"HF_HOME or HF_HUB_CACHE); low for an 8B model")
+    assert checks["cache datasets"].data["path"] == str(tmp_path / "ds") and "low" not in checks["cache datasets"].detail
+    assert checks["cache gac"].data == {"path": str(tmp_path / "gac"), "free_gb": 500.0, "variable": "GAC_CACHE"}
+    assert checks["cache lm-eval"].data["path"] == str(tmp_path / "lm")
+
+
+def test_free_space_is_read_at_the_nearest_existing_parent(tmp_path):
+    assert doctor.free_gb(tmp_path / "not" / "yet" / "made") > 0
+
+
+def test_the_hub_line_says_reachability_and_token(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    c = doctor.check_hub()
+    assert c.status == "INFO" and "not reachable (HF_HUB_OFFLINE is set)" in c.detail
+    assert "a token is set (HF_TOKEN)" in c.detail and c.data == {"reachable": False, "token": True}

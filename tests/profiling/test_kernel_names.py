@@ -98,3 +98,35 @@ ATTENTION_NAMES = [
                          ids=[str(n)[:48] for n, _, _ in ATTENTION_NAMES])
 def test_attention_kernels_name_their_sdpa_backend(name, backend, source):
     assert attention_backend(name) == backend, source
+
+
+# (kernel name, its architecture, its tier on an A100 (8.0), on an RTX A6000 (8.6), on an H100 (9.0))
+ARCH_TIERS = [
+    ("sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x128x32_stage4_warpsize2x2x1_tensor16x8x16_kernel", 80,
+     "native", "native", "fallback"),
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn", 80, "native", "native", "fallback"),
+    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", 75, "fallback", "fallback", "fallback"),
+    ("volta_sgemm_128x64_nn", 70, "fallback", "fallback", "fallback"),
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+     90, "native", "native", "native"),
+    ("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_TNT", 90, "native", "native", "native"),
+    ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_TNT", None, "native", "native", "native"),
+    ("cutlass_80_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_nn_align2", 80, "align2", "align2", "align2"),
+    ("cutlass3x_sm90_tensorop_gemm_f16_f16_f32_f16_f32_128x128x64_2x1x1_0_ntn_align8", 90, "align8", "align8",
+     "align8"),
+    ("void gemv2T_kernel_val<int, int, __half, __half, float, 128, 16, 4, 4, false>", None, "gemv", "gemv", "gemv"),
+]
+
+
+@pytest.mark.parametrize(("name", "arch", "a100", "a6000", "h100"), ARCH_TIERS, ids=[n[:40] for n, *_ in ARCH_TIERS])
+def test_previous_generation_kernels_are_a_fallback_on_a_newer_gpu(name, arch, a100, a6000, h100):
+    from gac.profiling.kernels import kernel_arch
+
+    assert kernel_arch(name) == arch
+    assert [kernel_tier(name, cc) for cc in ((8, 0), "8.6", 90)] == [a100, a6000, h100]
+    # without the device's capability the tier is the kernel's family, as before
+    assert kernel_tier(name) == ("native" if a100 == "fallback" else a100)
+
+
+def test_fallback_ranks_below_native():
+    assert TIER_RANK["native"] < TIER_RANK["fallback"] < TIER_RANK["align1"]

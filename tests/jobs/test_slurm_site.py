@@ -1,0 +1,132 @@
+"""A Slurm launcher's site settings checked against what sinfo (and sacctmgr) say, before anything is submitted:
+parsed sinfo rows, and a fake sinfo on PATH through experiments/run.py."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gac.errors import GacError
+from gac.jobs.experiment import compose_config
+from gac.jobs.site import check_site, constraint_features, parse_gres, parse_sinfo, slurm_minutes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SINFO = """gpu*|a100,ib|gpu:a100:4(S:0-1)|515000|64|2-00:00:00
+gpu*|h100,ib|gpu:h100:8(S:0-1),shard:16|1030000|96|2-00:00:00
+cpu|(null)|(null)|256000|128|infinite
+short|a100|gpu:a100:4|515000|64|30:00
+"""
+SITE = {"partition": "gpu", "constraint": None, "gpus_per_node": 1, "mem_gb": 64, "cpus_per_task": 8,
+        "tasks_per_node": 1, "timeout_min": 240}
+
+
+def test_sinfo_rows_parse():
+    rows = parse_sinfo(SINFO)
+    assert [(r.partition, r.default) for r in rows] == [("gpu", True), ("gpu", True), ("cpu", False),
+                                                        ("short", False)]
+    assert rows[1].features == {"h100", "ib"} and rows[1].gpus == {"h100": 8} and rows[1].mem_mb == 1030000
+    assert rows[2].features == frozenset() and rows[2].gpus == {} and rows[2].time_min == math.inf
+    assert rows[3].time_min == 30
+    terse = parse_sinfo("debug*\n")  # a sinfo that printed only the partition: the rest stays unknown
+    assert terse[0].partition == "debug" and terse[0].features is None and terse[0].gpus is None
+
+
+@pytest.mark.parametrize(("text", "minutes"), [("infinite", math.inf), ("30", 30), ("30:00", 30), ("4:00:00", 240),
+                                               ("2-00:00:00", 2880), ("1-12", 2160), ("n/a", None)])
+def test_slurm_minutes(text, minutes):
+    assert slurm_minutes(text) == minutes
+
+
+def test_gres_and_constraints():
+    assert parse_gres("gpu:a100:4(S:0-1),shard:8") == {"a100": 4}
+    assert parse_gres("gpu:2") == {"": 2} and parse_gres("(null)") == {}
+    assert constraint_features("a100&ib") == (["a100", "ib"], False)
+    assert constraint_features("[a100*2|h100]") == (["a100", "h100"], True)
+
+
+def test_the_default_site_settings_pass():
+    check_site(SITE, parse_sinfo(SINFO))
+    check_site({**SITE, "constraint": "h100&ib", "gpus_per_node": 8}, parse_sinfo(SINFO))
+    check_site({**SITE, "constraint": "a100|l40s"}, parse_sinfo(SINFO))  # one of an or is enough
+    check_site({**SITE, "partition": None}, parse_sinfo(SINFO))  # the default partition
+
+
+@pytest.mark.parametrize(("change", "msg"), [
+    ({"partition": "gpu-h100"}, "unknown Slurm partition (hydra.launcher.partition=...) 'gpu-h100'"),
+    ({"constraint": "h200"}, "hydra.launcher.constraint=h200: no node of partition 'gpu' has the feature 'h200' "
+                             "(features there: a100, h100, ib); set constraint to null or to one of those"),
+    ({"constraint": "a100&nvlink"}, "has the feature 'nvlink'"),
+    ({"partition": "cpu"}, "hydra.launcher.gpus_per_node: no node of partition 'cpu' has GPUs (no GPU gres)"),
+    ({"gres": "gpu:h200:1"}, "hydra.launcher.gres: no node of partition 'gpu' has gpu:h200 (GPU types there: a100, "
+                             "h100)"),
+    ({"gpus_per_node": 16}, "gpus_per_node=16: the nodes of partition 'gpu' have at most 8 GPU(s)"),
+    ({"mem_gb": 2048}, "mem_gb=2048: the nodes of partition 'gpu' have at most 1005 GB"),
+    ({"cpus_per_task": 200}, "cpus_per_task=200: the nodes of partition 'gpu' have at most 96 CPUs"),
+    ({"partition": "short"}, "timeout_min=240: the time limit of partition 'short' is 30 minutes"),
+])
+def test_each_site_setting_the_cluster_lacks_is_named(change, msg):
+    with pytest.raises(GacError) as e:
+        check_site({**SITE, **change}, parse_sinfo(SINFO))
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_account_and_qos_against_sacctmgr(tmp_path):
+    fake = tmp_path / "sacctmgr"
+    fake.write_text('#!/bin/sh\ncase "$*" in\n  *qos*) printf "normal\\nhigh\\n" ;;\n'
+                    '  *user=alice*) printf "proj-a\\nproj-b\\n" ;;\n  *) exit 1 ;;\nesac\n')
+    fake.chmod(0o755)
+    rows = parse_sinfo(SINFO)
+    check_site({**SITE, "account": "proj-b", "qos": "high"}, rows, str(fake), "alice")
+    with pytest.raises(GacError, match=r"unknown Slurm account of user alice \(hydra.launcher.account=...\) 'proj-c'; .* known: proj-a, proj-b"):
+        check_site({**SITE, "account": "proj-c"}, rows, str(fake), "alice")
+    with pytest.raises(GacError, match=r"unknown Slurm QOS \(hydra.launcher.qos=...\) 'urgent'"):
+        check_site({**SITE, "qos": "urgent"}, rows, str(fake), "alice")
+    check_site({**SITE, "account": "anything"}, rows, str(fake), "bob")  # sacctmgr fails: left to sbatch
+
+
+def test_the_launchers_default_the_constraint_to_null():
+    for launcher in ("slurm_a100", "slurm_h100"):
+        cfg = compose_config([f"hydra/launcher={launcher}"], return_hydra_config=True)
+        assert cfg.hydra.launcher.constraint is None
+
+
+def test_the_launchers_pass_the_caches_through(monkeypatch):
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("HF_HOME", "/scratch/me/hf")
+    monkeypatch.delenv("GAC_CACHE", raising=False)
+    cfg = compose_config(["hydra/launcher=slurm_h100"], return_hydra_config=True)
+    setup = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)["setup"]
+    script = "\n".join(setup) + "\necho \"$HF_HOME|${GAC_CACHE-unset}\"\n"
+    out = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert out.stdout.strip() == "/scratch/me/hf|unset"  # set where launched: exported; unset: left unset
+
+
+def _fake_slurm(tmp_path, sinfo_out):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "sinfo.txt").write_text(sinfo_out)
+    for name, body in (("sbatch", "exit 1"), ("sinfo", f"cat {tmp_path / 'sinfo.txt'}")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+            "PYTHONPATH": str(ROOT)}
+
+
+def test_an_unknown_constraint_stops_the_launch_in_one_line(tmp_path):
+    env = _fake_slurm(tmp_path, SINFO)
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_h100",
+                        "hydra.launcher.constraint=h100x", "eval=none", f"results_dir={tmp_path}/res",
+                        f"hydra.sweep.dir={tmp_path}/multirun"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "experiments/run.py: error: Slurm site setting hydra.launcher.constraint=h100x: no node of partition 'gpu' "
+        "has the feature 'h100x' (features there: a100, h100, ib); set constraint to null or to one of those "
+        "(conf/local/default.yaml or hydra.launcher.KEY=... on the command line)"]
+    assert not (tmp_path / "res").exists()
