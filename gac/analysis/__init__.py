@@ -31,7 +31,7 @@ from gac.analysis.load import (
     records_from_wandb,
     records_to_frame,
 )
-from gac.analysis.report_dir import Report, write_report
+from gac.analysis.report_dir import Report, show_report, write_report
 from gac.analysis.selection import filter_settings, latest_per_key, setting_groups
 from gac.analysis.table_format import format_table
 from gac.analysis.tables import (
@@ -59,6 +59,7 @@ __all__ = [
     "plot_dim_residues",
     "plot_dstar_vs_dim",
     "setting_groups",
+    "show_report",
     "format_table",
     "kernel_staircase",
     "latency_table",

@@ -53,6 +53,30 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     sections: list[str] = field(default_factory=list)
 
+    def matching(self, *words: str) -> Report:
+        """The artefacts whose names hold one of ``words`` (``"ratio_sweep"``, ``"proxies"``), written or skipped."""
+        def hit(name: str) -> bool:
+            return any(w in name for w in words)
+
+        return Report(self.out_dir, [p for p in self.written if hit(p.name)], [s for s in self.skipped if hit(s)])
+
+
+def show_report(rep: Report, *words: str) -> None:
+    """Display in a notebook what ``rep`` wrote (tables as markdown, figures as PNG) and skipped, for the artefacts
+    whose names hold one of ``words``: the notebooks in analysis/ show what ``gac report`` writes, by its rules."""
+    from IPython.display import Image, Markdown, display
+
+    part = rep.matching(*words)
+    for p in part.written:
+        if p.suffix == ".md":
+            display(Markdown(p.read_text()))
+        elif p.suffix == ".png":
+            display(Image(filename=str(p)))
+    for s in part.skipped:
+        print("skipped:", s)
+    if not part.written and not part.skipped:
+        print(f"this store has nothing for {', '.join(words)} (the report writes what its experiments define)")
+
 
 def slug(*parts) -> str:
     out = []

@@ -33,13 +33,53 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
                    for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "records;" in text
     if path.stem == "table5":
-        row = next(line for line in text.splitlines() if line.startswith("| ASVD (GAC) "))
+        table = (tmp_path / "figures" / "report" / "fixture_table5_tiny_a100_r0.15.md").read_text()
+        assert table in text  # shown as the report wrote it
+        row = next(line for line in table.splitlines() if line.startswith("| ASVD (GAC) "))
         assert [c.strip() for c in row.strip("|").split("|")][:3] == ["ASVD (GAC)", "100%", "28.00"]
-        assert "\\begin{tabular}" in text and "no side-by-side bench in this store" in text
-    figs = sorted(p.name for p in (tmp_path / "figures").glob("*.png")) if path.stem != "table5" else []
+        assert "\\begin{tabular}" in text and "no side-by-side bench in the store" in text
+    figs = sorted(p.name for p in (tmp_path / "figures" / "report").glob("*.png"))
     if path.stem == "latency":
-        assert figs == ["latency_seq.png", "staircase_gemm.png", "staircase_sdpa.png"]
-    elif path.stem in ("ratio_sweep", "proxy_comparison"):
-        assert len(figs) == 1
+        assert {"fixture_latency_seq_tiny_a100_r0.15.png", "staircase_profile_gemm.png",
+                "staircase_profile_sdpa.png"} <= set(figs)
+        assert "batch 4 left out of the figure" in text
+    elif path.stem == "ratio_sweep":
+        assert "fixture_ratio_sweep_tiny_a100.png" in figs
+    elif path.stem == "proxy_comparison":
+        assert "fixture_proxies_tiny_asvd_r0.2.png" in figs and "misaligned 8 (%)" in text
     elif path.stem == "plans":
-        assert figs == ["dstar.png", "residues.png"] and "aligned 16 (%)" in text
+        assert "fixture_plans_tiny_a100_r0.15_dstar.png" in figs and "aligned 16 (%)" in text
+
+
+def _one_table5_store(src, dst):
+    """The main job's store as a newcomer has it: Table 5 at one ratio, per-job smoke latencies, no bench."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    for f in (dst / "records").glob("*.json"):
+        r = json.loads(f.read_text())
+        if f.name.startswith(("a015", "p015", "b0")):
+            r["job"]["experiment"] = "table5"
+            f.write_text(json.dumps(r))
+        else:
+            f.unlink()
+
+
+@pytest.mark.parametrize("name", ["ratio_sweep", "latency"])
+def test_notebooks_on_the_main_jobs_store_say_what_is_missing_instead_of_drawing_it(name, tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    _one_table5_store(STORE, store)
+    monkeypatch.setenv("GAC_RESULTS_DIR", str(store))
+    monkeypatch.delenv("GAC_PROFILE_DIR", raising=False)
+    monkeypatch.setenv("GAC_FIG_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(Path(__file__).parents[2] / "analysis" / f"{name}.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    # no one-ratio "sweep" drawn from smoke latencies, no ValueError for one sequence length
+    assert not list((tmp_path / "figures" / "report").glob(f"*{name.split('_')[0]}*.png"))
+    assert "this store has nothing for" in text or "skipped:" in text
