@@ -119,17 +119,18 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     if store is None:
         return _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, None,
                         json_out, json_force)
+
     def done() -> bool:
         p = store.bench_path(key)
         return p.exists() or p.is_symlink()  # a dangling link is read (and refused), never measured over
 
     if done() and not force:
         return stored()
-    # One writer per bench, as one writer per job: a second identical bench (another shell, the after-sweep bench, a colleague
-    # on another node of the shared store) waits for the first and then shows its result, like a second identical
-    # job. Measuring both would have them compete for the device and store two disagreeing results; refusing would
-    # make a researcher re-run by hand what waiting gives anyway. The lock is a file in the store (host, pid,
-    # heartbeat), so it holds across hosts on NFS, and the lock of a killed bench is broken (see gac.results.lock).
+    # One writer per bench, as one writer per job: a second identical bench (another shell, the after-sweep bench,
+    # a colleague on another node of the shared store) waits for the first and then shows its result, as a second
+    # identical job does. Measuring both would have them compete for the device and store two disagreeing results;
+    # refusing would only make the researcher re-run by hand what waiting gives. The lock is a file in the store
+    # (host, pid, heartbeat), so it holds across hosts on NFS, and a killed bench's lock is broken (gac.results.lock).
     t_request = time.time()
     lock = store.bench_lock(key)
     if not lock.try_acquire():

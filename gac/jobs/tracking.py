@@ -3,6 +3,8 @@
 A logger sees one job: ``start(key, spec, config, overrides)``, then ``log_record(record)`` or ``log_failure(error)``, then
 ``finish()``. W&B is imported only when asked for and is offline by default (runs are written under
 ``<results_dir>/wandb``; ``wandb sync`` uploads them later), so nothing leaves the machine unless the user asks.
+:func:`backfill_wandb` logs the store's records that no run has logged, one writer per record and idempotent across
+a kill (see there).
 """
 
 from __future__ import annotations

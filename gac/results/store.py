@@ -6,8 +6,11 @@ Layout under ``results_dir``::
     records/<key>.json               one per COMPLETED job; created atomically, never replaced
     failures/<key>/<utc-time>.json   one per FAILED attempt (the error and traceback); never replaced
     locks/<key>.lock                 held while a job for <key> runs (gac.results.lock: host, pid, Slurm ids,
-                                     heartbeat); a second identical job waits for it and then skips
-    runs/<key>.jsonl                 job events (started, stage, waiting, completed, failed)
+                                     heartbeat); a second identical job waits for it and then skips; a W&B
+                                     backfill holds it while it logs the record of <key>
+    locks/bench-<key>.lock           held while a bench measures and stores bench/<key>.json; a second waits
+    runs/<key>.jsonl                 job events (started, stage, waiting, completed, failed; wandb_open: a W&B
+                                     run's id recorded before it is opened, wandb: the run logged the record)
     work/<key>/                      finished stages of an unfinished job, and attempts.json (one entry per attempt,
                                      and the attempt and sha256 of each stage output: only those are resumed)
     cache/                           content-addressed artefacts (scores, factorizations, hardware profiles)
