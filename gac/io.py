@@ -245,6 +245,16 @@ def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = Fa
     :func:`gac.faults.fault_point` between writing the temp file and publishing it, and just after publishing it
     (``("record_write", "record_written")`` for a result record).
     """
+    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=_default) + "\n"
+    return write_text_atomic(path, text, overwrite=overwrite, faults=faults)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = False,
+                      faults: tuple[str, str] | None = None) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically, as :func:`write_json_atomic` writes JSON.
+
+    With ``overwrite`` the temp file is renamed over ``path``: whatever was there (a file, or a symbolic link to a
+    file elsewhere, planted in a shared directory) is replaced, never written through."""
     p = Path(path)
     if p.exists() and not overwrite:
         raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
@@ -252,7 +262,6 @@ def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = Fa
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise os_error(e, "create the directory of", p) from None
-    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=_default) + "\n"
     tmp = temp_path(p)
     try:
         fd = create_new(tmp)
@@ -291,6 +300,25 @@ def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = Fa
             pass
         except OSError:  # pragma: no cover - a directory we could write a moment ago
             pass
+    return p
+
+
+def replace_file(path: str | os.PathLike, write) -> Path:
+    """Make ``path`` by ``write(tmp)`` (a callable that writes a file at the path it is given: a figure's
+    ``savefig``) into a temp file beside it, then rename that over ``path``. Like ``overwrite=True`` in
+    :func:`write_text_atomic`: an existing file or link at ``path`` is replaced, never written through, and a
+    writer that fails leaves neither a half-written file nor a temp file."""
+    p = Path(path)
+    tmp = temp_path(p)
+    try:
+        os.close(create_new(tmp))  # the name is ours (O_EXCL): nothing planted there is followed
+        write(tmp)
+        os.replace(tmp, p)
+    except OSError as e:
+        raise os_error(e, "write", p) from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     return p
 
 

@@ -56,6 +56,7 @@ def _files(T: Path) -> None:
     from tests.bad_store_fixtures import store_files
 
     store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
+    __import__("tests.bad_input_fixtures_store", fromlist=["_"]).store_writer_files(T)  # one writer, checked records
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -39,6 +39,7 @@ import gac.analysis.selection as S
 import gac.analysis.tables as T
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
+from gac.io import write_text_atomic
 from gac.results.query import MISSING, config_value
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,9 @@ def slug(*parts) -> str:
 
 
 def check_out_dir(out_dir: str | os.PathLike, force: bool = False) -> Path:
-    """Refuse a non-empty output directory unless ``force`` (then its files with our names are replaced)."""
+    """Refuse a non-empty output directory unless ``force`` (then its files with our names are replaced: each is
+    written to a temp file and renamed over the old name, so a symbolic link planted there is replaced, never
+    written through to the file it points at)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise GacError(f"output {str(out)!r} is a file; give a directory for the report")
@@ -138,7 +141,7 @@ def write_report(
             return
         for k in dict.fromkeys(kinds):
             p = rep.out_dir / f"{name}.{k}"
-            p.write_text(format_table(t, k, caption=caption if k == "md" else None))
+            write_text_atomic(p, format_table(t, k, caption=caption if k == "md" else None), overwrite=True)
             rep.written.append(p)
         if "md" in kinds:
             rep.sections.append(f"## {caption or name}\n\n" + format_table(t, "md"))
@@ -183,7 +186,7 @@ def write_report(
     if rep.skipped:
         lines += ["", "## Skipped", ""] + [f"- {s}" for s in rep.skipped]
     lines += [""] + rep.sections
-    index.write_text("\n".join(lines) + "\n")
+    write_text_atomic(index, "\n".join(lines) + "\n", overwrite=True)
     rep.written.append(index)
     log.info("report: %d files in %s (%d skipped)", len(rep.written), rep.out_dir, len(rep.skipped))
     return rep

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,9 +49,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
                 timer: str = "auto", profile: bool = True, force: bool = False, json_out: str | os.PathLike | None = None,
                 json_force: bool = False, predict: str | None = None) -> dict:
     """Select, validate, measure and record one bench; returns the bench document (``skipped`` when it was done)."""
-    import torch
-
-    from gac.evaluation.bench import Protocol, run_bench
+    from gac.evaluation.bench import Protocol
     from gac.evaluation.bench_device import check_device
 
     if json_out and Path(json_out).exists() and not json_force:
@@ -106,18 +105,63 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
                                              "profile")}
     key_protocol["points"] = [list(p) for p in resolved["points"]]
     key = bench_key(measured, ident, dtype, dev_id, key_protocol)
-    if store is not None and store.bench_path(key).exists() and not force:
-        from gac.io import read_json
 
-        doc = read_json(store.bench_path(key), "bench record")
+    def stored(path=None, why="done"):
+        doc = store.read_bench(key, path=path)  # checked as job records are: a planted or edited one is refused
         doc["skipped"] = True
-        doc["_path"] = str(store.bench_path(key))
-        log.info("bench %s is done (%s); skipping (force re-measures it)", key, doc["_path"])
+        log.info("bench %s is %s (%s); skipping (force re-measures it)", key, why, doc["_path"])
         if predict is not None and (doc.get("predicted") or {}).get("gpu") != str(predict).lower():
             doc["predicted"] = predicted_points(variants, resolved["points"], predict)  # shown, not stored
         if json_out:
             _write_json(json_out, doc, json_force)
         return doc
+
+    if store is None:
+        return _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, None,
+                        json_out, json_force)
+
+    def done() -> bool:
+        p = store.bench_path(key)
+        return p.exists() or p.is_symlink()  # a dangling link is read (and refused), never measured over
+
+    if done() and not force:
+        return stored()
+    # One writer per bench, as one writer per job: a second identical bench (another shell, the after-sweep bench,
+    # a colleague on another node of the shared store) waits for the first and then shows its result, as a second
+    # identical job does. Measuring both would have them compete for the device and store two disagreeing results;
+    # refusing would only make the researcher re-run by hand what waiting gives. The lock is a file in the store
+    # (host, pid, heartbeat), so it holds across hosts on NFS, and a killed bench's lock is broken (gac.results.lock).
+    t_request = time.time()
+    lock = store.bench_lock(key)
+    if not lock.try_acquire():
+        from gac.results.lock import describe_holder
+
+        lock.acquire(on_wait=lambda h: log.info(
+            "bench %s is being measured by %s; waiting for it to finish, then showing its result", key,
+            describe_holder(h)))
+    try:
+        if not force and done():
+            return stored(why="measured by the bench this one waited for")
+        if force:
+            fresh = [p for p in store.bench_paths(key) if p.stat().st_mtime >= t_request]
+            if fresh:
+                return stored(fresh[-1], why="re-measured by an identical forced bench this one waited for")
+        from gac.faults import fault_point
+
+        fault_point("bench_measure")
+        return _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, store,
+                        json_out, json_force)
+    finally:
+        lock.release()
+
+
+def _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, store, json_out,
+             json_force) -> dict:
+    """Measure the bench ``key`` (under its lock when it has a store), store it there and return it as stored."""
+    import torch
+
+    from gac.evaluation.bench import run_bench
+
     log.info("bench %s: %d variants of %s on %s (%s)", key, len(variants), ident["name"], dev, dtype)
     doc = run_bench(variants, protocol, dev)
     doc = {"schema": BENCH_SCHEMA, "kind": "bench", "key": key, "model": ident, "records": measured,
@@ -127,11 +171,8 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     if torch.device(dev).type == "cuda":
         doc["provenance"]["device_name"] = doc["device"]["name"]
     if store is not None:
-        from gac.io import read_json
-
         path = store.write_bench(key, doc)
-        doc = read_json(path, "bench record")  # exactly what was stored (created added)
-        doc["_path"] = str(path)
+        doc = store.read_bench(key, path=path)  # exactly what was stored (created added)
     if json_out:
         _write_json(json_out, doc, json_force)
     return doc

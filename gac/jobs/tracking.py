@@ -3,6 +3,8 @@
 A logger sees one job: ``start(key, spec, config, overrides)``, then ``log_record(record)`` or ``log_failure(error)``, then
 ``finish()``. W&B is imported only when asked for and is offline by default (runs are written under
 ``<results_dir>/wandb``; ``wandb sync`` uploads them later), so nothing leaves the machine unless the user asks.
+:func:`backfill_wandb` logs the store's records that no run has logged, one writer per record and idempotent across
+a kill (see there).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import secrets
+import string
 import time
 from pathlib import Path
 from typing import Protocol
@@ -188,7 +193,8 @@ class WandbLogger:
         self.open(key, job, config, overrides, group=spec.sweep or spec.experiment, job_type=spec.experiment)
 
     def open(self, key: str, job: dict, config: dict, overrides=(), group: str | None = None,
-             job_type: str | None = None) -> None:
+             job_type: str | None = None, run_id: str | None = None) -> None:
+        """Start the run of ``key``; ``run_id``: the id chosen (and recorded) beforehand, resumed if W&B knows it."""
         import wandb
 
         self.failed = False
@@ -196,7 +202,8 @@ class WandbLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             project=self.project, entity=self.entity, mode=self.mode, dir=str(self.dir),
-            group=group, job_type=job_type, name=run_name(job, overrides, key), id=None,
+            group=group, job_type=job_type, name=run_name(job, overrides, key), id=run_id,
+            resume="allow" if run_id else None,
             config={**(config or {}), "key": key, "job": job, "overrides": list(overrides or ())},
             tags=run_tags(job, self.tags), reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off"),
@@ -207,8 +214,12 @@ class WandbLogger:
 
         if self.run is None:
             return
+        # A run W&B resumed (online: a backfill killed after opening it) may already hold the record's history
+        # row: only the summary and the artefact, which W&B replaces and deduplicates, are logged again.
+        history = not getattr(self.run, "resumed", False)
         numbers = namespaced_metrics(record)
-        self.run.log(numbers)
+        if history:
+            self.run.log(numbers)
         for k, v in numbers.items():
             self.run.summary[k] = v
         plan = record.get("plan")
@@ -217,7 +228,8 @@ class WandbLogger:
             table = wandb.Table(columns=["target", "d_star", "dim", "aligned"])
             for name, d in plan["dims"].items():
                 table.add_data(name, d_star.get(name), d, d % plan["unit"] == 0)
-            self.run.log({"plan/dims": table})
+            if history:
+                self.run.log({"plan/dims": table})
             art = wandb.Artifact(f"plan-{record['key']}", type="plan")
             with art.new_file("plan.json") as f:
                 json.dump(plan, f, indent=1)
@@ -226,6 +238,9 @@ class WandbLogger:
                     json.dump(record["profile"], f, indent=1, default=str)
             self.run.log_artifact(art)
         if self.key and not record.get("skipped"):
+            from gac.faults import fault_point
+
+            fault_point("wandb_logged")  # logged, not yet recorded as logged: a kill here is what a re-run resumes
             append_event(self.dir, self.key, "wandb", run_id=self.run.id, run_name=self.run.name, mode=self.mode,
                          project=self.project, record=record.get("_path"), created=record.get("created"))
 
@@ -250,21 +265,76 @@ def build_loggers(results_dir: str | os.PathLike, wandb_cfg: dict | None) -> lis
     return loggers
 
 
-def logged_to_wandb(results_dir: str | os.PathLike, record: dict) -> dict | None:
-    """The ``wandb`` event of the run that logged exactly this record (same ``created`` stamp), or None."""
-    p = Path(results_dir) / "runs" / f"{record.get('key')}.jsonl"
+def _events(results_dir: str | os.PathLike, key) -> list[dict]:
+    """The events of ``runs/<key>.jsonl`` that parse (a line cut by a kill mid-append, or not gac's, is passed over)."""
+    p = Path(results_dir) / "runs" / f"{key}.jsonl"
     try:
         lines = p.read_bytes().splitlines()
     except OSError:
-        return None
-    for ln in reversed(lines):
+        return []
+    out = []
+    for ln in lines:
         try:
             ev = json.loads(ln.decode("utf-8"))
         except ValueError:  # UnicodeDecodeError included
             continue
-        if isinstance(ev, dict) and ev.get("event") == "wandb" and ev.get("created") == record.get("created"):
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+def logged_to_wandb(results_dir: str | os.PathLike, record: dict) -> dict | None:
+    """The ``wandb`` event of the run that logged exactly this record (same ``created`` stamp), or None."""
+    for ev in reversed(_events(results_dir, record.get("key"))):
+        if ev.get("event") == "wandb" and ev.get("created") == record.get("created"):
             return ev
     return None
+
+
+RUN_ID = re.compile(r"[a-z0-9]{8}")  # the ids gac chooses (new_run_id); an event naming another is not gac's
+
+
+def new_run_id() -> str:
+    """A W&B run id (8 characters of [a-z0-9], as W&B's own), chosen before the run is opened so it can be recorded."""
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
+def opened_for_wandb(results_dir: str | os.PathLike, record: dict) -> dict | None:
+    """The ``wandb_open`` event of a run a backfill opened for exactly this record and never recorded as logged (it
+    was killed meanwhile), or None: a re-run resumes that run (its id) instead of opening a second one."""
+    opened = None
+    for ev in _events(results_dir, record.get("key")):
+        if ev.get("created") != record.get("created"):
+            continue
+        if ev.get("event") == "wandb":  # logged (by that run, or live): nothing left open before this line
+            opened = None
+        elif ev.get("event") == "wandb_open" and isinstance(ev.get("run_id"), str) and RUN_ID.fullmatch(ev["run_id"]):
+            opened = ev
+    return opened
+
+
+def _drop_partial_offline_runs(results_dir: str | os.PathLike, run_id: str) -> list[Path]:
+    """Remove the offline run directories of ``run_id`` that a killed backfill left half-written under
+    ``<results_dir>/wandb`` (the resumed run writes a complete one; `wandb sync offline-run-*` would upload both).
+    Each is renamed to a temp name first, so a kill mid-removal leaves nothing `wandb sync` picks up."""
+    import shutil
+
+    from gac.io import temp_path
+
+    gone = []
+    for d in sorted((Path(results_dir) / "wandb").glob(f"offline-run-*-{run_id}")):
+        if d.is_symlink() or not d.is_dir():
+            continue
+        tmp = temp_path(d)
+        try:
+            os.rename(d, tmp)
+        except OSError as e:
+            raise GacError(f"cannot move aside the unfinished offline W&B run {str(d)!r}: {e.strerror or e}; remove "
+                           f"it (rm -r {d}) and re-run the backfill") from None
+        shutil.rmtree(tmp, ignore_errors=True)
+        gone.append(d)
+    return gone
 
 
 def backfill_wandb(results_dir: str | os.PathLike, records: list[dict], project: str = "gac",
@@ -272,27 +342,66 @@ def backfill_wandb(results_dir: str | os.PathLike, records: list[dict], project:
                    dry_run: bool = False) -> list[dict]:
     """Create a W&B run for every record that has none yet (skipped points, points run with the disk logger), the
     same run a live job would have made. Returns one row per record: ``{"key", "name", "action", "run_id"}``
-    where action is ``logged``, ``has run`` (left alone; ``force`` logs it again) or ``would log`` (dry run)."""
+    where action is ``logged``, ``has run`` (left alone; ``force`` logs it again) or ``would log`` (dry run).
+
+    One writer per record, and idempotent across a kill: each record is logged under its job's lock (the lock a
+    job of that key holds while it runs and logs), so two backfills at once, or a backfill and a job, never both log
+    it: the second waits, then finds the record logged. The run's id is chosen and recorded (a ``wandb_open``
+    event in ``runs/<key>.jsonl``) before the run is opened; a backfill killed before it recorded the ``wandb``
+    event leaves that id, and the next backfill resumes the same run (offline: its half-written run directory is
+    replaced) instead of logging the record into a second one.
+    """
+    from gac.results import ResultsStore
+    from gac.results.lock import FileLock, describe_holder
+
+    store = ResultsStore(results_dir)
     rows = []
     logger = None if dry_run else WandbLogger(results_dir, project=project, entity=entity, mode=mode, tags=tags)
     for rec in records:
         key, job = rec["key"], dict(rec.get("job") or {})
         name = run_name(job, rec.get("overrides") or (), key)
-        prior = logged_to_wandb(results_dir, rec)
-        if prior and not force:
-            rows.append({"key": key, "name": name, "action": "has run", "run_id": prior.get("run_id")})
-            continue
         if logger is None:
-            rows.append({"key": key, "name": name, "action": "would log", "run_id": None})
+            prior = logged_to_wandb(results_dir, rec)
+            if prior and not force and not opened_for_wandb(results_dir, rec):
+                rows.append({"key": key, "name": name, "action": "has run", "run_id": prior.get("run_id")})
+            else:
+                rows.append({"key": key, "name": name, "action": "would log", "run_id": None})
             continue
-        experiment = job.get("experiment") or "default"
-        logger.open(key, job, rec.get("config") or {}, rec.get("overrides") or (),
-                    group=job.get("sweep") or experiment, job_type=experiment)
+        store.check_layout(key)  # runs/<key>.jsonl a plain file: a link planted there is refused, not appended through
+        # Waiting, not refusing: the holder is another backfill (seconds per record) or a job of this key, and the
+        # record is either logged by it (then shown as "has run") or ours to log once it lets go.
+        lock = FileLock(store.lock_path(key), what=f"record {key}")
+        lock.acquire(on_wait=lambda h, key=key: log.info(
+            "record %s is held by %s (a job or another W&B backfill); waiting for it", key, describe_holder(h)))
         try:
-            run_id = logger.run.id
-            logger.run.summary["backfilled"] = True
-            logger.log_record(rec)
+            rows.append(_backfill_one(logger, results_dir, rec, key, job, name, force))
         finally:
-            logger.finish()
-        rows.append({"key": key, "name": name, "action": "logged", "run_id": run_id})
+            lock.release()
     return rows
+
+
+def _backfill_one(logger: WandbLogger, results_dir, rec: dict, key: str, job: dict, name: str, force: bool) -> dict:
+    """Log one record under its lock (see :func:`backfill_wandb`)."""
+    opened = opened_for_wandb(results_dir, rec)
+    prior = logged_to_wandb(results_dir, rec)
+    if opened is None and prior and not force:
+        return {"key": key, "name": name, "action": "has run", "run_id": prior.get("run_id")}
+    if opened is not None:
+        run_id = opened["run_id"]
+        dropped = _drop_partial_offline_runs(results_dir, run_id)
+        log.info("record %s: resuming W&B run %s, which a backfill killed on %s pid %s opened%s", key, run_id,
+                 opened.get("host"), opened.get("pid"), f" (its unfinished offline run {dropped[0].name} replaced)"
+                 if dropped else "")
+    else:
+        run_id = new_run_id()
+        append_event(results_dir, key, "wandb_open", run_id=run_id, run_name=name, mode=logger.mode,
+                     project=logger.project, record=rec.get("_path"), created=rec.get("created"))
+    experiment = job.get("experiment") or "default"
+    logger.open(key, job, rec.get("config") or {}, rec.get("overrides") or (),
+                group=job.get("sweep") or experiment, job_type=experiment, run_id=run_id)
+    try:
+        logger.run.summary["backfilled"] = True
+        logger.log_record(rec)
+    finally:
+        logger.finish()
+    return {"key": key, "name": name, "action": "logged", "run_id": run_id}

@@ -21,6 +21,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, ScalarFormatter
 
+from gac.io import replace_file
+
 log = logging.getLogger(__name__)
 
 #: Okabe & Ito (2008), the colour-blind-safe qualitative palette (also seaborn's "colorblind")
@@ -106,13 +108,14 @@ def figure_title(what: str, model=None, ratio=None, device=None, dtype=None, ext
 
 
 def save_figure(fig: Figure, stem, formats=("png", "pdf"), dpi: int = 150) -> list[Path]:
-    """Write ``fig`` to ``stem.png`` and ``stem.pdf`` (or ``formats``); returns the paths."""
+    """Write ``fig`` to ``stem.png`` and ``stem.pdf`` (or ``formats``), replacing what is there; returns the paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in formats:
         p = stem.with_name(f"{stem.name}.{ext}")
-        fig.savefig(p, format=ext, dpi=dpi, bbox_inches="tight")
+        # through a temp file renamed over the name: a link planted there is replaced, not written through
+        replace_file(p, lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=dpi, bbox_inches="tight"))
         paths.append(p)
     log.debug("wrote %s", ", ".join(str(p) for p in paths))
     return paths

@@ -6,8 +6,11 @@ Layout under ``results_dir``::
     records/<key>.json               one per COMPLETED job; created atomically, never replaced
     failures/<key>/<utc-time>.json   one per FAILED attempt (the error and traceback); never replaced
     locks/<key>.lock                 held while a job for <key> runs (gac.results.lock: host, pid, Slurm ids,
-                                     heartbeat); a second identical job waits for it and then skips
-    runs/<key>.jsonl                 job events (started, stage, waiting, completed, failed)
+                                     heartbeat); a second identical job waits for it and then skips; a W&B
+                                     backfill holds it while it logs the record of <key>
+    locks/bench-<key>.lock           held while a bench measures and stores bench/<key>.json; a second waits
+    runs/<key>.jsonl                 job events (started, stage, waiting, completed, failed; wandb_open: a W&B
+                                     run's id recorded before it is opened, wandb: the run logged the record)
     work/<key>/                      finished stages of an unfinished job, and attempts.json (one entry per attempt,
                                      and the attempt and sha256 of each stage output: only those are resumed)
     cache/                           content-addressed artefacts (scores, factorizations, hardware profiles)
@@ -349,23 +352,45 @@ class ResultsStore:
         except GacError:
             return write_json_atomic(self.bench_dir / f"{key}.rerun-{_utc_stamp()}.json", doc)
 
+    def read_bench(self, key: str | None = None, path: str | os.PathLike | None = None) -> dict:
+        """The bench record of ``key`` (or at ``path``), with ``_path``, checked as result records are: no link out
+        of the store, strict JSON of a bounded size, and :func:`bench_problem` (its key is its file name, every
+        latency and ratio a positive finite number); else a :class:`CorruptRecord` naming the file and the fix."""
+        self._require_dir(self.bench_dir, contained=True)
+        p = Path(path) if path is not None else self.bench_path(key)
+        fix = f"move it out of {self.bench_dir} (mv {p} {p}.corrupt) and re-run `gac bench`"
+        self._check_inside(p, "bench record", fix)
+        try:
+            doc = read_json(p, "bench record", max_bytes=MAX_RECORD_BYTES)
+        except GacError as e:
+            raise CorruptRecord(f"{e}; {fix}") from None
+        problem = bench_problem(doc, key or _key_of_name(p.name))
+        if problem:
+            raise CorruptRecord(f"bench record {str(p)!r} {problem}; {fix}")
+        doc.setdefault("_path", str(p))
+        return doc
+
+    def bench_paths(self, key: str) -> list[Path]:
+        """The bench record of ``key`` and its forced re-measures."""
+        if not self.bench_dir.is_dir():
+            return []
+        return sorted(p for p in self.bench_dir.glob(f"{key}*.json")
+                      if p.name == f"{key}.json" or p.name.startswith(f"{key}.rerun-"))
+
+    def bench_lock(self, key: str):
+        """The lock a bench of ``key`` holds while it measures and stores (:class:`gac.results.lock.FileLock`, as a
+        job holds its own: on a shared file system, between hosts)."""
+        from gac.results.lock import FileLock
+
+        return FileLock(self.locks_dir / f"bench-{key}.lock", what=f"bench {key}")
+
     def iter_bench(self) -> Iterator[dict]:
-        """Every bench record (re-measures included), in file-name order; each with ``_path``, checked
-        (:func:`bench_problem`: its key is its file name, its latencies positive finite numbers)."""
+        """Every bench record (re-measures included), in file-name order; each with ``_path``, checked as
+        :meth:`read_bench` checks one."""
         self._require_dir(self.bench_dir, contained=True)
         paths = sorted(self.bench_dir.glob("*.json")) if self.bench_dir.is_dir() else []
         for p in paths:
-            fix = f"move it out of {self.bench_dir} (mv {p} {p}.corrupt) and re-run `gac bench`"
-            self._check_inside(p, "bench record", fix)
-            try:
-                doc = read_json(p, "bench record", max_bytes=MAX_RECORD_BYTES)
-            except GacError as e:
-                raise CorruptRecord(f"{e}; {fix}") from None
-            problem = bench_problem(doc, _key_of_name(p.name))
-            if problem:
-                raise CorruptRecord(f"bench record {str(p)!r} {problem}; {fix}")
-            doc.setdefault("_path", str(p))
-            yield doc
+            yield self.read_bench(path=p)
 
 
 def _key_of_name(name: str) -> str:
@@ -466,10 +491,45 @@ def bench_problem(doc, key: str) -> str | None:
             ms = e.get("median_ms")
             if not (_is_num(ms) and ms > 0):
                 return f"has a median latency {ms!r} at {name!r}, not a number of ms > 0"
-            for f in ("ratio_to_baseline",):
-                if e.get(f) is not None and not (_is_num(e[f]) and e[f] > 0):
-                    return f"has {f} {e[f]!r} at {name!r}, not a positive number"
-            ci = e.get("ratio_ci95")
-            if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
-                return f"has ratio_ci95 {ci!r} at {name!r}, not two numbers"
+            why = _bench_numbers_problem(e, f" at {name!r}")
+            if why:
+                return why
+        why = _bench_numbers_problem(v, f" of variant {v.get('label')!r}")
+        if why:
+            return why
+        if v.get("median_ms") is not None and not (_is_num(v["median_ms"]) and v["median_ms"] > 0):
+            return f"has a median latency {v['median_ms']!r} of variant {v.get('label')!r}, not a number of ms > 0"
+        dec = v.get("decode")
+        if dec is not None and not (isinstance(dec, dict) and _is_num(dec.get("ms_per_token"))
+                                    and dec["ms_per_token"] > 0 and not _bench_numbers_problem(dec, "")):
+            return f"has a decode entry of variant {v.get('label')!r} without a positive ms_per_token and ratio"
+    # what `gac bench` shows of a stored record: every variant measured at every point, the device and protocol
+    names = [p["name"] for p in points]
+    for v in doc["variants"]:
+        if not isinstance(v.get("label"), str) or not isinstance(v.get("baseline"), bool):
+            return "has a variant without a label or a baseline flag"
+        missing = [n for n in names if n not in (v.get("points") or {})]
+        if missing:
+            return f"has variant {v['label']!r} without the point(s) {missing} the record lists"
+    dev, prot, boot = doc.get("device"), doc.get("protocol"), doc.get("bootstrap")
+    if not (isinstance(dev, dict) and isinstance(dev.get("name"), str) and isinstance(dev.get("type"), str)):
+        return "has no 'device' object with its name and type"
+    if not isinstance(prot, dict) or not isinstance(boot, dict) or not isinstance(doc.get("dtype"), str):
+        return "has no 'protocol', 'bootstrap' or 'dtype' as a bench writes them"
+    return None
+
+
+_BENCH_RATIOS = ("ratio_to_baseline", "ratio_to_unaligned", "flops_ratio", "alignment_efficiency")
+
+
+def _bench_numbers_problem(e: dict, where: str) -> str | None:
+    """What is wrong with the ratios and intervals of one bench entry (a point, a variant or its decode), if
+    anything: each present ratio a positive finite number, each interval two finite numbers."""
+    for f in _BENCH_RATIOS:
+        if e.get(f) is not None and not (_is_num(e[f]) and e[f] > 0):
+            return f"has {f} {e[f]!r}{where}, not a positive number"
+    for f in ("ratio_ci95", "ratio_to_unaligned_ci95"):
+        ci = e.get(f)
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
+            return f"has {f} {ci!r}{where}, not two numbers"
     return None

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class _Run:
     def __init__(self, calls, **kw):
-        self.kw, self.id, self.name = kw, f"fake{len(calls)}", kw.get("name")
+        self.kw, self.id, self.name = kw, kw.get("id") or f"fake{len(calls)}", kw.get("name")
         self.logged, self.summary, self.artifacts, self.exit_code = [], {}, [], None
         calls.append(self)
 
@@ -163,3 +163,46 @@ def test_backfill_of_disk_logger_records_and_filters(make_cfg, tmp_path, backfil
     r = backfill_cli(results)
     assert r.stdout.startswith("has run")
     assert backfill_cli(tmp_path / "nope").returncode == 2
+
+
+def test_a_killed_backfill_is_resumed_under_its_recorded_run_id(tmp_path, monkeypatch):
+    """The run id is recorded (wandb_open) before the run is opened; a backfill that never recorded the record as
+    logged is resumed under that id, its half-written offline run replaced; an id that is not gac's is ignored."""
+    from gac.jobs.tracking import append_event, opened_for_wandb
+
+    calls = _fake_wandb(monkeypatch)
+    res = tmp_path / "results"
+    rec = {"key": "0123456789abcdef", "job": {"model": "tiny", "compressor": "asvd", "strategy": "gac", "ratio": 0.2},
+           "created": "2026-01-01T00:00:00Z", "metrics": {"ppl_tiny": 3.0}, "_path": "records/0123456789abcdef.json"}
+    other = {**rec, "key": "fedcba9876543210", "_path": "records/fedcba9876543210.json"}
+    append_event(res, rec["key"], "wandb_open", run_id="abcd1234", created=rec["created"])  # then killed
+    append_event(res, other["key"], "wandb_open", run_id="../../x*", created=other["created"])  # not an id gac chose
+    partial = res / "wandb" / "offline-run-20260101_000000-abcd1234"
+    (partial / "files").mkdir(parents=True)
+    (res / "wandb" / "offline-run-20260101_000001-abcd1234").symlink_to(tmp_path)  # a link: never removed through
+    assert opened_for_wandb(res, rec)["run_id"] == "abcd1234" and opened_for_wandb(res, other) is None
+    assert [r["action"] for r in backfill_wandb(res, [rec, other], dry_run=True)] == ["would log", "would log"]
+
+    rows = backfill_wandb(res, [rec, other])
+    assert [(r["action"], r["run_id"]) for r in rows][0] == ("logged", "abcd1234")
+    assert rows[1]["action"] == "logged" and rows[1]["run_id"] != "abcd1234" and len(rows[1]["run_id"]) == 8
+    assert [c.kw["id"] for c in calls] == ["abcd1234", rows[1]["run_id"]]
+    assert all(c.kw["resume"] == "allow" and c.logged for c in calls)
+    assert not partial.exists() and (res / "wandb" / "offline-run-20260101_000001-abcd1234").is_symlink()
+    assert not list((res / "wandb").glob(".*.tmp"))
+    for r in (rec, other):
+        events = [json.loads(x) for x in (res / "runs" / f"{r['key']}.jsonl").read_text().splitlines()]
+        kinds = [e["event"] for e in events]
+        assert kinds.count("wandb") == 1 and opened_for_wandb(res, r) is None
+    assert kinds == ["wandb_open", "wandb_open", "wandb"]  # the planted line, then this backfill's own id
+    assert not list((res / "locks").glob("*.lock"))  # each record's lock was released
+
+    # logged once: a re-run leaves both alone, and so does a dry run
+    again = backfill_wandb(res, [rec, other])
+    assert [r["action"] for r in again] == ["has run", "has run"] and len(calls) == 2
+    assert [r["action"] for r in backfill_wandb(res, [rec], dry_run=True)] == ["has run"]
+    # a run W&B itself resumed (online) gets the summary again, never a second history row
+    monkeypatch.setattr(_Run, "resumed", True, raising=False)
+    append_event(res, rec["key"], "wandb_open", run_id="zzzz9999", created=rec["created"])
+    (row,) = backfill_wandb(res, [rec])
+    assert row["run_id"] == "zzzz9999" and calls[-1].logged == [] and calls[-1].summary["quality/ppl_tiny"] == 3.0
