@@ -218,7 +218,11 @@ class Prepared:
         if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
         targets, budget = self.targets(ratio, unit, knapsack_score, budget)
-        return align(targets, budget, strategy, unit, window, candidate_filter), targets
+        plan = align(targets, budget, strategy, unit, window, candidate_filter)
+        if strategy in ("authors_dp", "authors_round") and knapsack_score != "proxy":
+            plan.notes.append(f"the GAC authors' procedure valued the compressor's own scores (knapsack_score=proxy; "
+                              f"with stable_rank_svd their stable-rank 'fisher'); this plan used {knapsack_score}")
+        return plan, targets
 
     def compress(
         self,

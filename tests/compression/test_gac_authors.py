@@ -298,6 +298,11 @@ def test_smollm2_ranks_identical():
     assert {key(t.name): int(t.d_star) for t in targets} == want["ideal"] and budget == want["budget"]
     plan = align(targets, budget, "authors_dp")
     assert {key(n): d for n, d in plan.dims.items()} == want["gac_dp"] and plan.budget_met
+    # the same through the registry's wiring (Prepared's stable_rank allocation, the config's knapsack_score)
+    wired, _ = p.plan(0.15, "authors_dp", knapsack_score="proxy")
+    assert wired.dims == plan.dims and wired.budget == want["budget"]
+    rounded = align(targets, budget, "authors_round")
+    assert {key(n): d for n, d in rounded.dims.items()} == want["aligned_8"]
 
 
 def test_prepared_compress_stable_rank_authors_dp(authors):
