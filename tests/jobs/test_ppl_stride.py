@@ -29,6 +29,14 @@ def test_bad_strides_fail_with_the_config(override, msg):
         _spec("eval=quick", override)
 
 
+def test_a_stride_past_the_models_window_fails_before_any_work():
+    from gac.jobs.preflight import check_job_here
+
+    check_job_here(_spec("eval.ppl_stride=1024"))  # tiny's window: 2048 capped at its 1024 positions
+    with pytest.raises(GacError, match="longer than the perplexity window of model tiny \\(1024 tokens\\)"):
+        check_job_here(_spec("eval.ppl_stride=1500"))
+
+
 def test_a_strided_perplexity_has_its_own_name_and_label():
     assert ppl_metric("wikitext2") == "ppl_wikitext2"
     name = ppl_metric("wikitext2", 1024)
