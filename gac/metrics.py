@@ -4,6 +4,7 @@
   local file is named by its dataset, never by its split: the file name without split words (test, valid, raw, shard
   numbers), else the nearest informative directory (``wikitext-2-raw/wiki.test.raw`` -> ``ppl_wikitext2``,
   ``ptb/test.txt`` -> ``ppl_ptb``, ``./My Corpus.jsonl`` -> ``ppl_my_corpus``; a bare ``test.txt`` -> ``ppl_text``);
+  a sliding-window perplexity (``eval.ppl_stride``, the GAC authors' protocol) is ``ppl_<dataset>_stride<S>``;
 * ``<task>_<metric>`` (``piqa_acc``, ``hellaswag_acc_norm``, ``piqa_acc_stderr``): lm-eval's metric with filter
   ``none``; another filter is appended (``gsm8k_exact_match_strict_match``);
 * ``prefill_ms``: the job's own prefill point (its ``seq_len``, at ``eval.latency_batch``); further points of a
@@ -23,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import PurePath
 
 PPL_PREFIX = "ppl_"
+STRIDE_TAG = "_stride"  # a sliding-window perplexity: ppl_<dataset>_stride<S>
+_STRIDE = re.compile(r"_stride(\d+)$")
 PREFILL = "prefill_ms"
 PREFILL_SPREAD = "prefill_ms_spread"
 DECODE = "decode_ms_per_token"
@@ -89,9 +92,17 @@ def _known(name: str) -> str:
     return name
 
 
-def ppl_metric(source) -> str:
-    """``"wikitext2"`` -> ``"ppl_wikitext2"``, ``"tiny"`` -> ``"ppl_tiny"`` (see :func:`dataset_name`)."""
-    return PPL_PREFIX + dataset_name(source)
+def ppl_metric(source, stride: int | None = None) -> str:
+    """``"wikitext2"`` -> ``"ppl_wikitext2"``, ``"tiny"`` -> ``"ppl_tiny"`` (see :func:`dataset_name`); a sliding-window
+    perplexity (``stride``, the GAC authors' protocol) is another quantity: ``"ppl_wikitext2_stride1024"``."""
+    return PPL_PREFIX + dataset_name(source) + ("" if stride is None else f"{STRIDE_TAG}{int(stride)}")
+
+
+def ppl_stride(name: str) -> tuple[str, int | None]:
+    """``"ppl_wikitext2_stride1024"`` -> ``("wikitext2", 1024)``; ``"ppl_tiny"`` -> ``("tiny", None)``."""
+    m = _STRIDE.search(str(name))
+    base = str(name)[: m.start()] if m else str(name)
+    return base[len(PPL_PREFIX):] if base.startswith(PPL_PREFIX) else base, int(m.group(1)) if m else None
 
 
 def is_ppl(name: str) -> bool:

@@ -61,14 +61,19 @@ class Names:
         return implementations
 
 
-COMPRESSORS = Names("compressor", ("asvd", "svd_llm", "llm_pruner", "palu"), fold_case=True, aliases={
-    "svd-llm": "svd_llm", "svdllm": "svd_llm", "llm-pruner": "llm_pruner", "llmpruner": "llm_pruner"})
-STRATEGIES = Names("strategy", ("unaligned", "round_nearest", "round_up", "round_down", "rebalance", "gac"))
+COMPRESSORS = Names("compressor", ("asvd", "svd_llm", "llm_pruner", "palu", "stable_rank_svd"), fold_case=True, aliases={
+    "svd-llm": "svd_llm", "svdllm": "svd_llm", "llm-pruner": "llm_pruner", "llmpruner": "llm_pruner",
+    "stable-rank-svd": "stable_rank_svd"})
+#: the last three are the GAC authors' own procedures (gac.align.authors_dp), labelled options, never a default
+STRATEGIES = Names("strategy", ("unaligned", "round_nearest", "round_up", "round_down", "rebalance", "gac",
+                                "authors_dp", "authors_round", "round_to"))
 #: strategies that budget latency instead of parameters (gac.align.latency_budget; `gac align` only, for now)
 LATENCY_STRATEGIES = Names("latency-budget strategy", ("gac_latency",))
 PROXIES = Names("importance proxy", ("magnitude", "activation", "gradient", "fisher", "taylor", "fisher_rms", "random"))
-#: "default" is the compressor's own rule (its reference's); the others are gac.compression.allocation's
-ALLOCATIONS = Names("allocation", ("default", "proportional", "uniform", "sensitivity", "fisher_uniform"))
+#: "default" is the compressor's own rule (its reference's); the others are gac.compression.allocation's, and
+#: "stable_rank" the GAC authors' (gac.compression.stable_rank, the stable_rank_svd compressor's own)
+ALLOCATIONS = Names("allocation", ("default", "proportional", "uniform", "sensitivity", "fisher_uniform",
+                                   "stable_rank"))
 KNAPSACK_SCORES = Names("knapsack score", ("proxy", "marginal"))
 
 REGISTRIES = {"compressor": COMPRESSORS, "strategy": STRATEGIES, "proxy": PROXIES, "allocation": ALLOCATIONS,

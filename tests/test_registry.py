@@ -49,4 +49,4 @@ def test_unknown_names_suggest_close_ones_with_where_they_came_from():
 
 
 def test_listing_reads_as_prose():
-    assert registry.COMPRESSORS.listing() == "asvd, svd_llm, llm_pruner or palu"
+    assert registry.COMPRESSORS.listing() == "asvd, svd_llm, llm_pruner, palu or stable_rank_svd"

@@ -15,6 +15,12 @@ strategy           rule                                                        b
 ``gac``            exact multiple-choice knapsack over the candidate sets      held, exactly optimal
 =================  ==========================================================  ==================================
 
+The GAC authors' own procedures (:mod:`gac.align.authors_dp`; labelled options for reproducing their Table 5, never a
+default): ``authors_dp`` (their "GAC DP": value in rank units, +-3 units around the rounded d*, a quantised budget;
+budget held), ``authors_round`` (their "aligned_8" baseline; budget held) and ``round_to`` (LLM-Pruner's
+``round_to``: the pruned count rounded down to the unit; may exceed). Their candidates are their own: gac's window
+and hardware filter do not apply, and the alignment ``unit`` is passed to them.
+
 Dense options (low-rank targets that may stay unfactorised, :mod:`gac.align.targets`): ``unaligned`` keeps the
 compressor's choice (a dense d* stays dense, a factorised one is floored and topped up as above; dense targets are
 never reduced). The peer rounding rules (``round_nearest``, ``round_up``, ``round_down``) round only: a dense d* stays
@@ -33,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from gac import registry
+from gac.align.authors_dp import authors_dp, authors_round, round_to
 from gac.align.candidates import (
     DEFAULT_UNIT,
     DEFAULT_WINDOW,
@@ -153,9 +160,15 @@ STRATEGIES: dict[str, Strategy] = registry.STRATEGIES.bind({
     "round_down": _round_down,
     "rebalance": _rebalance,
     "gac": _gac,
+    "authors_dp": authors_dp,
+    "authors_round": authors_round,
+    "round_to": round_to,
 })
 # Strategies whose documented peer behaviour ignores the budget (they report budget_met instead).
-BUDGET_FREE = frozenset({"round_nearest", "round_up", "round_down"})
+BUDGET_FREE = frozenset({"round_nearest", "round_up", "round_down", "round_to"})
+#: strategies that choose among their own candidates (the GAC authors' procedures): called with the alignment
+#: ``unit``; gac's candidate window and hardware filter do not apply, and they check the budget's feasibility themselves
+OWN_CANDIDATES = frozenset({"authors_dp", "authors_round", "round_to"})
 
 
 def check_budget(budget) -> int:
@@ -221,11 +234,17 @@ def align(
     t0 = time.perf_counter()
     cands = candidate_sets(targets, unit, window, candidate_filter)
     _check_magnitudes(targets, cands)
-    if strategy != "unaligned":
-        min_budget = sum(t.params(cs[0]) for t, cs in zip(targets, cands))
-        if min_budget > budget and strategy not in BUDGET_FREE:
-            raise InfeasibleBudgetError(budget, min_budget, "every target at its smallest candidate")
-    dims, notes, stats = STRATEGIES[strategy](targets, cands, budget)
+    if strategy in OWN_CANDIDATES:
+        dims, notes, stats = STRATEGIES[strategy](targets, cands, budget, unit=unit)
+        if candidate_filter is not None:
+            notes = [*notes, "the hardware profile's candidate filter does not apply to this strategy (its "
+                             "candidates are the procedure's own)"]
+    else:
+        if strategy != "unaligned":
+            min_budget = sum(t.params(cs[0]) for t, cs in zip(targets, cands))
+            if min_budget > budget and strategy not in BUDGET_FREE:
+                raise InfeasibleBudgetError(budget, min_budget, "every target at its smallest candidate")
+        dims, notes, stats = STRATEGIES[strategy](targets, cands, budget)
     stats["time_s"] = time.perf_counter() - t0
     plan = make_plan(strategy, targets, dims, budget, unit, notes, stats)
     if not plan.budget_met and strategy not in BUDGET_FREE:  # a bug, never a silent overshoot

@@ -1,16 +1,23 @@
 """How methods and metrics are named and ordered in tables and figures: ``ASVD (GAC)``, ``PPL (enwiki)``, the
-paper's compressor order (ASVD, SVD-LLM, PaLU, LLM-Pruner; the baseline first, unaligned before GAC)."""
+paper's compressor order (ASVD, SVD-LLM, PaLU, LLM-Pruner; the baseline first, unaligned before GAC). The GAC
+authors' own procedures are labelled for what they are and say "as the authors ran it" (stable-rank SVD is never
+called ASVD)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from gac.metrics import is_ppl
+from gac.metrics import is_ppl, ppl_stride
 
 COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
-                     "palu": "PaLU"}
+                     "palu": "PaLU", "stable_rank_svd": "Stable-rank SVD"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
-                   "round_down": "round-down", "rebalance": "rebalance"}
+                   "round_down": "round-down", "rebalance": "rebalance", "authors_dp": "GAC DP",
+                   "authors_round": "aligned_8", "round_to": "round_to"}
+#: the GAC authors' own procedures (their Table 5 script, not what the paper describes): a row that runs one says so
+AUTHORS_COMPRESSORS = frozenset({"stable_rank_svd"})
+AUTHORS_STRATEGIES = frozenset({"authors_dp", "authors_round", "round_to"})
+AS_THE_AUTHORS_RAN_IT = "as the authors ran it"
 #: display names (perplexity is ``PPL (<dataset>)``: :func:`metric_label`)
 METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
                  "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
@@ -25,7 +32,8 @@ def metric_label(name: str) -> str:
     if name in METRIC_LABELS:
         return METRIC_LABELS[name]
     if is_ppl(name):
-        return f"PPL ({name[len('ppl_'):]})"
+        dataset, stride = ppl_stride(name)
+        return f"PPL ({dataset})" if stride is None else f"PPL ({dataset}, sliding window, stride {stride})"
     return name
 
 
@@ -45,11 +53,16 @@ def compressor_label(name) -> str:
 
 
 def method_label(compressor, strategy) -> str:
-    """``("asvd", "unaligned")`` -> ``"ASVD"``; ``("asvd", "gac")`` -> ``"ASVD (GAC)"``; baseline -> ``"Baseline"``."""
+    """``("asvd", "unaligned")`` -> ``"ASVD"``; ``("asvd", "gac")`` -> ``"ASVD (GAC)"``; baseline -> ``"Baseline"``;
+    the GAC authors' procedures say so: ``("stable_rank_svd", "authors_dp")`` -> ``"Stable-rank SVD (GAC DP, as the
+    authors ran it)"``, ``("llm_pruner", "round_to")`` -> ``"LLM-Pruner (round_to, as the authors ran it)"``."""
     if is_baseline(compressor, strategy):
         return "Baseline"
     s = STRATEGY_LABELS.get(str(strategy), str(strategy))
-    return compressor_label(compressor) + (f" ({s})" if s else "")
+    parts = [s] if s else []
+    if str(compressor) in AUTHORS_COMPRESSORS or str(strategy) in AUTHORS_STRATEGIES:
+        parts.append(AS_THE_AUTHORS_RAN_IT)
+    return compressor_label(compressor) + (f" ({', '.join(parts)})" if parts else "")
 
 
 def is_baseline(compressor, strategy) -> bool:
@@ -60,8 +73,9 @@ def baseline_mask(df: pd.DataFrame) -> pd.Series:
     return (df["compressor"].astype(str) == "none") | (df["strategy"].astype(str) == "baseline")
 
 
-_PREFERRED = ("asvd", "svd_llm", "palu", "llm_pruner")
-_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "round_nearest", "round_up", "round_down", "rebalance")
+_PREFERRED = ("asvd", "stable_rank_svd", "svd_llm", "palu", "llm_pruner")
+_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "authors_dp", "authors_round", "round_to", "round_nearest",
+                   "round_up", "round_down", "rebalance")
 
 
 def method_order(compressor, strategy) -> tuple:

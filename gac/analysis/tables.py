@@ -65,14 +65,15 @@ def table5(
     seq_len: int | None = None,
     proxy: str | Mapping[str, str] | None = None,
     compressors: Sequence[str] | None = None,
-    strategies: Sequence[str] = ("unaligned", "gac"),
+    strategies: Sequence[str] = ("unaligned", "gac", "authors_dp", "round_to"),
     unit: int | None = None,
     latency: str = "prefill_ms",
     bench: Sequence[Mapping] | None = None,
     where: Mapping[str, object] | None = None,
     baseline_row: bool = True,
 ) -> pd.DataFrame:
-    """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor.
+    """Table 5: rows Baseline, then ``<Compressor>``/``<Compressor> (GAC)`` (one per strategy) per compressor; the
+    GAC authors' own rows (``authors_dp``, ``round_to``; ``stable_rank_svd``) when the records hold them.
 
     Columns ``Align (%)``, ``PPL``, ``PiQA``, ``PiQA (norm)``, ``HSwag``, ``HSwag (norm)``, ``Prefill (ms)``,
     ``vs. baseline (%)`` (``100 * (latency / baseline latency - 1)``, blank on the baseline row). ``Align`` is the record's

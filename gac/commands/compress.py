@@ -16,7 +16,8 @@ def add_arguments(p):
     p.add_argument("--proxy", default=None, help=f"importance proxy (default: the compressor's): {', '.join(registry.PROXIES)}")
     p.add_argument("--allocation", default="default",
                    help="d* rule: default (the compressor's reference: ASVD sensitivity, SVD-LLM and LLM-Pruner uniform, "
-                        "PaLU fisher_uniform), proportional (gac's Eq. 2 rule), uniform, sensitivity, fisher_uniform; "
+                        "PaLU fisher_uniform, stable_rank_svd stable_rank), proportional (gac's Eq. 2 rule), uniform, "
+                        "sensitivity, fisher_uniform, stable_rank (the GAC authors' search; stable_rank_svd only); "
                         "ASVD's sensitivity grid is --option sensitivity_grid=0.4,0.5,0.6,0.7,0.8,0.9")
     p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
     p.add_argument("--window", type=int, default=1,

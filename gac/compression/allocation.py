@@ -57,6 +57,10 @@ the alignment unit; the rounding itself is an alignment rule (``round_nearest`` 
 The chosen ranks are d* as they are: the ``unaligned`` strategy then reproduces the reference's model exactly.
 Each target's per-parameter score for the aligned step (Eq. 4, ``knapsack_score="proxy"``) is its perplexity increase
 per removed parameter, averaged over the grid.
+
+``"stable_rank"`` is the GAC authors' allocation (their Table 5 script's "ASVD" rows, which are not ASVD's search):
+a data-free stable-rank score per weight fed to the same binary search, the budget the cost of the chosen ranks
+(:mod:`gac.compression.stable_rank`). It is the ``stable_rank_svd`` compressor's own and only allocation.
 """
 
 from __future__ import annotations
@@ -74,9 +78,12 @@ DEFAULT = "default"  # the compressor's own rule (Compressor.default_allocation)
 ALLOCATION_CHOICES = registry.ALLOCATIONS.names
 ALLOCATIONS = tuple(n for n in ALLOCATION_CHOICES if n != DEFAULT)
 SENSITIVITY_GRID = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the reference's param_ratio_candidates (ASVD4LLM, sensitivity.py)
+#: the GAC authors' data-free allocation (gac.compression.stable_rank), the stable_rank_svd compressor's own
+STABLE_RANK = "stable_rank"
 #: allocations that never read the importance proxy: ASVD's sensitivity search ranks weights by the calibration
-#: perplexity of probes, so its d*, its scores and therefore every plan are the same whatever the proxy
-PROXY_FREE = ("sensitivity",)
+#: perplexity of probes, and the stable-rank allocation by a score of the weights alone, so their d*, their scores and
+#: therefore every plan are the same whatever the proxy
+PROXY_FREE = ("sensitivity", STABLE_RANK)
 
 
 def resolve_allocation(name: str | None, compressor) -> str:
@@ -87,6 +94,11 @@ def resolve_allocation(name: str | None, compressor) -> str:
         return compressor.default_allocation
     if name not in ALLOCATIONS:
         raise unknown_name("allocation", str(name), ALLOCATION_CHOICES)
+    own = compressor.default_allocation == STABLE_RANK
+    if (name == STABLE_RANK) != own:  # the stable-rank ranks and stable_rank_svd's units (no dense option) go together
+        raise GacError(f"allocation={name} with compressor {compressor.name}: the stable-rank allocation is the "
+                       f"stable_rank_svd compressor's own and that compressor takes no other; use "
+                       + ("allocation=default" if own else "compressor=stable_rank_svd, or another allocation"))
     return name
 
 

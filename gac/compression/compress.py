@@ -33,6 +33,7 @@ from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, CandidateFilter, 
 from gac.align.targets import Target, budget_for_ratio, check_ratio
 from gac.compression.allocation import (
     SENSITIVITY_GRID,
+    STABLE_RANK,
     check_sensitivity_grid,
     fisher_uniform_allocation,
     proportional_allocation,
@@ -47,6 +48,7 @@ from gac.compression.prepared_io import load_prepared, save_prepared
 from gac.compression.proxies import get_proxy
 from gac.compression.resources import ResourceMeter
 from gac.compression.sensitivity import calibration_perplexity, sensitivity_table  # noqa: F401 (re-exported)
+from gac.compression.stable_rank import stable_rank_targets
 from gac.errors import GacError, unknown_name
 from gac.faults import fault_point
 from gac.progress import quiet_scope
@@ -131,7 +133,8 @@ class Prepared:
 
     def targets(self, ratio: float, unit: int = DEFAULT_UNIT, knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
                 budget: int | None = None) -> tuple[list[Target], int]:
-        """The gac targets (d* from the allocation) and the budget B for ``ratio``.
+        """The gac targets (d* from the allocation) and the budget B for ``ratio`` (with the ``stable_rank``
+        allocation B is the cost of its ranks, :func:`~gac.compression.stable_rank.stable_rank_targets`).
 
         ``knapsack_score`` is the per-parameter s_i handed to Eq. 4: ``"proxy"`` (the paper: the importance proxy's
         score) or ``"marginal"`` (default; the compressor's own error per parameter of the aligned step bracketing d* —
@@ -139,6 +142,9 @@ class Prepared:
         """
         if knapsack_score not in KNAPSACK_SCORES:
             raise unknown_name("knapsack score", knapsack_score, KNAPSACK_SCORES)
+        if self.allocation == STABLE_RANK and budget is not None:
+            raise GacError("the stable_rank allocation sets its own budget (the parameter cost of the ranks it "
+                           "chooses for the ratio); give a ratio, not a budget")
         if budget is None:
             budget = self.budget(ratio)
         elif isinstance(budget, bool) or not isinstance(budget, int) or not 0 < budget < self.dense_params:
@@ -148,7 +154,11 @@ class Prepared:
         ppd = [u.params_per_dim for u in self.units]
         dmax = [u.d_max(unit) for u in self.units]
         ddims = [u.dense_dim for u in self.units]
-        if self.allocation == "sensitivity":
+        if self.allocation == STABLE_RANK:  # the GAC authors' ranks, scores and budget (gac.compression.stable_rank)
+            got, budget = stable_rank_targets(self, ratio, unit)
+            d_star = [t.d_star for t in got]
+            score_of = {t.name: t.score for t in got}
+        elif self.allocation == "sensitivity":
             s = self.sensitivity
             if not s:
                 raise GacError("this prepared state has no sensitivity table; prepare it with allocation='sensitivity'")
@@ -208,7 +218,11 @@ class Prepared:
         if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
         targets, budget = self.targets(ratio, unit, knapsack_score, budget)
-        return align(targets, budget, strategy, unit, window, candidate_filter), targets
+        plan = align(targets, budget, strategy, unit, window, candidate_filter)
+        if strategy in ("authors_dp", "authors_round") and knapsack_score != "proxy":
+            plan.notes.append(f"the GAC authors' procedure valued the compressor's own scores (knapsack_score=proxy; "
+                              f"with stable_rank_svd their stable-rank 'fisher'); this plan used {knapsack_score}")
+        return plan, targets
 
     def compress(
         self,
@@ -355,8 +369,8 @@ def prepare(
     PaLU: fisher_rms). ``calib_ids`` ([n, seq_len] token ids) overrides ``calibration`` text. ``allocation``:
     ``None``/``"default"`` (the compressor's own, what its reference does: ASVD ``sensitivity``, SVD-LLM ``uniform``,
     LLM-Pruner ``uniform``, PaLU ``fisher_uniform``), ``proportional`` (gac's Eq. 2 rule, see
-    :mod:`gac.compression.allocation`), ``uniform``, ``sensitivity`` (ASVD's search) or ``fisher_uniform`` (PaLU's
-    rank search). ``sensitivity_grid``: the kept ratios of the sensitivity table (default: the compressor's
+    :mod:`gac.compression.allocation`), ``uniform``, ``sensitivity`` (ASVD's search), ``fisher_uniform`` (PaLU's
+    rank search) or ``stable_rank`` (the GAC authors' data-free search; the ``stable_rank_svd`` compressor's own). ``sensitivity_grid``: the kept ratios of the sensitivity table (default: the compressor's
     ``sensitivity_grid`` option, else the reference's 0.4 ... 0.9).
 
     Streaming (``stream=True``, the default): gradient statistics (row/column sums, small) are collected first; then

@@ -250,6 +250,12 @@ def _check_numbers(cfg: dict, ev: dict) -> None:
             raise GacError(f"config: {key} is empty; give it a value (e.g. {key}={example}) or leave it out")
     need("eval.ppl_seq_len", ev.get("ppl_seq_len"), 2, none_ok=True)
     need("eval.ppl_max_windows", ev.get("ppl_max_windows"), 1, none_ok=True, what=" (null scores the whole text)")
+    need("eval.ppl_stride", ev.get("ppl_stride"), 1, none_ok=True,
+         what=" (null: non-overlapping windows; the GAC authors' sliding window: half of eval.ppl_seq_len)")
+    stride, window = ev.get("ppl_stride"), ev.get("ppl_seq_len")
+    if stride is not None and window is not None and stride > window:
+        raise GacError(f"config: eval.ppl_stride={stride} is longer than eval.ppl_seq_len={window}; a window may not "
+                       f"start past the previous one's end: use eval.ppl_stride <= {window}")
     if ev.get("tasks"):  # eval=none sets limit 0 beside no tasks: only a limit that will be used is checked
         need("eval.limit", ev.get("limit"), 1, none_ok=True, what=" (items per task; null: all)")
     for k in ("batch_size", "latency_batch"):

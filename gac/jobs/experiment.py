@@ -367,7 +367,7 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
 def check_proxy_axis(points: list[dict]) -> None:
     """A sweep over ``proxy`` must be able to change what it compares: refuse it (before any work) when a point's
     allocation never reads the proxy, naming the setting that makes it count."""
-    from gac.compression.allocation import PROXY_FREE, resolve_allocation
+    from gac.compression.allocation import PROXY_FREE, STABLE_RANK, resolve_allocation
     from gac.compression.compressors import COMPRESSORS, canonical_name
 
     specs = [p["spec"] for p in points if not p["spec"].is_baseline]
@@ -378,6 +378,10 @@ def check_proxy_axis(points: list[dict]) -> None:
         if s.is_baseline:
             continue
         allocation = resolve_allocation(s.allocation, COMPRESSORS[canonical_name(s.compressor)])
+        if allocation == STABLE_RANK:
+            raise GacError(f"sweep point [{' '.join(p['overrides'])}]: proxy is swept, but compressor={s.compressor} "
+                           f"allocates by the weights' stable rank alone and never reads the proxy, so every proxy "
+                           f"would give the same d* and plans; sweep proxy with another compressor")
         if allocation in PROXY_FREE:
             own = " (its default)" if s.allocation in (None, "default") else ""
             raise GacError(f"sweep point [{' '.join(p['overrides'])}]: proxy is swept, but compressor={s.compressor} "
@@ -437,7 +441,7 @@ class SweepCallback(_Callback):
             df = load_results(results_dir)
             if keys:  # other jobs in the same store (other settings) never join this sweep's table
                 df = df[df["key"].astype(str).isin(keys)]
-            if config.get("experiment_name") == "table5" and len(df):
+            if config.get("experiment_name") in ("table5", "table5_authors", "table5_both") and len(df):
                 print("\n" + format_table(table5(df), fmt="markdown"))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)

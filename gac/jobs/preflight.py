@@ -75,6 +75,12 @@ def check_job_here(spec: JobSpec) -> None:
             if n > limit:
                 raise GacError(f"config: {key}={n} is above the maximum sequence length of model {spec.model_name} "
                                f"({limit}, max_position_embeddings); use at most {limit}")
+        from gac.evaluation.perplexity import DEFAULT_SEQ_LEN
+
+        window = min(DEFAULT_SEQ_LEN, limit) if ev.ppl_seq_len is None else ev.ppl_seq_len  # the window it will use
+        if ev.ppl and spec.ppl_source and ev.ppl_stride is not None and ev.ppl_stride > window:
+            raise GacError(f"config: eval.ppl_stride={ev.ppl_stride} is longer than the perplexity window of model "
+                           f"{spec.model_name} ({window} tokens); use eval.ppl_stride <= {window}")
     if spec.eval.tasks:
         from gac.evaluation.tasks import check_hub_tasks
 

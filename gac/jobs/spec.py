@@ -20,6 +20,9 @@ class EvalSpec:
     ppl: bool = True
     ppl_seq_len: Optional[int] = None  # noqa: UP045 - None: 2048 capped at the model's maximum (the papers' protocol)
     ppl_max_windows: Optional[int] = None  # noqa: UP045 - None: the whole test text
+    # None: non-overlapping windows (the papers' protocol); a number of tokens: sliding windows starting every stride
+    # tokens (the GAC authors' script: 1024 with 2048-token windows), gac.evaluation.perplexity
+    ppl_stride: Optional[int] = None  # noqa: UP045
     tasks: Tuple[str, ...] = ("piqa", "hellaswag")  # noqa: UP006
     limit: Optional[int] = 200  # noqa: UP045
     batch_size: int = 8
@@ -73,6 +76,8 @@ class JobSpec:
         d = asdict(self)
         for k in ("experiment", "sweep"):
             d.pop(k)
+        if self.eval.ppl_stride is None:  # the default protocol: the keys of jobs that never set a stride stay theirs
+            d["eval"].pop("ppl_stride")
         if self.is_baseline:
             for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
                       "allocation", "calibration"):

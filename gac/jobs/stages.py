@@ -210,8 +210,8 @@ def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter
         with measured("ppl"):
             got = run_stage(attempt, "ppl", lambda: perplexity(
                 model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
-                max_windows=ev.ppl_max_windows), hook)
-        metrics[ppl_metric(got.get("source") or spec.ppl_source)] = got["ppl"]
+                max_windows=ev.ppl_max_windows, stride=ev.ppl_stride), hook)
+        metrics[ppl_metric(got.get("source") or spec.ppl_source, got.get("stride"))] = got["ppl"]
         details["perplexity"] = got
     if ev.tasks:
         if tokenizer is None and work.get("tasks") is None:

@@ -18,11 +18,10 @@ import pytest
 import torch
 
 from benchmarks.parity_refs import gac_authors as ref
-from gac.align import STRATEGIES, align
+from gac.align import align
 from gac.align.authors_dp import (
     authors_dp,
     authors_dp_dims,
-    authors_round,
     authors_round_to_n,
     authors_window,
     round_to,
@@ -109,18 +108,16 @@ def test_ideal_ranks_and_budget_identical(authors, ratio):
 
 
 @pytest.mark.parametrize("ratio", RATIOS)
-def test_authors_dp_ranks_identical(authors, ratio, monkeypatch):
+def test_authors_dp_ranks_identical(authors, ratio):
     want = authors["plans"][ratio]
     targets, budget = authors["targets"][ratio]
     assert want["dp_info"]["path"] == "dp" and not want["dp_info"]["over_budget"]
-    monkeypatch.setitem(STRATEGIES, "authors_dp", authors_dp)
     plan = align(targets, budget, "authors_dp")
     assert {key(n): d for n, d in plan.dims.items()} == want["gac_dp"]
     assert plan.budget_met and plan.params <= budget and plan.stats["budget_repair_steps"] == 0
     assert plan.aligned_fraction == 1.0
     dims, info = authors_dp_dims(targets, budget)
     assert info == want["dp_info"]
-    monkeypatch.setitem(STRATEGIES, "authors_round", authors_round)
     rounded = align(targets, budget, "authors_round")
     assert {key(n): d for n, d in rounded.dims.items()} == want["aligned_8"] and rounded.budget_met
     # the authors' unaligned row is their ideal ranks, which gac's unaligned strategy keeps as they are
@@ -286,7 +283,7 @@ def test_compressed_perplexity_matches_reference(authors, base):
 
 
 @pytest.mark.slow
-def test_smollm2_ranks_identical(monkeypatch):
+def test_smollm2_ranks_identical():
     from gac.fixtures import smollm2
 
     if not smollm2.is_complete(smollm2.default_dir()):
@@ -294,7 +291,6 @@ def test_smollm2_ranks_identical(monkeypatch):
     from gac.compression.compress import prepare
 
     model, _ = smollm2.load_smollm2()
-    monkeypatch.setitem(STRATEGIES, "authors_dp", authors_dp)
     with one_thread():
         want = ref.plan(model, 0.85)
         p = prepare(model, None, StableRankSVD(svd="gram64"))
@@ -302,24 +298,45 @@ def test_smollm2_ranks_identical(monkeypatch):
     assert {key(t.name): int(t.d_star) for t in targets} == want["ideal"] and budget == want["budget"]
     plan = align(targets, budget, "authors_dp")
     assert {key(n): d for n, d in plan.dims.items()} == want["gac_dp"] and plan.budget_met
+    # the same through the registry's wiring (Prepared's stable_rank allocation, the config's knapsack_score)
+    wired, _ = p.plan(0.15, "authors_dp", knapsack_score="proxy")
+    assert wired.dims == plan.dims and wired.budget == want["budget"]
+    rounded = align(targets, budget, "authors_round")
+    assert {key(n): d for n, d in rounded.dims.items()} == want["aligned_8"]
 
 
-def test_prepared_compress_with_the_wiring_the_lead_adds(authors, monkeypatch):
-    """Prepared.compress end to end once ``stable_rank`` dispatches to stable_rank_targets and ``authors_dp`` is a
-    strategy (the two registry entries): the plan's accounting holds on the compressed model."""
-    from gac.compression.compress import Prepared
-
-    orig = Prepared.targets
-
-    def targets(self, ratio, unit=8, knapsack_score="marginal", budget=None):
-        if self.allocation == "stable_rank":
-            return stable_rank_targets(self, ratio, unit)
-        return orig(self, ratio, unit, knapsack_score, budget)
-
-    monkeypatch.setattr(Prepared, "targets", targets)
-    monkeypatch.setitem(STRATEGIES, "authors_dp", authors_dp)
+def test_prepared_compress_stable_rank_authors_dp(authors):
+    """Prepared.compress end to end through the registry (allocation stable_rank, strategy authors_dp): the
+    authors' ranks, and the plan's accounting holds on the compressed model."""
     with one_thread():
-        model, plan, report = authors["prepared"].compress(0.3, "authors_dp")
+        model, plan, report = authors["prepared"].compress(0.3, "authors_dp", knapsack_score="proxy")
     assert {key(n): d for n, d in plan.dims.items()} == authors["plans"][0.3]["gac_dp"]
     assert report["budget_met"] and report["params_counted"] == plan.params <= authors["plans"][0.3]["budget"]
+    assert report["budget"] == authors["plans"][0.3]["budget"]
     assert report["recipe"]["compressor"] == "stable_rank_svd" and report["recipe"]["allocation"] == "stable_rank"
+    rounded, _ = authors["prepared"].plan(0.3, "authors_round", knapsack_score="proxy")
+    assert {key(n): d for n, d in rounded.dims.items()} == authors["plans"][0.3]["aligned_8"]
+    marginal, _ = authors["prepared"].plan(0.3, "gac")  # the default knapsack score works on these targets too
+    assert marginal.budget_met and marginal.budget == authors["plans"][0.3]["budget"]
+
+
+def test_alignment_unit_reaches_the_authors_strategies(authors):
+    targets, budget = authors["targets"][0.15]
+    for strategy in ("authors_dp", "authors_round"):
+        plan = align(targets, budget, strategy, unit=16)
+        assert plan.budget_met and all(d % 16 == 0 for d in plan.dims.values()), strategy
+    dims, notes, _ = authors_dp(targets, None, budget, unit=16)
+    assert dims == list(align(targets, budget, "authors_dp", unit=16).dims.values()) and "units of 16" in notes[0]
+
+
+def test_stable_rank_allocation_goes_with_its_compressor_only(authors):
+    from gac.compression.allocation import resolve_allocation
+    from gac.compression.compressors import get_compressor
+
+    with pytest.raises(GacError, match="stable_rank_svd compressor's own"):
+        resolve_allocation("stable_rank", get_compressor("asvd"))
+    with pytest.raises(GacError, match="allocation=default"):
+        resolve_allocation("proportional", get_compressor("stable_rank_svd"))
+    assert resolve_allocation("default", get_compressor("stable_rank_svd")) == "stable_rank"
+    with pytest.raises(GacError, match="sets its own budget"):
+        authors["prepared"].targets(0.3, budget=1000)

@@ -11,7 +11,7 @@ from gac.errors import GacError
 from gac.jobs.config import spec_from_config
 from gac.jobs.experiment import CONF_DIR, compose_config, expand_sweep, sweep_points
 
-GROUPS = ["model", "compressor", "proxy", "align", "gpu", "eval", "logger"]
+GROUPS = ["model", "compressor", "proxy", "align", "gpu", "eval", "logger", "method"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -31,6 +31,14 @@ def test_every_group_option_validates(group):
         extra = ["gpu=cpu"] if group != "gpu" else []
         spec = _spec([f"{group}={opt}", *extra])
         assert spec.key and len(spec.key) == 16
+
+
+def test_a_method_is_its_compressor_and_alignment():
+    for method, (comp, strategy) in {"asvd_gac": ("asvd", "gac"), "llm_pruner_round_to": ("llm_pruner", "round_to"),
+                                     "stable_rank_svd_authors_dp": ("stable_rank_svd", "authors_dp")}.items():
+        spec = _spec([f"method={method}"])
+        assert (spec.compressor, spec.strategy) == (comp, strategy)
+        assert spec.key == _spec([f"compressor={comp}", f"align={strategy}"]).key  # the same job either way
 
 
 def test_gpu_configs_select_cuda_and_a_profile():

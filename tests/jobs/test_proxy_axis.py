@@ -14,3 +14,8 @@ def test_proxy_compare_sweeps_an_allocation_that_reads_the_proxy():
     pts = sweep_points(["experiment=proxy_compare"])
     assert len(pts) == 10 and {p["spec"].allocation for p in pts} == {"proportional"}
     assert len({p["key"] for p in pts}) == 10
+
+
+def test_a_proxy_sweep_under_the_stable_rank_allocation_is_refused():
+    with pytest.raises(GacError, match="stable rank alone"):
+        sweep_points(["proxy=magnitude,random", "compressor=stable_rank_svd"])

@@ -1,4 +1,5 @@
-"""Compressors: ASVD, SVD-LLM, LLM-Pruner and PaLU, each a gac citizen (score -> d* -> aligned plan -> apply).
+"""Compressors: ASVD, SVD-LLM, LLM-Pruner and PaLU, each a gac citizen (score -> d* -> aligned plan -> apply), and
+``stable_rank_svd``, the procedure the GAC authors' Table 5 script ran as "ASVD" (a labelled option, never a default).
 
 ``COMPRESSORS`` maps a name (:data:`gac.registry.COMPRESSORS`, with its aliases) to its class; :func:`get_compressor` builds one with keyword options and suggests close
 matches for a typo. Each compressor is a small class (lifecycle) plus a sibling module of pure tensor math.
@@ -13,6 +14,7 @@ from gac.compression.compressors.asvd import ASVD
 from gac.compression.compressors.base import Compressor, Unit
 from gac.compression.compressors.llm_pruner import LLMPruner
 from gac.compression.compressors.palu import PaLU
+from gac.compression.compressors.stable_rank_svd import StableRankSVD
 from gac.compression.compressors.svd_llm import SVDLLM
 from gac.errors import GacError, unknown_name
 
@@ -21,6 +23,7 @@ COMPRESSORS: dict[str, type[Compressor]] = registry.COMPRESSORS.bind({
     "svd_llm": SVDLLM,
     "llm_pruner": LLMPruner,
     "palu": PaLU,
+    "stable_rank_svd": StableRankSVD,
 })
 
 
@@ -44,4 +47,4 @@ def get_compressor(name: str | Compressor, **options) -> Compressor:
     return cls(**options)
 
 
-__all__ = ["ASVD", "COMPRESSORS", "LLMPruner", "PaLU", "SVDLLM", "Compressor", "Unit", "canonical_name", "get_compressor"]
+__all__ = ["ASVD", "COMPRESSORS", "LLMPruner", "PaLU", "SVDLLM", "StableRankSVD", "Compressor", "Unit", "canonical_name", "get_compressor"]
