@@ -200,6 +200,7 @@ DEFAULT_EXPERIMENT = "default"
 EXPERIMENT_ARTEFACTS = {
     "table5": ("table5", "plans", "bench"),
     "table5_authors": ("table5", "plans", "bench"),
+    "table5_both": ("table5", "plans", "bench"),
     "ratio_sweep": ("ratio_sweep",),
     "proxy_compare": ("proxies",),
     "seq_len_sweep": ("latency",),
