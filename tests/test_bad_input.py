@@ -56,6 +56,9 @@ def _files(T: Path) -> None:
     from tests.bad_store_fixtures import store_files
 
     store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
+    from tests.bad_input_fixtures_own import own_files
+
+    own_files(T)  # the "A shared results directory and a downloaded model directory" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:
