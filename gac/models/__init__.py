@@ -199,6 +199,12 @@ def check_hf_dir(path: Path):
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
     config = hf_config(path)
+    quant = getattr(config, "quantization_config", None)
+    if quant:
+        method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+        raise GacError(f"{str(path / 'config.json')!r} describes a quantized model (quantization_config: "
+                       f"{str(method or '?')}); gac compresses and measures the layers of a model in float16, bfloat16 "
+                       f"or float32: use the model's unquantized weights")
     _check_generation_config(path)
     files, weight_map = _weight_files(path)
     header = _header_shapes(files, weight_map)

@@ -167,7 +167,7 @@ class ResultsStore:
             raise GacError(f"store marker {str(marker)!r} has schema {schema!r}, not a store schema; {fix}")
         if schema > SCHEMA_VERSION:
             raise GacError(f"results store {str(self.root)!r} has schema {schema}, written by a newer gac (this one "
-                           f"reads schema {SCHEMA_VERSION}); upgrade gac (pip install -U gac) to use it")
+                           f"reads schema {SCHEMA_VERSION}); use the gac version that wrote it, or a newer one")
 
     def prepare_for_writing(self) -> None:
         """Before a job's work: the store is writable and has room (else a one-line GacError), it is marked as a
