@@ -2,7 +2,11 @@
 
 transformers runs Python shipped with a model when its config names it (``auto_map``) and the caller trusts it;
 every gac loader passes :data:`NO_REMOTE_CODE`, and :func:`refuse_remote_code` refuses such a directory in one line
-before anything is loaded (no prompt, no import of the shipped file).
+before anything is loaded (no prompt, no import of the shipped file). It first checks that every file a loader
+reads there (configs, tokenizer files, weights) is a regular file of a size such a file has (:func:`check_model_dir_files`):
+a named pipe or a link to ``/dev/zero`` would hang the loader, a gigabyte "config" fill the memory. Weights are read
+from safetensors only: a pickle (``pytorch_model.bin``) can run code when it is unpickled, and gac never unpickles
+one (:func:`refuse_pickled_weights`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,77 @@ _CONFIG_FILES = ("config.json", "tokenizer_config.json", "processor_config.json"
                  "feature_extractor_config.json", "generation_config.json")
 
 
+#: the files of a model directory a tokenizer loader reads
+_TOKENIZER_FILES = ("tokenizer.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+                    "tokenizer.model", "chat_template.jinja", "chat_template.json")
+#: a model's config is a few kB; a tokenizer file a few MB (the largest real ones are ~35 MB)
+MAX_CONFIG_BYTES = 16 << 20
+MAX_TOKENIZER_BYTES = 256 << 20
+#: weight files in a format that is unpickled (and so may run code) when loaded
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth",
+                   "model.ckpt", "consolidated.00.pth")
+_COPY = "copy the model directory again from its source"
+
+
+def check_model_dir_files(path: str | os.PathLike) -> None:
+    """Every config and tokenizer file of the local model directory ``path`` that exists is a regular file (a link
+    to one is fine: the Hugging Face cache links its files into blobs/) no larger than such a file is; else a
+    one-line :class:`GacError`. Nothing for a path that is not a directory."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return
+    for names, limit in ((_CONFIG_FILES, MAX_CONFIG_BYTES), (_TOKENIZER_FILES, MAX_TOKENIZER_BYTES),
+                         (("model.safetensors.index.json",), MAX_CONFIG_BYTES)):
+        for name in names:
+            f = p / name
+            if not (f.exists() or f.is_symlink()):
+                continue
+            require_regular(f, _COPY)
+            size = f.stat().st_size
+            if size > limit:
+                raise GacError(f"{str(f)!r} is {size / 2**20:,.0f} MiB, larger than any {name} of a real model "
+                               f"({limit >> 20} MiB at most); {_COPY}")
+    tok = p / "tokenizer.json"
+    if tok.is_file():  # the tokenizers library would stop on a cut file with a message that names no file
+        from gac.io import read_json
+
+        try:
+            read_json(tok, "tokenizer file")
+        except GacError as e:
+            raise GacError(f"{e}; {_COPY}") from None
+
+
+def require_regular(f: Path, fix: str) -> None:
+    """``f`` (after links) is a regular file: a named pipe would block its reader, a device never end."""
+    try:
+        f.stat()
+    except FileNotFoundError:
+        raise GacError(f"{str(f)!r} is a dangling symbolic link; {fix}") from None
+    except (OSError, RuntimeError) as e:
+        raise GacError(f"{str(f)!r} cannot be read ({e}); {fix}") from None
+    if not f.is_file():
+        what = "a directory" if f.is_dir() else "not a regular file (a named pipe, a device or a link to one)"
+        raise GacError(f"{str(f)!r} is {what}; {fix}")
+
+
+def refuse_pickled_weights(path: str | os.PathLike) -> None:
+    """A :class:`GacError` for a local model directory without safetensors weights (``model.safetensors`` or its
+    index): its weights are a pickle (unpickling may run code: gac never does), another format, or absent."""
+    p = Path(path).expanduser()
+    if (p / "model.safetensors").exists() or (p / "model.safetensors.index.json").exists():
+        return
+    pickles = [n for n in PICKLED_WEIGHTS if (p / n).exists()] or sorted(
+        f.name for f in p.glob("*") if f.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl"))
+    if pickles:
+        raise GacError(f"{str(p)!r} holds its weights as a pickle ({pickles[0]}), and unpickling a file can run code "
+                       f"in it: gac reads safetensors only. Convert the weights to model.safetensors where you trust "
+                       f"the file (e.g. the model's safetensors revision on the hub), then pass the directory again")
+    others = sorted(f.name for f in p.glob("*") if f.suffix in (".gguf", ".h5", ".msgpack", ".onnx"))
+    found = f" (it has {', '.join(others[:3])}, a format gac does not load)" if others else ""
+    raise GacError(f"{str(p)!r} has no model.safetensors or model.safetensors.index.json{found}; gac loads "
+                   f"safetensors weights: {_COPY} with its safetensors files")
+
+
 def _code_refs(auto_map) -> list[str]:
     refs = []
     for v in auto_map.values() if isinstance(auto_map, dict) else [auto_map]:
@@ -31,10 +106,12 @@ def _code_refs(auto_map) -> list[str]:
 
 def refuse_remote_code(path: str | os.PathLike) -> None:
     """A :class:`GacError` when a local model directory asks to run its own code (``auto_map`` in one of its
-    configs); nothing for a directory that does not, or a path that is not a directory."""
+    configs) or holds a config or tokenizer file that is not a regular file of a sane size
+    (:func:`check_model_dir_files`); nothing for a directory that does not, or a path that is not a directory."""
     p = Path(path).expanduser()
     if not p.is_dir():
         return
+    check_model_dir_files(p)  # what is read below is a regular file of a config's size
     for name in _CONFIG_FILES:
         f = p / name
         if not f.is_file():

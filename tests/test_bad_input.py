@@ -57,6 +57,9 @@ def _files(T: Path) -> None:
 
     store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
     __import__("tests.bad_input_fixtures_store", fromlist=["_"]).store_writer_files(T)  # one writer, checked records
+    from tests.bad_input_fixtures_own import own_files
+
+    own_files(T)  # the "A shared results directory and a downloaded model directory" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

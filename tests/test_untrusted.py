@@ -46,3 +46,32 @@ def test_every_from_pretrained_in_gac_refuses_remote_code():
                 if "trust_remote_code" not in kws and "NO_REMOTE_CODE" not in starred:
                     bad.append(f"{rel}:{node.lineno}")
     assert not bad, f"from_pretrained without trust_remote_code=False: {bad}"
+
+
+def test_weights_that_are_a_pickle_are_never_unpickled(tmp_path, capsys):
+    """A model directory whose only weights are a pickle that would run a command: refused by the CLI and by the
+    library loader alike, and the command never runs."""
+    import os
+    import shutil
+
+    import torch
+
+    from gac.errors import GacError
+    from gac.fixtures.tiny import tiny_dir
+    from gac.models import load_model
+
+    d, marker = tmp_path / "pickled", tmp_path / "ran"
+    d.mkdir()
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_dir() / f, d / f)
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"model.embed_tokens.weight": Evil()}, d / "pytorch_model.bin")
+    assert main(["evaluate", str(d), "--ppl"]) == 2
+    assert "gac reads safetensors only" in capsys.readouterr().err
+    with pytest.raises(GacError, match="gac reads safetensors only"):
+        load_model(str(d))
+    assert not marker.exists()

@@ -125,10 +125,13 @@ def check_model_here(model_spec: str) -> None:
     gated model otherwise fails at load, after the queue)."""
     from gac.models import model_kind
     from gac.text import hub_access_problem, hub_repo_cached, hub_unreachable
-    from gac.untrusted import refuse_remote_code
+    from gac.untrusted import refuse_pickled_weights, refuse_remote_code
 
-    if model_kind(model_spec) != "hub":
+    kind = model_kind(model_spec)
+    if kind != "hub":
         refuse_remote_code(model_spec)  # a directory that names its own code: before its config is read
+        if kind == "local":
+            refuse_pickled_weights(model_spec)  # weights that are a pickle are never unpickled
         return
     if hub_repo_cached(str(model_spec), "model"):
         return

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
+from gac.untrusted import NO_REMOTE_CODE, refuse_pickled_weights, refuse_remote_code, require_regular
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ def model_kind(spec: str | os.PathLike) -> str:
         return "builtin"
     p = Path(s).expanduser()
     if p.is_dir():
+        for marker in (CHECKPOINT_MARKER, "config.json"):
+            if (p / marker).exists() or (p / marker).is_symlink():
+                require_regular(p / marker, "copy the model directory again from its source")
         if (p / CHECKPOINT_MARKER).is_file():
             return "checkpoint"
         if (p / "config.json").is_file():
@@ -118,44 +121,74 @@ def hf_config(path: Path):
                        f"model directory again from its source") from None
 
 
-def _header_shapes(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``{tensor name: (shape, dtype)}`` from safetensors headers (nothing else is read)."""
+def _header_shapes(files: list[Path], weight_map: dict[str, str] | None = None
+                   ) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{tensor name: (shape, dtype)}`` from safetensors headers (nothing else is read). A tensor in two shards,
+    or in another shard than the index (``weight_map``) says, is refused: which copy a loader takes is not defined."""
     from safetensors import safe_open
 
-    out = {}
+    out, where = {}, {}
     for f in files:
         try:
             with safe_open(str(f), framework="pt") as h:
                 names = h.keys()  # a safe_open handle is not iterable
                 for k in names:
                     sl = h.get_slice(k)
-                    out[k] = (tuple(sl.get_shape()), str(sl.get_dtype()))
+                    if k in where:
+                        raise GacError(f"tensor {k!r} is in two weight files, {where[k]!r} and {f.name!r}; a loader "
+                                       f"would take either copy. {_COPY[0].upper()}{_COPY[1:]}")
+                    out[k], where[k] = (tuple(sl.get_shape()), str(sl.get_dtype())), f.name
+        except GacError:
+            raise
         except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({_short(e)}); copy the model "
-                           f"directory again from its source") from None
+            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({_short(e)}); {_COPY}") from None
+    for k, shard in (weight_map or {}).items():
+        if where.get(k) != shard:
+            held = f"is in {where[k]!r}" if k in where else "is in no shard"
+            raise GacError(f"model.safetensors.index.json maps tensor {k!r} to {shard!r}, but it {held}; {_COPY}")
     return out
 
 
-def _weight_files(path: Path) -> list[Path] | None:
-    """The safetensors files of a local model directory (None: weights in another format, checked on load)."""
-    single = path / "model.safetensors"
-    if single.is_file():
-        return [single]
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        from gac.io import read_json
+_COPY = "copy the model directory again from its source"
 
-        doc = read_json(index, "safetensors index")
-        wm = doc.get("weight_map") if isinstance(doc, dict) else None
-        if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
-            raise GacError(f"{str(index)!r} has no weight_map of file names; copy the model directory again")
-        files = [path / f for f in sorted(set(wm.values()))]
-        for f in files:
-            if Path(f.name) != Path(f.relative_to(path)) or not f.is_file():
-                raise GacError(f"{str(index)!r} names {str(f.relative_to(path))!r}, which is not a file in the model "
-                               f"directory; copy the model directory again from its source")
-        return files
-    return None
+
+def _weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
+    """The safetensors files of a local model directory, and the index's ``{tensor: shard}`` when it is sharded
+    (a directory without safetensors weights is refused: :func:`gac.untrusted.refuse_pickled_weights`)."""
+    refuse_pickled_weights(path)
+    single = path / "model.safetensors"
+    if single.exists() or single.is_symlink():
+        require_regular(single, _COPY)
+        return [single], None
+    index = path / "model.safetensors.index.json"
+    from gac.io import read_json
+
+    doc = read_json(index, "safetensors index", max_bytes=16 << 20)
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+        raise GacError(f"{str(index)!r} has no weight_map of file names; {_COPY}")
+    for name in sorted(set(wm.values())):
+        if not name or Path(name).name != name or name in (".", ".."):
+            raise GacError(f"{str(index)!r} names the shard {name!r}, which is not a file name inside the model "
+                           f"directory (gac reads no weights from elsewhere); {_COPY}")
+        f = path / name
+        if not (f.exists() or f.is_symlink()):
+            raise GacError(f"{str(index)!r} names {name!r}, which is not a file in the model directory; {_COPY}")
+        require_regular(f, _COPY)
+    return [path / n for n in sorted(set(wm.values()))], wm
+
+
+def _check_generation_config(path: Path) -> None:
+    """``generation_config.json``, when there, is one transformers accepts (it is read, and checked, on load)."""
+    if not (path / "generation_config.json").is_file():
+        return
+    from transformers import GenerationConfig
+
+    try:
+        GenerationConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
+    except Exception as e:  # noqa: BLE001 - ValueError for a bad value, OSError/JSONDecodeError for a bad file
+        raise GacError(f"{str(path / 'generation_config.json')!r} is not a usable generation config ({_short(e)}); "
+                       f"{_COPY}") from None
 
 
 def check_hf_dir(path: Path):
@@ -166,12 +199,17 @@ def check_hf_dir(path: Path):
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
     config = hf_config(path)
-    files = _weight_files(path)
-    if files is None:
-        return config  # pytorch_model.bin & co: transformers' own loading info is checked after loading
+    quant = getattr(config, "quantization_config", None)
+    if quant:
+        method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+        raise GacError(f"{str(path / 'config.json')!r} describes a quantized model (quantization_config: "
+                       f"{str(method or '?')}); gac compresses and measures the layers of a model in float16, bfloat16 "
+                       f"or float32: use the model's unquantized weights")
+    _check_generation_config(path)
+    files, weight_map = _weight_files(path)
+    header = _header_shapes(files, weight_map)
     if get_checkpoint_conversion_mapping(getattr(config, "model_type", None)):
         return config  # transformers renames or fuses this architecture's tensors on load: checked after loading
-    header = _header_shapes(files)
     try:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
@@ -271,7 +309,8 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec, **NO_REMOTE_CODE)
         hf_logging.set_verbosity_error()  # its load report (a table on stderr) becomes the one line below
-        model, info = AutoModelForCausalLM.from_pretrained(spec, output_loading_info=True, **NO_REMOTE_CODE, **kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(spec, output_loading_info=True, use_safetensors=True,
+                                                           **NO_REMOTE_CODE, **kwargs)  # never a pickle
     except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
         msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         if kind == "hub":

@@ -88,6 +88,9 @@ def read_holder(path: str | os.PathLike) -> dict | None:
 
     A lock being created right now may still be empty: it is returned as ``{"heartbeat": mtime}``."""
     p = Path(path)
+    if p.is_symlink():  # a job creates its lock as a file (O_EXCL); a link would lend the lock another file's state
+        raise GacError(f"the lock {str(p)!r} is a symbolic link (to {os.readlink(p)!r}), not a lock file a job wrote; "
+                       f"if no job of this point is running, remove the link (rm {p}) and re-run")
     try:
         st = p.stat()
         if p.is_dir():
@@ -192,6 +195,13 @@ class FileLock:
         last_log = 0.0
         while not self.try_acquire():
             cur = read_holder(self.path) or {}
+            ahead = float(cur.get("heartbeat", 0)) - time.time()
+            if ahead > self.stale_s and not same_machine(cur):
+                # its age can never pass stale_s: waiting would last until the clocks catch up
+                raise GacError(f"{self.what} is locked by {describe_holder(cur)} with a heartbeat {ahead:,.0f} s in "
+                               f"the future (this host's clock and that one's, or the file server's, disagree, or "
+                               f"the lock was touched by hand); if that job is gone, remove {self.path} and re-run, "
+                               f"and check the clocks (NTP)")
             if not waited:
                 waited = True
                 if on_wait is not None:

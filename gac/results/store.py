@@ -143,14 +143,49 @@ class ResultsStore:
         if not self.root.exists():
             raise GacError(f"no results store at {str(self.root)!r}: the directory does not exist; check "
                            f"--results-dir / results_dir (nothing has run there yet?)")
+        if not self.root.is_dir():
+            raise GacError(f"{str(self.root)!r} is a file, not a results directory; check --results-dir / results_dir")
         if not self.exists():
             raise GacError(f"{str(self.root)!r} is not a gac results store (no {MARKER}, records/, failures/ or "
                            f"runs/ in it); check --results-dir / results_dir")
+        self._check_marker()
         return self
+
+    def _check_marker(self) -> None:
+        """The store's marker, when there, is the one gac writes, of a store schema this gac reads: a store a newer
+        gac made is not written to (nor read) by an older one."""
+        marker = self.root / MARKER
+        if not (marker.exists() or marker.is_symlink()):
+            return
+        fix = "if this directory is not a gac results store, choose another results_dir"
+        try:
+            doc = read_json(marker, "store marker", max_bytes=1 << 20)
+        except GacError as e:
+            raise GacError(f"{e}; gac writes it as {{\"format\": \"gac-results-store\", \"schema\": {SCHEMA_VERSION}}}: "
+                           f"rewrite it so, or {fix}") from None
+        if not isinstance(doc, dict) or doc.get("format") != "gac-results-store":
+            raise GacError(f"store marker {str(marker)!r} is not one gac writes (no format 'gac-results-store'); {fix}")
+        schema = doc.get("schema")
+        if not _is_int(schema) or schema < 1:
+            raise GacError(f"store marker {str(marker)!r} has schema {schema!r}, not a store schema; {fix}")
+        if schema > SCHEMA_VERSION:
+            raise GacError(f"results store {str(self.root)!r} has schema {schema}, written by a newer gac (this one "
+                           f"reads schema {SCHEMA_VERSION}); use the gac version that wrote it, or a newer one")
 
     def prepare_for_writing(self) -> None:
         """Before a job's work: the store is writable and has room (else a one-line GacError), it is marked as a
-        store, and temp files that killed writers left behind are removed."""
+        store (a directory that holds a model instead is refused), and temp files that killed writers left behind
+        are removed."""
+        if (self.root.exists() or self.root.is_symlink()) and not self.root.is_dir():
+            raise GacError(f"results directory {str(self.root)!r} is a file, not a directory; point results_dir at a "
+                           f"directory (a new one is made)")
+        self._check_marker()
+        if self.root.is_dir() and not self.exists():
+            model = [n for n in ("config.json", "gac_checkpoint.json", "model.safetensors",
+                                 "model.safetensors.index.json") if (self.root / n).exists()]
+            if model:
+                raise GacError(f"results directory {str(self.root)!r} holds a model ({model[0]}), not results; point "
+                               f"results_dir at a directory of its own (the model goes in model.spec)")
         check_writable(self.root, "results directory")
         self.check_layout()
         check_writable(self.records_dir, "records directory")
@@ -310,6 +345,7 @@ class ResultsStore:
         """Every record (completed, re-runs included; optionally failures), in file-name order, each checked as
         :meth:`read_record` checks one (its file name is its key, plausible fields and metrics, no link out of the
         store): anything else under ``records/`` is a :class:`CorruptRecord` naming the file and the fix."""
+        self._check_marker()
         self._require_dir(self.records_dir, contained=True)
         paths = sorted(self.records_dir.glob("*.json")) if self.records_dir.is_dir() else []
         for p in paths:
@@ -468,7 +504,25 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
             return f"has {f!r} of type {type(rec.get(f)).__name__}, not an object"
     if not isinstance(rec.get("created"), str):
         return f"has 'created' {rec.get('created')!r}, not a time stamp"
+    ahead = _seconds_ahead(rec["created"])
+    if ahead is not None and ahead > MAX_CLOCK_AHEAD_S:
+        return (f"has 'created' {rec['created']!r}, {ahead / 86400:,.1f} days in the future (the clock of the host that "
+                f"wrote it is wrong, or it was edited): it would supersede every later re-run of its point")
     return None
+
+
+MAX_CLOCK_AHEAD_S = 86400  # clocks on a cluster differ by seconds; a time zone mistake by hours; more is no clock
+
+
+def _seconds_ahead(created: str) -> float | None:
+    """How far the record time ``created`` (``2025-01-03T00:00:00Z``) lies after now; None when it is no such time."""
+    import calendar
+
+    try:
+        t = calendar.timegm(time.strptime(created[:19], "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+    return t - time.time()
 
 
 def bench_problem(doc, key: str) -> str | None:

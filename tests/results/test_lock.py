@@ -128,3 +128,30 @@ def test_acquire_waits_then_times_out_with_who_holds_it(tmp_path):
     b.acquire(timeout=10, poll_s=0.05)
     assert b.held
     b.release()
+
+
+def test_a_heartbeat_far_in_the_future_is_refused_not_waited_for(tmp_path):
+    """Another host's lock touched far ahead (a wrong clock): its age never passes stale_s, so acquire says so at
+    once instead of waiting until the clocks catch up."""
+    path = tmp_path / "k.lock"
+    path.write_text(json.dumps({"host": "node-17", "machine": "node-17-1", "pid": 1234, "token": "t"}))
+    ahead = time.time() + 3 * 3600
+    os.utime(path, (ahead, ahead))
+    t0 = time.monotonic()
+    with pytest.raises(GacError, match=r"heartbeat [\d,]+ s in the future.*remove .*k\.lock"):
+        FileLock(path, stale_s=60).acquire(timeout=30)
+    assert time.monotonic() - t0 < 5 and path.exists()  # refused at once, the lock left alone
+    soon = time.time() + 30  # a few seconds of skew is a clock, not a refusal: the lock is waited for
+    os.utime(path, (soon, soon))
+    with pytest.raises(GacError, match="waited"):
+        FileLock(path, stale_s=60).acquire(timeout=0.2, poll_s=0.05)
+
+
+def test_a_lock_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
+    victim = tmp_path / "colleague.txt"
+    victim.write_text("keep")
+    path = tmp_path / "k.lock"
+    path.symlink_to(victim)
+    with pytest.raises(GacError, match="is a symbolic link"):
+        FileLock(path).try_acquire()
+    assert victim.read_text() == "keep" and path.is_symlink()
