@@ -348,6 +348,7 @@ def prepare(
     stream: bool = True,
     grad_checkpoint: bool | None = None,
     sensitivity_limit_s: float | None | str = "env",
+    sensitivity_resume=None,
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
@@ -371,7 +372,10 @@ def prepare(
 
     The sensitivity search (``allocation="sensitivity"``) logs its estimated cost first (one timed forward) and
     raises :class:`GacError` naming what makes it cheaper when the estimate is above ``sensitivity_limit_s``
-    (``"env"``: ``$GAC_SENSITIVITY_LIMIT``, else 2 h; None: no limit; :mod:`gac.compression.sensitivity`).
+    (``"env"``: ``$GAC_SENSITIVITY_LIMIT``, else 2 h; None: no limit; :mod:`gac.compression.sensitivity`); when its
+    layer-cache check fails, the slower full-forward search is estimated and checked again. ``sensitivity_resume``: a
+    file that keeps the table's finished rows, so a search interrupted there resumes (None: none kept). Which path the
+    probes took is in ``notes``.
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
@@ -398,11 +402,13 @@ def prepare(
             cal_json = {"source": "token_ids", "n_samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
     probe_samples = getattr(comp, "sensitivity_samples", None) if allocation == "sensitivity" else None
     check_probe_samples(allocation, comp, int(calib_ids.shape[0]) if calib_ids is not None else 0)
+    estimate = limit_s = None
     if allocation == "sensitivity":  # its cost said (and refused above the limit) before the calibration starts
         from gac.compression.sensitivity import check_cost, estimate_cost, sensitivity_limit
 
         estimate = estimate_cost(model, layout, units, grid, calib_ids, probe_samples)
-        log.info("%s", check_cost(estimate, units, grid, sensitivity_limit(sensitivity_limit_s), comp.name))
+        limit_s = sensitivity_limit(sensitivity_limit_s)
+        log.info("%s", check_cost(estimate, units, grid, limit_s, comp.name))
     mods = comp.stat_modules(units)
     for n in mods:
         w = get_module(model, n).weight
@@ -485,11 +491,19 @@ def prepare(
         t0 = time.perf_counter()
         with meter.stage("sensitivity"):
             prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout,
-                                                     probe_samples=probe_samples)
+                                                     probe_samples=probe_samples, resume=sensitivity_resume,
+                                                     limit_s=limit_s, estimate=estimate)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
         probe = prepared.sensitivity.get("probe") or {}
         if probe.get("path") == "full_forward":
             prepared.notes.append(f"sensitivity: every probe ran a full forward (slower), because {probe.get('why')}")
+        elif probe.get("path") == "layer_cache":
+            prepared.notes.append(f"sensitivity: the probes ran from the layer cache (its check against the full "
+                                  f"forward: {probe['rel_diff']:.1e} relative, {probe['dtype']} tolerance "
+                                  f"{probe['tolerance']:.1e})")
+        if probe.get("resumed_rows"):
+            prepared.notes.append(f"sensitivity: resumed with {probe['resumed_rows']} of {len(units)} rows saved by "
+                                  f"an interrupted search")
         if probe_samples is not None:
             prepared.notes.append(f"sensitivity: probes on {probe_samples} of the {calib_ids.shape[0]} calibration "
                                   f"samples (sensitivity_samples; the reference probes on all)")
