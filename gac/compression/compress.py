@@ -110,6 +110,9 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     memory: dict = field(default_factory=dict)  # stage -> {"peak_rss_mb", ...[, "gpu_peak_mb"]} (ResourceMeter)
     calib_ids: torch.Tensor | None = None  # kept only for a compressor with keeps_calibration (SVD-LLM's update)
+    # how this preparation's passes ran (not saved with the state): "gradients" (collect_gradient_stats's report),
+    # "sensitivity" (the probes' path); what gac doctor reports
+    paths: dict = field(default_factory=dict)
 
     @property
     def dense_params(self) -> int:
@@ -426,10 +429,12 @@ def prepare(
             grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids, reserved)
             if grad_checkpoint:
                 notes.append(f"gradient pass used activation checkpointing ({why})")
+        grad_report: dict = {}
         with meter.stage("gradients"):
             grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
                                                 checkpoint=grad_checkpoint, layout=layout,
-                                                tokens_ahead=comp.gradient_tokens_ahead)
+                                                tokens_ahead=comp.gradient_tokens_ahead, report=grad_report)
+        notes.append(gradient_note(grad_report))
     elif comp.gradient_tokens_ahead != 1:  # an option of the gradient pass, and this proxy takes no gradients
         msg = (f"{comp.name}: its gradient loss ({comp.gradient_tokens_ahead} tokens ahead, e.g. PaLU "
                f"fisher_loss=two_ahead) has no effect with proxy {proxy_name!r}, which takes no gradients")
@@ -487,6 +492,8 @@ def prepare(
     prepared = Prepared(model, comp, proxy_name, cal_json, allocation, float(power), layout, units, scores, factors,
                         timings, notes=notes,
                         calib_ids=calib_ids.detach().cpu().clone() if comp.keeps_calibration else None)
+    if need_grad:
+        prepared.paths["gradients"] = grad_report
     if allocation == "sensitivity":
         t0 = time.perf_counter()
         with meter.stage("sensitivity"):
@@ -495,6 +502,7 @@ def prepare(
                                                      limit_s=limit_s, estimate=estimate)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
         probe = prepared.sensitivity.get("probe") or {}
+        prepared.paths["sensitivity"] = {k: v for k, v in probe.items() if k != "threads"}
         if probe.get("path") == "full_forward":
             prepared.notes.append(f"sensitivity: every probe ran a full forward (slower), because {probe.get('why')}")
         elif probe.get("path") == "layer_cache":
@@ -511,6 +519,19 @@ def prepare(
     prepared.timings["prepare_s"] = time.perf_counter() - t_start
     log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
     return prepared
+
+
+def gradient_note(report: dict) -> str:
+    """The prepared state's note on its gradient pass: the dtype it ran in, any loss scaling, and the fraction of
+    weight gradients that were exactly zero (underflow shows there)."""
+    how = report["dtype"]
+    if report["dtype"] != report["model_dtype"]:
+        how += f" (the {report['model_dtype']} weights cast for the pass and restored after it)"
+    if report.get("loss_scale") is not None:
+        how += (f" with a loss scale of 2^{math.log2(report['loss_scale']):g} ({report['overflow_reruns']} re-runs "
+                f"after an overflow)")
+    return (f"gradient pass: {how}; {100 * report['zero_fraction']:.3g}% of the {report['gradients']:,} weight "
+            f"gradients were exactly zero")
 
 
 def check_sensitivity_reach(allocation: str, comp: Compressor, ratio: float, grid=None) -> None:
