@@ -122,7 +122,6 @@ def test_whitening_in_float16_gives_the_cpu_float32_ranks_and_perplexity(calib, 
     # window 1: each dimension is one of the aligned pair around d*; a slightly different score may move it a step
     moved = {k: (plan.dims[k], ref_plan.dims[k]) for k in plan.dims if abs(plan.dims[k] - ref_plan.dims[k]) > 2 * UNIT}
     assert not moved, moved
-    assert plan.aligned_fraction == ref_plan.aligned_fraction == 1.0
     ppl_gpu, ppl_cpu = _ppl(model, tok), _ppl(ref_model, tok)
     assert ppl_gpu == pytest.approx(ppl_cpu, rel=0.05)
 
