@@ -8,10 +8,13 @@ stage name, the action runs:
 * ``hold``: create ``$GAC_FAULT_DIR/held-<stage>`` and wait until that file is removed (a test can then look at
   a job that is provably inside the stage, kill it from outside, or let it go on).
 
-Several faults may be given, comma separated (``GAC_FAULT=scoring:hold,record_write``). Stages are named where the
+Several faults may be given, comma separated (``GAC_FAULT=scoring:hold,record_write``). ``<stage>:<action>@N``
+runs the action the N-th time this process reaches the stage (the earlier passes go on): a stage reached after each
+item is done, such as ``sensitivity_row``, is interrupted after N items. Stages are named where the
 work happens: ``load``, ``calibration``, ``scoring``, ``factorize``, ``plan``, ``apply``, ``ppl``, ``tasks``,
 ``latency``, ``record_write`` (the record is complete in its temp file but not yet published),
-``record_written`` (published, temp file not yet removed), ``prepared_write`` (the prepared-state cache file).
+``record_written`` (published, temp file not yet removed), ``prepared_write`` (the prepared-state cache file),
+``sensitivity_row`` (a row of ASVD's sensitivity table is saved to its resume file).
 Without ``GAC_FAULT`` a fault point costs one dictionary lookup.
 """
 
@@ -25,6 +28,7 @@ from pathlib import Path
 ENV = "GAC_FAULT"
 DIR_ENV = "GAC_FAULT_DIR"
 ACTIONS = ("kill", "raise", "hold")
+_passes: dict[str, int] = {}  # stage -> times this process reached it (for ``@N``)
 
 
 class InjectedFault(RuntimeError):
@@ -47,6 +51,16 @@ def fault_point(stage: str) -> None:
     action = _faults().get(stage)
     if action is None:
         return
+    action, _, nth = action.partition("@")
+    if nth:
+        _passes[stage] = _passes.get(stage, 0) + 1
+        try:
+            n = int(nth)
+        except ValueError:
+            raise ValueError(f"{ENV}: {stage}:{action}@{nth}: the pass must be a whole number") from None
+        if _passes[stage] != n:
+            return
+    action = action or "kill"
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)  # never returns: SIGKILL is not deliverable-later

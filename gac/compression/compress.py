@@ -112,6 +112,9 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     memory: dict = field(default_factory=dict)  # stage -> {"peak_rss_mb", ...[, "gpu_peak_mb"]} (ResourceMeter)
     calib_ids: torch.Tensor | None = None  # kept only for a compressor with keeps_calibration (SVD-LLM's update)
+    # how this preparation's passes ran (not saved with the state): "gradients" (collect_gradient_stats's report),
+    # "sensitivity" (the probes' path); what gac doctor reports
+    paths: dict = field(default_factory=dict)
 
     @property
     def dense_params(self) -> int:
@@ -362,6 +365,7 @@ def prepare(
     stream: bool = True,
     grad_checkpoint: bool | None = None,
     sensitivity_limit_s: float | None | str = "env",
+    sensitivity_resume=None,
 ) -> Prepared:
     """Discover targets, calibrate, score and factorise once.
 
@@ -385,7 +389,10 @@ def prepare(
 
     The sensitivity search (``allocation="sensitivity"``) logs its estimated cost first (one timed forward) and
     raises :class:`GacError` naming what makes it cheaper when the estimate is above ``sensitivity_limit_s``
-    (``"env"``: ``$GAC_SENSITIVITY_LIMIT``, else 2 h; None: no limit; :mod:`gac.compression.sensitivity`).
+    (``"env"``: ``$GAC_SENSITIVITY_LIMIT``, else 2 h; None: no limit; :mod:`gac.compression.sensitivity`); when its
+    layer-cache check fails, the slower full-forward search is estimated and checked again. ``sensitivity_resume``: a
+    file that keeps the table's finished rows, so a search interrupted there resumes (None: none kept). Which path the
+    probes took is in ``notes``.
     """
     t_start = time.perf_counter()
     comp = get_compressor(compressor, **(compressor_options or {}))
@@ -412,11 +419,13 @@ def prepare(
             cal_json = {"source": "token_ids", "n_samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
     probe_samples = getattr(comp, "sensitivity_samples", None) if allocation == "sensitivity" else None
     check_probe_samples(allocation, comp, int(calib_ids.shape[0]) if calib_ids is not None else 0)
+    estimate = limit_s = None
     if allocation == "sensitivity":  # its cost said (and refused above the limit) before the calibration starts
         from gac.compression.sensitivity import check_cost, estimate_cost, sensitivity_limit
 
         estimate = estimate_cost(model, layout, units, grid, calib_ids, probe_samples)
-        log.info("%s", check_cost(estimate, units, grid, sensitivity_limit(sensitivity_limit_s), comp.name))
+        limit_s = sensitivity_limit(sensitivity_limit_s)
+        log.info("%s", check_cost(estimate, units, grid, limit_s, comp.name))
     mods = comp.stat_modules(units)
     for n in mods:
         w = get_module(model, n).weight
@@ -434,10 +443,12 @@ def prepare(
             grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids, reserved)
             if grad_checkpoint:
                 notes.append(f"gradient pass used activation checkpointing ({why})")
+        grad_report: dict = {}
         with meter.stage("gradients"):
             grad_stats = collect_gradient_stats(model, calib_ids, mods, elementwise=prox.elementwise,
                                                 checkpoint=grad_checkpoint, layout=layout,
-                                                tokens_ahead=comp.gradient_tokens_ahead)
+                                                tokens_ahead=comp.gradient_tokens_ahead, report=grad_report)
+        notes.append(gradient_note(grad_report))
     elif comp.gradient_tokens_ahead != 1:  # an option of the gradient pass, and this proxy takes no gradients
         msg = (f"{comp.name}: its gradient loss ({comp.gradient_tokens_ahead} tokens ahead, e.g. PaLU "
                f"fisher_loss=two_ahead) has no effect with proxy {proxy_name!r}, which takes no gradients")
@@ -495,15 +506,26 @@ def prepare(
     prepared = Prepared(model, comp, proxy_name, cal_json, allocation, float(power), layout, units, scores, factors,
                         timings, notes=notes,
                         calib_ids=calib_ids.detach().cpu().clone() if comp.keeps_calibration else None)
+    if need_grad:
+        prepared.paths["gradients"] = grad_report
     if allocation == "sensitivity":
         t0 = time.perf_counter()
         with meter.stage("sensitivity"):
             prepared.sensitivity = sensitivity_table(model, comp, units, factors, calib_ids, grid, layout=layout,
-                                                     probe_samples=probe_samples)
+                                                     probe_samples=probe_samples, resume=sensitivity_resume,
+                                                     limit_s=limit_s, estimate=estimate)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
         probe = prepared.sensitivity.get("probe") or {}
+        prepared.paths["sensitivity"] = {k: v for k, v in probe.items() if k != "threads"}
         if probe.get("path") == "full_forward":
             prepared.notes.append(f"sensitivity: every probe ran a full forward (slower), because {probe.get('why')}")
+        elif probe.get("path") == "layer_cache":
+            prepared.notes.append(f"sensitivity: the probes ran from the layer cache (its check against the full "
+                                  f"forward: {probe['rel_diff']:.1e} relative, {probe['dtype']} tolerance "
+                                  f"{probe['tolerance']:.1e})")
+        if probe.get("resumed_rows"):
+            prepared.notes.append(f"sensitivity: resumed with {probe['resumed_rows']} of {len(units)} rows saved by "
+                                  f"an interrupted search")
         if probe_samples is not None:
             prepared.notes.append(f"sensitivity: probes on {probe_samples} of the {calib_ids.shape[0]} calibration "
                                   f"samples (sensitivity_samples; the reference probes on all)")
@@ -511,6 +533,19 @@ def prepare(
     prepared.timings["prepare_s"] = time.perf_counter() - t_start
     log.info("prepared %s/%s on %d units in %.1fs", comp.name, proxy_name, len(units), prepared.timings["prepare_s"])
     return prepared
+
+
+def gradient_note(report: dict) -> str:
+    """The prepared state's note on its gradient pass: the dtype it ran in, any loss scaling, and the fraction of
+    weight gradients that were exactly zero (underflow shows there)."""
+    how = report["dtype"]
+    if report["dtype"] != report["model_dtype"]:
+        how += f" (the {report['model_dtype']} weights cast for the pass and restored after it)"
+    if report.get("loss_scale") is not None:
+        how += (f" with a loss scale of 2^{math.log2(report['loss_scale']):g} ({report['overflow_reruns']} re-runs "
+                f"after an overflow)")
+    return (f"gradient pass: {how}; {100 * report['zero_fraction']:.3g}% of the {report['gradients']:,} weight "
+            f"gradients were exactly zero")
 
 
 def check_sensitivity_reach(allocation: str, comp: Compressor, ratio: float, grid=None) -> None:

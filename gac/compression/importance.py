@@ -14,6 +14,13 @@ sized buffer": ``|w * g_bar|`` and ``sqrt(mean g^2)`` cannot be reduced before t
 projections they score the pass keeps one float32 running sum per weight element (``sum_s g`` or ``sum_s g^2``: 4
 bytes per compressed parameter) and reduces it to rows and columns at the end.
 
+The gradient pass's precision (:func:`gradient_precision`): a float16 model's backward has no range for the small
+weight gradients (they underflow to zero, and zero gradients are zero Taylor scores) and little for the large
+activation gradients (an overflow), so a float16 model runs the pass in bfloat16 where the device has it (its
+weights cast for the pass, the float16 originals kept on the host and put back bit for bit afterwards), else in
+float16 with a dynamic loss scale (a sample whose scaled gradients overflow runs again at half the scale, for the
+weights whose gradients were not finite). The fraction of weight gradients that were exactly zero is reported.
+
 Non-finite statistics fail loudly, naming the layer (:class:`~gac.errors.GacError`), instead of surfacing as a NaN
 perplexity later.
 """
@@ -322,8 +329,67 @@ def collect_activation_stats(
     return stats
 
 
+LOSS_SCALE_INIT = 2.0 ** 16  # the float16 pass's first loss scale (torch.amp.GradScaler's); halved on an overflow
+LOSS_SCALE_MIN = 1.0
+PRECISIONS = ("auto", "model", "bfloat16", "loss_scale")
+
+
+def bf16_native(device) -> bool:
+    """Whether ``device`` runs bfloat16 natively: a CUDA GPU of compute capability 8.0+ (A100, H100; not emulated),
+    and the CPU (torch's CPU kernels take bfloat16)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        try:
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:  # a torch without the argument
+            return bool(torch.cuda.is_bf16_supported())
+    return dev.type == "cpu"
+
+
+def gradient_precision(model_dtype: torch.dtype, bf16: bool, precision: str = "auto") -> tuple[torch.dtype, bool]:
+    """``(dtype, loss_scaled)``: the dtype the gradient pass runs in, and whether its loss is scaled.
+
+    ``"auto"``: a float16 model runs it in bfloat16 when the device has it (``bf16``), else in float16 with a loss
+    scale; any other dtype as it is. ``"model"``: the model's dtype, unscaled; ``"bfloat16"`` / ``"loss_scale"``:
+    that path for a float16 model (the others stay as they are)."""
+    if precision not in PRECISIONS:
+        raise unknown_name("gradient precision", precision, PRECISIONS)
+    if model_dtype != torch.float16 or precision == "model":
+        return model_dtype, False
+    if precision == "bfloat16" or (precision == "auto" and bf16):
+        return torch.bfloat16, False
+    return torch.float16, True
+
+
+def _cast_floating(model: nn.Module, src: torch.dtype, dst: torch.dtype):
+    """Cast ``model``'s ``src`` parameters and buffers to ``dst`` in place (the same Parameter objects, so hooks
+    stay); returns the function that puts the originals back bit for bit (kept on the host meanwhile, so the cast
+    costs no device memory; idempotent)."""
+    saved = []
+    for p in model.parameters():
+        if p.dtype == src:
+            saved.append((p, None, None, p.data if p.device.type == "cpu" else p.data.to("cpu")))
+            p.data = p.data.to(dst)
+    for m in model.modules():
+        for k, b in list(m._buffers.items()):
+            if b is not None and b.dtype == src:
+                saved.append((None, m, k, b))
+                m._buffers[k] = b.to(dst)
+
+    def restore():
+        while saved:
+            p, m, k, orig = saved.pop()
+            if p is not None:
+                p.data = orig.to(p.device)
+            else:
+                m._buffers[k] = orig
+
+    return restore
+
+
 def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: list[str], elementwise=(), *,
-                           checkpoint: bool = False, layout=None, tokens_ahead: int = 1) -> dict[str, WeightStats]:
+                           checkpoint: bool = False, layout=None, tokens_ahead: int = 1, precision: str = "auto",
+                           report: dict | None = None) -> dict[str, WeightStats]:
     """Per-projection gradient statistics (Taylor and Fisher), one calibration sample per backward pass.
 
     Memory: the weights, one sample's activations for the backward, the logits, and one weight's gradient at a time
@@ -342,6 +408,11 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     (the samples have equal length, so the mean of the per-sample gradients *is* the one batch gradient LLM-Pruner
     takes); ``"fisher_rms"`` -> ``fisher_rms_row/col`` from ``sqrt(mean_s g_s^2)`` (PaLU). Each costs one float32
     running sum per weight element of ``modules`` while the pass runs.
+
+    ``precision``: see :func:`gradient_precision` (module docstring); in bfloat16 the statistics read the weights as
+    cast for the pass. ``report``, when given, is filled with how the pass ran: ``dtype``, ``model_dtype``,
+    ``loss_scale`` (the last scale, or None), ``overflow_reruns``, ``gradients`` (weight-gradient elements seen) and
+    ``zero_fraction`` (of them, exactly zero).
     """
     bad = [e for e in elementwise if e not in ELEMENTWISE]
     if bad:
@@ -352,6 +423,9 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     if tokens_ahead == 2 and calib_ids.shape[1] < 3:
         raise GacError(f"a two-ahead loss needs calibration samples of at least 3 tokens, got {calib_ids.shape[1]}")
     dev = _device_of(model)
+    model_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    run_dtype, scaled = gradient_precision(model_dtype, bf16_native(dev), precision)
+    scale = LOSS_SCALE_INIT if scaled else 1.0
     stats = {n: WeightStats() for n in modules}
     params = {n: model.get_submodule(n).weight for n in modules}
     g_sum = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()} if "taylor_mean" in elementwise else {}
@@ -360,10 +434,28 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     for p in model.parameters():
         p.requires_grad_(False)
     handles = []
+    active: set[str] = set()  # the weights whose gradients this backward adds (after an overflow: those left)
+    finite: dict[str, torch.Tensor] = {}  # loss scaling: whether each weight's scaled gradient was finite
+    zeros = torch.zeros((), dtype=torch.float64, device=dev)  # exactly-zero gradient elements (on the device: no sync)
+    seen = torch.zeros((), dtype=torch.float64, device=dev)
+    reruns = 0
 
     def make_hook(n):
         def hook(p):
+            nonlocal zeros, seen
+            if n not in active:
+                p.grad = None
+                return
             g = p.grad.detach().float()
+            if scaled:  # an overflowed gradient adds nothing; the sample runs again for it at half the scale
+                ok = torch.isfinite(g).all()
+                finite[n] = ok
+                g = torch.where(ok, g / scale, torch.zeros((), device=g.device))
+                seen = seen + ok.double() * g.numel()
+                zeros = zeros + torch.where(ok, (g == 0).sum().double(), 0.0)
+            else:
+                seen = seen + g.numel()
+                zeros = zeros + (g == 0).sum().double()
             w = p.detach().float()
             wg = w * g
             st = stats[n]
@@ -386,6 +478,7 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
 
     was_training = model.training
     model.eval()
+    restore = _cast_floating(model, model_dtype, run_dtype) if run_dtype != model_dtype else (lambda: None)
     wrapped = _checkpoint_layers(model, layout) if checkpoint else []
     try:
         for n, p in params.items():
@@ -394,17 +487,35 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
         for s in track(range(calib_ids.shape[0]), "calibration (gradients)", "samples"):
             ids = calib_ids[s : s + 1].to(dev)
             inp, lab = (ids, ids) if tokens_ahead == 1 else (ids[:, :-1], ids[:, 1:])  # the model shifts once more
-            with torch.enable_grad():
-                out = model(input_ids=inp, labels=lab, use_cache=False)
-                loss = out.loss
-                if not torch.isfinite(loss):
-                    raise GacError(
-                        f"calibration loss is {loss.item()} on sample {s}; the model produces non-finite values "
-                        f"(check its weights, or use float32/bfloat16 instead of float16)"
-                    )
-                loss.backward()
+            pending = list(modules)
+            while pending:
+                active.clear()
+                active.update(pending)
+                finite.clear()
+                with torch.enable_grad():
+                    out = model(input_ids=inp, labels=lab, use_cache=False)
+                    loss = out.loss
+                    if not torch.isfinite(loss):
+                        raise GacError(
+                            f"calibration loss is {loss.item()} on sample {s}; the model produces non-finite values "
+                            f"(check its weights, or use float32/bfloat16 instead of float16)"
+                        )
+                    (loss * scale if scaled else loss).backward()
+                    del out, loss
+                if not scaled:
+                    break
+                ok = torch.stack([finite[n] for n in pending if n in finite]).tolist() if finite else []
+                bad = [n for n, f in zip([n for n in pending if n in finite], ok) if not f]
+                if bad:
+                    scale /= 2
+                    reruns += 1
+                    if scale < LOSS_SCALE_MIN:
+                        raise GacError(f"the float16 gradient pass overflows on sample {s} even unscaled; run it in "
+                                       f"bfloat16 or float32 (gpu.dtype=bfloat16 / float32)")
+                pending = bad
             for n in modules:
                 stats[n].samples += 1
+        restore()  # the statistics below read the model's own weights again
         n_s = max(int(calib_ids.shape[0]), 1)
         for n, st in stats.items():
             if n in g_sum:  # |w * g_bar| with g_bar the mean gradient
@@ -417,7 +528,13 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                 if getattr(st, what) is not None:
                     setattr(st, what, getattr(st, what).cpu())  # one copy per statistic, after the last sample
                     _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
+        if report is not None:
+            total = float(seen)
+            report.update(dtype=str(run_dtype).removeprefix("torch."), model_dtype=str(model_dtype).removeprefix(
+                "torch."), loss_scale=scale if scaled else None, overflow_reruns=reruns, gradients=int(total),
+                zero_fraction=float(zeros) / total if total else 0.0)
     finally:
+        restore()
         for layer in wrapped:
             del layer.forward  # back to the class method
         for h in handles:

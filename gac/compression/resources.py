@@ -12,7 +12,10 @@ the stage cost, while the wall time also counts the time other processes held th
 
 A stage may be entered many times (streaming calibration enters ``calibration``, ``score`` and ``factorize`` once per
 decoder layer): its time is the sum, its peak the maximum. Stages nest: an inner stage's samples count for the outer
-ones too, and a GPU peak reset for an inner stage first folds the peak so far into every open stage.
+ones too, and a GPU peak reset for an inner stage first folds the peak so far into every open stage on that device,
+of *every* meter (the CUDA peak is one counter per device: a job's ``prepare`` stage holds the meter of
+:func:`gac.compression.compress.prepare` inside it, whose per-stage resets would otherwise leave the outer stage
+with its last inner stage's peak only). So an outer stage's GPU peak is the maximum over everything inside it.
 
 Host peak. A daemon thread reads the resident set size (``/proc/self/statm``) every ``interval`` seconds while a stage
 is open; at the end of a stage the kernel's high-water mark (``getrusage`` ``ru_maxrss``) is read too: when it rose
@@ -67,6 +70,50 @@ def _cuda(device) -> int | None:
     return dev.index if dev.index is not None else torch.cuda.current_device()
 
 
+class CudaPeak:
+    """The CUDA peak-memory counter of one device (``torch.cuda.max_memory_allocated``), as the meter reads it. A
+    test passes an object with the same four members (``key``, ``peak``, ``reset``, ``sync``) instead."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.key = ("cuda", index)
+
+    def peak(self) -> int:
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(self.index))
+
+    def reset(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(self.index)
+
+    def sync(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self.index)
+
+
+# the open stages of every meter, by peak counter (CudaPeak.key): a reset folds the peak into all of them
+_OPEN_GPU: dict = {}
+_OPEN_GPU_LOCK = threading.Lock()
+
+
+def reset_gpu_peak(device) -> None:
+    """Reset the CUDA peak counter of ``device`` (a no-op off CUDA) for a measurement of one's own, first folding the
+    peak so far into every open meter stage on it (so a stage around the caller still sees its own peak)."""
+    idx = _cuda(device)
+    if idx is None:
+        return
+    import torch
+
+    peak = CudaPeak(idx)
+    with _OPEN_GPU_LOCK:
+        for o in _OPEN_GPU.get(peak.key, ()):
+            o.gpu_peak = max(o.gpu_peak, peak.peak())
+    torch.cuda.reset_peak_memory_stats(idx)
+
+
 def cpu_seconds() -> float:
     """User + system CPU time of this process so far (all threads)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -83,11 +130,13 @@ class _Open:
 
 class ResourceMeter:
     """Per-stage wall time and peak memory (see the module docstring). ``device``: the job's device; GPU memory is
-    accounted when it is a CUDA device."""
+    accounted when it is a CUDA device. ``gpu``: the peak counter to read instead (:class:`CudaPeak`'s members;
+    tests)."""
 
-    def __init__(self, device: str | None = "cpu", interval: float = 0.005):
+    def __init__(self, device: str | None = "cpu", interval: float = 0.005, gpu=None):
         self.interval = float(interval)
-        self.cuda = _cuda(device)
+        self.cuda = _cuda(device) if gpu is None else getattr(gpu, "index", 0)
+        self.gpu = gpu if gpu is not None else (CudaPeak(self.cuda) if self.cuda is not None else None)
         self._open: list[_Open] = []
         self._seconds: dict[str, float] = {}
         self._mem: dict[str, dict] = {}
@@ -122,13 +171,13 @@ class ResourceMeter:
         self._stop = self._thread = None
 
     def _fold_gpu(self) -> None:
-        if self.cuda is None:
+        """The peak since the last reset, into every open stage on this device (this meter's and any other's)."""
+        if self.gpu is None:
             return
-        import torch
-
-        p = int(torch.cuda.max_memory_allocated(self.cuda))
-        for o in self._open:
-            o.gpu_peak = max(o.gpu_peak, p)
+        p = int(self.gpu.peak())
+        with _OPEN_GPU_LOCK:
+            for o in _OPEN_GPU.get(self.gpu.key, ()):
+                o.gpu_peak = max(o.gpu_peak, p)
 
     # -- stages --------------------------------------------------------------------------------------------------
     @property
@@ -140,16 +189,18 @@ class ResourceMeter:
     def stage(self, name: str, sample: bool = True):
         """Time ``name`` and record its peak host (and GPU) memory; repeated entries add up (time) or max (peak).
         ``sample=False``: no sampler thread while it runs (a stage that times something; module docstring)."""
+        if self.gpu is not None:
+            self.gpu.sync()
         self._fold_gpu()
-        if self.cuda is not None:
-            import torch
-
-            torch.cuda.synchronize(self.cuda)
-            torch.cuda.reset_peak_memory_stats(self.cuda)
+        if self.gpu is not None:
+            self.gpu.reset()
         rss = current_rss()
         o = _Open(name, rss, peak_rss())
         with self._lock:
             self._open.append(o)
+        if self.gpu is not None:
+            with _OPEN_GPU_LOCK:
+                _OPEN_GPU.setdefault(self.gpu.key, []).append(o)
         if not sample:
             self._paused += 1
             self._stop_thread()
@@ -158,12 +209,16 @@ class ResourceMeter:
         try:
             yield self
         finally:
-            if self.cuda is not None:
-                import torch
-
-                torch.cuda.synchronize(self.cuda)
+            if self.gpu is not None:
+                self.gpu.sync()
             self._sample()
             self._fold_gpu()
+            if self.gpu is not None:
+                with _OPEN_GPU_LOCK:
+                    opened = _OPEN_GPU.get(self.gpu.key, [])
+                    opened[:] = [x for x in opened if x is not o]
+                    if not opened:
+                        _OPEN_GPU.pop(self.gpu.key, None)
             end = current_rss()
             hwm = peak_rss()
             with self._lock:
@@ -185,12 +240,12 @@ class ResourceMeter:
         m = self._mem.get(o.name)
         if m is None:
             m = self._mem[o.name] = {"peak_rss_mb": 0.0, "start_rss_mb": round(o.start_rss / MB, 1), "cpu_s": 0.0}
-            if self.cuda is not None:
+            if self.gpu is not None:
                 m["gpu_peak_mb"] = 0.0
         m["cpu_s"] = round(m["cpu_s"] + cpu_seconds() - o.cpu0, 3)
         m["peak_rss_mb"] = round(max(m["peak_rss_mb"], o.peak / MB), 1)
         m["end_rss_mb"] = round(end_rss / MB, 1)
-        if self.cuda is not None:
+        if self.gpu is not None:
             m["gpu_peak_mb"] = round(max(m["gpu_peak_mb"], o.gpu_peak / MB), 1)
 
     def timings(self, suffix: str = "_s") -> dict[str, float]:

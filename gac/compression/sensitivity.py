@@ -25,6 +25,17 @@ something the shortcut does not pass) every probe falls back to the plain full f
 with a warning and recorded in the table (``probe``: the path taken, the measured disagreement, the tolerance), and
 :func:`gac.compression.compress.prepare` adds it to the prepared state's notes (and so to every record made from it).
 
+When the check fails, the cost estimate made before the search (for the layer-cached probes) no longer holds: the
+fallback's cost is estimated again from the check's own timed full forwards (:func:`fallback_estimate`) and checked
+against the same limit, so a search that would now take 2x longer is refused before its probes run.
+
+Resuming (``resume=PATH``; :func:`gac.jobs.prepared_cache.prepare_cached` keys it by the prepared-state cache key):
+each finished row is written to a JSON file atomically as it completes (:class:`RowStore`), and a search that finds
+the file of an interrupted one (a Slurm requeue, a killed job) re-uses its rows and probes only the rest. The rows
+are kept only when the file was made for the same weights, grid, probe tokens and a dense perplexity equal within
+the check's tolerance (the dense base of the saved rows is used, so a resume that runs the same kernels, on the same
+device with the same thread count, gives the table an uninterrupted search gives, bit for bit).
+
 ``probe_samples``: the probes may run on the first N calibration samples only (ASVD's ``sensitivity_samples``
 option; the reference uses all of them). A probe's cost is linear in its tokens; what fewer tokens change in the
 chosen allocation is measured in docs/scale.md.
@@ -42,6 +53,7 @@ from torch import nn
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
 from gac.compression.swap import replace_module
 from gac.errors import GacError
+from gac.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +237,19 @@ def check_cost(estimate: dict, units: list, grid, limit_s: float | None, compres
     return line
 
 
+def fallback_estimate(estimate: dict | None, check: dict, probes: int, samples: int, seq_len: int) -> dict:
+    """The cost of the search when every probe runs a full forward, from the layer-cache check's own timed full
+    forwards (``check["full_s"]`` over ``check["check_samples"]`` samples, one sample per forward as the fallback's
+    probes run): ``probes`` probes of ``samples`` samples plus the dense base. ``estimate``: the estimate made before
+    the search (for its ``calibration_samples``), or None."""
+    per_sample = check["full_s"] / max(1, check["check_samples"])
+    full = per_sample * samples
+    return {"seconds": (probes + 1) * full, "probes": probes, "forward_s": full, "tokens_per_probe": samples * seq_len,
+            "model_share": 1.0, "samples": samples, "seq_len": seq_len, "path": "full_forward",
+            "calibration_samples": (estimate or {}).get("calibration_samples", samples),
+            "before_check_s": None if estimate is None else estimate["seconds"]}
+
+
 def probe_tolerance(dtype: torch.dtype) -> float:
     """The relative tolerance of the layer-cache check for a model in ``dtype`` (:data:`PROBE_RTOL`; another dtype:
     float32's)."""
@@ -315,6 +340,75 @@ class _LayerCache:
             self.layer += 1
 
 
+class RowStore:
+    """The finished rows of one sensitivity search in a JSON file, rewritten atomically as each row completes, for a
+    later search to resume from (module docstring). The file names the weights, the grid and the probe tokens it was
+    made for, and the dense perplexity its rows were measured against."""
+
+    VERSION = 1
+    MAX_BYTES = 64 << 20
+
+    def __init__(self, path, units: list, grid, samples: int, seq_len: int):
+        from pathlib import Path
+
+        self.path = Path(path)
+        self.ident = {"version": self.VERSION, "units": [u.name for u in units], "grid": [float(g) for g in grid],
+                      "samples": int(samples), "seq_len": int(seq_len)}
+        self.rows: dict[str, list[float]] = {}
+        self.base_ppl: float | None = None
+        self.broken = False
+
+    def load(self, base_ppl: float, tolerance: float) -> dict[str, list[float]]:
+        """The rows an earlier search of the same weights, grid and probe tokens saved, when its dense perplexity
+        equals ``base_ppl`` within ``tolerance`` (relative); sets :attr:`base_ppl` to the one to use (the saved one
+        when rows are kept). Anything else is reported and ignored: the search starts afresh."""
+        from gac.io import read_json
+
+        self.base_ppl, self.rows = float(base_ppl), {}
+        if not self.path.exists():
+            return {}
+        try:
+            doc = read_json(self.path, "sensitivity resume file", max_bytes=self.MAX_BYTES)
+        except GacError as e:
+            log.warning("sensitivity: ignoring the resume file: %s", e)
+            return {}
+        if not isinstance(doc, dict) or any(doc.get(k) != v for k, v in self.ident.items()):
+            log.warning("sensitivity: ignoring %s: it was made for other weights, grid or probe tokens", self.path)
+            return {}
+        saved = doc.get("base_ppl")
+        if not (isinstance(saved, float) and math.isfinite(saved) and saved > 0):
+            log.warning("sensitivity: ignoring %s: no valid dense perplexity", self.path)
+            return {}
+        rel = abs(saved - base_ppl) / base_ppl
+        if rel > tolerance:
+            log.warning("sensitivity: ignoring %s: its dense perplexity %.6f differs from this run's %.6f by %.2e "
+                        "relative (tolerance %.1e)", self.path, saved, base_ppl, rel, tolerance)
+            return {}
+        n = len(self.ident["grid"])
+        rows = doc.get("rows")
+        if not isinstance(rows, dict):
+            return {}
+        self.rows = {k: [float(v) for v in r] for k, r in rows.items()
+                     if k in self.ident["units"] and isinstance(r, list) and len(r) == n
+                     and all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in r)}
+        self.base_ppl = saved
+        return dict(self.rows)
+
+    def save(self, name: str, row: list[float]) -> None:
+        """Add ``row`` and rewrite the file atomically (a failed write is reported once; the search goes on)."""
+        from gac.io import write_json_atomic
+
+        self.rows[name] = [float(v) for v in row]
+        if self.broken:
+            return
+        try:
+            write_json_atomic(self.path, {**self.ident, "base_ppl": self.base_ppl, "rows": self.rows},
+                              overwrite=True)
+        except GacError as e:
+            self.broken = True
+            log.warning("sensitivity: cannot save the finished rows for a resume (%s); the search goes on", e)
+
+
 def _layer_of(unit, layout) -> int | None:
     layer = unit.meta.get("layer")
     if isinstance(layer, int):
@@ -328,7 +422,8 @@ def _layer_of(unit, layout) -> int | None:
 @torch.no_grad()
 def sensitivity_table(model: nn.Module, comp, units: list, factors: dict, calib_ids: torch.Tensor, grid,
                       layout=None, progress_every: int = 1, chunk_tokens: int = CHUNK_TOKENS,
-                      probe_samples: int | None = None, keep_samples: bool = False) -> dict:
+                      probe_samples: int | None = None, keep_samples: bool = False, resume=None,
+                      limit_s: float | None = None, estimate: dict | None = None) -> dict:
     """ASVD's sensitivity table: calibration perplexity with one unit at a time truncated to each kept parameter
     ratio in ``grid`` (the reference's rank ``int(g * |W|) // params_per_dim``; a ratio of 1, or a rank that would
     not save parameters, is the dense model), every other unit dense. Logs one line per ``progress_every`` units
@@ -336,11 +431,16 @@ def sensitivity_table(model: nn.Module, comp, units: list, factors: dict, calib_
 
     ``probe_samples``: probe on the first N samples of ``calib_ids`` only (None: all, the reference).
     ``keep_samples``: also return every probe's per-sample summed NLL (``sample_nll[i][k]``, a list per sample, and
-    ``base_sample_nll``), for studies of what fewer probe samples change.
+    ``base_sample_nll``), for studies of what fewer probe samples change (no resume then).
+    ``resume``: the path of the file that keeps the finished rows (:class:`RowStore`; None: none kept).
+    ``limit_s``: when the layer-cache check fails, the full-forward search's cost is estimated again
+    (:func:`fallback_estimate`) and :class:`GacError` raised above this limit (None: not checked); ``estimate``: the
+    estimate made before the search (:func:`estimate_cost`), for the message.
 
     Returns ``{"grid", "base_ppl", "table", "probe"}`` (``table[i][k]``: unit i, ratio k; ``probe``: the path the
     probes took, ``layer_cache`` or ``full_forward``, with the check's measured disagreement, its tolerance and
-    why a fallback happened, and the probe tokens).
+    why a fallback happened, the probe tokens, the rows taken from the resume file (``resumed_rows``) and, after a
+    fallback, its estimated cost ``fallback_estimate_s``).
     """
     grid = check_sensitivity_grid(grid)
     if probe_samples is not None:
@@ -354,8 +454,11 @@ def sensitivity_table(model: nn.Module, comp, units: list, factors: dict, calib_
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     try:
+        store = None
+        if resume is not None and not keep_samples:
+            store = RowStore(resume, units, grid, calib_ids.shape[0], calib_ids.shape[1])
         return _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0,
-                      keep_samples)
+                      keep_samples, store, limit_s, estimate)
     finally:
         torch.set_num_threads(threads)
         model.train(was)
@@ -365,22 +468,25 @@ def _check_cache(model, cache: _LayerCache, calib_ids: torch.Tensor, base_nll: t
     """The layer-cached dense NLL against the plain full forward on the first :data:`CHECK_SAMPLES` samples."""
     k = min(CHECK_SAMPLES, calib_ids.shape[0])
     seq = calib_ids.shape[1] - 1
-    full = _ppl(sample_nll(model, calib_ids[:k]), seq)
+    t = time.perf_counter()
+    full = _ppl(sample_nll(model, calib_ids[:k]), seq)  # float() of each loss: synchronised with the device
+    full_s = time.perf_counter() - t
     fast = _ppl(base_nll[:k], seq)
     dtype = _model_dtype(model)
     tol = probe_tolerance(dtype)
     rel = abs(fast - full) / abs(full) if full else math.inf
     return {"dtype": str(dtype).removeprefix("torch."), "check_samples": k, "cached_ppl": fast, "full_ppl": full,
-            "rel_diff": rel, "tolerance": tol, "ok": bool(rel <= tol)}
+            "rel_diff": rel, "tolerance": tol, "ok": bool(rel <= tol), "full_s": full_s}
 
 
 def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every, chunk_tokens, t0,
-           keep_samples=False) -> dict:
+           keep_samples=False, store: RowStore | None = None, limit_s: float | None = None,
+           estimate: dict | None = None) -> dict:
     from gac.compression.discovery import discover
 
     layout = layout or discover(model)
     layers = [_layer_of(u, layout) for u in units]
-    cache = None
+    cache = check = None
     order = list(range(len(units)))
     probe: dict = {"samples": int(calib_ids.shape[0]), "seq_len": int(calib_ids.shape[1])}
     base_nll = None
@@ -408,6 +514,23 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
         base_nll = sample_nll(model, calib_ids)
     seq = calib_ids.shape[1] - 1
     base = _ppl(base_nll, seq)
+    done_rows: dict = {}
+    if store is not None:
+        done_rows = store.load(base, probe_tolerance(_model_dtype(model)))
+        base = store.base_ppl  # the saved rows' dense base (equal within the check's tolerance)
+        probe["resumed_rows"] = len(done_rows)
+        if done_rows:
+            log.info("sensitivity: resuming with %d of %d rows saved by an interrupted search (%s)", len(done_rows),
+                     len(units), store.path)
+    if check is not None and not check["ok"]:  # the estimate before the search was for the layer-cached probes
+        left = [u for u in units if u.name not in done_rows]
+        est = fallback_estimate(estimate, check, count_probes(left, grid), int(calib_ids.shape[0]), seq + 1)
+        probe["fallback_estimate_s"] = est["seconds"]
+        try:
+            line = check_cost(est, left or units, grid, limit_s, comp.name)
+        except GacError as e:
+            raise GacError(f"the layer-cache check failed, so every probe would run a full forward: {e}") from None
+        log.warning("sensitivity: with full forwards the %s", line.removeprefix("sensitivity search: "))
     n_probe = sum(g < 1 for g in grid)
     log.info("sensitivity: %d weights x %d kept ratios %s on %d x %d calibration tokens (dense perplexity %.3f)%s",
              len(units), n_probe, list(grid), calib_ids.shape[0], calib_ids.shape[1], base,
@@ -419,6 +542,9 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
     chooser = _ThreadChooser(pool, RECHECK_PROBES) if ADAPTIVE_THREADS and dev.type == "cpu" and pool > 1 else None
     for done, k in enumerate(order, start=1):
         u = units[k]
+        if u.name in done_rows:  # finished by an interrupted search
+            table[k] = done_rows[u.name]
+            continue
         if cache is not None:
             cache.advance_to(layers[k])
         row, srow = [], []
@@ -447,6 +573,9 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
                            f"model diverges: check the calibration data or use allocation='proportional'")
         table[k] = row
         samples[k] = [x.tolist() for x in srow]
+        if store is not None:
+            store.save(u.name, row)
+            fault_point("sensitivity_row")
         if done % max(1, progress_every) == 0 or done == len(units):
             el = time.perf_counter() - t0
             log.info("sensitivity %d/%d %s: ppl %s; %.0fs elapsed, ETA %.0fs", done, len(units), u.name,

@@ -259,7 +259,9 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     models: list = []
     try:
         if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(dev)
+            from gac.compression.resources import reset_gpu_peak
+
+            reset_gpu_peak(dev)  # the bench's own peak; a meter stage around it keeps its own
         t0 = time.perf_counter()
         where = dev if mode == "resident" else host
         for i, v in enumerate(variants):

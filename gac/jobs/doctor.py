@@ -17,6 +17,12 @@ torch.utils.collect_env`` and ``accelerate env`` but for what gac depends on:
   (:func:`gac.profiling.kernels.kernel_tier`; a kernel it cannot place is a FAIL: Table 3 would lose its tiers);
 * ``smoke``: the embedded ``tiny`` on the device: compress (ASVD + gac) -> save and reload the checkpoint ->
   perplexity and prefill latency -> the side-by-side bench of the baseline and the compressed plan.
+* ``default <compressor>`` (with the smoke): every compressor's own default allocation and proxy on ``tiny`` in the
+  device's dtype (ASVD's sensitivity search, SVD-LLM's whitening, PaLU's Fisher rank search, LLM-Pruner's Taylor
+  scores), each reporting the path its stages took: the search's layer cache or its full-forward fallback (a FAIL:
+  every probe of the real search would cost a whole forward), the gradient pass's dtype and its fraction of
+  exactly-zero gradients (a FAIL above :data:`MAX_ZERO_GRADIENTS`: underflow), any whitening fallback, and the
+  compressed perplexity (a FAIL when not finite or above :data:`MAX_PPL_GROWTH` x the dense one).
 
 Each check is ``PASS`` / ``FAIL`` (with the reason) or ``INFO`` (a fact, not judged: CUDA absent on a CPU node).
 The command exits 1 when any check failed, else 0. Profiler sessions come last (after every timed call), since a
@@ -514,6 +520,120 @@ def smoke_check(dev, dtype: str | None = None, workdir: str | None = None) -> Ch
     return _guard(name, run)
 
 
+# ------------------------------------------------------------------------------------------------ compressor defaults
+DEFAULT_COMPRESSORS = ("asvd", "svd_llm", "palu", "llm_pruner")
+MAX_ZERO_GRADIENTS = 0.01  # a larger share of exactly-zero weight gradients is underflow, not the model
+# ratio 0.15 on tiny moves perplexity by well under this factor with every compressor's default (measured on CPU:
+# about 1.0-1.6x); far above it a CUDA path computes something else
+MAX_PPL_GROWTH = 3.0
+DEFAULTS_CALIBRATION = ("tiny", 4, 64, 0)  # source, samples, tokens, seed: seconds per compressor on a GPU
+
+
+def default_paths(prepared) -> dict:
+    """What a prepared state says about how its stages ran: the sensitivity search's path, the gradient pass's
+    dtype and zero-gradient fraction, the whitening fallbacks (from its notes)."""
+    out: dict = {"allocation": prepared.allocation, "proxy": prepared.proxy}
+    probe = prepared.paths.get("sensitivity")
+    if probe:
+        out["sensitivity"] = {k: probe.get(k) for k in ("path", "rel_diff", "tolerance", "dtype", "why")
+                              if probe.get(k) is not None}
+    grad = prepared.paths.get("gradients")
+    if grad:
+        out["gradients"] = {k: grad[k] for k in ("dtype", "model_dtype", "loss_scale", "overflow_reruns",
+                                                 "zero_fraction")}
+    out["whitening_fallbacks"] = [n for n in prepared.notes if "whitening used" in n]
+    return out
+
+
+def judge_paths(paths: dict) -> list[str]:
+    """The problems :func:`default_paths` shows (empty: none)."""
+    problems = []
+    sens = paths.get("sensitivity")
+    if sens and sens.get("path") != "layer_cache":
+        problems.append(f"the sensitivity search's layer-cache check failed here ({sens.get('why')}): every probe "
+                        f"of a real search runs a full forward (about 2x the time)")
+    grad = paths.get("gradients")
+    if grad and grad["zero_fraction"] > MAX_ZERO_GRADIENTS:
+        problems.append(f"{100 * grad['zero_fraction']:.2g}% of the weight gradients were exactly zero in "
+                        f"{grad['dtype']} (underflow: zero Taylor / Fisher scores)")
+    return problems
+
+
+def _describe_paths(paths: dict) -> str:
+    parts = [f"allocation {paths['allocation']}, proxy {paths['proxy']}"]
+    sens = paths.get("sensitivity")
+    if sens:
+        if sens.get("path") == "layer_cache":
+            parts.append(f"search: layer cache (check {sens['rel_diff']:.1e} <= {sens['tolerance']:.1e} "
+                         f"{sens['dtype']})")
+        else:
+            parts.append("search: full-forward fallback")
+    grad = paths.get("gradients")
+    if grad:
+        how = grad["dtype"] + (f" (model {grad['model_dtype']})" if grad["dtype"] != grad["model_dtype"] else "")
+        if grad.get("loss_scale") is not None:
+            how += f", loss scale {grad['loss_scale']:g} after {grad['overflow_reruns']} overflow(s)"
+        parts.append(f"gradients: {how}, {100 * grad['zero_fraction']:.2g}% zero")
+    if paths["whitening_fallbacks"]:
+        parts.append(f"whitening: {len(paths['whitening_fallbacks'])} fallback(s), e.g. "
+                     f"{paths['whitening_fallbacks'][0]}")
+    return "; ".join(parts)
+
+
+def default_checks(dev, dtype: str | None = None, compressors: Sequence[str] = DEFAULT_COMPRESSORS,
+                   ratio: float = 0.15) -> list[Check]:
+    """One check per compressor: its own default allocation and proxy on ``tiny`` in the device's dtype (module
+    docstring), compressed at ``ratio`` and evaluated."""
+    import math
+
+    import torch
+
+    from gac.compression.compress import Calibration, prepare
+    from gac.dtypes import dtype_name
+    from gac.evaluation.perplexity import perplexity
+    from gac.models import load_model
+
+    dt = dtype_name(dtype or "auto", dev)
+    out: list[Check] = []
+    base: dict = {}
+
+    def ppl(model, tok) -> float:
+        return perplexity(model, tok, "tiny", seq_len=128, batch_size=4, max_windows=4)["ppl"]
+
+    for comp in compressors:
+        name = f"default {comp}"
+
+        def run(comp=comp, name=name):
+            t0 = time.perf_counter()
+            model, tok = load_model("tiny", dtype=dt, device=str(dev))
+            if "ppl" not in base:
+                base["ppl"] = ppl(model, tok)
+            # ASVD probes on 2 of the samples: the same path (the cache check reads 2), a quarter of the probes' cost
+            opts = {"sensitivity_samples": 2} if comp == "asvd" else {}
+            prepared = prepare(model, tok, comp, calibration=Calibration(*DEFAULTS_CALIBRATION),
+                               compressor_options=opts)
+            paths = default_paths(prepared)
+            model, plan, _ = prepared.compress(ratio, "gac", copy_model=False)
+            got = ppl(model, tok)
+            del model, prepared
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+            data = {"dtype": dt, "ratio": ratio, "ppl_dense": base["ppl"], "ppl_compressed": got, **paths,
+                    "seconds": time.perf_counter() - t0}
+            detail = (f"{dt}: {_describe_paths(paths)}; PPL {base['ppl']:.1f} -> {got:.1f} at ratio {ratio:g}, "
+                      f"{data['seconds']:.0f} s")
+            problems = judge_paths(paths)
+            if not (math.isfinite(got) and got <= MAX_PPL_GROWTH * base["ppl"]):
+                problems.append(f"the compressed perplexity {got:.1f} is not within {MAX_PPL_GROWTH:g}x the dense "
+                                f"{base['ppl']:.1f}")
+            if problems:
+                return Check(name, "FAIL", "; ".join(problems) + f" [{detail}]", data)
+            return Check(name, "PASS", detail, data)
+
+        out.append(_guard(name, run))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ the run
 def run_doctor(device: str | None = None, smoke: bool = True, dims: Sequence[int] = HEAD_DIMS,
                dtypes: Sequence[str] | None = None, workdir: str | None = None) -> dict:
@@ -530,6 +650,7 @@ def run_doctor(device: str | None = None, smoke: bool = True, dims: Sequence[int
     checks += sdpa + [gemm]
     if smoke:
         checks.append(smoke_check(dev, workdir=workdir))
+        checks += default_checks(dev)
     kernels = {}
     try:
         kernels = _capture(pending, dev)  # ... profiler sessions last

@@ -53,6 +53,7 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refr
     if cache_dir is None:
         return _prepare(spec, model, tokenizer)
     path = cache_dir / "prepared" / f"{prepared_cache_key(spec)}.safetensors"
+    resume = sensitivity_resume_path(path)
     t_request = time.time()
     if not refresh:
         got = _load_prepared(spec, model, path)
@@ -76,14 +77,24 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refr
             if got is not None:
                 got.timings["shared"] = True
                 return got
-        prepared = _prepare(spec, model, tokenizer)
+        if refresh:  # a fresh entry: no rows of an earlier search either
+            resume.unlink(missing_ok=True)
+        prepared = _prepare(spec, model, tokenizer, resume)
         try:
             prepared.save(path)
         except (GacError, OSError) as e:  # the cache is an optimisation: a full disk must not fail the job
             log.warning("could not cache the scores and factorizations at %s: %s", path, e)
+        else:
+            resume.unlink(missing_ok=True)  # the entry holds the finished table now
         return prepared
     finally:
         lock.release()
+
+
+def sensitivity_resume_path(entry: Path) -> Path:
+    """Where the sensitivity search of the cache entry ``entry`` keeps its finished rows until the entry is written
+    (a requeued or restarted job resumes the search from them; :class:`gac.compression.sensitivity.RowStore`)."""
+    return entry.with_name(entry.name.removesuffix(".safetensors") + ".sensitivity-rows.json")
 
 
 def _load_prepared(spec: JobSpec, model, path: Path):
@@ -103,7 +114,7 @@ def _load_prepared(spec: JobSpec, model, path: Path):
     return prepared
 
 
-def _prepare(spec: JobSpec, model, tokenizer):
+def _prepare(spec: JobSpec, model, tokenizer, sensitivity_resume: Path | None = None):
     import torch
 
     from gac.compression.compress import Calibration, prepare
@@ -115,6 +126,7 @@ def _prepare(spec: JobSpec, model, tokenizer):
         vocab = int(model.config.vocab_size)
         calib_ids = torch.randint(0, vocab, (int(cal.n_samples), int(cal.seq_len)), generator=g)
     prepared = prepare(model, tokenizer, spec.compressor, spec.proxy, calibration=cal, calib_ids=calib_ids,
-                       allocation=spec.allocation, compressor_options=spec.compressor_options)
+                       allocation=spec.allocation, compressor_options=spec.compressor_options,
+                       sensitivity_resume=sensitivity_resume)
     prepared.timings["cached"] = False
     return prepared

@@ -288,7 +288,8 @@ def resources(meter, sub_memory: dict, spec: JobSpec) -> dict:
     ``stages`` holds the job's own stages (load, prepare, sweep, evaluate, ppl, tasks, latency) and those measured
     inside prepare / compress (calibration, gradients, score, factorize, sensitivity, plan, apply); each has
     ``peak_rss_mb`` (the highest resident set size while it ran), ``start_rss_mb``, ``end_rss_mb`` and, on a CUDA
-    device, ``gpu_peak_mb`` (``torch.cuda.max_memory_allocated``, reset at the stage's start)."""
+    device, ``gpu_peak_mb`` (``torch.cuda.max_memory_allocated`` since the stage's start; a stage's peak is the maximum
+    over every stage inside it, :mod:`gac.compression.resources`)."""
     stages = {**meter.memory(), **sub_memory}
     out = {"device": spec.device, "peak_rss_mb": meter.peak_mb(), "stages": stages}
     gpu = [v["gpu_peak_mb"] for v in stages.values() if "gpu_peak_mb" in v]
