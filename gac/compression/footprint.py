@@ -254,9 +254,10 @@ def check_fits(fp: Footprint, available: dict[str, float | None], host_available
                what: str = "this job") -> None:
     """Raise :class:`GacError` when ``fp`` needs more than ``available`` (``resources.device_memory``) holds.
 
-    gac loads a model on one device (no multi-GPU ``device_map``): a model whose weights alone exceed the GPU's
-    total memory (Llama-3-70B in fp16, ~131 GiB, on any single A100/H100) is refused here, before a long load that
-    would end in an out-of-memory error."""
+    This is the check of a model on one device: a model whose weights alone exceed the GPU's total memory
+    (Llama-3-70B in fp16, ~131 GiB, on any single A100/H100) is refused here, before a long load that would end in
+    an out-of-memory error. A job with ``model.device_map=auto`` is checked over all its devices instead
+    (:func:`gac.models.placement.check_placed_fits`)."""
     need_dev = fp.device_bytes / MB
     have = available.get("available_mb")
     total = available.get("total_mb")
@@ -264,9 +265,10 @@ def check_fits(fp: Footprint, available: dict[str, float | None], host_available
     if on_gpu and total is not None and fp.weights / MB > total:
         raise GacError(
             f"{what} will not fit: its weights alone take about {fp.weights / GB:.1f} GiB ({fp.dtype}) but "
-            f"{available.get('device', fp.device)} has {total / 1024:.1f} GiB in all; gac runs a model on one GPU "
-            f"(no multi-GPU device_map), so use a GPU with at least {fp.device_bytes / GB:.0f} GiB, a smaller model, "
-            f"or model.random_weights=true with fewer layers (model.arch.num_hidden_layers) for latency studies")
+            f"{available.get('device', fp.device)} has {total / 1024:.1f} GiB in all; this job runs the model on one GPU, "
+            f"so spread it over the node's GPUs (model.device_map=auto; latency is then not measured), use a GPU "
+            f"with at least {fp.device_bytes / GB:.0f} GiB, a smaller model, or model.random_weights=true with fewer "
+            f"layers (model.arch.num_hidden_layers) for latency studies")
     problems = []
     if have is not None and need_dev > have:
         problems.append(f"{'GPU' if on_gpu else 'host'} memory: needs about {need_dev / 1024:.1f} GiB, "

@@ -195,8 +195,9 @@ def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
                        f"has {gb(avail)} available; bench fewer variants at a time (--where ...)")
     one = est["largest_model"] + est["activations"]
     if one > free:
-        raise GacError(f"one variant needs about {gb(one)} on {dev} but only {gb(free)} is free; use a smaller dtype, "
-                       f"fewer points, or a larger GPU")
+        raise GacError(f"one variant needs about {gb(one)} on {dev} but only {gb(free)} is free, and latency is a "
+                       f"single-GPU measurement (a model that fits no one GPU has none: its model.device_map=auto jobs "
+                       f"record its quality metrics); use a smaller dtype, fewer points, or a larger GPU")
     return "swap", (f"variants on the host, each moved to {dev} for its visit (outside the timed region): "
                     f"{gb(need)} estimated for all, {gb(free)} free"), est
 

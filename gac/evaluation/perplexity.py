@@ -108,7 +108,8 @@ def _nll_chunks(head, hidden, targets, chunk_tokens: int):
     total = None
     for a in range(0, hidden.shape[0], chunk_tokens):
         logits = head(hidden[a : a + chunk_tokens]).float()
-        nll = F.cross_entropy(logits, targets[a : a + chunk_tokens], reduction="sum").double()
+        t = targets[a : a + chunk_tokens]  # on the head's device (a model spread over devices ends elsewhere)
+        nll = F.cross_entropy(logits, t.to(logits.device), reduction="sum").double()
         total = nll if total is None else total + nll
         del logits
     return total
@@ -131,7 +132,7 @@ def window_nll(model, x, chunk_tokens: int | None = None):
     total = torch.zeros((), dtype=torch.float64, device=x.device)
     for row in range(x.shape[0]):  # one window at a time: [L, vocab] logits at most
         logits = model(input_ids=x[row : row + 1], use_cache=False).logits[0, :-1]
-        total = total + _nll_chunks(lambda t: t, logits, targets[row], chunk)
+        total = total + _nll_chunks(lambda t: t, logits, targets[row], chunk).to(total.device)
         del logits
     return total
 

@@ -76,6 +76,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
         raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
     ev = _eval_spec(cfg)
+    device_map, max_memory = _placement(cfg)
     options = dict(_get(cfg, "compressor.options", {}) or {})
     calibration = dict(_get(cfg, "calibration", {}) or {})
     if calibration.get("seed") is None:
@@ -108,9 +109,25 @@ def spec_from_config(cfg: dict) -> JobSpec:
         eval=ev,
         seq_len=int(cfg["seq_len"]),
         seed=int(cfg.get("seed", 0)),
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_dir=_get(cfg, "model.offload_dir"),
         experiment=str(cfg.get("experiment_name", "default")),
         sweep=cfg.get("sweep"),
     )
+
+
+def _placement(cfg: dict) -> tuple[str, dict | None]:
+    """``model.device_map`` and ``model.max_memory``, checked (:mod:`gac.models.placement`)."""
+    from gac.models.placement import check_device_map, parse_max_memory
+
+    device_map = check_device_map(_get(cfg, "model.device_map", "single") or "single")
+    max_memory = _get(cfg, "model.max_memory") or None  # {} (the schema's default): no limits
+    if max_memory is not None and device_map != "auto":
+        raise GacError("config: model.max_memory applies to a model spread over devices; set model.device_map=auto "
+                       "with it, or drop it")
+    parse_max_memory(max_memory)
+    return device_map, None if max_memory is None else {str(k): v for k, v in dict(max_memory).items()}
 
 
 def _eval_spec(cfg: dict) -> EvalSpec:

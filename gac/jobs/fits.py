@@ -50,20 +50,30 @@ def check_job_fits(spec: JobSpec):
     return check_fits_before_loading(
         config, spec.model_name, spec.compressor, spec.dtype or auto_dtype(spec.device), spec.device,
         n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)), proxy=spec.proxy,
-        compressor_options=spec.compressor_options, evaluation=eval_load(spec))
+        compressor_options=spec.compressor_options, evaluation=eval_load(spec),
+        max_memory=spec.max_memory if spec.device_map == "auto" else False)
 
 
-def check_fits_before_loading(config, model_name: str, compressor: str, dtype, device: str, **estimate):
+def check_fits_before_loading(config, model_name: str, compressor: str, dtype, device: str, max_memory=False,
+                              **estimate):
     """:func:`gac.compression.footprint.estimate_footprint` of a model ``config`` (``compressor="none"``: no
     compression) checked against ``device`` and the host (:func:`~gac.compression.footprint.check_fits`); returns
-    the estimate. Used by jobs, ``gac compress`` and ``gac evaluate`` before they load anything."""
+    the estimate. Used by jobs, ``gac compress`` and ``gac evaluate`` before they load anything. ``max_memory``
+    other than False (None or ``model.max_memory``): the model is spread over the devices (``model.device_map=auto``)
+    and checked against all of them together (:func:`gac.models.placement.check_placed_fits`)."""
     from gac.compression.footprint import check_fits, estimate_footprint
     from gac.compression.resources import device_memory
 
     fp = estimate_footprint(config, compressor, dtype=str(dtype).removeprefix("torch."), device=device, **estimate)
-    check_fits(fp, device_memory(device), host_available_mb=device_memory("cpu")["available_mb"],
-               what=f"{'the uncompressed model' if compressor == BASELINE else compressor} on {model_name} "
-                    f"({fp.params / 1e9:.2f}B parameters, {fp.dtype}, {device})")
+    what = (f"{'the uncompressed model' if compressor == BASELINE else compressor} on {model_name} "
+            f"({fp.params / 1e9:.2f}B parameters, {fp.dtype}, {device})")
+    if max_memory is not False:
+        from gac.models.placement import check_placed_fits
+
+        check_placed_fits(fp, config, device, max_memory, what)
+        log.info("memory estimate for %s over its devices: %s", model_name, fp.summary())
+        return fp
+    check_fits(fp, device_memory(device), host_available_mb=device_memory("cpu")["available_mb"], what=what)
     log.info("memory estimate for %s: %s", model_name, fp.summary())
     return fp
 

@@ -11,11 +11,32 @@ from gac.untrusted import NO_REMOTE_CODE
 _LOAD_LOCK = threading.Lock()  # transformers' loading patches process-wide state: one load at a time per process
 
 
-def load_job_model(spec: JobSpec):
+def load_job_model(spec: JobSpec, reserve: int = 0):
     """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights).
-    Loads in one process are serialised (jobs run from threads of a notebook or a test)."""
+    Loads in one process are serialised (jobs run from threads of a notebook or a test).
+
+    With ``model.device_map=auto`` the model is loaded on the host, in the dtype of the job's device, and spread
+    over the devices (:func:`gac.models.placement.place_model`), each GPU that ``model.max_memory`` does not limit
+    keeping ``reserve`` bytes (the job's working set) free of weights."""
     with _LOAD_LOCK:
-        return _load_job_model(spec)
+        if spec.device_map != "auto":
+            return _load_job_model(spec)
+        import tempfile
+        from dataclasses import replace
+
+        from gac.dtypes import resolve_dtype
+        from gac.models.placement import place_model
+
+        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
+        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=str(dtype).removeprefix("torch.")))
+        offload = spec.offload_dir
+        if offload is None:  # the units on disk need their files while the process runs; removed when it ends
+            import atexit
+            import shutil
+
+            offload = tempfile.mkdtemp(prefix="gac-offload-")
+            atexit.register(shutil.rmtree, offload, True)
+        return place_model(model, spec.device, spec.max_memory, offload, reserve=reserve), tokenizer
 
 
 def _load_job_model(spec: JobSpec):

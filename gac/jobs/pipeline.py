@@ -95,7 +95,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             for lg in loggers:
                 lg.start(key, spec, base["config"], base["overrides"])
             estimate = check_job_fits(spec)  # before anything is loaded: weights + working set against the device
-            model, tokenizer = stages.load()
+            model, tokenizer = stages.load(estimate)
             compressed = None
             if not spec.is_baseline:
                 compressed = stages.compress(

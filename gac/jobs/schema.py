@@ -32,6 +32,9 @@ class ModelConfig:
     calibration_seq_len: int = 2048
     ppl_source: Optional[str] = None  # noqa: UP045
     task_files: Any = None  # "tiny", "enwiki", null (the hub) or {task: path}
+    device_map: str = "single"  # "auto": spread over the GPUs (and cpu/disk named in max_memory); gac.models.placement
+    max_memory: Dict[str, Any] = field(default_factory=dict)  # noqa: UP006 - {N (cuda:N) | cpu | disk: size}, device_map=auto
+    offload_dir: Optional[str] = None  # noqa: UP045 - where units placed on disk keep their weights (null: a temp dir)
 
 
 @dataclass

@@ -63,6 +63,9 @@ class JobSpec:
     eval: EvalSpec = field(default_factory=EvalSpec)
     seq_len: int = 1024
     seed: int = 0
+    device_map: str = "single"  # "auto": the model spread over several devices (gac.models.placement)
+    max_memory: dict | None = None  # with device_map=auto: {device: size} limits (gac.models.placement)
+    offload_dir: str | None = None  # with device_map=auto: where units on disk keep their weights (not in the key)
     experiment: str = "default"
     sweep: str | None = None
 
@@ -74,10 +77,13 @@ class JobSpec:
         """What determines the result (labels such as experiment/sweep excluded); the baseline ignores
         compression-only settings, so every sweep shares one baseline record per model, GPU and evaluation."""
         d = asdict(self)
-        for k in ("experiment", "sweep"):
+        for k in ("experiment", "sweep", "offload_dir"):
             d.pop(k)
         if self.eval.ppl_stride is None:  # the default protocol: the keys of jobs that never set a stride stay theirs
             d["eval"].pop("ppl_stride")
+        if self.device_map == "single":  # the default placement leaves the key as it was before placements existed
+            d.pop("device_map")
+            d.pop("max_memory")
         if self.is_baseline:
             for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
                       "allocation", "calibration"):

@@ -47,6 +47,7 @@ class JobStages:
         self.meter = ResourceMeter(spec.device)  # wall time and peak memory per stage -> record["memory"]
         self.sub_memory: dict = {}  # the stages inside prepare / compress (calibration, score, factorize, plan, ...)
         self.prepare_cached: bool | None = None  # whether the prepare stage re-used the cache
+        self.placement: dict | None = None  # with model.device_map=auto: the units on each device
         self.t_start = time.perf_counter()
 
     def enter(self, stage: str) -> None:
@@ -54,12 +55,19 @@ class JobStages:
         self.attempt.enter(stage)
         stage_hook(self.loggers, stage)
 
-    def load(self):
-        """The model and tokenizer (:func:`gac.jobs.loading.load_job_model`)."""
+    def load(self, estimate=None):
+        """The model and tokenizer (:func:`gac.jobs.loading.load_job_model`); ``estimate``: the memory estimate made
+        before loading (a model spread over devices keeps its working set free on each GPU)."""
         self.enter("load")
         t0 = time.perf_counter()
         with self.meter.stage("load"):
-            model, tokenizer = loading.load_job_model(self.spec)
+            if self.spec.device_map == "auto":
+                from gac.models.placement import placement_summary, working_set
+
+                model, tokenizer = loading.load_job_model(self.spec, 0 if estimate is None else working_set(estimate))
+                self.placement = placement_summary(model)
+            else:
+                model, tokenizer = loading.load_job_model(self.spec)
         self.attempt.timings["load_s"] = time.perf_counter() - t0
         stage_done("load", self.attempt.timings["load_s"], self.spec.model_name)
         return model, tokenizer
@@ -119,7 +127,10 @@ class JobStages:
         stage_done("job", self.attempt.timings["total_s"], key)
 
     def memory(self) -> dict:
-        return resources(self.meter, self.sub_memory, self.spec)
+        out = resources(self.meter, self.sub_memory, self.spec)
+        if self.placement is not None:
+            out["placement"] = self.placement
+        return out
 
 
 def stage_hook(loggers, stage: str) -> None:
@@ -224,7 +235,13 @@ def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter
         details["tasks"] = got["results"]
         if got.get("lm_eval") is not None:
             details["lm_eval"] = got["lm_eval"]
-    if ev.latency:
+    if ev.latency and _spread(model):  # a single-GPU measurement: a model over several devices has none
+        from gac.models.placement import latency_note
+
+        note = latency_note(model)
+        log.warning("%s", note)
+        details["latency"] = {"skipped": note}
+    elif ev.latency:
         with measured("latency", sample=False):  # no sampler thread while latency is timed
             lat = latency(spec, model, attempt, hook)
         metrics.update(latency_metrics(spec, lat))
@@ -233,6 +250,12 @@ def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter
         if v is not None and isinstance(v, float) and not math.isfinite(v):
             raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
     return {"metrics": metrics, "details": details}
+
+
+def _spread(model) -> bool:
+    from gac.models.placement import spans_devices
+
+    return spans_devices(model)
 
 
 def latency(spec: JobSpec, model, attempt: Attempt, hook=None) -> dict:
