@@ -18,7 +18,7 @@ def add_arguments(p):
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if present, else cpu)")
     p.add_argument("--json", metavar="OUT.json", help="write every check and its numbers here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
-    p.add_argument("--no-smoke", action="store_true", help="skip the end-to-end smoke on tiny")
+    p.add_argument("--no-smoke", action="store_true", help="skip the end-to-end smoke and each compressor's default run on tiny")
 
 
 def run(args) -> int:
