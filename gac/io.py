@@ -234,6 +234,9 @@ def read_json(path: str | os.PathLike, what: str = "file", max_bytes: int | None
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise GacError(f"{what} {str(p)!r} is not valid JSON: {e}") from None
+    except RecursionError:  # Python's parser recurses once per level: a hostile file nests 100k deep
+        raise GacError(f"{what} {str(p)!r} nests its JSON deeper than Python parses, which no file gac reads does; "
+                       f"replace it with the file it should be") from None
 
 
 def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = False,

@@ -166,6 +166,14 @@ def run(args) -> int:
         raise
     print(format_table(report, info))
     if args.json:
+        import math
+
+        bad = {k: v for k, v in report["metrics"].items() if isinstance(v, float) and not math.isfinite(v)}
+        if bad:  # JSON has no inf or NaN: say so in one line rather than fail inside the writer
+            k, v = next(iter(bad.items()))
+            raise GacError(f"metric {k} is {v}: the model produced non-finite outputs, and a JSON report cannot hold "
+                           f"{v}; {args.json!r} is not written (the table above is the result). Check the model "
+                           f"(gac audit; its config.json and weights)")
         doc = {
             "model": args.model,
             "model_info": info,

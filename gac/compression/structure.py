@@ -32,7 +32,7 @@ from torch import nn
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
+from gac.untrusted import NO_REMOTE_CODE
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             raise GacError("random_weights=true needs an `arch` block (model_type, hidden_size, ...) in the model config")
         a = dict(arch)
         model_type = a.pop("model_type", None)
+        if not model_type:
+            raise GacError("the model's `arch` block has no model_type; add one (model_type: llama for the Llama-style "
+                           "configs in conf/model/)")
         try:
             return AutoConfig.for_model(model_type, **a)
         except (ValueError, KeyError, TypeError) as e:
@@ -75,10 +78,13 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             base = dict(read_meta(p)["base_config"])
             return AutoConfig.for_model(base.pop("model_type", None), **base)
         if (p / "config.json").is_file():
-            refuse_remote_code(p)
-            return AutoConfig.from_pretrained(str(p), **NO_REMOTE_CODE)
+            from gac.models import hf_config
+
+            return hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
         raise GacError(f"{s!r} is a directory without config.json or gac_checkpoint.json; point at a model directory")
-    if s.startswith((".", "/", "~")) or p.exists():
+    if p.exists():
+        raise GacError(f"{s!r} is a file, not a model directory; pass a model directory, a hub id or 'tiny'")
+    if s.startswith((".", "/", "~")):
         raise GacError(f"model directory {s!r} does not exist; check the path (or pass a hub id or 'tiny')")
     try:
         return AutoConfig.from_pretrained(s, **NO_REMOTE_CODE)

@@ -102,8 +102,53 @@ def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
 
 
 def _short(e: Exception, n: int = 200) -> str:
+    """The first line of ``e``, or of its cause when that line only announces it (a validator's "...:")."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    cause = e.__cause__ or e.__context__
+    if text.endswith(":") and cause is not None and cause is not e:
+        text = f"{text} {_short(cause, n)}"
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _positive(v, integer: bool = False) -> bool:
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        return False
+    return math.isfinite(v) and v > 0
+
+
+def config_field_problem(cfg: dict) -> str | None:
+    """What in a raw ``config.json`` no model can run with (None when nothing): a maximum sequence length that is
+    not a whole number >= 1 (perplexity windows would silently take another length), a RoPE base or a norm epsilon
+    that is not a finite number > 0 (every logit NaN or inf)."""
+    if "max_position_embeddings" in cfg and not _positive(cfg["max_position_embeddings"], integer=True):
+        return (f"max_position_embeddings is {cfg['max_position_embeddings']!r}, not a whole number >= 1 (the longest "
+                f"sequence the model was trained for)")
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    for name, v in (("rope_theta", cfg.get("rope_theta")), ("rope_parameters.rope_theta", rope.get("rope_theta"))):
+        if v is not None and not _positive(v):
+            return f"{name} is {v!r}, not a number > 0 (the RoPE base, 10000 or 500000 in Llama models)"
+    for name in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"):
+        if cfg.get(name) is not None and not _positive(cfg[name]):
+            return f"{name} is {cfg[name]!r}, not a number > 0 (the normalisation's epsilon, about 1e-5)"
+    return None
+
+
+#: config.json's dtype names and the safetensors header codes that store them
+_HEADER_DTYPE = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}
+_WIDTH = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I16": 2, "I32": 4, "I64": 8, "U16": 2, "U32": 4}
+
+
+def _raw_config(path: Path) -> dict | None:
+    """``config.json`` as a dict, or None when it is not a JSON object (transformers then says what is wrong)."""
+    import json
+
+    try:
+        doc = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def hf_config(path: Path):
@@ -111,6 +156,11 @@ def hf_config(path: Path):
     from transformers import AutoConfig
 
     refuse_remote_code(path)
+    raw = _raw_config(path)
+    why = config_field_problem(raw) if raw is not None else None
+    if why:
+        raise GacError(f"{str(path / 'config.json')!r}: {why}; copy the model directory again from its source (or "
+                       f"restore that field)")
     try:
         return AutoConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
     except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
@@ -158,6 +208,52 @@ def _weight_files(path: Path) -> list[Path] | None:
     return None
 
 
+def _check_header_dtypes(path: Path, header: dict) -> None:
+    """The weights are stored in the dtype config.json names, where a header could claim the other type of the same
+    width: F16 bytes read as BF16 (or the reverse) load without complaint and give a wrecked model. A tensor of
+    another width (float32 norms beside float16 weights) is a real upcast and passes."""
+    raw = _raw_config(path) or {}
+    name = raw.get("dtype") or raw.get("torch_dtype")
+    want = _HEADER_DTYPE.get(str(name).removeprefix("torch."))
+    if want is None:
+        return
+    for k, (_, got) in header.items():
+        if got != want and got in _HEADER_DTYPE.values() and _WIDTH.get(got) == _WIDTH[want]:
+            n = sum(1 for _, d in header.values() if d == got)
+            raise GacError(f"{str(path)!r}: {n} tensor(s) stored as {got} in the weights (e.g. {k!r}) while config.json "
+                           f"says {name}: the same bytes read as the other type give another model. Copy the model "
+                           f"directory again from its source (was a safetensors header or config.json edited?)")
+
+
+def _check_tokenizer_ids(path: Path, vocab_size) -> None:
+    """Every id ``tokenizer.json`` can produce has a row in the embedding (``vocab_size`` rows): a larger id fails
+    with an IndexError in the middle of an evaluation, on the first text that holds that token."""
+    import json
+
+    f = path / "tokenizer.json"
+    if not isinstance(vocab_size, int) or not f.is_file():
+        return
+    try:
+        tok = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return  # the tokenizer's own loader reports a damaged file
+    model = tok.get("model") if isinstance(tok, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    ids = {}
+    if isinstance(vocab, dict):
+        ids.update({v: k for k, v in vocab.items() if isinstance(v, int)})
+    elif isinstance(vocab, list):  # Unigram: [token, score] pairs, the id is the position
+        ids.update({i: str(v[0] if isinstance(v, list) and v else v) for i, v in enumerate(vocab)})
+    for a in tok.get("added_tokens") or () if isinstance(tok, dict) else ():
+        if isinstance(a, dict) and isinstance(a.get("id"), int):
+            ids[a["id"]] = a.get("content")
+    top = max(ids, default=-1)
+    if top >= vocab_size:
+        raise GacError(f"{str(f)!r} maps {ids[top]!r} to id {top}, but config.json's vocab_size is {vocab_size} (the "
+                       f"embedding has no row {top}); use the tokenizer the model was trained with (copy the model "
+                       f"directory again from its source)")
+
+
 def check_hf_dir(path: Path):
     """A local Hugging Face model directory: its config loads and its safetensors weights are exactly the tensors
     the config's architecture has, with the config's shapes (tied weights may be stored once). Returns the config."""
@@ -166,12 +262,14 @@ def check_hf_dir(path: Path):
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
     config = hf_config(path)
+    _check_tokenizer_ids(path, getattr(config, "vocab_size", None))
     files = _weight_files(path)
     if files is None:
         return config  # pytorch_model.bin & co: transformers' own loading info is checked after loading
     if get_checkpoint_conversion_mapping(getattr(config, "model_type", None)):
         return config  # transformers renames or fuses this architecture's tensors on load: checked after loading
     header = _header_shapes(files)
+    _check_header_dtypes(path, header)
     try:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
@@ -288,7 +386,23 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
         what = "; ".join(f"{k.replace('_', ' ')}: {len(v)}, e.g. {str(v[0])[:120]!r}" for k, v in bad.items() if v)
         raise GacError(f"{spec!r}: its weights do not match its config ({what}); it would run with random weights. "
                        f"Copy the model again from its source") from None
-    return model.to(device).eval(), tokenizer
+    model = model.to(device).eval()
+    check_finite_weights(model, spec)
+    return model, tokenizer
+
+
+def check_finite_weights(model, spec: str) -> None:
+    """Every floating-point weight of a loaded model is finite: a NaN or inf weight (a broken conversion, a damaged
+    file) makes every logit NaN, found otherwise only after the whole evaluation."""
+    import torch
+
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                n = int((~torch.isfinite(t)).sum())
+                raise GacError(f"{spec!r}: {n} NaN or inf value(s) in its weights, e.g. in {name!r}; every output "
+                               f"would be NaN. Copy the model again from its source (or fix the conversion that "
+                               f"wrote it)")
 
 
 def describe(model) -> dict:
@@ -305,5 +419,5 @@ def describe(model) -> dict:
     }
 
 
-__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_hf_dir", "check_model_files", "describe", "load_model", "model_kind",
-           "model_label"]
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_finite_weights", "check_hf_dir", "check_model_files", "describe",
+           "load_model", "model_kind", "model_label"]
