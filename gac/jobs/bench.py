@@ -219,6 +219,23 @@ def compose_bench(overrides: Sequence[str] = ()) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def check_bench_overrides(overrides: Sequence[str]) -> None:
+    """The after-sweep bench's ``bench.overrides`` compose to a bench config whose protocol is valid (rounds,
+    warm-up, points, timer, ...), checked when the sweep starts rather than after every point has run."""
+    from gac.evaluation.bench import Protocol
+
+    cfg = compose_bench([str(o) for o in overrides])
+    known = {f for f in Protocol.__dataclass_fields__ if f not in ("top",)}
+    fields = {k: cfg[k] for k in known if cfg.get(k) is not None}
+    if "points" in fields:
+        fields["points"] = tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in fields["points"])
+    device = str(cfg.get("device") or "cpu")
+    try:
+        Protocol(**fields).resolved("cuda" if device.startswith("cuda") else "cpu")
+    except GacError as e:
+        raise GacError(f"bench.overrides: {e} (the after-sweep bench would refuse it once the sweep ended)") from None
+
+
 def bench_from_hydra(cfg) -> dict | None:
     """The body of ``experiments/bench.py``: bad input exits 2 with one line (in a multirun the error propagates so
     the launcher reports the job as failed)."""
