@@ -114,6 +114,9 @@ def _check_piqa(row: dict) -> str | None:
     for k in ("goal", "sol1", "sol2"):
         if not isinstance(row[k], str):
             return f"{k} must be a string, got {row[k]!r}"
+    for k in ("sol1", "sol2"):
+        if not row[k].strip():
+            return f"{k} is empty (PiQA scores the likelihood of each solution's text, an empty one has none)"
     if not _is_int(row["label"]) or row["label"] not in (0, 1):
         return f"label must be the integer 0 or 1 (the index of the correct solution), got {row['label']!r}"
     return None
@@ -127,6 +130,8 @@ def _check_hellaswag(row: dict) -> str | None:
     if not isinstance(e, list) or len(e) != 4 or not all(isinstance(x, str) for x in e):
         n = len(e) if isinstance(e, list) else type(e).__name__
         return f"endings must be a list of exactly 4 strings (HellaSwag is 4-way), got {n}"
+    if any(not x.strip() for x in e):
+        return f"ending {[x.strip() for x in e].index('')} is empty (HellaSwag scores the likelihood of each ending)"
     label = row["label"]
     ok = (_is_int(label) and 0 <= label <= 3) or (isinstance(label, str) and label in ("0", "1", "2", "3"))
     if not ok:
@@ -146,7 +151,9 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
     fields = TASKS[task][1] if task in TASKS else ()
     if not path.is_file():
         want = f"fields {', '.join(fields)}" if fields else "the fields of the task's dataset"
-        raise GacError(f"{task} file {path} does not exist; pass a JSONL file with {want}")
+        what = ("is a directory" if path.is_dir() else "is not a regular file (a fifo, socket or device)"
+                if path.exists() else "does not exist")
+        raise GacError(f"{task} file {path} {what}; pass a JSONL file with {want}")
     n = 0
     try:
         lines = path.read_text(encoding="utf-8").split("\n")  # JSONL: newline only (U+2028 may sit in a string)
@@ -159,6 +166,9 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); {task} files are JSONL, one row per line") from None
+        except RecursionError:
+            raise GacError(f"{path}:{i} nests its JSON deeper than Python parses; {task} rows are flat objects, fix "
+                           f"the row (or drop it)") from None
         if not isinstance(row, dict):
             raise GacError(f"{path}:{i} is a {type(row).__name__}, not a JSON object; {task} files hold one object per "
                            f"line")

@@ -53,6 +53,10 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     from gac.evaluation.bench import Protocol, run_bench
     from gac.evaluation.bench_device import check_device
 
+    if json_out:
+        from gac.io import check_output_file
+
+        check_output_file(json_out)
     if json_out and Path(json_out).exists() and not json_force:
         raise GacError(f"{str(json_out)!r} already exists; choose another --json path or pass --force")
     if predict is not None:
