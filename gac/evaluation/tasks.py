@@ -185,6 +185,37 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
     return path
 
 
+#: the text lm-eval scores for an item of a task: its context and its longest choice, joined as its config does
+ITEM_TEXT = {
+    "piqa": lambda r: (f"Question: {r['goal']}\nAnswer:", max((r["sol1"], r["sol2"]), key=len)),
+    "hellaswag": lambda r: (f"{r['activity_label']}: {r['ctx_a']} {r['ctx_b'].capitalize()}",
+                            max(r["endings"], key=len)),
+}
+
+
+def check_item_lengths(task: str, path: str | os.PathLike, tokenizer, max_len: int | None,
+                       limit: int | None = None) -> None:
+    """Every item lm-eval would score from ``path`` (the first ``limit``) fits the model's context: a longer one is
+    silently cut to its last ``max_len`` tokens and scored on what is left, after minutes of work. Only the tasks
+    of :data:`ITEM_TEXT` are checked (their rows were checked by :func:`check_local_file`)."""
+    if task not in ITEM_TEXT or tokenizer is None or not max_len:
+        return
+    n = 0
+    for i, line in enumerate(Path(path).expanduser().read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        if limit is not None and n >= limit:
+            return
+        n += 1
+        ctx, choice = ITEM_TEXT[task](json.loads(line))
+        if len(ctx) + len(choice) + 1 <= max_len:  # a token holds at least one character: fits without counting
+            continue
+        size = len(tokenizer(ctx + " " + choice, add_special_tokens=False, verbose=False)["input_ids"])
+        if size > max_len:
+            raise GacError(f"{path}:{i}: the {task} item is {size:,} tokens, longer than the model's context "
+                           f"({max_len}); it would be scored on a truncated text. Shorten or drop the item")
+
+
 def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory: str | os.PathLike) -> dict[str, str]:
     """Write one YAML per task into ``directory`` that includes the official config and reads a local file.
 
@@ -318,6 +349,10 @@ def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hell
     local_files = {t: p for t, p in local_files.items() if t in names}
     if limit is not None and int(limit) < 1:
         raise GacError(f"limit={limit}; use a positive number of items (the paper uses 200) or None for all")
+    from gac.evaluation.perplexity import model_max_length
+
+    for t, p in local_files.items():
+        check_item_lengths(t, p, tokenizer, model_max_length(model), limit)
     with _offline() if local_files and len(local_files) == len(names) else contextlib.nullcontext():
         res, run_names = _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot,
                               bootstrap_iters, seed, log_samples)
