@@ -57,6 +57,15 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
         if not model_type:
             raise GacError("the model's `arch` block has no model_type; add one (model_type: llama for the Llama-style "
                            "configs in conf/model/)")
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if str(model_type) not in CONFIG_MAPPING:
+            import difflib
+
+            close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING.keys()), n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else "e.g. llama, mistral, qwen2"
+            raise GacError(f"the model's `arch` block has model_type {model_type!r}, which transformers does not "
+                           f"know; {hint}")
         try:
             return AutoConfig.for_model(model_type, **a)
         except (ValueError, KeyError, TypeError) as e:

@@ -200,6 +200,7 @@ def check_item_lengths(task: str, path: str | os.PathLike, tokenizer, max_len: i
     of :data:`ITEM_TEXT` are checked (their rows were checked by :func:`check_local_file`)."""
     if task not in ITEM_TEXT or tokenizer is None or not max_len:
         return
+    check_local_file(task, path)
     n = 0
     for i, line in enumerate(Path(path).expanduser().read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
