@@ -128,3 +128,15 @@ def test_acquire_waits_then_times_out_with_who_holds_it(tmp_path):
     b.acquire(timeout=10, poll_s=0.05)
     assert b.held
     b.release()
+
+
+@pytest.mark.timeout(20)
+def test_a_lock_that_is_a_named_pipe_is_refused_not_read(tmp_path):
+    """Reading a fifo blocks until a writer opens it: a fifo planted as a lock must be refused, never opened."""
+    lock = tmp_path / "locks" / "k.lock"
+    lock.parent.mkdir()
+    os.mkfifo(lock)
+    with pytest.raises(GacError, match="is not a regular file .*remove it"):
+        read_holder(lock)
+    with pytest.raises(GacError, match="is not a regular file"):
+        FileLock(lock).try_acquire()
