@@ -79,6 +79,22 @@ def _stores(T: Path) -> None:
     (d / "records" / f"{RECORD}.json").write_text(json.dumps(doc))
 
 
+def _run_stores(T: Path) -> None:
+    """Stores for the experiments/run.py rows (they exist, so a refused run may leave nothing but what was there)."""
+    from omegaconf import OmegaConf
+
+    from gac.jobs.config import spec_from_config
+    from gac.jobs.experiment import compose_config
+
+    key = spec_from_config(OmegaConf.to_container(compose_config(["compressor=none", "eval=none"]), resolve=True)).key
+    for name in ("run_lock_fifo", "run_nan"):
+        d = T / name
+        (d / "records").mkdir(parents=True)
+        (d / ".gac-store.json").write_text(json.dumps({"format": "gac-results-store", "schema": 1}))
+    (T / "run_lock_fifo" / "locks").mkdir()
+    os.mkfifo(T / "run_lock_fifo" / "locks" / f"{key}.lock")  # reading it would block until a writer opens it
+
+
 def _files(T: Path) -> None:
     (T / "deep.json").write_text(DEEP)
     ck = T / "ck_deep"
@@ -90,10 +106,17 @@ def _files(T: Path) -> None:
     (T / "a_dir").mkdir()
     (T / "a_file.txt").write_text("not a model\n")
     (T / "dangling.json").symlink_to(T / "nowhere" / "report.json")
+    (T / "fields_fifo").mkdir()
+    os.mkfifo(T / "fields_fifo" / "piqa.jsonl")
+    arch = (ROOT / "conf" / "model" / "llama3_8b.yaml").read_text()
+    assert "\n  model_type: llama\n" in arch
+    (T / "arch_notype.yaml").write_text(arch.replace("\n  model_type: llama\n", "\n"))
+    (T / "arch_typo.yaml").write_text(arch.replace("model_type: llama\n", "model_type: llamma\n"))
 
 
 def fields_files(T: Path) -> None:
     """Every input of the "Configs that disagree with their weights, and refusals made clear" rows, under ``T``."""
     _hf_dirs(T)
     _stores(T)
+    _run_stores(T)
     _files(T)

@@ -56,6 +56,9 @@ def _files(T: Path) -> None:
     from tests.bad_store_fixtures import store_files
 
     store_files(T)  # the "Store, records and models" rows: damaged stores, checkpoints and model directories
+    from tests.bad_input_fixtures_fields import fields_files
+
+    fields_files(T)  # the "Configs that disagree with their weights, and refusals made clear" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:
