@@ -153,7 +153,7 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
     try:
         refuse_remote_code(spec)
         if p is not None:
-            from gac.models import hf_config
+            from gac.untrusted import hf_config
 
             config = hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
         else:

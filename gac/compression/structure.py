@@ -59,6 +59,12 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
                            "configs in conf/model/)")
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+        from gac.untrusted import config_field_problem
+
+        why = config_field_problem(dict(arch))
+        if why:
+            raise GacError(f"the model's `arch` block: {why}; fix that field")
+
         if str(model_type) not in CONFIG_MAPPING:
             import difflib
 
@@ -87,7 +93,7 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             base = dict(read_meta(p)["base_config"])
             return AutoConfig.for_model(base.pop("model_type", None), **base)
         if (p / "config.json").is_file():
-            from gac.models import hf_config
+            from gac.untrusted import hf_config
 
             return hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
         raise GacError(f"{s!r} is a directory without config.json or gac_checkpoint.json; point at a model directory")

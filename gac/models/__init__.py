@@ -20,7 +20,14 @@ from pathlib import Path
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
+from gac.untrusted import (
+    NO_REMOTE_CODE,
+    config_field_problem,
+    hf_config,
+    raw_config,
+    refuse_remote_code,
+    short_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,71 +108,9 @@ def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
         check_checkpoint(Path(str(spec)).expanduser(), verify=verify)
 
 
-def _short(e: Exception, n: int = 200) -> str:
-    """The first line of ``e``, or of its cause when that line only announces it (a validator's "...:")."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    cause = e.__cause__ or e.__context__
-    if text.endswith(":") and cause is not None and cause is not e:
-        text = f"{text} {_short(cause, n)}"
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _positive(v, integer: bool = False) -> bool:
-    import math
-
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        return False
-    return math.isfinite(v) and v > 0
-
-
-def config_field_problem(cfg: dict) -> str | None:
-    """What in a raw ``config.json`` no model can run with (None when nothing): a maximum sequence length that is
-    not a whole number >= 1 (perplexity windows would silently take another length), a RoPE base or a norm epsilon
-    that is not a finite number > 0 (every logit NaN or inf)."""
-    if "max_position_embeddings" in cfg and not _positive(cfg["max_position_embeddings"], integer=True):
-        return (f"max_position_embeddings is {cfg['max_position_embeddings']!r}, not a whole number >= 1 (the longest "
-                f"sequence the model was trained for)")
-    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    for name, v in (("rope_theta", cfg.get("rope_theta")), ("rope_parameters.rope_theta", rope.get("rope_theta"))):
-        if v is not None and not _positive(v):
-            return f"{name} is {v!r}, not a number > 0 (the RoPE base, 10000 or 500000 in Llama models)"
-    for name in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"):
-        if cfg.get(name) is not None and not _positive(cfg[name]):
-            return f"{name} is {cfg[name]!r}, not a number > 0 (the normalisation's epsilon, about 1e-5)"
-    return None
-
-
 #: config.json's dtype names and the safetensors header codes that store them
 _HEADER_DTYPE = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}
 _WIDTH = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I16": 2, "I32": 4, "I64": 8, "U16": 2, "U32": 4}
-
-
-def _raw_config(path: Path) -> dict | None:
-    """``config.json`` as a dict, or None when it is not a JSON object (transformers then says what is wrong)."""
-    import json
-
-    try:
-        doc = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def hf_config(path: Path):
-    """``config.json`` of a local model directory as a transformers config, or a one-line :class:`GacError`."""
-    from transformers import AutoConfig
-
-    refuse_remote_code(path)
-    raw = _raw_config(path)
-    why = config_field_problem(raw) if raw is not None else None
-    if why:
-        raise GacError(f"{str(path / 'config.json')!r}: {why}; copy the model directory again from its source (or "
-                       f"restore that field)")
-    try:
-        return AutoConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
-    except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
-        raise GacError(f"{str(path / 'config.json')!r} is not a usable Hugging Face config ({_short(e)}); copy the "
-                       f"model directory again from its source") from None
 
 
 def _header_shapes(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -181,7 +126,7 @@ def _header_shapes(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
                     sl = h.get_slice(k)
                     out[k] = (tuple(sl.get_shape()), str(sl.get_dtype()))
         except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({_short(e)}); copy the model "
+            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({short_error(e)}); copy the model "
                            f"directory again from its source") from None
     return out
 
@@ -212,7 +157,7 @@ def _check_header_dtypes(path: Path, header: dict) -> None:
     """The weights are stored in the dtype config.json names, where a header could claim the other type of the same
     width: F16 bytes read as BF16 (or the reverse) load without complaint and give a wrecked model. A tensor of
     another width (float32 norms beside float16 weights) is a real upcast and passes."""
-    raw = _raw_config(path) or {}
+    raw = raw_config(path) or {}
     name = raw.get("dtype") or raw.get("torch_dtype")
     want = _HEADER_DTYPE.get(str(name).removeprefix("torch."))
     if want is None:
@@ -275,7 +220,7 @@ def check_hf_dir(path: Path):
             skeleton = AutoModelForCausalLM.from_config(config)
     except Exception as e:  # noqa: BLE001 - an architecture transformers cannot build from this config
         raise GacError(f"{str(path / 'config.json')!r} describes no causal language model transformers can build "
-                       f"({_short(e)}); copy the model directory again from its source") from None
+                       f"({short_error(e)}); copy the model directory again from its source") from None
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     prefix = getattr(skeleton, "base_model_prefix", "")
     if prefix and header and not set(header) & set(expected):  # saved from the bare base model
@@ -419,5 +364,5 @@ def describe(model) -> dict:
     }
 
 
-__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_finite_weights", "check_hf_dir", "check_model_files", "describe",
-           "load_model", "model_kind", "model_label"]
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_finite_weights", "check_hf_dir", "check_model_files",
+           "config_field_problem", "describe", "hf_config", "load_model", "model_kind", "model_label"]
