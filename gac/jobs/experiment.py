@@ -315,18 +315,33 @@ def _check_given_once(argv: Sequence[str]) -> None:
 
 
 def _check_resolves(cfg) -> None:
-    """Every interpolation of the job's config resolves (``results_dir=${oc.env:NOPE}`` fails here, not in a
-    traceback once the job starts)."""
+    """Every interpolation of the job's config that can be resolved before the app starts resolves
+    (``results_dir=${oc.env:NOPE}`` fails here, not in a traceback once the job runs). ``${hydra:...}`` values are
+    Hydra's own, known only inside the running app, and left to it."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or "?"
-        why = str(e).strip().splitlines()[0]
-        raise GacError(f"config: {key} does not resolve ({why}); set what it names (an environment variable: "
-                       f"export it) or give {key} a plain value") from None
+    def leaves(node, prefix=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from leaves(v, f"{prefix}[{i}]")
+        else:
+            yield prefix, node
+
+    for key, raw in leaves(OmegaConf.to_container(cfg, resolve=False)):
+        if not isinstance(raw, str) or "${" not in raw or "${hydra:" in raw or key.startswith("hydra"):
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        except OmegaConfBaseException as e:
+            why = str(e).strip().splitlines()[0]
+            if "HydraConfig was not set" in why:  # through another key, a value only the running app knows
+                continue
+            raise GacError(f"config: {key}={raw} does not resolve ({why}); set what it names (an environment "
+                           f"variable: export it) or give {key} a plain value") from None
 
 
 def _check_hydra_dirs(overrides: Sequence[str]) -> None:
