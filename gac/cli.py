@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         prog = getattr(args, "_prog", prog)
-        return _run(parser, args)
+        return _run(parser, args, sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted_message(prog)}", file=sys.stderr)
         return 130
@@ -115,7 +115,43 @@ def guard_closed_pipe() -> None:
         sys.stdout = _ClosedPipeSafe(sys.stdout)
 
 
-def _run(parser, args) -> int:
+def repeated_option(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """A one-value option given twice on ``argv`` (argparse keeps the last without a word), said with both values;
+    None when there is none. Repeatable options (``--plan``, ``--option``) and flags are left alone."""
+    def index(p):
+        return {s: a for a in p._actions for s in a.option_strings}
+
+    cur, opts, seen = parser, index(parser), {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            break
+        if tok.startswith("-") and len(tok) > 1 and not tok[1:2].isdigit():
+            name, eq, value = tok.partition("=")
+            a = opts.get(name)
+            if a is None and name.startswith("--"):  # argparse accepts a unique prefix (--rat for --ratio)
+                hits = {b for s, b in opts.items() if s.startswith(name)}
+                a = hits.pop() if len(hits) == 1 else None
+            if isinstance(a, argparse._StoreAction):
+                if not eq and i + 1 < len(argv):
+                    value, i = argv[i + 1], i + 1
+                given = f"{name} {value}"
+                if a.dest in seen:
+                    return (f"{seen[a.dest]} and {given} both given (the last would win without a word); give "
+                            f"{a.option_strings[-1]} once")
+                seen[a.dest] = given
+        else:
+            for a in cur._actions:
+                if isinstance(a, argparse._SubParsersAction) and tok in a.choices:
+                    cur = a.choices[tok]
+                    opts = index(cur)
+                    break
+        i += 1
+    return None
+
+
+def _run(parser, args, argv: list[str] | None = None) -> int:
     from gac.progress import is_quiet, quiet_libraries, quiet_scope
 
     quiet = args.quiet or is_quiet()
@@ -126,6 +162,9 @@ def _run(parser, args) -> int:
         parser.print_help()
         return 2
     try:
+        twice = repeated_option(parser, argv or [])
+        if twice:
+            raise GacError(twice)
         with quiet_scope(quiet):
             quiet_libraries(verbose=args.verbose)
             return int(args._run(args) or 0)

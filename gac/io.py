@@ -234,6 +234,20 @@ def read_json(path: str | os.PathLike, what: str = "file", max_bytes: int | None
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise GacError(f"{what} {str(p)!r} is not valid JSON: {e}") from None
+    except RecursionError:  # Python's parser recurses once per level: a hostile file nests 100k deep
+        raise GacError(f"{what} {str(p)!r} nests its JSON deeper than Python parses, which no file gac reads does; "
+                       f"replace it with the file it should be") from None
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "--json") -> None:
+    """An output file path names a file, not a directory or a dangling link (checked before the work; writing
+    would fail after it). An existing file is each command's own question (--force)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise GacError(f"{flag} {str(path)!r} is a directory; give a file name for the output (e.g. {p / 'out.json'})")
+    if p.is_symlink() and not p.exists():
+        raise GacError(f"{flag} {str(path)!r} is a dangling link (to {os.readlink(p)!r}); remove it (rm {p}) or "
+                       f"choose another path")
 
 
 def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = False,

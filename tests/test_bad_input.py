@@ -60,6 +60,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_own import own_files
 
     own_files(T)  # the "A shared results directory and a downloaded model directory" rows
+    from tests.bad_input_fixtures_fields import fields_files
+
+    fields_files(T)  # the "Configs that disagree with their weights, and refusals made clear" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

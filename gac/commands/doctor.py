@@ -29,6 +29,9 @@ def run(args) -> int:
     from gac.jobs.doctor import run_doctor
 
     if args.json:
+        from gac.io import check_output_file
+
+        check_output_file(args.json)
         if Path(args.json).exists() and not args.force:
             raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
         check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)

@@ -67,6 +67,9 @@ def _task_files(items: list[str]) -> dict[str, str]:
         task, sep, path = item.partition("=")
         if not sep or not task or not path:
             raise GacError(f"--task-file {item!r} must be TASK=PATH, e.g. piqa=/data/piqa_valid.jsonl")
+        if task in out:
+            raise GacError(f"--task-file {task}={out[task]} and --task-file {item} both give {task}'s file; give "
+                           f"one")
         out[task] = path
     check_task_names(list(out))
     return out
@@ -85,12 +88,19 @@ def run(args) -> int:
 
     files = _task_files(args.task_file)
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []
+    unused = [t for t in files if t not in tasks]
+    if unused:  # never read, never checked: a typo in --tasks or in the file's task would go unnoticed
+        t = unused[0]
+        raise GacError(f"--task-file {t}={files[t]} is for task {t}, which --tasks does not run "
+                       f"({', '.join(tasks) or 'no tasks given'}); add {t} to --tasks or drop the file")
     if not (args.ppl or tasks or args.latency):
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
     if args.ppl_windows is not None and not args.ppl:
         raise GacError("--ppl-windows caps perplexity windows, but --ppl is not given; add --ppl")
-    if args.json and Path(args.json).is_dir():
-        raise GacError(f"--json {args.json!r} is a directory; give a file name for the report")
+    if args.json:
+        from gac.io import check_output_file
+
+        check_output_file(args.json)
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
@@ -166,6 +176,14 @@ def run(args) -> int:
         raise
     print(format_table(report, info))
     if args.json:
+        import math
+
+        bad = {k: v for k, v in report["metrics"].items() if isinstance(v, float) and not math.isfinite(v)}
+        if bad:  # JSON has no inf or NaN: say so in one line rather than fail inside the writer
+            k, v = next(iter(bad.items()))
+            raise GacError(f"metric {k} is {v}: the model produced non-finite outputs, and a JSON report cannot hold "
+                           f"{v}; {args.json!r} is not written (the table above is the result). Check the model "
+                           f"(gac audit; its config.json and weights)")
         doc = {
             "model": args.model,
             "model_info": info,

@@ -44,6 +44,10 @@ def run(args) -> int:
     from gac.errors import GacError
     from gac.predict.report import format_prediction, predict_document
 
+    if args.json:
+        from gac.io import check_output_file
+
+        check_output_file(args.json)
     if args.json and Path(args.json).exists() and not args.force:
         raise GacError(f"{args.json!r} already exists; choose another --json path or pass --force")
     from gac.commands.bench import option_values

@@ -152,7 +152,12 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
 
     try:
         refuse_remote_code(spec)
-        config = AutoConfig.from_pretrained(str(spec), **NO_REMOTE_CODE)
+        if p is not None:
+            from gac.untrusted import hf_config
+
+            config = hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
+        else:
+            config = AutoConfig.from_pretrained(str(spec), **NO_REMOTE_CODE)
     except (OSError, ValueError) as e:
         raise GacError(f"cannot read a model config from {str(spec)!r}: {str(e).splitlines()[0]}") from None
     with torch.device("meta"):

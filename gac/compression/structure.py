@@ -32,7 +32,7 @@ from torch import nn
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
+from gac.untrusted import NO_REMOTE_CODE
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,24 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             raise GacError("random_weights=true needs an `arch` block (model_type, hidden_size, ...) in the model config")
         a = dict(arch)
         model_type = a.pop("model_type", None)
+        if not model_type:
+            raise GacError("the model's `arch` block has no model_type; add one (model_type: llama for the Llama-style "
+                           "configs in conf/model/)")
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        from gac.untrusted import config_field_problem
+
+        why = config_field_problem(dict(arch))
+        if why:
+            raise GacError(f"the model's `arch` block: {why}; fix that field")
+
+        if str(model_type) not in CONFIG_MAPPING:
+            import difflib
+
+            close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING.keys()), n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else "e.g. llama, mistral, qwen2"
+            raise GacError(f"the model's `arch` block has model_type {model_type!r}, which transformers does not "
+                           f"know; {hint}")
         try:
             return AutoConfig.for_model(model_type, **a)
         except (ValueError, KeyError, TypeError) as e:
@@ -75,10 +93,13 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             base = dict(read_meta(p)["base_config"])
             return AutoConfig.for_model(base.pop("model_type", None), **base)
         if (p / "config.json").is_file():
-            refuse_remote_code(p)
-            return AutoConfig.from_pretrained(str(p), **NO_REMOTE_CODE)
+            from gac.untrusted import hf_config
+
+            return hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
         raise GacError(f"{s!r} is a directory without config.json or gac_checkpoint.json; point at a model directory")
-    if s.startswith((".", "/", "~")) or p.exists():
+    if p.exists():
+        raise GacError(f"{s!r} is a file, not a model directory; pass a model directory, a hub id or 'tiny'")
+    if s.startswith((".", "/", "~")):
         raise GacError(f"model directory {s!r} does not exist; check the path (or pass a hub id or 'tiny')")
     try:
         return AutoConfig.from_pretrained(s, **NO_REMOTE_CODE)

@@ -82,6 +82,12 @@ def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, s
 
     out: dict = {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {}}
     names = parse_tasks(tasks) if tasks else []
+    if names and task_files:  # an item longer than the context: now, not after the perplexity and the other items
+        from gac.evaluation.tasks import check_item_lengths
+
+        for t in names:
+            if t in task_files:
+                check_item_lengths(t, task_files[t], tokenizer, model_max_length(model), limit)
     if ppl_source is not None:
         out["perplexity"] = perplexity(model, tokenizer, ppl_source, seq_len=seq_len, batch_size=ppl_batch_size,
                                        max_windows=ppl_max_windows)

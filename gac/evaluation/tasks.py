@@ -114,6 +114,9 @@ def _check_piqa(row: dict) -> str | None:
     for k in ("goal", "sol1", "sol2"):
         if not isinstance(row[k], str):
             return f"{k} must be a string, got {row[k]!r}"
+    for k in ("sol1", "sol2"):
+        if not row[k].strip():
+            return f"{k} is empty (PiQA scores the likelihood of each solution's text, an empty one has none)"
     if not _is_int(row["label"]) or row["label"] not in (0, 1):
         return f"label must be the integer 0 or 1 (the index of the correct solution), got {row['label']!r}"
     return None
@@ -127,6 +130,8 @@ def _check_hellaswag(row: dict) -> str | None:
     if not isinstance(e, list) or len(e) != 4 or not all(isinstance(x, str) for x in e):
         n = len(e) if isinstance(e, list) else type(e).__name__
         return f"endings must be a list of exactly 4 strings (HellaSwag is 4-way), got {n}"
+    if any(not x.strip() for x in e):
+        return f"ending {[x.strip() for x in e].index('')} is empty (HellaSwag scores the likelihood of each ending)"
     label = row["label"]
     ok = (_is_int(label) and 0 <= label <= 3) or (isinstance(label, str) and label in ("0", "1", "2", "3"))
     if not ok:
@@ -146,7 +151,9 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
     fields = TASKS[task][1] if task in TASKS else ()
     if not path.is_file():
         want = f"fields {', '.join(fields)}" if fields else "the fields of the task's dataset"
-        raise GacError(f"{task} file {path} does not exist; pass a JSONL file with {want}")
+        what = ("is a directory" if path.is_dir() else "is not a regular file (a fifo, socket or device)"
+                if path.exists() else "does not exist")
+        raise GacError(f"{task} file {path} {what}; pass a JSONL file with {want}")
     n = 0
     try:
         lines = path.read_text(encoding="utf-8").split("\n")  # JSONL: newline only (U+2028 may sit in a string)
@@ -159,6 +166,9 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise GacError(f"{path}:{i} is not valid JSON ({e.msg}); {task} files are JSONL, one row per line") from None
+        except RecursionError:
+            raise GacError(f"{path}:{i} nests its JSON deeper than Python parses; {task} rows are flat objects, fix "
+                           f"the row (or drop it)") from None
         if not isinstance(row, dict):
             raise GacError(f"{path}:{i} is a {type(row).__name__}, not a JSON object; {task} files hold one object per "
                            f"line")
@@ -173,6 +183,38 @@ def check_local_file(task: str, path: str | os.PathLike) -> Path:
         raise GacError(f"{task} file {path} is empty; it needs at least one JSONL row"
                        + (f" with {', '.join(fields)}" if fields else ""))
     return path
+
+
+#: the text lm-eval scores for an item of a task: its context and its longest choice, joined as its config does
+ITEM_TEXT = {
+    "piqa": lambda r: (f"Question: {r['goal']}\nAnswer:", max((r["sol1"], r["sol2"]), key=len)),
+    "hellaswag": lambda r: (f"{r['activity_label']}: {r['ctx_a']} {r['ctx_b'].capitalize()}",
+                            max(r["endings"], key=len)),
+}
+
+
+def check_item_lengths(task: str, path: str | os.PathLike, tokenizer, max_len: int | None,
+                       limit: int | None = None) -> None:
+    """Every item lm-eval would score from ``path`` (the first ``limit``) fits the model's context: a longer one is
+    silently cut to its last ``max_len`` tokens and scored on what is left, after minutes of work. Only the tasks
+    of :data:`ITEM_TEXT` are checked (their rows were checked by :func:`check_local_file`)."""
+    if task not in ITEM_TEXT or tokenizer is None or not max_len:
+        return
+    check_local_file(task, path)
+    n = 0
+    for i, line in enumerate(Path(path).expanduser().read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        if limit is not None and n >= limit:
+            return
+        n += 1
+        ctx, choice = ITEM_TEXT[task](json.loads(line))
+        if len(ctx) + len(choice) + 1 <= max_len:  # a token holds at least one character: fits without counting
+            continue
+        size = len(tokenizer(ctx + " " + choice, add_special_tokens=False, verbose=False)["input_ids"])
+        if size > max_len:
+            raise GacError(f"{path}:{i}: the {task} item is {size:,} tokens, longer than the model's context "
+                           f"({max_len}); it would be scored on a truncated text. Shorten or drop the item")
 
 
 def write_local_configs(local_files: Mapping[str, str | os.PathLike], directory: str | os.PathLike) -> dict[str, str]:
@@ -308,6 +350,10 @@ def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hell
     local_files = {t: p for t, p in local_files.items() if t in names}
     if limit is not None and int(limit) < 1:
         raise GacError(f"limit={limit}; use a positive number of items (the paper uses 200) or None for all")
+    from gac.evaluation.perplexity import model_max_length
+
+    for t, p in local_files.items():
+        check_item_lengths(t, p, tokenizer, model_max_length(model), limit)
     with _offline() if local_files and len(local_files) == len(names) else contextlib.nullcontext():
         res, run_names = _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot,
                               bootstrap_iters, seed, log_samples)

@@ -52,6 +52,10 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     from gac.evaluation.bench import Protocol
     from gac.evaluation.bench_device import check_device
 
+    if json_out:
+        from gac.io import check_output_file
+
+        check_output_file(json_out)
     if json_out and Path(json_out).exists() and not json_force:
         raise GacError(f"{str(json_out)!r} already exists; choose another --json path or pass --force")
     if predict is not None:
@@ -258,6 +262,23 @@ def compose_bench(overrides: Sequence[str] = ()) -> dict:
     except (HydraException, OmegaConfBaseException) as e:
         raise GacError(f"bench config: {str(e).strip().splitlines()[0]}") from None
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def check_bench_overrides(overrides: Sequence[str]) -> None:
+    """The after-sweep bench's ``bench.overrides`` compose to a bench config whose protocol is valid (rounds,
+    warm-up, points, timer, ...), checked when the sweep starts rather than after every point has run."""
+    from gac.evaluation.bench import Protocol
+
+    cfg = compose_bench([str(o) for o in overrides])
+    known = {f for f in Protocol.__dataclass_fields__ if f not in ("top",)}
+    fields = {k: cfg[k] for k in known if cfg.get(k) is not None}
+    if "points" in fields:
+        fields["points"] = tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in fields["points"])
+    device = str(cfg.get("device") or "cpu")
+    try:
+        Protocol(**fields).resolved("cuda" if device.startswith("cuda") else "cpu")
+    except GacError as e:
+        raise GacError(f"bench.overrides: {e} (the after-sweep bench would refuse it once the sweep ended)") from None
 
 
 def bench_from_hydra(cfg) -> dict | None:

@@ -180,6 +180,10 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         if why not in msg:
             msg = f"{msg}: {why}"
     groups = _group_options(conf_dir)
+    if "could not be converted to Integer" in msg:  # seed=1e20: a float where the schema wants an integer
+        for o in parsed:
+            if o.input_line in msg:
+                return f"{msg}; give {o.key_or_group} a whole number (e.g. {o.key_or_group}=0)"
     if "ListConfig" in msg or "list or tuple" in msg:  # eval.tasks=piqa: Hydra wants a list
         for o in parsed:
             text = o.get_value_element_as_str() if not o.is_delete() else ""
@@ -288,10 +292,80 @@ def check_command_line(argv: Sequence[str]) -> None:
         if launcher and not flags and launcher[-1].split("=", 1)[1] != "local":
             raise GacError(f"{launcher[-1]} applies to multiruns only: without -m this job would run here, on this "
                            f"machine; add -m to submit it (python experiments/run.py -m {' '.join(overrides)})")
-        compose_config(overrides)
+        _check_given_once(argv)
+        cfg = compose_config(overrides)
+        _check_resolves(cfg)
+        _check_hydra_dirs(overrides)
     except GacError as e:
         print(f"experiments/run.py: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def _check_given_once(argv: Sequence[str]) -> None:
+    """Each key (or config group) set once: ``ratio=0.2 ratio=0.3`` would silently keep the last."""
+    seen: dict[str, str] = {}
+    for a in argv:
+        if a.startswith("-") or "=" not in a:
+            continue
+        key = a.split("=", 1)[0].lstrip("+~")
+        if key in seen:
+            raise GacError(f"{seen[key]} and {a} both set {key} (Hydra would keep the last without a word); give "
+                           f"{key} once (to run both values, sweep them with -m and {key}=A,B)")
+        seen[key] = a
+
+
+def _check_resolves(cfg) -> None:
+    """Every interpolation of the job's config that can be resolved before the app starts resolves
+    (``results_dir=${oc.env:NOPE}`` fails here, not in a traceback once the job runs). ``${hydra:...}`` values are
+    Hydra's own, known only inside the running app, and left to it."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    def leaves(node, prefix=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from leaves(v, f"{prefix}[{i}]")
+        else:
+            yield prefix, node
+
+    for key, raw in leaves(OmegaConf.to_container(cfg, resolve=False)):
+        if not isinstance(raw, str) or "${" not in raw or "${hydra:" in raw or key.startswith("hydra"):
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        except OmegaConfBaseException as e:
+            why = str(e).strip().splitlines()[0]
+            if "HydraConfig was not set" in why:  # through another key, a value only the running app knows
+                continue
+            raise GacError(f"config: {key}={raw} does not resolve ({why}); set what it names (an environment "
+                           f"variable: export it) or give {key} a plain value") from None
+
+
+def _check_hydra_dirs(overrides: Sequence[str]) -> None:
+    """``hydra.run.dir`` / ``hydra.sweep.dir`` given on the command line can be created (Hydra would fail with a
+    traceback before the job, or after the sweep was planned): the nearest existing parent takes a new directory."""
+    import tempfile
+
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if not sep or key.lstrip("+") not in ("hydra.run.dir", "hydra.sweep.dir") or "${" in value:
+            continue
+        d = Path(value.strip("'\"")).expanduser()
+        if d.is_dir():
+            continue
+        parent = d
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        try:
+            if not parent.is_dir():
+                raise NotADirectoryError(20, "Not a directory")
+            os.rmdir(tempfile.mkdtemp(prefix=".gac-probe-", dir=parent))
+        except OSError as e:
+            raise GacError(f"{key.lstrip('+')}={value}: cannot create a directory under {str(parent)!r} "
+                           f"({e.strerror or e}); choose a directory you can write to") from None
 
 
 def _is_swept(override: str) -> bool:
@@ -407,6 +481,10 @@ class SweepCallback(_Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
             points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))
+            if (config.get("bench") or {}).get("after_sweep"):
+                from gac.jobs.bench import check_bench_overrides
+
+                check_bench_overrides(list(config.bench.get("overrides") or []))
         except GacError as e:
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)

@@ -45,12 +45,12 @@ def _load_job_model(spec: JobSpec):
     if spec.random_weights:
         if not spec.arch:
             raise GacError(f"model {spec.model_name}: random_weights=true needs an `arch` block in the model config")
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
+        from gac.compression.structure import architecture
         from gac.dtypes import resolve_dtype
 
-        arch = dict(spec.arch)
-        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+        config = architecture(spec.model_spec, random_weights=True, arch=dict(spec.arch))
         dtype = resolve_dtype(spec.dtype or "auto", spec.device)
         torch.manual_seed(spec.seed)
         with torch.device(spec.device):
@@ -107,10 +107,9 @@ def model_config_offline(model_spec: str, arch: dict | None = None):
 def job_model_config(spec: JobSpec):
     """The job's model config without loading any weights (:func:`model_config_offline`), or None."""
     if spec.random_weights and spec.arch:
-        from transformers import AutoConfig
+        from gac.compression.structure import architecture
 
-        arch = dict(spec.arch)
-        return AutoConfig.for_model(arch.pop("model_type"), **arch)
+        return architecture(spec.model_spec, random_weights=True, arch=dict(spec.arch))
     return model_config_offline(spec.model_spec, spec.arch)
 
 

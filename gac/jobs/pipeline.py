@@ -144,7 +144,7 @@ def _publish(store: ResultsStore, key: str, record: dict, attempt: Attempt, lock
     if lock.lost:
         log.warning("job %s lost its lock while running (it was silent longer than the stale bound); an "
                     "identical job may have taken over", key)
-    problem = record_problem({"key": key, "status": "completed", "created": "", **record}, key)
+    problem = record_problem({"key": key, "status": "completed", "created": "2000-01-01T00:00:00Z", **record}, key)
     if problem:  # never publish a record a reader would refuse
         raise GacError(f"job {key}: its record {problem}; nothing was written (this is a bug in gac or in a "
                        f"compressor: please report it)")

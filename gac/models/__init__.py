@@ -20,7 +20,16 @@ from pathlib import Path
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.untrusted import NO_REMOTE_CODE, refuse_pickled_weights, refuse_remote_code, require_regular
+from gac.untrusted import (
+    NO_REMOTE_CODE,
+    config_field_problem,
+    hf_config,
+    raw_config,
+    refuse_pickled_weights,
+    refuse_remote_code,
+    require_regular,
+    short_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +113,9 @@ def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
         check_checkpoint(Path(str(spec)).expanduser(), verify=verify)
 
 
-def _short(e: Exception, n: int = 200) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def hf_config(path: Path):
-    """``config.json`` of a local model directory as a transformers config, or a one-line :class:`GacError`."""
-    from transformers import AutoConfig
-
-    refuse_remote_code(path)
-    try:
-        return AutoConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
-    except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
-        raise GacError(f"{str(path / 'config.json')!r} is not a usable Hugging Face config ({_short(e)}); copy the "
-                       f"model directory again from its source") from None
+#: config.json's dtype names and the safetensors header codes that store them
+_HEADER_DTYPE = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}
+_WIDTH = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I16": 2, "I32": 4, "I64": 8, "U16": 2, "U32": 4}
 
 
 def _header_shapes(files: list[Path], weight_map: dict[str, str] | None = None
@@ -141,7 +138,7 @@ def _header_shapes(files: list[Path], weight_map: dict[str, str] | None = None
         except GacError:
             raise
         except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({_short(e)}); {_COPY}") from None
+            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({short_error(e)}); {_COPY}") from None
     for k, shard in (weight_map or {}).items():
         if where.get(k) != shard:
             held = f"is in {where[k]!r}" if k in where else "is in no shard"
@@ -187,8 +184,54 @@ def _check_generation_config(path: Path) -> None:
     try:
         GenerationConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
     except Exception as e:  # noqa: BLE001 - ValueError for a bad value, OSError/JSONDecodeError for a bad file
-        raise GacError(f"{str(path / 'generation_config.json')!r} is not a usable generation config ({_short(e)}); "
+        raise GacError(f"{str(path / 'generation_config.json')!r} is not a usable generation config ({short_error(e)}); "
                        f"{_COPY}") from None
+
+
+def _check_header_dtypes(path: Path, header: dict) -> None:
+    """The weights are stored in the dtype config.json names, where a header could claim the other type of the same
+    width: F16 bytes read as BF16 (or the reverse) load without complaint and give a wrecked model. A tensor of
+    another width (float32 norms beside float16 weights) is a real upcast and passes."""
+    raw = raw_config(path) or {}
+    name = raw.get("dtype") or raw.get("torch_dtype")
+    want = _HEADER_DTYPE.get(str(name).removeprefix("torch."))
+    if want is None:
+        return
+    for k, (_, got) in header.items():
+        if got != want and got in _HEADER_DTYPE.values() and _WIDTH.get(got) == _WIDTH[want]:
+            n = sum(1 for _, d in header.values() if d == got)
+            raise GacError(f"{str(path)!r}: {n} tensor(s) stored as {got} in the weights (e.g. {k!r}) while config.json "
+                           f"says {name}: the same bytes read as the other type give another model. Copy the model "
+                           f"directory again from its source (was a safetensors header or config.json edited?)")
+
+
+def _check_tokenizer_ids(path: Path, vocab_size) -> None:
+    """Every id ``tokenizer.json`` can produce has a row in the embedding (``vocab_size`` rows): a larger id fails
+    with an IndexError in the middle of an evaluation, on the first text that holds that token."""
+    import json
+
+    f = path / "tokenizer.json"
+    if not isinstance(vocab_size, int) or not f.is_file():
+        return
+    try:
+        tok = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return  # the tokenizer's own loader reports a damaged file
+    model = tok.get("model") if isinstance(tok, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    ids = {}
+    if isinstance(vocab, dict):
+        ids.update({v: k for k, v in vocab.items() if isinstance(v, int)})
+    elif isinstance(vocab, list):  # Unigram: [token, score] pairs, the id is the position
+        ids.update({i: str(v[0] if isinstance(v, list) and v else v) for i, v in enumerate(vocab)})
+    for a in tok.get("added_tokens") or () if isinstance(tok, dict) else ():
+        if isinstance(a, dict) and isinstance(a.get("id"), int):
+            ids[a["id"]] = a.get("content")
+    top = max(ids, default=-1)
+    if top >= vocab_size:
+        raise GacError(f"{str(f)!r} maps {ids[top]!r} to id {top}, but config.json's vocab_size is {vocab_size} (the "
+                       f"embedding has no row {top}); use the tokenizer the model was trained with (copy the model "
+                       f"directory again from its source)")
 
 
 def check_hf_dir(path: Path):
@@ -206,8 +249,10 @@ def check_hf_dir(path: Path):
                        f"{str(method or '?')}); gac compresses and measures the layers of a model in float16, bfloat16 "
                        f"or float32: use the model's unquantized weights")
     _check_generation_config(path)
+    _check_tokenizer_ids(path, getattr(config, "vocab_size", None))
     files, weight_map = _weight_files(path)
     header = _header_shapes(files, weight_map)
+    _check_header_dtypes(path, header)
     if get_checkpoint_conversion_mapping(getattr(config, "model_type", None)):
         return config  # transformers renames or fuses this architecture's tensors on load: checked after loading
     try:
@@ -215,7 +260,7 @@ def check_hf_dir(path: Path):
             skeleton = AutoModelForCausalLM.from_config(config)
     except Exception as e:  # noqa: BLE001 - an architecture transformers cannot build from this config
         raise GacError(f"{str(path / 'config.json')!r} describes no causal language model transformers can build "
-                       f"({_short(e)}); copy the model directory again from its source") from None
+                       f"({short_error(e)}); copy the model directory again from its source") from None
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     prefix = getattr(skeleton, "base_model_prefix", "")
     if prefix and header and not set(header) & set(expected):  # saved from the bare base model
@@ -327,7 +372,23 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
         what = "; ".join(f"{k.replace('_', ' ')}: {len(v)}, e.g. {str(v[0])[:120]!r}" for k, v in bad.items() if v)
         raise GacError(f"{spec!r}: its weights do not match its config ({what}); it would run with random weights. "
                        f"Copy the model again from its source") from None
-    return model.to(device).eval(), tokenizer
+    model = model.to(device).eval()
+    check_finite_weights(model, spec)
+    return model, tokenizer
+
+
+def check_finite_weights(model, spec: str) -> None:
+    """Every floating-point weight of a loaded model is finite: a NaN or inf weight (a broken conversion, a damaged
+    file) makes every logit NaN, found otherwise only after the whole evaluation."""
+    import torch
+
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                n = int((~torch.isfinite(t)).sum())
+                raise GacError(f"{spec!r}: {n} NaN or inf value(s) in its weights, e.g. in {name!r}; every output "
+                               f"would be NaN. Copy the model again from its source (or fix the conversion that "
+                               f"wrote it)")
 
 
 def describe(model) -> dict:
@@ -344,5 +405,5 @@ def describe(model) -> dict:
     }
 
 
-__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_hf_dir", "check_model_files", "describe", "load_model", "model_kind",
-           "model_label"]
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_finite_weights", "check_hf_dir", "check_model_files",
+           "config_field_problem", "describe", "hf_config", "load_model", "model_kind", "model_label"]

@@ -96,6 +96,9 @@ def read_holder(path: str | os.PathLike) -> dict | None:
         if p.is_dir():
             raise GacError(f"the lock {str(p)!r} is a directory, not a lock file a job wrote; if no job of this point is "
                            f"running, remove it (rm -r {p}) and re-run")
+        if not p.is_file():  # a fifo would block the read forever, a device never ends
+            raise GacError(f"the lock {str(p)!r} is not a regular file (a fifo, socket or device), not a lock file a "
+                           f"job wrote; if no job of this point is running, remove it (rm {p}) and re-run")
         text = p.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return None

@@ -502,8 +502,8 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
     for f in ("plan", "config", "provenance", "evaluation", "stages"):
         if rec.get(f) is not None and not isinstance(rec.get(f), dict):
             return f"has {f!r} of type {type(rec.get(f)).__name__}, not an object"
-    if not isinstance(rec.get("created"), str):
-        return f"has 'created' {rec.get('created')!r}, not a time stamp"
+    if not isinstance(rec.get("created"), str) or not _is_time_stamp(rec["created"]):
+        return f"has 'created' {rec.get('created')!r}, not a time stamp (ISO 8601, e.g. 2025-01-01T00:00:00Z)"
     ahead = _seconds_ahead(rec["created"])
     if ahead is not None and ahead > MAX_CLOCK_AHEAD_S:
         return (f"has 'created' {rec['created']!r}, {ahead / 86400:,.1f} days in the future (the clock of the host that "
@@ -512,6 +512,18 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
 
 
 MAX_CLOCK_AHEAD_S = 86400  # clocks on a cluster differ by seconds; a time zone mistake by hours; more is no clock
+
+
+def _is_time_stamp(text: str) -> bool:
+    """An ISO 8601 date and time, as gac writes ``created`` (``2025-01-01T00:00:00Z``): queries and "the latest
+    record wins" compare them as text, which a free-form string would silently reorder."""
+    import datetime
+
+    try:
+        datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return len(text) >= 19 and text[10] == "T"
 
 
 def _seconds_ahead(created: str) -> float | None:

@@ -155,3 +155,15 @@ def test_a_lock_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
     with pytest.raises(GacError, match="is a symbolic link"):
         FileLock(path).try_acquire()
     assert victim.read_text() == "keep" and path.is_symlink()
+
+
+@pytest.mark.timeout(20)
+def test_a_lock_that_is_a_named_pipe_is_refused_not_read(tmp_path):
+    """Reading a fifo blocks until a writer opens it: a fifo planted as a lock must be refused, never opened."""
+    lock = tmp_path / "locks" / "k.lock"
+    lock.parent.mkdir()
+    os.mkfifo(lock)
+    with pytest.raises(GacError, match="is not a regular file .*remove it"):
+        read_holder(lock)
+    with pytest.raises(GacError, match="is not a regular file"):
+        FileLock(lock).try_acquire()
