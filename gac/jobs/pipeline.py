@@ -134,7 +134,15 @@ def _record(base: dict, spec: JobSpec, stages: JobStages, compressed, ev: dict, 
         "attempts": stages.attempt.attempts,
         "stages": {"resumed": stages.attempt.resumed, "prepare_cached": stages.prepare_cached},
         "provenance": job_provenance(spec),
+        **({"latency_budget": _latency_block(compressed.latency, ev)} if compressed and compressed.latency else {}),
     }
+
+
+def _latency_block(block: dict, ev: dict) -> dict:
+    """A latency-budget plan's block with the job's own measured prefill beside its table latency."""
+    from gac.metrics import PREFILL
+
+    return {**block, "measured_ms": ev["metrics"].get(PREFILL)}
 
 
 def _publish(store: ResultsStore, key: str, record: dict, attempt: Attempt, lock, force: bool, loggers) -> dict:

@@ -62,6 +62,9 @@ class JobSpec:
     seed: int = 0
     experiment: str = "default"
     sweep: str | None = None
+    #: a latency-budget plan's settings (strategy gac_latency, :mod:`gac.jobs.latency_plan`): budget_kind, budget_ms,
+    #: budget (a share of the unaligned plan's latency), source; None for every other strategy (and out of the key)
+    latency: dict | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -73,10 +76,12 @@ class JobSpec:
         d = asdict(self)
         for k in ("experiment", "sweep"):
             d.pop(k)
+        if self.latency is None:  # the keys of the jobs that plan by parameters stay as they were
+            d.pop("latency")
         if self.is_baseline:
             for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
-                      "allocation", "calibration"):
-                d.pop(k)
+                      "allocation", "calibration", "latency"):
+                d.pop(k, None)
         return d
 
     @property
