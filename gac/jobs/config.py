@@ -119,7 +119,8 @@ def spec_from_config(cfg: dict) -> JobSpec:
 
 BUDGET_KINDS = ("latency", "min_latency")
 LATENCY_SOURCES = ("measured", "predicted")
-_LATENCY_KEYS = ("budget_kind", "latency_budget_ms", "latency_budget", "latency_source")
+LATENCY_REFERENCES = ("unaligned", "gac")
+_LATENCY_KEYS = ("budget_kind", "latency_budget_ms", "latency_budget", "latency_source", "latency_reference")
 
 
 def latency_settings(cfg: dict, strategy: str, gpu: str) -> dict | None:
@@ -146,6 +147,10 @@ def latency_settings(cfg: dict, strategy: str, gpu: str) -> dict | None:
             raise GacError(f"config: align.latency_source=predicted needs a GPU the predictor knows (gpu="
                            f"{' or gpu='.join(GPUS)}), got gpu={gpu}; use align.latency_source=measured (this "
                            f"device's own kernels) or gpu={GPUS[0]}")
+    reference = str(given["latency_reference"] or "unaligned")
+    if reference not in LATENCY_REFERENCES:
+        raise GacError(f"config: align.latency_reference must be one of {', '.join(LATENCY_REFERENCES)} (the plan at "
+                       f"the ratio's parameter budget whose latency align.latency_budget scales), got {reference!r}")
     ms, share = given["latency_budget_ms"], given["latency_budget"]
     for key, v in (("latency_budget_ms", ms), ("latency_budget", share)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
@@ -156,13 +161,14 @@ def latency_settings(cfg: dict, strategy: str, gpu: str) -> dict | None:
             raise GacError(f"config: align.latency_budget_ms={ms:g} and align.latency_budget={share:g} are both set; "
                            f"give one (align.latency_budget=null keeps the budget in ms)")
         if ms is None and share is None:
-            raise GacError("config: align=gac_latency needs a budget: align.latency_budget=0.9 (a share of the "
-                           "unaligned plan's latency) or align.latency_budget_ms=12.5")
+            raise GacError(f"config: align=gac_latency needs a budget: align.latency_budget=0.9 (a share of the "
+                           f"{reference} plan's latency) or align.latency_budget_ms=12.5")
     elif ms is not None or share is not None:
         raise GacError(f"config: align.budget_kind=min_latency takes no latency budget (it minimises latency at the "
                        f"ratio's parameter count); drop align.{'latency_budget_ms' if ms is not None else 'latency_budget'}")
     return {"budget_kind": kind, "budget_ms": None if ms is None else float(ms),
-            "budget": None if share is None else float(share), "source": source}
+            "budget": None if share is None else float(share), "source": source,
+            **({"reference": reference} if share is not None else {})}
 
 
 def _eval_spec(cfg: dict) -> EvalSpec:

@@ -12,8 +12,9 @@ The plan's latency is the whole prefill's: the targets' kernels plus ``fixed_ms`
 change (attention, norms, the head, the framework's overhead). ``fixed_ms`` is the uncompressed model's prefill
 (measured on the device, or predicted) less its targets' kernels at full size (a low-rank target's dense weight, a
 pruned MLP at its full width), so a budget in ms means the prefill a researcher measures. The relative budget
-``latency_budget: r`` is ``r`` times the unaligned plan's latency by the same table (the compressor's own dimensions
-at the ratio's parameter budget).
+``latency_budget: r`` is ``r`` times the latency of a reference plan at the ratio's parameter budget, by the same
+table: ``latency_reference: unaligned`` (the compressor's own dimensions) or ``gac`` (the parameter-budget gac plan;
+``r = 1`` asks for the best plan at the latency gac reaches).
 """
 
 from __future__ import annotations
@@ -190,7 +191,11 @@ def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cach
     else:
         tabs = measured_tables(spec, model, targets, cands, u_dims, cache_dir)
     table, fixed = tabs.table, tabs.fixed_ms
-    reference = plan_latency(targets, u_dims, table, fixed)
+    unaligned_ms = plan_latency(targets, u_dims, table, fixed)
+    gac = align(targets, param_budget, "gac", spec.unit, spec.window, candidate_filter)
+    gac_ms = plan_latency(targets, [gac.dims[t.name] for t in targets], table, fixed)
+    ref_name = lat.get("reference", "unaligned")
+    reference = gac_ms if ref_name == "gac" else unaligned_ms
     fastest = math.fsum([fixed] + [min(table[t.name][int(d)] for d in cs) for t, cs in zip(targets, cands)])
     budget_ms = None
     if lat["budget_kind"] == "latency":
@@ -200,7 +205,7 @@ def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cach
                      f"align.latency_budget={lat['budget']:g} ({budget_ms:.4g} ms)")
             raise GacError(f"infeasible latency budget: {asked} is below the fastest plan the candidates allow, "
                            f"{fastest:.4g} ms by the {tabs.source} table on {tabs.device} (align.latency_budget="
-                           f"{fastest / reference:.3f} of the unaligned plan's {reference:.4g} ms); give at least that")
+                           f"{fastest / reference:.3f} of the {ref_name} plan's {reference:.4g} ms); give at least that")
         plan = align_latency(targets, table, budget_ms, param_budget, spec.unit, spec.window, candidate_filter,
                              fixed_ms=fixed)
     else:
@@ -219,7 +224,8 @@ def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cach
         "seq_len": tabs.seq_len, "budget_ms": budget_ms, "budget_share": lat["budget"], "table_ms": table_ms,
         "interval_ms": interval, "interval": None if interval is None else
         f"{INTERVAL[1] - INTERVAL[0]:g}% bootstrap over the predictor's calibration ({len(tabs.replicas)} replicates)",
-        "unaligned_ms": reference, "fastest_ms": fastest, "fixed_ms": fixed, "uncompressed_ms": tabs.whole_ms,
+        "reference": ref_name if lat["budget"] is not None else None, "unaligned_ms": unaligned_ms,
+        "gac_ms": gac_ms, "fastest_ms": fastest, "fixed_ms": fixed, "uncompressed_ms": tabs.whole_ms,
         "params": int(plan.params), "param_budget": int(param_budget),
         "latency_held": None if budget_ms is None else bool(table_ms <= budget_ms),
         "params_held": bool(plan.params >= param_budget) if budget_ms is None else bool(plan.budget_met),

@@ -12,7 +12,7 @@ from gac.jobs import latency_plan as lp
 from gac.jobs.config import spec_from_config
 
 BLOCK_KEYS = {"budget_kind", "source", "device", "batch", "seq_len", "budget_ms", "budget_share", "table_ms",
-              "interval_ms", "unaligned_ms", "fastest_ms", "fixed_ms", "params", "param_budget", "latency_held",
+              "interval_ms", "reference", "unaligned_ms", "gac_ms", "fastest_ms", "fixed_ms", "params", "param_budget", "latency_held",
               "params_held"}
 
 
@@ -26,6 +26,7 @@ BLOCK_KEYS = {"budget_kind", "source", "device", "batch", "seq_len", "budget_ms"
     (["align=gac_latency", "align.latency_source=guessed"], "latency_source must be one of"),
     (["align=gac_latency", "align.latency_budget=-0.5"], "positive number"),
     (["align=gac", "align.latency_budget=0.9"], "applies to align=gac_latency only"),
+    (["align=gac_latency", "align.latency_reference=dense"], "latency_reference must be one of"),
 ])
 def test_bad_latency_settings_are_refused_in_one_line(make_cfg, overrides, words):
     with pytest.raises(GacError) as e:
@@ -38,7 +39,10 @@ def test_latency_settings_reach_the_spec_and_leave_other_keys_alone(make_cfg):
     assert gac.latency is None and "latency" not in gac.identity()
     lat = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency"))
     assert lat.strategy == "gac_latency"
-    assert lat.latency == {"budget_kind": "latency", "budget_ms": None, "budget": 0.9, "source": "measured"}
+    assert lat.latency == {"budget_kind": "latency", "budget_ms": None, "budget": 0.9, "source": "measured",
+                           "reference": "unaligned"}
+    at_gac = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency_at_gac"))
+    assert at_gac.latency["reference"] == "gac" and at_gac.latency["budget"] == 1.0
     ms = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency", "align.latency_budget=null",
                                    "align.latency_budget_ms=2.5"))
     assert ms.latency["budget_ms"] == 2.5 and ms.key != lat.key
@@ -66,7 +70,7 @@ def _fake_tables(fixed=1.0):
 
 def _spec(**latency):
     return SimpleNamespace(unit=8, window=1, latency={"budget_kind": "latency", "budget_ms": None, "budget": None,
-                                                      "source": "measured", **latency})
+                                                      "source": "measured", "reference": "unaligned", **latency})
 
 
 def test_the_plan_holds_its_budget_by_the_table_and_fills_its_record_block(monkeypatch):
@@ -81,6 +85,8 @@ def test_the_plan_holds_its_budget_by_the_table_and_fills_its_record_block(monke
                                              .table, 1.0)
     assert block["params"] == plan.params and plan.strategy == "gac_latency"
     assert plan.stats["latency_budget"] is block
+    at_gac, b = lp.latency_plan(_spec(budget=1.0, reference="gac"), None, targets, budget, None, None)
+    assert b["budget_ms"] == b["gac_ms"] and b["table_ms"] <= b["gac_ms"] and b["reference"] == "gac"
     ms, _ = lp.latency_plan(_spec(budget_ms=block["table_ms"]), None, targets, budget, None, None)
     assert plan_latency(targets, ms.dims, _fake_tables()(None, None, targets, [], [], None).table, 1.0) \
         <= block["table_ms"]
