@@ -41,7 +41,7 @@ from gac.profiling.figures import (
 
 __all__ = ["FA2_TEMPLATES", "figure_title", "kernel_staircase", "method_styles", "plot_bench_ratios",
            "plot_dim_residues", "plot_dstar_vs_dim", "plot_latency_vs_seq_len", "plot_proxy_comparison",
-           "plot_ratio_sweep", "save_figure"]
+           "plot_latency_pareto", "plot_ratio_sweep", "save_figure"]
 
 KIND_MARKERS = {"q_proj": "o", "k_proj": "s", "v_proj": "^", "o_proj": "D", "gate_proj": "v", "up_proj": "<",
                 "down_proj": ">", "mlp": "P"}
@@ -250,6 +250,51 @@ def plot_bench_ratios(ratios: pd.DataFrame, title: str | None = None) -> Figure:
         ax.grid(alpha=0.3, axis="y")
         plain_ticks(ax, "y")
     legend_outside(fig, axes=axes[0])
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- latency budget
+def plot_latency_pareto(frame: pd.DataFrame, title: str | None = None) -> Figure:
+    """Quality (perplexity) against measured prefill latency, one panel per compressor: a line per strategy through
+    its points (one per ratio or budget, in latency order) with the bench's 95% interval as a horizontal error bar,
+    the baseline a star; a latency-budget point's budget a short vertical tick at the same height. ``frame``:
+    :func:`gac.analysis.pareto.latency_pareto`."""
+    comp = frame[frame["strategy"] != "baseline"]
+    if comp.empty or comp["latency_ms"].notna().sum() < 2:
+        raise ValueError("latency Pareto with fewer than 2 measured points: nothing to plot")
+    comps = [c for c in dict.fromkeys(comp["compressor"])]
+    styles = method_styles(_ordered_methods(frame))
+    fig, axes = new_figure(1, len(comps), w=5.2, h=3.8)
+    base = frame[frame["strategy"] == "baseline"]
+    quality = frame.attrs.get("quality", "ppl")
+    where = frame.attrs.get("device") or frame.attrs.get("gpu")
+    for ax, c in zip(axes[0], comps):
+        mine = comp[comp["compressor"] == c]
+        for strat in sorted(mine["strategy"].unique(), key=lambda s: method_order(c, s)):
+            g = mine[mine["strategy"] == strat].dropna(subset=["latency_ms", "quality"]).sort_values("latency_ms")
+            if g.empty:
+                continue
+            label = g["method"].iloc[0]
+            x = g["latency_ms"].astype(float)
+            lo = (x - g["lo_ms"].astype(float)).clip(lower=0).fillna(0.0)
+            hi = (g["hi_ms"].astype(float) - x).clip(lower=0).fillna(0.0)
+            ax.errorbar(x, g["quality"].astype(float), xerr=[lo, hi], capsize=3, markersize=6, label=label,
+                        **styles[label])
+            budget = g.dropna(subset=["budget_ms"])
+            if len(budget):
+                ax.plot(budget["budget_ms"].astype(float), budget["quality"].astype(float), linestyle="none",
+                        marker="|", markersize=14, color=styles[label]["color"], label="latency budget (by table)")
+        if len(base) and pd.notna(base["latency_ms"].iloc[0]):
+            ax.plot([float(base["latency_ms"].iloc[0])], [float(base["quality"].iloc[0])], linestyle="none",
+                    markersize=11, label="Baseline", **method_styles(["Baseline"])["Baseline"])
+        ax.set_xlabel(f"prefill latency (ms), measured{f' on {where}' if where else ''}")
+        ax.set_ylabel(f"{metric_label(quality)} (lower is better)")
+        ax.set_title(compressor_label(c), fontsize=10)
+        ax.grid(alpha=0.3)
+        plain_ticks(ax, "y")
+    legend_outside(fig, axes=axes[0], last=("latency budget (by table)", "Baseline"))
     if title:
         fig.suptitle(title)
     return fig

@@ -10,7 +10,7 @@ from gac.metrics import is_ppl
 COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
                      "palu": "PaLU"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
-                   "round_down": "round-down", "rebalance": "rebalance"}
+                   "round_down": "round-down", "rebalance": "rebalance", "gac_latency": "GAC, latency"}
 #: display names (perplexity is ``PPL (<dataset>)``: :func:`metric_label`)
 METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
                  "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
@@ -61,7 +61,8 @@ def baseline_mask(df: pd.DataFrame) -> pd.Series:
 
 
 _PREFERRED = ("asvd", "svd_llm", "palu", "llm_pruner")
-_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "round_nearest", "round_up", "round_down", "rebalance")
+_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "gac_latency", "round_nearest", "round_up", "round_down",
+                   "rebalance")
 
 
 def method_order(compressor, strategy) -> tuple:
@@ -84,4 +85,25 @@ def sweep_metric_rank(m: str) -> tuple[int, int]:
     tasks = list(SWEEP_TASK_METRICS)
     return (0, 0) if is_ppl(m) else (2, 0) if str(m).startswith(("prefill", "decode")) else \
         (1, tasks.index(m) if m in tasks else len(tasks))
+
+
+def budget_note(row) -> str:
+    """A latency-budget plan's budget and whether it held, by its table (``latency <= 1.0 x gac (3.2 ms): held``,
+    ``min latency at the parameter count: held``); empty for a plan by parameters. ``row``: a results-frame row."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
+    kind = get("budget_kind", None)
+    if not isinstance(kind, str):
+        return ""
+    held = get("latency_held", None)
+    if kind == "min_latency":
+        params, budget = get("params", None), get("budget", None)
+        ok = "?" if params is None or budget is None or params != params or budget != budget else \
+            "held" if params >= budget else "over"
+        return f"min latency at >= the ratio's parameters: {ok}"
+    share, ref, ms = get("latency_share", None), get("latency_reference", None), get("latency_budget_ms", None)
+    what = f"{share:g} x {ref}" if isinstance(share, float) and isinstance(ref, str) and share == share else "budget"
+    if isinstance(ms, float) and ms == ms:
+        what += f" ({ms:.4g} ms)" if what != "budget" else f" {ms:.4g} ms"
+    state = "?" if held is None or held != held else "held" if held else "over"
+    return f"latency <= {what}: {state}"
 

@@ -5,6 +5,8 @@ The tables give each target's latency at each of its candidate dimensions at the
 
 * ``latency_source: measured``: the job's device times the targets' own kernels
   (:func:`gac.profiling.latency_tables.measure_latency_tables`, cached per device under ``cache/latency_tables``);
+  on a CPU with the clock of ``gac bench`` (the thread's CPU time on one torch thread), so a budget and the bench's
+  measurement are in the same units and a loaded machine does not inflate either;
 * ``latency_source: predicted``: :mod:`gac.predict` gives them for ``gpu=a100`` / ``gpu=h100`` from published kernel
   data, with a bootstrap interval over its calibration (:meth:`gac.predict.Predictor.replicas`).
 
@@ -19,9 +21,11 @@ table: ``latency_reference: unaligned`` (the compressor's own dimensions) or ``g
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 from gac.errors import GacError
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 #: bootstrap replicates of the predictor's calibration for a predicted plan's interval (each one recalibrates)
 REPLICATES = 20
 INTERVAL = (5.0, 95.0)  # percentiles of the replicates: a 90% interval
+PREFILL_WARMUP, PREFILL_CALLS = 3, 15  # the uncompressed prefill's timing (for fixed_ms)
 
 
 @dataclass
@@ -45,6 +50,7 @@ class Tables:
     batch: int
     seq_len: int
     replicas: list = field(default_factory=list)  # predicted: (table, fixed_ms) per bootstrap replicate
+    timer: str | None = None  # measured: the clock
     notes: list = field(default_factory=list)
 
 
@@ -84,12 +90,11 @@ def measured_tables(spec, model, targets, cands, unaligned, cache_dir) -> Tables
     import torch.nn.functional as F
 
     from gac.dtypes import dtype_name, resolve_dtype
-    from gac.evaluation import prefill_latency
     from gac.profiling.device import device_info, resolve_device, stack_key
     from gac.profiling.job import cache_name
     from gac.profiling.latency_tables import measure_latency_tables
     from gac.profiling.profile import META_FILE, HardwareProfile
-    from gac.profiling.timing import TimingProtocol, time_op
+    from gac.profiling.timing import TimingProtocol, cpu_thread_clock, time_op
 
     batch, seq_len = int(spec.eval.latency_batch), int(spec.seq_len)
     dev = resolve_device(spec.device)
@@ -102,30 +107,52 @@ def measured_tables(spec, model, targets, cands, unaligned, cache_dir) -> Tables
         if stack_key(cached.meta) != stack_key(info):
             log.warning("ignoring cached latency tables %s: measured on another device/stack", path)
             cached = None
-    table, merged = measure_latency_tables(targets, _table_dims(targets, cands, unaligned), dev, dt, seq_len, batch,
-                                           profile=cached)
-    if path is not None and merged is not cached:
-        merged.save(path)
-    protocol = TimingProtocol.paper() if dev.type == "cuda" else TimingProtocol.quick()
-    dense: dict[tuple[int, int], float] = {}
-    torch.manual_seed(0)
-    with torch.inference_mode():
-        for t in targets:
-            if _full_dim(t) is None and _in_out(t) not in dense:
-                inp, out = _in_out(t)
+    cpu = dev.type == "cpu"
+    with cpu_thread_clock() if cpu else contextlib.nullcontext():
+        table, merged = measure_latency_tables(targets, _table_dims(targets, cands, unaligned), dev, dt, seq_len,
+                                               batch, profile=cached)
+        if path is not None and merged is not cached:
+            merged.save(path)
+        protocol = TimingProtocol.paper() if not cpu else TimingProtocol.quick()
+        dense: dict[tuple[int, int], float] = {}
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            for t in targets:
+                if _full_dim(t) is None and _in_out(t) not in dense:
+                    inp, out = _in_out(t)
 
-                def make(inp=inp, out=out):
-                    return (torch.randn(batch * seq_len, inp, device=dev, dtype=dt),
-                            torch.randn(out, inp, device=dev, dtype=dt))
+                    def make(inp=inp, out=out):
+                        return (torch.randn(batch * seq_len, inp, device=dev, dtype=dt),
+                                torch.randn(out, inp, device=dev, dtype=dt))
 
-                dense[(inp, out)] = time_op(make, F.linear, dev, protocol).median_ms
-    ev = spec.eval
-    whole = prefill_latency(model, batch=batch, seq_len=seq_len, warmup=ev.warmup, iters=ev.iters, trials=ev.trials,
-                            seed=spec.seed)["median_ms"]
+                    dense[(inp, out)] = time_op(make, F.linear, dev, protocol).median_ms
+            whole = _prefill_ms(model, dev, batch, seq_len, spec.seed)
     full = math.fsum(table[t.name][_full_dim(t)] if _full_dim(t) is not None else dense[_in_out(t)] for t in targets)
     out = Tables(table, 0.0, float(whole), "measured", str(info.get("device_name") or spec.device), batch, seq_len)
+    out.timer = "thread CPU time, 1 torch thread (as gac bench times a CPU)" if cpu else "CUDA events"
     out.fixed_ms = _fixed(whole, full, out.notes)
     return out
+
+
+def _prefill_ms(model, dev, batch: int, seq_len: int, seed: int) -> float:
+    """The uncompressed model's prefill (ms, median of :data:`PREFILL_CALLS` after a warm-up) with the clock the
+    tables were timed with (inside :func:`gac.profiling.timing.cpu_thread_clock` on a CPU: thread CPU time)."""
+    import statistics
+
+    import torch
+
+    from gac.evaluation.latency import time_calls
+
+    vocab = int(getattr(model.config, "vocab_size", 1000))
+    ids = torch.randint(0, vocab, (batch, seq_len), generator=torch.Generator().manual_seed(seed)).to(dev)
+
+    def step():
+        return lambda: model(input_ids=ids, use_cache=False)
+
+    for _ in range(PREFILL_WARMUP):
+        step()()
+    clock = time.thread_time if dev.type == "cpu" and torch.get_num_threads() == 1 else None
+    return float(statistics.median(time_calls(step, dev, PREFILL_CALLS, clock=clock)))
 
 
 def _fixed(whole: float, full: float, notes: list) -> float:
@@ -226,7 +253,7 @@ def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cach
         f"{INTERVAL[1] - INTERVAL[0]:g}% bootstrap over the predictor's calibration ({len(tabs.replicas)} replicates)",
         "reference": ref_name if lat["budget"] is not None else None, "unaligned_ms": unaligned_ms,
         "gac_ms": gac_ms, "fastest_ms": fastest, "fixed_ms": fixed, "uncompressed_ms": tabs.whole_ms,
-        "params": int(plan.params), "param_budget": int(param_budget),
+        "timer": tabs.timer, "params": int(plan.params), "param_budget": int(param_budget),
         "latency_held": None if budget_ms is None else bool(table_ms <= budget_ms),
         "params_held": bool(plan.params >= param_budget) if budget_ms is None else bool(plan.budget_met),
         "notes": tabs.notes,

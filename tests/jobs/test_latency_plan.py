@@ -122,13 +122,13 @@ def test_min_latency_keeps_the_parameter_count(monkeypatch):
 def test_a_latency_budget_job_on_tiny_records_its_budget(make_cfg):
     from gac.jobs.experiment import run_config
 
-    rec = run_config(make_cfg("compressor=asvd", "align=gac_latency", "ratio=0.3", "eval.tasks=[]"))
+    rec = run_config(make_cfg("compressor=asvd", "align=gac_latency_at_gac", "ratio=0.3", "eval.tasks=[]"))
     block = rec["latency_budget"]
-    assert set(block) >= BLOCK_KEYS | {"measured_ms"}
+    assert set(block) >= BLOCK_KEYS | {"job_prefill_ms", "timer"}
     assert block["latency_held"] is True and block["table_ms"] <= block["budget_ms"]
-    assert block["budget_ms"] == pytest.approx(0.9 * block["unaligned_ms"])
+    assert block["budget_ms"] == block["gac_ms"] and block["fastest_ms"] <= block["table_ms"]
     assert block["params"] == rec["params"] and rec["job"]["strategy"] == "gac_latency"
-    assert block["measured_ms"] == rec["metrics"]["prefill_ms"] and block["fixed_ms"] >= 0
+    assert block["job_prefill_ms"] == rec["metrics"]["prefill_ms"] and block["fixed_ms"] >= 0
     with pytest.raises(GacError, match="below the fastest plan"):
         run_config(make_cfg("compressor=asvd", "align=gac_latency", "ratio=0.3", "eval.tasks=[]",
                             "align.latency_budget=0.05", results_dir=rec["_path"].rsplit("/records/", 1)[0]))
