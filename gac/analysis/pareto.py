@@ -53,7 +53,7 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
     out = []
     for _, rec in rows.iterrows():
         base = is_baseline(rec["compressor"], rec["strategy"])
-        r = {"method": method_label(rec["compressor"], rec["strategy"]), "compressor": str(rec["compressor"]),
+        r = {"method": pareto_label(rec), "compressor": str(rec["compressor"]),
              "strategy": "baseline" if base else str(rec["strategy"]), "ratio": _get(rec, "ratio"),
              "key": str(rec["key"]), "quality": _get(rec, quality), "params": _get(rec, "params"),
              "budget_ms": _get(rec, "latency_budget_ms"), "table_ms": _get(rec, "latency_table_ms"),
@@ -72,9 +72,28 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
     frame = frame.sort_values(["_order", "latency_ms"], kind="stable").drop(columns="_order").reset_index(drop=True)
     source = bench_source(hit[0]) if hit is not None else \
         "latency: each job's own prefill_ms, timed alone (run `gac bench` for a side-by-side measurement with CIs)"
-    frame.attrs.update(quality=quality, source=source, model=model, gpu=gpu, seq_len=seq_len,
+    frame.attrs.update(quality=quality, source=source, model=model, gpu=gpu,
+                       seq_len=None if seq_len is None else int(seq_len),
                        device=hit[0].get("device") if hit is not None else None)
     return frame
+
+
+def pareto_label(rec) -> str:
+    """A point's series: its method, and for a latency-budget plan its kind of budget (``ASVD (GAC, latency at GAC's)``,
+    ``ASVD (GAC, latency <= 0.9 x unaligned)``, ``ASVD (GAC, latency <= 12 ms)``), so budgets of different kinds
+    are different series."""
+    label = method_label(rec["compressor"], rec["strategy"])
+    if str(rec["strategy"]) != "gac_latency":
+        return label
+    kind, ref, share, ms = (rec.get(k) for k in ("budget_kind", "latency_reference", "latency_share",
+                                                 "latency_budget_ms"))
+    if kind == "min_latency":
+        what = "min latency"
+    elif isinstance(ref, str) and isinstance(share, float) and share == share:
+        what = "latency at GAC's" if ref == "gac" and share == 1.0 else f"latency <= {share:g} x {ref}"
+    else:
+        what = f"latency <= {ms:.4g} ms" if isinstance(ms, float) and ms == ms else "latency"
+    return label.replace("latency)", what + ")")
 
 
 def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -252,15 +252,15 @@ def _pareto(g, model, gpu, seq_len, tag_seq, table, figure, rep):
         try:
             fr = latency_pareto(part, model=model, gpu=gpu, seq_len=seq_len, bench=g.attrs.get("bench"))
             where = fr.attrs.get("device") or gpu
-            cpu = " (latency measured on this CPU)" if str(gpu) == "cpu" else " (latency measured)"
+            cpu = "latency measured on this CPU" if str(gpu) == "cpu" else "latency measured"
             fig = F.plot_latency_pareto(fr, title=F.figure_title(
-                "Quality against prefill latency: plans by parameters and by latency", model=model, device=where,
-                extra=f", S={seq_len}{cpu}{_setting_note(setting)}"))
+                "Quality against prefill latency, plans by parameters and by latency", model=model, device=where,
+                extra=f", batch 1, S={int(seq_len)} ({cpu}){_setting_note(setting)}"))
         except (GacError, ValueError) as e:
             rep.skipped.append(f"{name}: {e}")
             continue
         figure(name, fig)
-        table(name, pareto_table(fr), caption=f"Latency budget: {model} on {gpu}, S={seq_len} "
+        table(name, pareto_table(fr), caption=f"Latency budget: {model} on {gpu}, S={int(seq_len)} "
                                               f"({fr.attrs['source']}){_setting_note(setting)}")
 
 

@@ -67,7 +67,8 @@ def test_the_pareto_figure_labels_its_axes_with_units(tmp_path):
     assert ax.get_xlabel().startswith("prefill latency (ms), measured")
     assert "PPL" in ax.get_ylabel() and "lower is better" in ax.get_ylabel()
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
-    assert {"ASVD", "ASVD (GAC)", "ASVD (GAC, latency)", "Baseline", "latency budget (by table)"} <= labels
+    assert {"ASVD", "ASVD (GAC)", "ASVD (GAC, latency at GAC's)", "Baseline (uncompressed)",
+            "latency budget (by the plan's table)"} <= labels
     assert F.save_figure(fig, tmp_path / "p", ["png"])[0].stat().st_size > 0
 
 
