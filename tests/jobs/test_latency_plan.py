@@ -107,6 +107,19 @@ def test_a_budget_no_plan_reaches_is_refused_naming_the_minimum(monkeypatch):
     assert block["latency_held"]
 
 
+def test_a_flat_table_still_has_plans_at_the_fastest_latency(monkeypatch):
+    # a GPU that waits for kernel launches: every candidate takes the same time; the budget at gac's latency is the
+    # fastest plan's, and rounding to quanta must not make it infeasible
+    def flat(spec, model, targets, cands, unaligned, cache_dir):
+        return lp.Tables({t.name: {d: 0.1 + 1e-17 * d for d in range(1, 65)} for t in targets}, 0.3, 1.0,
+                         "predicted", "h100", 1, 64)
+    monkeypatch.setattr(lp, "measured_tables", flat)
+    targets = _targets()
+    budget = int(sum(t.params_per_dim * t.d_star for t in targets))
+    plan, block = lp.latency_plan(_spec(budget=1.0, reference="gac"), None, targets, budget, None, None)
+    assert block["latency_held"] and block["table_ms"] <= block["budget_ms"]
+
+
 def test_min_latency_keeps_the_parameter_count(monkeypatch):
     monkeypatch.setattr(lp, "measured_tables", _fake_tables())
     targets = _targets()
