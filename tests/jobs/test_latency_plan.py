@@ -145,3 +145,16 @@ def test_a_latency_budget_job_on_tiny_records_its_budget(make_cfg):
     with pytest.raises(GacError, match="below the fastest plan"):
         run_config(make_cfg("compressor=asvd", "align=gac_latency", "ratio=0.3", "eval.tasks=[]",
                             "align.latency_budget=0.05", results_dir=rec["_path"].rsplit("/records/", 1)[0]))
+
+
+def test_measured_cpu_tables_use_the_bench_clock():
+    # thread CPU time on one torch thread, as `gac bench` times a CPU; restored afterwards
+    import torch
+
+    from gac.profiling.timing import TimingProtocol, cpu_thread_clock, time_op
+
+    before = torch.get_num_threads()
+    with cpu_thread_clock():
+        assert torch.get_num_threads() == 1
+        t = time_op(lambda: (torch.randn(64, 64),), torch.relu, torch.device("cpu"), TimingProtocol.quick())
+    assert torch.get_num_threads() == before and t.median_ms > 0
