@@ -42,7 +42,7 @@ from gac.profiling.figures import (
 
 __all__ = ["FA2_TEMPLATES", "figure_title", "kernel_staircase", "method_styles", "plot_bench_ratios",
            "plot_dim_residues", "plot_dstar_vs_dim", "plot_latency_vs_seq_len", "plot_proxy_comparison",
-           "plot_ratio_sweep", "save_figure"]
+           "plot_latency_pareto", "plot_ratio_sweep", "save_figure"]
 
 KIND_MARKERS = {"q_proj": "o", "k_proj": "s", "v_proj": "^", "o_proj": "D", "gate_proj": "v", "up_proj": "<",
                 "down_proj": ">", "mlp": "P"}
@@ -259,6 +259,59 @@ def plot_bench_ratios(ratios: pd.DataFrame, title: str | None = None) -> Figure:
     legend_outside(fig, axes=axes[0])
     if title:
         fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- latency budget
+def plot_latency_pareto(frame: pd.DataFrame, title: str | None = None) -> Figure:
+    """Quality (perplexity) against measured prefill latency, one panel per compressor: a marker per plan, one
+    series per method (a latency-budget plan's series names its kind of budget), each point labelled with its
+    ratio, the side-by-side bench's 95% interval as a horizontal error bar, the baseline a star; a latency-budget
+    plan's budget (by its table) a vertical tick at the same height. ``frame``:
+    :func:`gac.analysis.pareto.latency_pareto`."""
+    comp = frame[frame["strategy"] != "baseline"]
+    if comp.empty or comp["latency_ms"].notna().sum() < 2:
+        raise ValueError("latency Pareto with fewer than 2 measured points: nothing to plot")
+    comps = [c for c in dict.fromkeys(comp["compressor"])]
+    order = list(dict.fromkeys(comp.sort_values("strategy", key=lambda s: [method_order("", x) for x in s],
+                                                kind="stable")["method"]))
+    styles = method_styles(["Baseline", *order])
+    fig, axes = new_figure(1, len(comps), w=7.0, h=4.2)
+    base = frame[frame["strategy"] == "baseline"]
+    quality = frame.attrs.get("quality", "ppl")
+    bench = frame.attrs.get("device") is not None
+    budget_label = "latency budget (by the plan's table)"
+    for ax, c in zip(axes[0], comps):
+        mine = comp[comp["compressor"] == c]
+        for m in [m for m in order if m in set(mine["method"])]:
+            g = mine[mine["method"] == m].dropna(subset=["latency_ms", "quality"]).sort_values("latency_ms")
+            if g.empty:
+                continue
+            x, y = g["latency_ms"].astype(float), g["quality"].astype(float)
+            lo = (x - g["lo_ms"].astype(float)).clip(lower=0).fillna(0.0)
+            hi = (g["hi_ms"].astype(float) - x).clip(lower=0).fillna(0.0)
+            st = dict(styles[m], linestyle="none")
+            ax.errorbar(x, y, xerr=[lo, hi], capsize=3, markersize=7, label=m, elinewidth=1.0, alpha=0.9, **st)
+            for xi, yi, r in zip(x, y, g["ratio"]):
+                if r == r:
+                    ax.annotate(f"ρ={r:g}", (xi, yi), textcoords="offset points", xytext=(4, 5), fontsize=7,
+                                color=styles[m]["color"])
+            budget = g.dropna(subset=["budget_ms"])
+            if len(budget):
+                ax.plot(budget["budget_ms"].astype(float), budget["quality"].astype(float), linestyle="none",
+                        marker="|", markersize=16, markeredgewidth=2, color=styles[m]["color"], label=budget_label)
+        if len(base) and pd.notna(base["latency_ms"].iloc[0]):
+            ax.plot([float(base["latency_ms"].iloc[0])], [float(base["quality"].iloc[0])], linestyle="none",
+                    markersize=12, label="Baseline (uncompressed)", color=OKABE_ITO["black"], marker="*")
+        where = frame.attrs.get("device") or frame.attrs.get("gpu")
+        ax.set_xlabel(f"prefill latency (ms), measured on {where}" + ("; bars: bench 95% CI" if bench else ""))
+        ax.set_ylabel(f"{metric_label(quality)} (lower is better)")
+        ax.set_title(compressor_label(c), fontsize=10)
+        ax.grid(alpha=0.3)
+        plain_ticks(ax, "y")
+    legend_outside(fig, axes=axes[0], last=(budget_label, "Baseline (uncompressed)"))
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 

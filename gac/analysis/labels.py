@@ -13,7 +13,8 @@ COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "
                      "palu": "PaLU", "stable_rank_svd": "Stable-rank SVD"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
                    "round_down": "round-down", "rebalance": "rebalance", "authors_dp": "GAC DP",
-                   "authors_round": "aligned_8", "round_to": "round_to"}
+                   "authors_round": "aligned_8", "round_to": "round_to",
+                   "gac_latency": "GAC, latency"}
 #: the GAC authors' own procedures (their Table 5 script, not what the paper describes): a row that runs one says so
 AUTHORS_COMPRESSORS = frozenset({"stable_rank_svd"})
 AUTHORS_STRATEGIES = frozenset({"authors_dp", "authors_round", "round_to"})
@@ -74,8 +75,8 @@ def baseline_mask(df: pd.DataFrame) -> pd.Series:
 
 
 _PREFERRED = ("asvd", "stable_rank_svd", "svd_llm", "palu", "llm_pruner")
-_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "authors_dp", "authors_round", "round_to", "round_nearest",
-                   "round_up", "round_down", "rebalance")
+_STRATEGY_ORDER = ("baseline", "unaligned", "gac", "gac_latency", "authors_dp", "authors_round", "round_to",
+                   "round_nearest", "round_up", "round_down", "rebalance")
 
 
 def method_order(compressor, strategy) -> tuple:
@@ -98,4 +99,25 @@ def sweep_metric_rank(m: str) -> tuple[int, int]:
     tasks = list(SWEEP_TASK_METRICS)
     return (0, 0) if is_ppl(m) else (2, 0) if str(m).startswith(("prefill", "decode")) else \
         (1, tasks.index(m) if m in tasks else len(tasks))
+
+
+def budget_note(row) -> str:
+    """A latency-budget plan's budget and whether it held, by its table (``latency <= 1.0 x gac (3.2 ms): held``,
+    ``min latency at the parameter count: held``); empty for a plan by parameters. ``row``: a results-frame row."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
+    kind = get("budget_kind", None)
+    if not isinstance(kind, str):
+        return ""
+    held = get("latency_held", None)
+    if kind == "min_latency":
+        params, budget = get("params", None), get("budget", None)
+        ok = "?" if params is None or budget is None or params != params or budget != budget else \
+            "held" if params >= budget else "over"
+        return f"min latency at >= the ratio's parameters: {ok}"
+    share, ref, ms = get("latency_share", None), get("latency_reference", None), get("latency_budget_ms", None)
+    what = f"{share:g} x {ref}" if isinstance(share, float) and isinstance(ref, str) and share == share else "budget"
+    if isinstance(ms, float) and ms == ms:
+        what += f" ({ms:.4g} ms)" if what != "budget" else f" {ms:.4g} ms"
+    state = "?" if held is None or held != held else "held" if held else "over"
+    return f"latency <= {what}: {state}"
 

@@ -179,6 +179,7 @@ def _record_row(rec: Mapping) -> dict:
     if own is not None and PREFILL in metrics and own not in metrics and any(parse_seq_metric(m) for m in metrics):
         row[own] = row[PREFILL]
     row.update(_plan_columns(rec.get("plan"), where))
+    row.update(_latency_budget_columns(rec.get("latency_budget")))
     ev = rec.get("evaluation")
     ppl = ev.get("perplexity") if isinstance(ev, Mapping) else None
     row["ppl_warning"] = ppl.get("warning") if isinstance(ppl, Mapping) else None  # a wrecked model (perplexity.py)
@@ -192,6 +193,23 @@ def _record_row(rec: Mapping) -> dict:
         row[f] = prov.get(f) if isinstance(prov, Mapping) else None
     row[CONFIG] = config_fields(rec.get("config"))
     return row
+
+
+#: a latency-budget plan's columns (record block ``latency_budget``, :mod:`gac.jobs.latency_plan`): column -> key
+LATENCY_BUDGET_COLUMNS = {"budget_kind": "budget_kind", "latency_held": "latency_held", "latency_source": "source",
+                          "latency_budget_ms": "budget_ms", "latency_table_ms": "table_ms",
+                          "latency_reference": "reference", "latency_share": "budget_share"}
+
+
+def _latency_budget_columns(block) -> dict:
+    """The columns of a record's ``latency_budget`` block (none for a plan by parameters: its row is unchanged)."""
+    if not isinstance(block, Mapping):
+        return {}
+    out = {col: block.get(key) for col, key in LATENCY_BUDGET_COLUMNS.items()}
+    lo_hi = block.get("interval_ms")
+    if isinstance(lo_hi, (list, tuple)) and len(lo_hi) == 2:
+        out["latency_table_lo_ms"], out["latency_table_hi_ms"] = lo_hi
+    return out
 
 
 def config_fields(config) -> dict:

@@ -4,6 +4,8 @@ For each (model, gpu, seq_len) in the results:
 
 * ``table5_<model>_<gpu>_r<ratio>[_<proxy>]``: a Table 5 for every ratio where some compressor has a ``gac`` run
   (one table per proxy where a compressor was run with several);
+* ``latency_pareto_<model>_<gpu>``: quality against measured prefill latency of unaligned, gac and the
+  latency-budget plans (``gac_latency``), with each budget (figure + table), when gac_latency records exist;
 * ``ratio_sweep_<model>_<gpu>``: PPL, task accuracy (PiQA and HellaSwag acc_norm, where measured) and latency against
   ratio (figure + table) when a compressor has 2+ ratios;
 * ``latency_seq_<model>_<gpu>_r<ratio>``: Figure 10 (and a table per batch size) from ``prefill_ms@S`` metrics;
@@ -163,6 +165,8 @@ def write_report(
                 _table5s(g, model, gpu, seq_len, tag_seq, table, rep, names("table5"))
             if "ratio_sweep" in arts:
                 _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("ratio_sweep"))
+            if "latency_pareto" in arts:
+                _pareto(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("latency_pareto"))
         if "latency" in arts:
             for (model, gpu), g in _groups(part, ["model", "gpu"]):
                 _latency(g, model, gpu, table, figure, rep, names("latency_seq"))
@@ -204,8 +208,9 @@ EXPERIMENT_ARTEFACTS = {
     "ratio_sweep": ("ratio_sweep",),
     "proxy_compare": ("proxies",),
     "seq_len_sweep": ("latency",),
+    "latency_budget": ("latency_pareto", "table5", "bench"),
 }
-ALL_ARTEFACTS = ("table5", "ratio_sweep", "latency", "proxies", "plans", "bench")
+ALL_ARTEFACTS = ("table5", "ratio_sweep", "latency_pareto", "latency", "proxies", "plans", "bench")
 _ARTEFACT_NAMES = {"latency": "latency_seq"}
 
 
@@ -266,7 +271,8 @@ def _setting_note(setting: dict) -> str:
 
 
 def _table5s(g, model, gpu, seq_len, tag_seq, table, rep, prefix="table5"):
-    comp = g[~N.baseline_mask(g) & g["strategy"].isin(["unaligned", "gac"])]
+    strategies = ["unaligned", "gac", *(s for s in T.LATENCY_BUDGET_STRATEGIES if (g["strategy"] == s).any())]
+    comp = g[~N.baseline_mask(g) & g["strategy"].isin(strategies)]
     ratios = S.distinct_values(comp.loc[comp["strategy"] == "gac", "ratio"])
     if not ratios:
         rep.skipped.append(f"Table 5 for {model} on {gpu}: no gac runs")
@@ -289,7 +295,7 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep, prefix="table5"):
                             p if ambiguous else None, _setting_slug(setting))
                 try:
                     t = T.table5(part, model=model, gpu=gpu, seq_len=seq_len, ratio=r, compressors=keep,
-                                 bench=g.attrs.get("bench"), where=setting or None)
+                                 bench=g.attrs.get("bench"), where=setting or None, strategies=strategies)
                 except GacError as e:
                     rep.skipped.append(f"{name}: {e}")
                     continue
@@ -330,6 +336,31 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="ra
         figure(name, F.plot_ratio_sweep(sw, title=F.figure_title(f"{what} against ratio", model=model,
                                                                  device=gpu, extra=_setting_note(setting))))
         table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")
+
+
+def _pareto(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="latency_pareto"):
+    """Quality against measured latency of the plans by parameters and by latency (when gac_latency ran)."""
+    from gac.analysis.pareto import PARETO_STRATEGIES, latency_pareto, pareto_table
+
+    if not (g["strategy"] == "gac_latency").any():
+        return
+    rows = g[N.baseline_mask(g) | g["strategy"].isin(PARETO_STRATEGIES)]
+    for setting, part in S.setting_groups(rows, slot=("compressor", "strategy", "ratio", "proxy"), axes=("ratio",)):
+        name = slug(prefix, model, gpu, f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
+                    _setting_slug(setting))
+        try:
+            fr = latency_pareto(part, model=model, gpu=gpu, seq_len=seq_len, bench=g.attrs.get("bench"))
+            where = fr.attrs.get("device") or gpu
+            cpu = "latency measured on this CPU" if str(gpu) == "cpu" else "latency measured"
+            fig = F.plot_latency_pareto(fr, title=F.figure_title(
+                "Quality against prefill latency, plans by parameters and by latency", model=model, device=where,
+                extra=f", batch 1, S={int(seq_len)} ({cpu}){_setting_note(setting)}"))
+        except (GacError, ValueError) as e:
+            rep.skipped.append(f"{name}: {e}")
+            continue
+        figure(name, fig)
+        table(name, pareto_table(fr), caption=f"Latency budget: {model} on {gpu}, S={int(seq_len)} "
+                                              f"({fr.attrs['source']}){_setting_note(setting)}")
 
 
 def _latency(g, model, gpu, table, figure, rep, prefix="latency_seq"):

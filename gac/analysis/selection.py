@@ -75,6 +75,9 @@ ROW_SETTINGS = ("compressor", "align", "proxy", "allocation", "model_compressor"
 COMPRESSION_SETTINGS = ROW_SETTINGS + ("ratio", "calibration")
 _FRAME_FILTERS = ("sweep", "experiment", "key", "proxy", "strategy", "compressor", "ratio", "model", "gpu",
                   "seq_len", "unit")
+#: a latency-budget plan's budget (frame columns of its record's ``latency_budget`` block): part of every slot, so
+#: plans at different budgets are different rows (named by their budget), not a setting that splits the table
+LATENCY_BUDGET_SLOT = ("budget_kind", "latency_reference", "latency_share", "latency_budget_ms")
 #: settings a latency-against-S figure may span (its records measured different points)
 LATENCY_AXES = ("seq_len", "eval.latency_seq_lens", "eval.latency_batches")
 _ANY = object()  # a setting that does not apply to a row (a baseline's compression setting, an absent key)
@@ -135,6 +138,7 @@ def setting_groups(df: pd.DataFrame, slot: Sequence[str] = ("compressor", "strat
     df = latest_per_key(df)
     if df.empty:
         return [({}, df)]
+    slot = tuple(slot) + tuple(c for c in LATENCY_BUDGET_SLOT if c in df.columns and c not in slot)
     recs = df.to_dict("records")
     is_base = [is_baseline(r["compressor"], r["strategy"]) for r in recs]
     fields = sorted({f for r in recs for f in (r.get("config") or {})})

@@ -20,6 +20,7 @@ from gac.analysis.labels import (
     STRATEGY_LABELS,
     SWEEP_TASK_METRICS,
     baseline_mask,
+    budget_note,
     compressor_label,
     compressor_order,
     is_baseline,
@@ -42,8 +43,12 @@ from gac.analysis.selection import (
 )
 from gac.errors import GacError
 from gac.metrics import prefill_point
+from gac.registry import LATENCY_STRATEGIES
 
 log = logging.getLogger(__name__)
+
+#: strategies whose plans budget latency (gac.registry.LATENCY_STRATEGIES): Table 5 names each row's budget
+LATENCY_BUDGET_STRATEGIES = tuple(LATENCY_STRATEGIES)
 
 #: Table 5's metric columns: (column label, metric name)
 TABLE5_METRICS = (("PPL", PPL), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
@@ -113,6 +118,10 @@ def table5(
             hit = comp[(comp["compressor"].astype(str) == str(c)) & (comp["strategy"].astype(str) == str(s))]
             if hit.empty:
                 log.info("Table 5: no %s run for %s; row left out", s, c)
+                continue
+            if str(s) in LATENCY_BUDGET_STRATEGIES:  # one row per budget, each naming its budget and whether it held
+                for _, rec in hit.iterrows():
+                    rows.append((f"{method_label(c, s)} [{budget_note(rec)}]", rec))
                 continue
             rows.append((method_label(c, s), hit.iloc[0]))
     if base.empty:

@@ -6,9 +6,10 @@ NAME = "report"
 HELP = "write Table 5, ratio sweeps, proxy comparison and latency figures from a results store"
 DESCRIPTION = """\
 Read every completed record under RESULTS_DIR (the results_dir jobs wrote to) and write into OUT_DIR the
-tables (markdown and/or LaTeX) and figures (PNG and PDF) the results support: Table 5 per model/GPU/ratio,
-ratio sweeps, latency across sequence lengths, the proxy comparison, and kernel staircases for each
---profile. OUT_DIR/index.md lists what was written and what was skipped. A non-empty OUT_DIR is refused
+tables (markdown and/or LaTeX) and figures (PNG and PDF) the results support: Table 5 per model/GPU/ratio
+(a latency-budget plan's row naming its budget and whether it held), ratio sweeps, latency across sequence
+lengths, quality against measured latency when latency-budget plans (align=gac_latency) ran, the proxy
+comparison, and kernel staircases for each --profile. OUT_DIR/index.md lists what was written and what was skipped. A non-empty OUT_DIR is refused
 unless --force. Exit code 2 on bad input (missing or empty store, a corrupt record).
 
 Records that differ in any setting (align.window, eval.limit, ...) are never merged into one row and never

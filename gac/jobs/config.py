@@ -47,7 +47,9 @@ def spec_from_config(cfg: dict) -> JobSpec:
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
         comp = registry.COMPRESSORS.resolve(comp, "(config compressor=...)", extra=[BASELINE])
-    strategy = registry.STRATEGIES.resolve(str(_require(cfg, "align.strategy")), "(config align.strategy)")
+    strategy = str(_require(cfg, "align.strategy"))
+    if strategy not in registry.LATENCY_STRATEGIES:
+        strategy = registry.STRATEGIES.resolve(strategy, "(config align.strategy)", extra=registry.LATENCY_STRATEGIES)
     knapsack_score = registry.KNAPSACK_SCORES.resolve(str(_get(cfg, "align.knapsack_score", "marginal")),
                                                       "(config align.knapsack_score)")
     proxy = _get(cfg, "proxy.name")
@@ -83,6 +85,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         calibration["seed"] = cfg.get("seed", 0)
     if comp != BASELINE:
         allocation = _check_compression(comp, options, allocation, float(ratio), calibration)
+    latency = latency_settings(cfg, strategy, str(_get(cfg, "gpu.name", "cpu")))
     return JobSpec(
         model_name=model_label(_require(cfg, "model.name"), _require(cfg, "model.spec")),
         model_spec=str(_require(cfg, "model.spec")),
@@ -114,6 +117,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         offload_dir=_get(cfg, "model.offload_dir"),
         experiment=str(cfg.get("experiment_name", "default")),
         sweep=cfg.get("sweep"),
+        latency=None if comp == BASELINE else latency,
     )
 
 
@@ -128,6 +132,60 @@ def _placement(cfg: dict) -> tuple[str, dict | None]:
                        "with it, or drop it")
     parse_max_memory(max_memory)
     return device_map, None if max_memory is None else {str(k): v for k, v in dict(max_memory).items()}
+
+
+BUDGET_KINDS = ("latency", "min_latency")
+LATENCY_SOURCES = ("measured", "predicted")
+LATENCY_REFERENCES = ("unaligned", "gac")
+_LATENCY_KEYS = ("budget_kind", "latency_budget_ms", "latency_budget", "latency_source", "latency_reference")
+
+
+def latency_settings(cfg: dict, strategy: str, gpu: str) -> dict | None:
+    """The ``align`` keys of a latency-budget plan (``align=gac_latency``) as the job's ``latency`` settings, or None
+    for a strategy that budgets parameters (which refuses them). Checked here, before any work: the budget's kind,
+    exactly one budget for kind ``latency`` (none for ``min_latency``), a source the job's GPU has."""
+    given = {k: _get(cfg, f"align.{k}") for k in _LATENCY_KEYS}
+    if strategy != "gac_latency":
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise GacError(f"config: align.{extra[0]} applies to align=gac_latency only (this job's strategy is "
+                           f"{strategy}); drop it or pick align=gac_latency")
+        return None
+    kind = str(given["budget_kind"] or "latency")
+    if kind not in BUDGET_KINDS:
+        raise GacError(f"config: align.budget_kind must be one of {', '.join(BUDGET_KINDS)}, got {kind!r}")
+    source = str(given["latency_source"] or "measured")
+    if source not in LATENCY_SOURCES:
+        raise GacError(f"config: align.latency_source must be one of {', '.join(LATENCY_SOURCES)}, got {source!r}")
+    if source == "predicted":
+        from gac.predict.predictor import GPUS
+
+        if gpu not in GPUS:
+            raise GacError(f"config: align.latency_source=predicted needs a GPU the predictor knows (gpu="
+                           f"{' or gpu='.join(GPUS)}), got gpu={gpu}; use align.latency_source=measured (this "
+                           f"device's own kernels) or gpu={GPUS[0]}")
+    reference = str(given["latency_reference"] or "unaligned")
+    if reference not in LATENCY_REFERENCES:
+        raise GacError(f"config: align.latency_reference must be one of {', '.join(LATENCY_REFERENCES)} (the plan at "
+                       f"the ratio's parameter budget whose latency align.latency_budget scales), got {reference!r}")
+    ms, share = given["latency_budget_ms"], given["latency_budget"]
+    for key, v in (("latency_budget_ms", ms), ("latency_budget", share)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
+                              or v == float("inf")):
+            raise GacError(f"config: align.{key} must be a positive number, got {v!r}")
+    if kind == "latency":
+        if ms is not None and share is not None:
+            raise GacError(f"config: align.latency_budget_ms={ms:g} and align.latency_budget={share:g} are both set; "
+                           f"give one (align.latency_budget=null keeps the budget in ms)")
+        if ms is None and share is None:
+            raise GacError(f"config: align=gac_latency needs a budget: align.latency_budget=0.9 (a share of the "
+                           f"{reference} plan's latency) or align.latency_budget_ms=12.5")
+    elif ms is not None or share is not None:
+        raise GacError(f"config: align.budget_kind=min_latency takes no latency budget (it minimises latency at the "
+                       f"ratio's parameter count); drop align.{'latency_budget_ms' if ms is not None else 'latency_budget'}")
+    return {"budget_kind": kind, "budget_ms": None if ms is None else float(ms),
+            "budget": None if share is None else float(share), "source": source,
+            **({"reference": reference} if share is not None else {})}
 
 
 def _eval_spec(cfg: dict) -> EvalSpec:

@@ -134,7 +134,16 @@ def _record(base: dict, spec: JobSpec, stages: JobStages, compressed, ev: dict, 
         "attempts": stages.attempt.attempts,
         "stages": {"resumed": stages.attempt.resumed, "prepare_cached": stages.prepare_cached},
         "provenance": job_provenance(spec),
+        **({"latency_budget": _latency_block(compressed.latency, ev)} if compressed and compressed.latency else {}),
     }
+
+
+def _latency_block(block: dict, ev: dict) -> dict:
+    """A latency-budget plan's block with the job's own prefill_ms beside its table latency (the evaluation's clock:
+    wall time on a CPU, where the table counts thread CPU time; `gac bench` measures in the table's units)."""
+    from gac.metrics import PREFILL
+
+    return {**block, "job_prefill_ms": ev["metrics"].get(PREFILL)}
 
 
 def _publish(store: ResultsStore, key: str, record: dict, attempt: Attempt, lock, force: bool, loggers) -> dict:

@@ -55,6 +55,12 @@ class AlignConfig:
     window: int = 8
     use_profile: bool = True
     knapsack_score: str = "marginal"
+    # align=gac_latency only (conf/align/gac_latency.yaml; gac.jobs.latency_plan): null for every other strategy
+    budget_kind: Optional[str] = None  # noqa: UP045 - latency | min_latency
+    latency_budget_ms: Optional[float] = None  # noqa: UP045 - the prefill's latency budget in ms
+    latency_budget: Optional[float] = None  # noqa: UP045 - the budget as a share of the reference plan's latency
+    latency_reference: Optional[str] = None  # noqa: UP045 - unaligned | gac: the plan latency_budget is a share of
+    latency_source: Optional[str] = None  # noqa: UP045 - measured | predicted
 
 
 @dataclass

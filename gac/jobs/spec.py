@@ -68,6 +68,9 @@ class JobSpec:
     offload_dir: str | None = None  # with device_map=auto: where units on disk keep their weights (not in the key)
     experiment: str = "default"
     sweep: str | None = None
+    #: a latency-budget plan's settings (strategy gac_latency, :mod:`gac.jobs.latency_plan`): budget_kind, budget_ms,
+    #: budget (a share of the unaligned plan's latency), source; None for every other strategy (and out of the key)
+    latency: dict | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -84,10 +87,12 @@ class JobSpec:
         if self.device_map == "single":  # the default placement leaves the key as it was before placements existed
             d.pop("device_map")
             d.pop("max_memory")
+        if self.latency is None:  # the keys of the jobs that plan by parameters stay as they were
+            d.pop("latency")
         if self.is_baseline:
             for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
-                      "allocation", "calibration"):
-                d.pop(k)
+                      "allocation", "calibration", "latency"):
+                d.pop(k, None)
         return d
 
     @property

@@ -35,6 +35,7 @@ class Compressed:
     plan: dict
     report: dict
     profile: dict | None
+    latency: dict | None = None  # a latency-budget plan's block (gac.jobs.latency_plan): the record's latency_budget
 
 
 class JobStages:
@@ -95,8 +96,16 @@ class JobStages:
             targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
             filt, profile = candidate_filter(spec, targets, self.store.cache_dir)
         timings["sweep_s"] = time.perf_counter() - t0
+        planner, block = None, {}
+        if spec.latency is not None:  # a latency budget: tables timed (or predicted) now, on the uncompressed model
+            from gac.jobs.latency_plan import latency_plan
+
+            def planner(targets, budget):
+                plan, block["latency"] = latency_plan(spec, model, targets, budget, filt, self.store.cache_dir)
+                return plan
+
         model, plan, report = prepared.compress(spec.ratio, spec.strategy, spec.unit, spec.window, filt,
-                                                copy_model=False, knapsack_score=spec.knapsack_score)
+                                                copy_model=False, knapsack_score=spec.knapsack_score, planner=planner)
         timings["dp_s"] = report["timings"]["plan_s"]
         timings["compress_apply_s"] = report["timings"]["apply_s"]
         stage_done("plan and apply", timings["sweep_s"] + timings["dp_s"] + timings["compress_apply_s"],
@@ -111,7 +120,8 @@ class JobStages:
             from gac.compression.checkpoint import save_checkpoint
 
             save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
-        return Compressed(model, plan_json, report, None if profile is None else dict(profile.meta))
+        return Compressed(model, plan_json, report, None if profile is None else dict(profile.meta),
+                          block.get("latency"))
 
     def evaluate(self, model, tokenizer) -> dict:
         """Perplexity, tasks and latency as the spec asks: ``{"metrics", "details"}``."""

@@ -1,0 +1,110 @@
+"""Quality against measured latency: the plans by parameters (unaligned, gac) beside the plans by latency
+(``gac_latency``), one point per record, for the Pareto figure (:func:`gac.analysis.figures.plot_latency_pareto`).
+
+The latency of a point is **measured**: the side-by-side bench's median at (batch 1, ``seq_len``) with its paired
+95% interval when one bench measured every point (``gac bench``), else each job's own ``prefill_ms`` (timed alone,
+no interval). A latency-budget point also carries its budget and its table latency (what the plan was solved
+against: measured kernels plus the fixed rest, or predicted).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from gac.analysis.labels import (
+    baseline_mask,
+    budget_note,
+    is_baseline,
+    method_label,
+    method_order,
+    ppl_column,
+)
+from gac.analysis.selection import completed, resolve
+from gac.analysis.tables import _get, bench_source, pick_bench
+from gac.errors import GacError
+
+PARETO_STRATEGIES = ("unaligned", "gac", "gac_latency")
+COLUMNS = ["method", "compressor", "strategy", "ratio", "key", "quality", "latency_ms", "lo_ms", "hi_ms",
+           "budget_ms", "table_ms", "budget", "params"]
+
+
+def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | None = None,
+                   seq_len: int | None = None, bench=None) -> pd.DataFrame:
+    """One row per record (the baseline first): ``method, compressor, strategy, ratio, key, quality`` (the
+    perplexity), ``latency_ms`` (measured), ``lo_ms``/``hi_ms`` (the bench's 95% interval, NaN without a bench),
+    ``budget_ms``, ``table_ms`` and ``budget`` (a latency-budget plan's note), ``params``. ``attrs``: ``quality``
+    (the perplexity column), ``source`` (how latency was measured), ``model``, ``gpu``, ``seq_len``."""
+    what = "latency Pareto"
+    bench = df.attrs.get("bench") if bench is None else bench
+    df = completed(df)
+    df, model = resolve(df, "model", model, what)
+    df, gpu = resolve(df, "gpu", gpu, what)
+    df, seq_len = resolve(df, "seq_len", seq_len, what)
+    quality = ppl_column(df)
+    comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin(PARETO_STRATEGIES)]
+    if not (comp["strategy"].astype(str) == "gac_latency").any():
+        raise GacError(f"{what}: no gac_latency records for {model} on {gpu}; run align=gac_latency jobs "
+                       f"(experiment=latency_budget)")
+    rows = pd.concat([df[baseline_mask(df)].head(1), comp])
+    keys = [str(k) for k in comp["key"]]
+    hit = pick_bench(bench, keys, model, 1, seq_len) if seq_len is not None else None
+    out = []
+    for _, rec in rows.iterrows():
+        base = is_baseline(rec["compressor"], rec["strategy"])
+        r = {"method": pareto_label(rec), "compressor": str(rec["compressor"]),
+             "strategy": "baseline" if base else str(rec["strategy"]), "ratio": _get(rec, "ratio"),
+             "key": str(rec["key"]), "quality": _get(rec, quality), "params": _get(rec, "params"),
+             "budget_ms": _get(rec, "latency_budget_ms"), "table_ms": _get(rec, "latency_table_ms"),
+             "budget": budget_note(rec), "lo_ms": math.nan, "hi_ms": math.nan}
+        if hit is not None:
+            pt = hit[1]
+            v = None if base else pt["variants"][str(rec["key"])]
+            r["latency_ms"] = pt["baseline_ms"] if v is None else v["ms"]
+            if v is not None and v["lo"] is not None and pt["baseline_ms"]:
+                r["lo_ms"], r["hi_ms"] = v["lo"] * pt["baseline_ms"], v["hi"] * pt["baseline_ms"]
+        else:
+            r["latency_ms"] = _get(rec, "prefill_ms")
+        out.append(r)
+    frame = pd.DataFrame(out, columns=COLUMNS)
+    frame["_order"] = [method_order(c, s) for c, s in zip(frame["compressor"], frame["strategy"])]
+    frame = frame.sort_values(["_order", "latency_ms"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    source = bench_source(hit[0]) if hit is not None else \
+        "latency: each job's own prefill_ms, timed alone (run `gac bench` for a side-by-side measurement with CIs)"
+    frame.attrs.update(quality=quality, source=source, model=model, gpu=gpu,
+                       seq_len=None if seq_len is None else int(seq_len),
+                       device=hit[0].get("device") if hit is not None else None)
+    return frame
+
+
+def pareto_label(rec) -> str:
+    """A point's series: its method, and for a latency-budget plan its kind of budget (``ASVD (GAC, latency at GAC's)``,
+    ``ASVD (GAC, latency <= 0.9 x unaligned)``, ``ASVD (GAC, latency <= 12 ms)``), so budgets of different kinds
+    are different series."""
+    label = method_label(rec["compressor"], rec["strategy"])
+    if str(rec["strategy"]) != "gac_latency":
+        return label
+    kind, ref, share, ms = (rec.get(k) for k in ("budget_kind", "latency_reference", "latency_share",
+                                                 "latency_budget_ms"))
+    if kind == "min_latency":
+        what = "min latency"
+    elif isinstance(ref, str) and isinstance(share, float) and share == share:
+        what = "latency at GAC's" if ref == "gac" and share == 1.0 else f"latency <= {share:g} x {ref}"
+    else:
+        what = f"latency <= {ms:.4g} ms" if isinstance(ms, float) and ms == ms else "latency"
+    return label.replace("latency)", what + ")")
+
+
+def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The Pareto frame as a table: one row per point, its quality, measured latency (with interval), budget and
+    table latency."""
+    t = frame.set_index("method")[["ratio", "quality", "latency_ms", "lo_ms", "hi_ms", "budget_ms", "table_ms",
+                                   "params", "budget"]]
+    t = t.rename(columns={"quality": frame.attrs.get("quality", "quality"), "latency_ms": "measured (ms)",
+                          "lo_ms": "CI95 low (ms)", "hi_ms": "CI95 high (ms)", "budget_ms": "budget (ms)",
+                          "table_ms": "table (ms)", "budget": "latency budget"})
+    t.attrs["formats"] = {"ratio": "{:g}", frame.attrs.get("quality", "quality"): "{:.2f}", "measured (ms)": "{:.3f}",
+                          "CI95 low (ms)": "{:.3f}", "CI95 high (ms)": "{:.3f}", "budget (ms)": "{:.3f}",
+                          "table (ms)": "{:.3f}", "params": "{:,.0f}"}
+    return t
