@@ -78,8 +78,8 @@ def test_gac_report_writes_the_pareto_figure_and_table(tmp_path):
     df = _frame()
     rep = write_report(df, tmp_path / "out", figure_formats=["png"])
     names = {p.name for p in rep.written}
-    assert {"latency_pareto_tiny_cpu.png", "latency_pareto_tiny_cpu.md"} <= names, names
-    assert any(n.startswith("table5_tiny_cpu_r0.3") for n in names)
+    assert {"latency_budget_tiny_cpu.png", "latency_budget_tiny_cpu.md"} <= names, names  # named for its experiment
+    assert any(n.startswith("latency_budget_table5_tiny_cpu_r0.3") for n in names)
     text = (tmp_path / "out" / "index.md").read_text()
     assert "GAC, latency" in text and "held" in text
 

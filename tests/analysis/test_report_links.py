@@ -17,7 +17,7 @@ def test_report_force_replaces_planted_links_and_never_writes_through_them(tmp_p
     outside.mkdir()
     victims = {}
     out.mkdir()
-    for name in ("index.md", "table5_tiny_a100_r0.15.md", "ratio_sweep_tiny_a100.png"):
+    for name in ("index.md", "fixture_table5_tiny_a100_r0.15.md", "fixture_ratio_sweep_tiny_a100.png"):
         victims[name] = outside / f"{name}.victim"
         victims[name].write_text("a colleague's file\n")
         (out / name).symlink_to(victims[name])
