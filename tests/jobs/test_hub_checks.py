@@ -29,6 +29,10 @@ def env(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    import huggingface_hub.constants
+
+    # read once, when huggingface_hub is imported: another test module's conftest may have set HF_HUB_OFFLINE then
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     _close_hub_session()
     yield monkeypatch
     _close_hub_session()
