@@ -38,7 +38,9 @@ def cluster(tmp_path_factory):
 
 
 def _multirun(cluster, tmp, overrides, timeout=600, background=False, env=None):
-    args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local", *QUICK,
+    mine = {o.split("=", 1)[0] for o in overrides}  # a key given twice is refused: the test's own value wins
+    quick = [o for o in QUICK if o.split("=", 1)[0] not in mine]
+    args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local", *quick,
             f"results_dir={tmp}/results", f"hydra.sweep.dir={tmp}/multirun", *overrides]
     env = {**cluster.env, "PYTHONUNBUFFERED": "1", **(env or {})}
     if background:
