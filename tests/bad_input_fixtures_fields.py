@@ -18,17 +18,11 @@ DEEP = "[" * 100_000 + "]" * 100_000  # JSON nested 100k levels deep: Python's p
 def _hf(T: Path, case: str, edit=None) -> Path:
     """A copy of tiny's HF directory (its weights hard-linked where possible), ``edit(config)`` applied."""
     from gac.fixtures.tiny import tiny_dir
+    from tests.bad_store_fixtures import copy_tiny_hf
 
     src, d = tiny_dir(), T / f"hf_{case}"
     d.mkdir()
-    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
-        if f == "model.safetensors":
-            try:
-                os.link(src / f, d / f)
-                continue
-            except OSError:
-                pass
-        shutil.copy(src / f, d / f)
+    copy_tiny_hf(src, d)
     if edit is not None:
         cfg = json.loads((d / "config.json").read_text())
         edit(cfg)

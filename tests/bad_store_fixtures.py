@@ -197,6 +197,18 @@ def _checkpoints(T: Path) -> None:
     shutil.copy(other / "gac_model.safetensors", d / "gac_model.safetensors")
 
 
+def copy_tiny_hf(src: Path, d: Path) -> None:
+    """tiny's Hugging Face files from ``src`` into the made directory ``d``, its weights hard-linked where possible."""
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        if f == "model.safetensors":
+            try:
+                os.link(src / f, d / f)
+                continue
+            except OSError:
+                pass
+        shutil.copy(src / f, d / f)
+
+
 def _hf_dirs(T: Path) -> None:
     """Copies of tiny's own Hugging Face directory whose weights no longer match their config."""
     from safetensors.torch import load_file, save_file
@@ -208,14 +220,7 @@ def _hf_dirs(T: Path) -> None:
     def hf(case: str, **config) -> Path:
         d = T / f"hf_{case}"
         d.mkdir()
-        for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
-            if f == "model.safetensors":
-                try:
-                    os.link(src / f, d / f)
-                    continue
-                except OSError:
-                    pass
-            shutil.copy(src / f, d / f)
+        copy_tiny_hf(src, d)
         if config:
             _edit_json(d / "config.json", lambda c: c.update(config))
         return d
