@@ -138,8 +138,9 @@ def check_model_here(model_spec: str) -> None:
     why = hub_unreachable()
     if why is not None:
         raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
-                       f"model is not in the local cache; download it where the hub is reachable (`huggingface-cli "
-                       f"download {model_spec} --local-dir DIR`) and pass DIR, or use 'tiny' (offline)")
+                       f"model is not in the local cache; download it where the hub is reachable (`hf download "
+                       f"{model_spec} --local-dir DIR`; `huggingface-cli download` before huggingface_hub 1.0) "
+                       f"and pass DIR, or use 'tiny' (offline)")
     problem = hub_access_problem(str(model_spec), "model")  # a gated model without a granted token: now, not at load
     if problem is not None:
         raise GacError(problem)

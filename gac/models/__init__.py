@@ -361,7 +361,8 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
         if kind == "hub":
             raise GacError(
                 f"could not load {spec!r} from the Hugging Face hub ({msg}); without network, download it where the "
-                f"hub is reachable (`huggingface-cli download {spec} --local-dir DIR`) and pass DIR, or set HF_HOME "
+                f"hub is reachable (`hf download {spec} --local-dir DIR`; `huggingface-cli "
+                f"download` before huggingface_hub 1.0) and pass DIR, or set HF_HOME "
                 f"to a cache that holds it; `tiny` works offline"
             ) from None
         raise GacError(f"could not load the model in {spec!r} ({msg}); is it a complete Hugging Face model dir?") from None

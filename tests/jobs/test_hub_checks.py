@@ -186,3 +186,12 @@ def test_a_token_not_granted_is_refused_and_the_token_is_sent(fake_hub, env):
 def test_open_and_unknown_repos(fake_hub):
     check_model_here("openai-community/gpt2")
     assert "is not on the Hugging Face hub or is private/gated" in hub_access_problem("org/nope")
+
+
+def test_an_unreachable_hub_names_the_download_command_of_this_huggingface_hub(env):
+    env.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(GacError) as e:
+        check_model_here("org/not-cached")
+    msg = str(e.value)
+    assert "\n" not in msg and "HF_HUB_OFFLINE is set" in msg
+    assert "`hf download org/not-cached --local-dir DIR`" in msg  # huggingface_hub >= 1.0 has only `hf`
