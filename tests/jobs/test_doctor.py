@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gac.cli import main
-from gac.jobs import doctor
+from gac.jobs import doctor, doctor_runs
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-node behaviour (a GPU is present)")
 
@@ -42,7 +42,7 @@ def test_asking_for_cuda_on_a_cpu_node_is_a_failed_check(capsys):
 
 
 def test_smoke_compresses_reloads_evaluates_and_benches_tiny():
-    c = doctor.smoke_check(torch.device("cpu"))
+    c = doctor_runs.smoke_check(torch.device("cpu"))
     assert c.status == "PASS", c.detail
     d = c.data
     assert d["aligned_fraction"] == 1.0 and d["ppl_compressed"] < 1.5 * d["ppl_baseline"]
