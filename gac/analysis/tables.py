@@ -27,6 +27,7 @@ from gac.analysis.labels import (
     method_label,
     method_order,
     metric_label,
+    one_task_data,
     ppl_column,
     sweep_metric_rank,
     task_columns,
@@ -249,8 +250,8 @@ def bench_source(summary: Mapping) -> str:
 def task_metric_labels(recs, metrics) -> tuple[dict[str, str], dict[str, str | None], str]:
     """For a table of ``recs`` (frame rows; None is skipped): the display names of the task metrics among
     ``metrics`` by the data the rows that measured each task were scored on (``PiQA-format (enwiki)``; rows
-    that differ: ``PiQA (mixed data)``, logged), that data per task, and the caption note saying what the
-    items are (:func:`gac.analysis.labels.task_columns`)."""
+    that differ: ``PiQA (mixed data)``, logged; a column no row measured: by the data all rows name), that
+    data per task, and the caption note saying what the items are (:func:`gac.analysis.labels.task_columns`)."""
     recs = [r for r in recs if r is not None]
     values = {}
     for m in metrics:
@@ -262,6 +263,9 @@ def task_metric_labels(recs, metrics) -> tuple[dict[str, str], dict[str, str | N
     data, note = task_columns(values)
     if MIXED_TASK_DATA in data.values():
         log.warning("task columns mix rows scored on different task data: %s", note)
+    for t in [t for t, vals in values.items() if not vals]:  # a blank column: named by the data the rows name
+        d = one_task_data(row_task_data(r, t) for r in recs)
+        data[t] = None if d == MIXED_TASK_DATA else d
     return {m: metric_label(m, data[task_of(m)]) for m in metrics if task_of(m) is not None}, data, note
 
 
