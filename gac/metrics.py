@@ -6,7 +6,9 @@
   ``ptb/test.txt`` -> ``ppl_ptb``, ``./My Corpus.jsonl`` -> ``ppl_my_corpus``; a bare ``test.txt`` -> ``ppl_text``);
   a sliding-window perplexity (``eval.ppl_stride``, the GAC authors' protocol) is ``ppl_<dataset>_stride<S>``;
 * ``<task>_<metric>`` (``piqa_acc``, ``hellaswag_acc_norm``, ``piqa_acc_stderr``): lm-eval's metric with filter
-  ``none``; another filter is appended (``gsm8k_exact_match_strict_match``);
+  ``none``; another filter is appended (``gsm8k_exact_match_strict_match``). The key names the task, not its
+  data: what the items were (the hub's real dataset, one of gac's look-alike sets, the user's files) is
+  :func:`task_data` of the job's ``model.task_files``, which display names and captions say;
 * ``prefill_ms``: the job's own prefill point (its ``seq_len``, at ``eval.latency_batch``); further points of a
   sweep over S or batch are ``prefill_ms@<S>`` / ``prefill_ms@b<B>_<S>``, never the job's own point again;
   ``prefill_ms_spread`` only when there was more than one trial;
@@ -90,6 +92,49 @@ def _known(name: str) -> str:
     if first in TINY_ALIASES or first in ENWIKI_ALIASES:
         return first
     return name
+
+
+#: gac's look-alike task sets (``model.task_files: tiny | enwiki``): PiQA-/HellaSwag-format items that gac
+#: made from other text (gac.fixtures.tiny, gac.fixtures.enwiki), not the PiQA/HellaSwag datasets; each one's
+#: source text
+LOOKALIKE_TASK_SETS = {"tiny": "held-out Shakespeare plays", "enwiki": "held-out English Wikipedia articles"}
+HUB_TASKS = "hub"  # lm-eval's own datasets from the hub: the real PiQA, HellaSwag, ...
+OWN_TASK_FILES = "files"  # a {task: path} mapping: the user's files (an offline copy of the dataset, or not)
+#: the names of the task formats gac's look-alike sets imitate (for captions and notes)
+TASK_FORMAT_NAMES = {"piqa": "PiQA", "hellaswag": "HellaSwag"}
+
+
+def task_data(task_files, task: str | None = None) -> str | None:
+    """What data task metrics were scored on, from a job's ``model.task_files``: ``"hub"`` (null or
+    ``"hub"``: lm-eval's real datasets), ``"tiny"`` / ``"enwiki"`` (gac's look-alike sets,
+    :data:`LOOKALIKE_TASK_SETS`), ``"files"`` (a ``{task: path}`` mapping: the user's own files; with ``task``
+    given, a task the mapping does not name came from the hub), None when unknown (``"auto"`` in records
+    written before it was resolved, anything else). The metric keys stay ``piqa_acc``, ...: this says what
+    display names and captions call them."""
+    if task_files is None or task_files == HUB_TASKS:
+        return HUB_TASKS
+    if isinstance(task_files, str):
+        return task_files if task_files in LOOKALIKE_TASK_SETS else None
+    if isinstance(task_files, Mapping):
+        return OWN_TASK_FILES if task is None or str(task) in task_files else HUB_TASKS
+    return None
+
+
+def is_lookalike(data) -> bool:
+    """Whether ``data`` (a :func:`task_data` value) is one of gac's look-alike sets."""
+    return isinstance(data, str) and data in LOOKALIKE_TASK_SETS
+
+
+def task_data_note(data: str, tasks: Iterable[str] = ("piqa", "hellaswag")) -> str:
+    """What a look-alike set's items are, for a caption or a printed line: ``"PiQA-/HellaSwag-format items
+    made from held-out English Wikipedia articles (gac's enwiki set), not the PiQA/HellaSwag datasets"``;
+    ``tasks``: the tasks shown (their formats are named). Empty for data that are not a look-alike set."""
+    if not is_lookalike(data):
+        return ""
+    names = [TASK_FORMAT_NAMES.get(str(t), str(t)) for t in dict.fromkeys(tasks)]
+    names = names or list(TASK_FORMAT_NAMES.values())
+    return (f"{'-/'.join(names)}-format items made from {LOOKALIKE_TASK_SETS[data]} (gac's {data} set), "
+            f"not the {'/'.join(names)} dataset{'s' if len(names) > 1 else ''}")
 
 
 def ppl_metric(source, stride: int | None = None) -> str:

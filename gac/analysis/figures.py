@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from gac.analysis.labels import compressor_label, method_label, method_order, metric_label, sweep_metric_rank
-from gac.analysis.tables import profile_table
+from gac.analysis.tables import profile_table, sweep_task_labels
 from gac.metrics import is_ppl
 from gac.profiling.figures import (
     ALIGNED_STYLE,
@@ -90,6 +90,7 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
     if not comps:
         raise ValueError("ratio sweep without compressed runs: nothing to plot")
     metrics = sorted(dict.fromkeys(sweep["metric"]), key=sweep_metric_rank)
+    labels = sweep_task_labels(sweep)[0]  # a task accuracy says its data: PiQA-format (enwiki, norm)
     styles = method_styles(_ordered_methods(sweep))
     fig, axes = new_figure(len(metrics), len(comps))
     for j, comp in enumerate(comps):
@@ -116,7 +117,7 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
                 ax.set_yscale("log")
             note = (" (lower is better" + (", log axis)" if log_axis else ")") if is_ppl(m)
                     else " (higher is better)" if chance is not None else "")
-            ax.set_ylabel(metric_label(m) + note)
+            ax.set_ylabel(labels.get(str(m), metric_label(m)) + note)
             ax.set_title(compressor_label(comp) if i == 0 else "", fontsize=10)
             ax.grid(alpha=0.3)
             plain_ticks(ax)

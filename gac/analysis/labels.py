@@ -1,13 +1,23 @@
-"""How methods and metrics are named and ordered in tables and figures: ``ASVD (GAC)``, ``PPL (enwiki)``, the
-paper's compressor order (ASVD, SVD-LLM, PaLU, LLM-Pruner; the baseline first, unaligned before GAC). The GAC
-authors' own procedures are labelled for what they are and say "as the authors ran it" (stable-rank SVD is never
-called ASVD)."""
+"""How methods and metrics are named and ordered in tables and figures: ``ASVD (GAC)``, ``PPL (enwiki)``,
+``PiQA-format (enwiki)`` (a task column says what data it was scored on), the paper's compressor order
+(ASVD, SVD-LLM, PaLU, LLM-Pruner; the baseline first, unaligned before GAC). The GAC authors' own procedures
+are labelled for what they are and say "as the authors ran it" (stable-rank SVD is never called ASVD)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import pandas as pd
 
-from gac.metrics import is_ppl, ppl_stride
+from gac.metrics import (
+    HUB_TASKS,
+    OWN_TASK_FILES,
+    TASK_FORMAT_NAMES,
+    is_lookalike,
+    is_ppl,
+    ppl_stride,
+    task_data_note,
+)
 
 COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
                      "palu": "PaLU", "stable_rank_svd": "Stable-rank SVD"}
@@ -19,23 +29,82 @@ STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-neares
 AUTHORS_COMPRESSORS = frozenset({"stable_rank_svd"})
 AUTHORS_STRATEGIES = frozenset({"authors_dp", "authors_round", "round_to"})
 AS_THE_AUTHORS_RAN_IT = "as the authors ran it"
-#: display names (perplexity is ``PPL (<dataset>)``: :func:`metric_label`)
+#: display names (perplexity is ``PPL (<dataset>)``, task accuracies say their data: :func:`metric_label`)
 METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
                  "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
                  "decode_ms_per_token": "Decode (ms/token)"}
+#: task accuracies labelled by their data: metric -> (short task name, lm-eval's normalised accuracy)
+TASK_METRICS = {"piqa_acc": ("PiQA", False), "piqa_acc_norm": ("PiQA", True),
+                "hellaswag_acc": ("HSwag", False), "hellaswag_acc_norm": ("HSwag", True)}
 #: task accuracies a ratio sweep plots beside perplexity when its records measured them (lm-eval's normalised accuracy)
 SWEEP_TASK_METRICS = ("piqa_acc_norm", "hellaswag_acc_norm")
+#: a table's task column whose rows were scored on different data (:func:`one_task_data`)
+MIXED_TASK_DATA = "mixed"
+_UNKNOWN = "unknown"
 
 
-def metric_label(name: str) -> str:
-    """A metric's display name: ``PPL (enwiki)`` for ``ppl_enwiki`` (named by its dataset), ``PiQA (norm)`` ..."""
+def metric_label(name: str, task_data: str | None = None) -> str:
+    """A metric's display name: ``PPL (enwiki)`` for ``ppl_enwiki`` (named by its dataset); a task accuracy
+    by the data it was scored on (``task_data``, :func:`gac.metrics.task_data`): ``PiQA`` / ``PiQA (norm)``
+    for the hub's real datasets or unknown data, ``PiQA-format (enwiki)`` / ``HSwag-format (tiny, norm)`` for
+    gac's look-alike sets, ``PiQA (own files)`` for the user's files, ``PiQA (mixed data)`` for rows that
+    differ (:data:`MIXED_TASK_DATA`)."""
     name = str(name)
+    if name in TASK_METRICS and task_data not in (None, HUB_TASKS, _UNKNOWN):
+        task, norm = TASK_METRICS[name]
+        if is_lookalike(task_data):
+            return f"{task}-format ({task_data}{', norm' if norm else ''})"
+        what = {OWN_TASK_FILES: "own files", MIXED_TASK_DATA: "mixed data"}.get(task_data, str(task_data))
+        return f"{task} ({what}{', norm' if norm else ''})"
     if name in METRIC_LABELS:
         return METRIC_LABELS[name]
     if is_ppl(name):
         dataset, stride = ppl_stride(name)
         return f"PPL ({dataset})" if stride is None else f"PPL ({dataset}, sliding window, stride {stride})"
     return name
+
+
+def task_of(metric: str) -> str | None:
+    """The task of an accuracy that is labelled by its data: ``"hellaswag_acc_norm"`` -> ``"hellaswag"``."""
+    return str(metric).split("_acc")[0] if str(metric) in TASK_METRICS else None
+
+
+def _data(v) -> str:
+    return _UNKNOWN if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
+def one_task_data(values) -> str | None:
+    """The one data source of a table's task column from its rows' :func:`gac.metrics.task_data` values
+    (None: unknown): that value; None when no row says or every row is unknown; :data:`MIXED_TASK_DATA` when
+    rows differ (unknown beside a known source counts as a difference: it may be anything)."""
+    seen = {_data(v) for v in values}
+    if not seen or seen == {_UNKNOWN}:
+        return None
+    return seen.pop() if len(seen) == 1 else MIXED_TASK_DATA
+
+
+def task_columns(values: Mapping[str, Iterable]) -> tuple[dict[str, str | None], str]:
+    """What a table's task columns were scored on: ``values`` maps a task (``"piqa"``) to the
+    :func:`gac.metrics.task_data` of each row that measured it. Returns ``{task: data}`` (for
+    :func:`metric_label`; :func:`one_task_data`) and a caption note: for a look-alike set, what its items are
+    made from and that they are not the real datasets; for the user's files, that they are; for rows that
+    differ, which sources they mix. The note is empty for the hub's datasets or unknown data."""
+    values = {str(t): [_data(v) for v in vs] for t, vs in values.items()}
+    data = {t: one_task_data(vs) for t, vs in values.items()}
+    shown = {HUB_TASKS: "hub datasets", OWN_TASK_FILES: "own files"}
+    notes = []
+    for d in dict.fromkeys(v for v in data.values() if v not in (None, HUB_TASKS)):
+        tasks = [t for t, v in data.items() if v == d]
+        names = "/".join(TASK_FORMAT_NAMES.get(t, t) for t in tasks)
+        if is_lookalike(d):
+            notes.append(f"task columns: {task_data_note(d, tasks)}")
+        elif d == OWN_TASK_FILES:
+            notes.append(f"{names} columns: the records' own task files (model.task_files)")
+        else:
+            mixed = sorted({shown.get(v, v) for t in tasks for v in values[t]})
+            notes.append(f"{names} columns mix rows scored on different task data ({', '.join(mixed)}): "
+                         f"not one benchmark, compare with care")
+    return data, "; ".join(notes)
 
 
 #: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column

@@ -22,6 +22,11 @@ dense_targets``
     stage timings in seconds
 ``git_commit, git_dirty, device, gac_version``
     provenance
+``task_data``
+    what the task metrics were scored on, from the record's ``model.task_files``
+    (:func:`gac.metrics.task_data`): ``hub`` (lm-eval's real datasets), ``tiny`` / ``enwiki`` (gac's
+    PiQA-/HellaSwag-format look-alike sets), ``files`` (the user's own), None when the record does not say;
+    what task columns are labelled by (:func:`row_task_data` for one task)
 ``config``
     the record's resolved config, flat (``{"eval.limit": 50, "align.window": 8, ...}``, pandas.json_normalize),
     without the keys that never change a result (:data:`CONFIG_LABELS`: output paths, loggers, labels); what
@@ -41,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from gac.errors import GacError
-from gac.metrics import PREFILL, own_prefill_point
+from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
 from gac.results.query import JOB_FIELDS
 
 log = logging.getLogger(__name__)
@@ -52,8 +57,9 @@ PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets
                 "aligned_32", "dims", "d_star", "dense_targets")
 PROVENANCE_FIELDS = ("git_commit", "git_dirty", "device", "gac_version")
 CONFIG = "config"
+TASK_DATA = "task_data"
 BASE_COLUMNS = ID_COLUMNS + JOB_FIELDS + TOP_FIELDS + PLAN_COLUMNS
-RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS) | {CONFIG}
+RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS) | {CONFIG, TASK_DATA}
 #: top-level config keys that never change a result (where it is written, logging, labels): left out of ``config``
 CONFIG_LABELS = frozenset({"results_dir", "force", "on_busy", "logger", "launcher", "hydra", "wandb", "slurm",
                            "work_dir", "quiet", "verbose", "save_model", "experiment_name", "experiment", "sweep",
@@ -192,6 +198,7 @@ def _record_row(rec: Mapping) -> dict:
     for f in PROVENANCE_FIELDS:
         row[f] = prov.get(f) if isinstance(prov, Mapping) else None
     row[CONFIG] = config_fields(rec.get("config"))
+    row[TASK_DATA] = config_task_data(row[CONFIG])
     return row
 
 
@@ -222,6 +229,37 @@ def config_fields(config) -> dict:
             continue
         out[k] = tuple(v) if isinstance(v, list) else v
     return dict(sorted(out.items()))
+
+
+#: where a config holds the task files: a job's resolved config, then a bare JobSpec's (run_job without one)
+_TASK_FILES = ("model.task_files", "task_files")
+
+
+def config_task_data(flat: Mapping, task: str | None = None) -> str | None:
+    """:func:`gac.metrics.task_data` of a flat config's ``model.task_files`` (a ``{task: path}`` mapping is
+    flat as ``model.task_files.<task>``); None when the config does not hold the key (records and W&B runs
+    without it)."""
+    if not isinstance(flat, Mapping):
+        return None
+    for key in _TASK_FILES:
+        if key in flat:
+            return task_data(flat[key], task)
+        own = {k[len(key) + 1:]: v for k, v in flat.items() if str(k).startswith(key + ".")}
+        if own:
+            return task_data(own, task)
+    return None
+
+
+def row_task_data(row, task: str | None = None) -> str | None:
+    """A frame row's :data:`TASK_DATA` (None when unknown); for ``task``, a task its own files do not name
+    (a mapping of some tasks only) is the hub's."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
+    data = get(TASK_DATA, None)
+    if not isinstance(data, str):
+        return None
+    if data == OWN_TASK_FILES and task is not None:
+        return config_task_data(get(CONFIG, None), task) or data
+    return data
 
 
 def _metric_column(name: str) -> str:
@@ -279,6 +317,8 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     if CONFIG not in df.columns:
         df[CONFIG] = None
     df[CONFIG] = [c if isinstance(c, dict) else {} for c in df[CONFIG]]
+    if TASK_DATA not in df.columns:
+        df[TASK_DATA] = None
     extra = [c for c in df.columns if c not in BASE_COLUMNS]
     return df[list(BASE_COLUMNS) + extra].reset_index(drop=True)
 
@@ -442,6 +482,7 @@ def _wandb_row(config: dict, summary: dict, meta: dict) -> dict:
     row[CONFIG] = config_fields({k: v for k, v in config.items() if not k.startswith(("job.", "job/"))
                                  and (not mixed or not _looks_like_metric(k))
                                  and k not in TOP_FIELDS and not k.startswith(("metrics/", "metrics."))})
+    row[TASK_DATA] = config_task_data(config)
     return row
 
 

@@ -335,7 +335,10 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="ra
                                           ("latency", found.str.startswith("prefill").any())) if hit)
         figure(name, F.plot_ratio_sweep(sw, title=F.figure_title(f"{what} against ratio", model=model,
                                                                  device=gpu, extra=_setting_note(setting))))
-        table(name, T.ratio_sweep_table(sw), caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}")
+        wide = T.ratio_sweep_table(sw)
+        note = wide.attrs.get("task_note")
+        table(name, wide, caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}"
+                                  + (f" ({note})" if note else ""))
 
 
 def _pareto(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="latency_pareto"):

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from gac.analysis.labels import (
+    MIXED_TASK_DATA,
     PPL,
     STRATEGY_LABELS,
-    SWEEP_TASK_METRICS,
     baseline_mask,
     budget_note,
     compressor_label,
@@ -27,10 +27,13 @@ from gac.analysis.labels import (
     method_label,
     method_order,
     metric_label,
+    one_task_data,
     ppl_column,
     sweep_metric_rank,
+    task_columns,
+    task_of,
 )
-from gac.analysis.load import parse_seq_metric, plan_dims
+from gac.analysis.load import parse_seq_metric, plan_dims, row_task_data
 from gac.analysis.selection import (
     LATENCY_AXES,
     completed,
@@ -50,9 +53,12 @@ log = logging.getLogger(__name__)
 #: strategies whose plans budget latency (gac.registry.LATENCY_STRATEGIES): Table 5 names each row's budget
 LATENCY_BUDGET_STRATEGIES = tuple(LATENCY_STRATEGIES)
 
-#: Table 5's metric columns: (column label, metric name)
+#: Table 5's metric columns: (column label, metric name); a task column is labelled by the data its rows were
+#: scored on (:func:`task_metric_labels`): ``PiQA`` for the real dataset, ``PiQA-format (enwiki)`` for a
+#: look-alike set
 TABLE5_METRICS = (("PPL", PPL), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
                   ("HSwag", "hellaswag_acc"), ("HSwag (norm)", "hellaswag_acc_norm"))
+TASK_FORMAT = "{:.3f}"
 ALIGN_COL, LAT_COL, DELTA_COL = "Align (%)", "Prefill (ms)", "vs. baseline (%)"
 CI_LO_COL, CI_HI_COL = "CI95 low (%)", "CI95 high (%)"  # only when latency comes from a side-by-side bench
 TABLE5_FORMATS = {ALIGN_COL: "{:.0f}%", "PPL": "{:.2f}", "PiQA": "{:.3f}", "PiQA (norm)": "{:.3f}",
@@ -81,14 +87,20 @@ def table5(
     GAC authors' own rows (``authors_dp``, ``round_to``; ``stable_rank_svd``) when the records hold them.
 
     Columns ``Align (%)``, ``PPL``, ``PiQA``, ``PiQA (norm)``, ``HSwag``, ``HSwag (norm)``, ``Prefill (ms)``,
-    ``vs. baseline (%)`` (``100 * (latency / baseline latency - 1)``, blank on the baseline row). ``Align`` is the record's
-    ``aligned_fraction`` (or the plan's at ``unit`` when given). Latency comes from a side-by-side bench when one
+    ``vs. baseline (%)`` (``100 * (latency / baseline latency - 1)``, blank on the baseline row). The task
+    columns are named by the data their rows were scored on (the frame's ``task_data``): ``PiQA`` for
+    lm-eval's datasets (or data the records do not name), ``PiQA-format (enwiki)`` / ``HSwag-format (tiny,
+    norm)`` for gac's look-alike sets (the caption says what their items are made from), ``PiQA (own
+    files)``, and ``PiQA (mixed data)`` when rows differ (the caption names the sources). ``Align`` is the
+    record's ``aligned_fraction`` (or the plan's at ``unit`` when given).
+    Latency comes from a side-by-side bench when one
     measured every compressed row at batch 1 and ``seq_len`` (``bench``: summaries, default ``df.attrs["bench"]``
     from :func:`load_results`; the latest wins): ``Prefill (ms)`` is its median, ``vs. baseline (%)`` its ratio and
     ``CI95 low/high (%)`` the paired bootstrap interval. Otherwise latency is each job's own metric ``latency``
     (falling back to ``latency@<seq_len>``), a per-job smoke number; the caption says which. The baseline is matched on model, gpu and seq_len (not ratio). A metric a run did
     not measure is NaN. ``baseline_row=False``: a table of compressed rows only, with no warning for the missing
-    baseline. ``df.attrs`` carries ``formats`` (for :func:`format_table`) and ``caption``.
+    baseline. ``df.attrs`` carries ``formats`` (for :func:`format_table`), ``caption``, ``task_data``
+    (``{task: data}``), ``task_note`` (the caption's part about it) and ``task_columns``.
     """
     what = "Table 5"
     bench = df.attrs.get("bench") if bench is None else bench
@@ -135,6 +147,7 @@ def table5(
             v = _get(rec, f"{latency}@{int(seq_len)}")
         return v
 
+    labels, task_data, task_note = task_metric_labels([r for _, r in rows], [m for _, m in TABLE5_METRICS])
     base_lat = lat(rows[0][1]) if not base.empty else math.nan
     keys = [str(rec["key"]) for label, rec in rows if rec is not None and label != "Baseline"]
     hit = pick_bench(bench, keys, model, 1, seq_len) if latency == "prefill_ms" and seq_len is not None else None
@@ -143,7 +156,7 @@ def table5(
         align = _get(rec, f"aligned_{unit}") if unit is not None else _get(rec, "aligned_fraction")
         r = {ALIGN_COL: 100.0 * align}
         for col, metric in TABLE5_METRICS:
-            r[col] = _get(rec, ppl if metric == PPL else metric)
+            r[labels.get(metric, col)] = _get(rec, ppl if metric == PPL else metric)
         if hit is not None:
             pt = hit[1]
             v = None if label == "Baseline" else pt["variants"][str(rec["key"])]
@@ -159,11 +172,12 @@ def table5(
             has_base = label != "Baseline" and base_lat and not math.isnan(base_lat)
             r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
         out.append(r)
-    cols = [ALIGN_COL] + [c for c, _ in TABLE5_METRICS] + [LAT_COL, DELTA_COL]
+    cols = [ALIGN_COL] + [labels.get(m, c) for c, m in TABLE5_METRICS] + [LAT_COL, DELTA_COL]
     pred_cols = sorted({k for r in out for k in r if k.startswith("Prefill (ms), predicted")})
     table = pd.DataFrame(out, index=pd.Index([lbl for lbl, _ in rows], name="Method"),
                          columns=cols + ([CI_LO_COL, CI_HI_COL] if hit is not None else []) + pred_cols).astype(float)
-    table.attrs["formats"] = dict(TABLE5_FORMATS) | {c: "{:.1f}" for c in pred_cols}
+    table.attrs["formats"] = dict(TABLE5_FORMATS) | {c: TASK_FORMAT for c in labels.values()} | \
+        {c: "{:.1f}" for c in pred_cols}
     parts = [str(model)]
     if gpu is not None:
         parts.append(f"on {gpu}")
@@ -178,7 +192,10 @@ def table5(
         lat_where += "; " + bench_source(hit[0])
     elif table[LAT_COL].notna().any():
         lat_where += "; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs)"
+    if task_note:
+        lat_where += f"; {task_note}"
     table.attrs["caption"] = f"Table 5: {' '.join(parts)} ({lat_where})"
+    table.attrs.update(task_data=task_data, task_note=task_note, task_columns=list(labels.values()))
     table.attrs["bench"] = hit[0]["key"] if hit is not None else None
     table.attrs["selection"] = {"model": model, "gpu": gpu, "ratio": ratio, "seq_len": seq_len, "where": dict(where or {})}
     return table
@@ -230,6 +247,28 @@ def bench_source(summary: Mapping) -> str:
             f"over rounds")
 
 
+def task_metric_labels(recs, metrics) -> tuple[dict[str, str], dict[str, str | None], str]:
+    """For a table of ``recs`` (frame rows; None is skipped): the display names of the task metrics among
+    ``metrics`` by the data the rows that measured each task were scored on (``PiQA-format (enwiki)``; rows
+    that differ: ``PiQA (mixed data)``, logged; a column no row measured: by the data all rows name), that
+    data per task, and the caption note saying what the items are (:func:`gac.analysis.labels.task_columns`)."""
+    recs = [r for r in recs if r is not None]
+    values = {}
+    for m in metrics:
+        if task_of(m) is not None:
+            values.setdefault(task_of(m), [])
+    for t, vals in values.items():
+        mine = [m for m in metrics if task_of(m) == t]
+        vals.extend(row_task_data(r, t) for r in recs if any(not math.isnan(_get(r, m)) for m in mine))
+    data, note = task_columns(values)
+    if MIXED_TASK_DATA in data.values():
+        log.warning("task columns mix rows scored on different task data: %s", note)
+    for t in [t for t, vals in values.items() if not vals]:  # a blank column: named by the data the rows name
+        d = one_task_data(row_task_data(r, t) for r in recs)
+        data[t] = None if d == MIXED_TASK_DATA else d
+    return {m: metric_label(m, data[task_of(m)]) for m in metrics if task_of(m) is not None}, data, note
+
+
 def _get(rec, name: str) -> float:
     if rec is None or name not in rec.index:
         return math.nan
@@ -254,8 +293,10 @@ def ratio_sweep(
     where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """PPL and latency against ratio per strategy: a long frame
-    ``model, gpu, compressor, proxy, strategy, method, ratio, metric, value`` (baseline rows have strategy
-    ``baseline`` and ratio 0). Records measuring none of ``metrics`` are left out (allocation-only runs)."""
+    ``model, gpu, compressor, proxy, strategy, method, ratio, metric, value, task_data`` (baseline rows have
+    strategy ``baseline`` and ratio 0; ``task_data``: what a task accuracy was scored on,
+    :func:`gac.metrics.task_data`, None for other metrics). Records measuring none of ``metrics`` are left
+    out (allocation-only runs)."""
     what = "ratio sweep"
     df = completed(df)
     metrics = [ppl_column(df) if m == PPL else m for m in metrics]
@@ -286,8 +327,10 @@ def ratio_sweep(
             rows.append({"model": model, "gpu": gpu, "compressor": rec["compressor"], "proxy": rec.get("proxy"),
                          "strategy": "baseline" if base_row else rec["strategy"],
                          "method": method_label(rec["compressor"], rec["strategy"]),
-                         "ratio": 0.0 if base_row else float(rec["ratio"]), "metric": m, "value": float(v)})
-    cols = ["model", "gpu", "compressor", "proxy", "strategy", "method", "ratio", "metric", "value"]
+                         "ratio": 0.0 if base_row else float(rec["ratio"]), "metric": m, "value": float(v),
+                         "task_data": row_task_data(rec, task_of(m)) if task_of(m) else None})
+    cols = ["model", "gpu", "compressor", "proxy", "strategy", "method", "ratio", "metric", "value",
+            "task_data"]
     out = pd.DataFrame(rows, columns=cols)
     return out.sort_values(["compressor", "strategy", "metric", "ratio"], kind="stable").reset_index(drop=True)
 
@@ -303,13 +346,30 @@ def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
     order = sorted(wide.columns, key=lambda ms: (sweep_metric_rank(ms[0]), list(sweep["metric"].unique()).index(ms[0]),
                                                  method_order("x", ms[1])))
     wide = wide[order]
-    wide.columns = [f"{metric_label(m)} {STRATEGY_LABELS.get(s) or s}" for m, s in wide.columns]
+    labels, task_data, note = sweep_task_labels(sweep)
+    accs = {f"{labels[m]} {STRATEGY_LABELS.get(s) or s}" for m, s in wide.columns if m in labels}
+    wide.columns = [f"{labels.get(m) or metric_label(m)} {STRATEGY_LABELS.get(s) or s}"
+                    for m, s in wide.columns]
     wide.index = pd.Index([f"{compressor_label(c)} {r:g}" for c, r in wide.index], name="Compressor, ratio")
-    accs = tuple(metric_label(m) for m in SWEEP_TASK_METRICS + ("piqa_acc", "hellaswag_acc"))
-    wide.attrs["formats"] = {c: ("{:.2f}" if c.startswith("PPL") else "{:.1f}" if "(ms" in c
-                                 else "{:.3f}" if c.startswith(accs) else "{:.4g}")
+    wide.attrs["formats"] = {c: ("{:.2f}" if c.startswith("PPL") else TASK_FORMAT if c in accs
+                                 else "{:.1f}" if "(ms" in c else "{:.4g}")
                              for c in wide.columns}
+    wide.attrs.update(task_data=task_data, task_note=note)
     return wide
+
+
+def sweep_task_labels(sweep: pd.DataFrame) -> tuple[dict[str, str], dict[str, str | None], str]:
+    """A ratio sweep's (:func:`ratio_sweep`) task metrics labelled by the data they were scored on, as
+    :func:`task_metric_labels` does for Table 5: ``({metric: label}, {task: data}, caption note)``."""
+    metrics = [m for m in dict.fromkeys(sweep["metric"].astype(str)) if task_of(m) is not None]
+    values: dict[str, list] = {}
+    for m in metrics:
+        col = sweep.loc[sweep["metric"] == m, "task_data"] if "task_data" in sweep.columns else []
+        values.setdefault(task_of(m), []).extend(col)
+    data, note = task_columns(values)
+    if MIXED_TASK_DATA in data.values():
+        log.warning("ratio sweep: task accuracies mix rows scored on different task data: %s", note)
+    return {m: metric_label(m, data[task_of(m)]) for m in metrics}, data, note
 
 
 # ---------------------------------------------------------------------------------------------- proxies
@@ -371,10 +431,12 @@ def proxy_quality(
     comp, model = resolve(comp, "model", model, what)
     comp, compressor = resolve(comp, "compressor", compressor, what)
     comp, ratio = resolve(comp, "ratio", ratio, what)
-    parts = []
+    parts, formats, notes = [], {}, []
     for proxy in distinct_values(comp["proxy"]):
         t = table5(comp[comp["proxy"].astype(str) == str(proxy)], model=model, gpu=gpu, ratio=ratio,
                    seq_len=seq_len, compressors=[compressor], proxy=str(proxy), baseline_row=False)
+        formats.update(t.attrs["formats"])
+        notes.append((t.attrs.get("task_note") or "", t.attrs.get("task_columns") or []))
         t = t.drop(index="Baseline", errors="ignore")
         t.index = pd.MultiIndex.from_tuples([(str(proxy), m) for m in t.index], names=["Proxy", "Method"])
         parts.append(t)
@@ -386,9 +448,12 @@ def proxy_quality(
         raise GacError(f"{what}: no record measured perplexity, tasks or latency (eval=none); run the proxy "
                        f"comparison with eval=default for its quality columns")
     out = out[[ALIGN_COL] + measured]
-    out.attrs["formats"] = {c: f for c, f in TABLE5_FORMATS.items() if c in out.columns}
+    out.attrs["formats"] = {c: f for c, f in formats.items() if c in out.columns}
+    note = "; ".join(dict.fromkeys(n for n, cols in notes if n and any(c in out.columns for c in cols)))
     out.attrs["caption"] = (f"Proxy comparison: {compressor_label(compressor)} on {model} at ratio {float(ratio):g}, "
                             f"unaligned against GAC at the same budget, per proxy")
+    if note:
+        out.attrs["caption"] += f" ({note})"
     return out
 
 

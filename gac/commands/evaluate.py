@@ -114,10 +114,17 @@ def run(args) -> int:
     named = default_data("tiny") if args.data == "tiny" else (
         default_data(base_model_of(args.model)) if args.data == "auto" else None)
     ppl_source = args.ppl_data or (named["ppl_source"] if named else "wikitext2")
+    # what each task is scored on (gac.metrics.task_data): the table says so below a look-alike set's rows
+    from gac.metrics import HUB_TASKS, OWN_TASK_FILES
+
+    task_data = {t: OWN_TASK_FILES if t in files else HUB_TASKS for t in tasks}
     if named:
         from gac.fixtures import task_files_of
 
-        files = {**{t: str(p) for t, p in task_files_of(named["task_files"]).items() if t in tasks}, **files}
+        own = {t: str(p) for t, p in task_files_of(named["task_files"]).items()
+               if t in tasks and t not in files}
+        task_data.update(dict.fromkeys(own, named["task_files"]))
+        files = {**own, **files}
 
     from gac.evaluation.tasks import check_local_file
 
@@ -174,7 +181,7 @@ def run(args) -> int:
         if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
             raise out_of_memory(e, stage, args, fp) from None
         raise
-    print(format_table(report, info))
+    print(format_table(report, info, task_data=task_data))
     if args.json:
         import math
 
@@ -190,6 +197,7 @@ def run(args) -> int:
             "metrics": report["metrics"],
             "perplexity": report["perplexity"],
             "tasks": report["tasks"],
+            "task_data": task_data,
             "lm_eval": report["lm_eval"],
             "latency": report["latency"],
             "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},

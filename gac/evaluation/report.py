@@ -120,9 +120,14 @@ def spread_note(r: dict) -> str:
     return "n=1 trial (no spread)"
 
 
-def format_table(report: dict, model_info: dict | None = None) -> str:
-    """A plain-text table of a report from :func:`evaluate`; rows are named as the records name metrics."""
-    from gac.metrics import DECODE, PREFILL, ppl_metric
+def format_table(report: dict, model_info: dict | None = None,
+                 task_data: str | Mapping[str, str] | None = None) -> str:
+    """A plain-text table of a report from :func:`evaluate`; rows are named as the records name metrics.
+    ``task_data``: what the tasks were scored on (:func:`gac.metrics.task_data`; one value, or ``{task:
+    data}``): after the task rows, one line per look-alike set says what its items are (``piqa_acc`` on
+    ``enwiki`` scored PiQA-format items made from Wikipedia articles, not PiQA); one per local file names
+    it."""
+    from gac.metrics import DECODE, OWN_TASK_FILES, PREFILL, is_lookalike, ppl_metric, task_data_note
 
     lines = []
     if model_info:
@@ -147,6 +152,14 @@ def format_table(report: dict, model_info: dict | None = None) -> str:
             value = metrics.get(flat, value)
             lines.append(f"{flat:<34} {value:>12.4f} {'' if se is None else f'{se:.4f}':>9} "
                          f"{'' if r.get('n') is None else r['n']:>8}")
+    tasks = report.get("tasks") or {}
+    data = {t: task_data.get(t) if isinstance(task_data, Mapping) else task_data for t in tasks}
+    for d in dict.fromkeys(d for d in data.values() if is_lookalike(d)):
+        mine = [t for t, v in data.items() if v == d]
+        lines.append(f"  {', '.join(mine)}: {task_data_note(d, mine)}")
+    for t, d in data.items():
+        if d == OWN_TASK_FILES and tasks[t].get("source") not in (None, "hub"):
+            lines.append(f"  {t}: items from the local file {tasks[t]['source']}")
     lat = report.get("latency")
     if lat:
         pre, dec = lat["prefill"], lat["decode"]

@@ -104,12 +104,29 @@ def format_record(record: dict) -> str:
     for k, v in sorted((record.get("metrics") or {}).items()):
         if isinstance(v, float):
             lines.append(f"  {k:<24} {v:.4g}")
+    lines += _task_data_lines(record)
     warning = ((record.get("evaluation") or {}).get("perplexity") or {}).get("warning")
     if warning:
         lines.append(f"  WARNING: {warning}")
     if record.get("_path"):
         lines.append(f"  record: {record['_path']}")
     return "\n".join(lines)
+
+
+def _task_data_lines(record: dict) -> list[str]:
+    """A line saying what a look-alike set's task items are (``model.task_files: enwiki``:
+    PiQA-/HellaSwag-format items made from Wikipedia articles, not the datasets) when the record has task
+    metrics of that set."""
+    from gac.metrics import is_lookalike, task_data, task_data_note
+
+    config = record.get("config") or {}
+    model = config.get("model") if isinstance(config.get("model"), dict) else config  # or a bare JobSpec's
+    data = task_data(model.get("task_files")) if "task_files" in model else None
+    metrics = record.get("metrics") or {}
+    tasks = [t for t in ("piqa", "hellaswag") if any(str(k).startswith(f"{t}_") for k in metrics)]
+    if not (is_lookalike(data) and tasks):
+        return []
+    return [f"  {', '.join(f'{t}_*' for t in tasks)}: {task_data_note(data, tasks)}"]
 
 
 # ----------------------------------------------------------------------------------------------------- sweeps
@@ -520,7 +537,8 @@ class SweepCallback(_Callback):
             if keys:  # other jobs in the same store (other settings) never join this sweep's table
                 df = df[df["key"].astype(str).isin(keys)]
             if config.get("experiment_name") in ("table5", "table5_authors", "table5_both") and len(df):
-                print("\n" + format_table(table5(df), fmt="markdown"))
+                t = table5(df)
+                print("\n" + format_table(t, fmt="markdown", caption=t.attrs.get("caption")))
         except Exception as e:  # a report must never turn a finished sweep into a failure
             log.warning("could not print the sweep's table: %s", e)
 

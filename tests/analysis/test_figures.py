@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 import gac.analysis as ga
 from gac.profiling.figures import OKABE_ITO
-from tests.analysis.conftest import PROFILE
+from tests.analysis.conftest import PROFILE, with_task_files
 
 ALLOWED = {mcolors.to_hex(c) for c in OKABE_ITO.values()}
 
@@ -248,3 +248,12 @@ def test_figure2_ticks_whole_numbers_and_a_readable_window_for_near_equal_dims()
     legend = fig.legends[0]
     labels = [t.get_text() for t in legend.get_texts()]
     assert labels[0] == "mlp" and "d mod 8 = 0" in labels
+
+
+def test_ratio_sweep_figure_names_a_lookalike_task_set(store_copy):
+    """On gac's enwiki items (issue 30) the task panels say PiQA-format (enwiki, norm), never PiQA."""
+    df = with_task_files(store_copy, "enwiki")
+    fig = ga.plot_ratio_sweep(ga.ratio_sweep(df, metrics=("ppl", "hellaswag_acc_norm", "piqa_acc_norm")))
+    labels = [ax.get_ylabel() for ax in fig.axes if ax.get_visible()][::2]
+    assert labels[1:] == ["PiQA-format (enwiki, norm) (higher is better)",
+                          "HSwag-format (enwiki, norm) (higher is better)"]

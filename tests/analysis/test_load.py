@@ -7,7 +7,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from gac.analysis import load_results, parse_seq_metric, parse_target, plan_dims, records_from_wandb
+from gac.analysis import (
+    load_results,
+    metric_columns,
+    parse_seq_metric,
+    parse_target,
+    plan_dims,
+    records_from_wandb,
+)
 from gac.errors import GacError
 from tests.analysis.conftest import STORE
 
@@ -120,3 +127,27 @@ def test_wandb_run_without_job_fields():
         records_from_wandb([SimpleNamespace(config={"lr": 1}, summary={}, name="r1", group=None)])
     with pytest.raises(GacError, match="does not exist"):
         records_from_wandb("/nonexistent/export.csv")
+
+
+def test_task_data_column_from_records_and_wandb(tmp_path):
+    """``task_data`` says what the task metrics were scored on, from ``model.task_files`` in a record's or a W&B
+    run's config (issue 30): a look-alike set by name, ``hub`` for null, ``files`` for a mapping, None unknown."""
+    from gac.analysis.load import row_task_data
+    from tests.analysis.conftest import FIXTURES
+
+    assert set(load_results(FIXTURES / "store_mixed")["task_data"]) == {"tiny"}  # run.py model=tiny records it
+    job = {"model": "tiny", "compressor": "none", "strategy": "baseline"}
+    configs = {"a": {"model": {"task_files": "enwiki"}}, "b": {"model": {"task_files": None}},
+               "c": {"model": {"task_files": {"piqa": "/d/piqa.jsonl"}}}, "d": {"model": {"name": "x"}},
+               "e": {"model": {"task_files": "auto"}}}
+    runs = [SimpleNamespace(config={"job": job, **cfg}, summary={"metrics/piqa_acc": 0.5}, name=k, id=k)
+            for k, cfg in configs.items()]
+    w = records_from_wandb(runs).set_index("key")
+    known = {k: v for k, v in w["task_data"].items() if isinstance(v, str)}  # unknown: None/NaN, never a name
+    assert known == {"a": "enwiki", "b": "hub", "c": "files"} and row_task_data(w.loc["d"]) is None
+    assert row_task_data(w.loc["c"], "piqa") == "files" and row_task_data(w.loc["c"], "hellaswag") == "hub"
+    csv = tmp_path / "export.csv"  # the W&B UI's export: dotted config columns
+    pd.DataFrame([{"Name": "r", "job.model": "tiny", "job.compressor": "none", "job.strategy": "baseline",
+                   "model.task_files": "tiny", "piqa_acc": 0.5}]).to_csv(csv, index=False)
+    assert list(records_from_wandb(csv)["task_data"]) == ["tiny"]
+    assert "task_data" not in metric_columns(w)

@@ -159,3 +159,27 @@ def test_proxy_quality_pairs_unaligned_and_gac_per_proxy(store_copy, tmp_path):
     assert list(t.index.names) == ["Proxy", "Method"]
     assert [m for _, m in t.index] == ["ASVD", "ASVD (GAC)"] and "PPL" in t.columns
     assert "Baseline" not in {m for _, m in t.index}
+
+
+def test_report_tables_say_what_lookalike_task_data_are(store_copy, tmp_path, capsys):
+    """`gac report` on jobs scored on gac's enwiki items (smollm2's default, issue 30): Table 5's and the ratio
+    sweep's markdown headers and captions (and index.md's headings) name the look-alike set, never PiQA."""
+    from tests.analysis.conftest import with_task_files
+
+    for f in (store_copy / "records").glob("a0[13]*.json"):  # ASVD at 0.1 and 0.3 ran the tasks too
+        rec = json.loads(f.read_text())
+        rec["metrics"].update({"piqa_acc_norm": 0.7 - rec["job"]["ratio"]})
+        f.write_text(json.dumps(rec))
+    with_task_files(store_copy, "enwiki")
+    out = tmp_path / "report"
+    assert main(["report", str(store_copy), "-o", str(out), "--format", "md", "--figures", "png"]) == 0, \
+        capsys.readouterr().err
+    made = "PiQA-/HellaSwag-format items made from held-out English Wikipedia articles (gac's enwiki set)"
+    t5 = (out / "fixture_table5_tiny_a100_r0.15.md").read_text()
+    caption, header = t5.splitlines()[0], t5.splitlines()[2]
+    assert made in caption and "not the PiQA/HellaSwag datasets" in caption
+    assert "PiQA-format (enwiki)" in header and "HSwag-format (enwiki, norm)" in header and "| PiQA " not in header
+    sweep = (out / "fixture_ratio_sweep_tiny_a100.md").read_text()
+    assert "PiQA-format (enwiki, norm) GAC" in sweep and "task columns: PiQA-format items made from" in sweep
+    index = (out / "index.md").read_text()
+    assert "## Table 5: tiny on a100 at ratio 0.15" in index and made in index

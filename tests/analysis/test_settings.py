@@ -55,11 +55,15 @@ def test_table5_with_a_filter(mixed):
     s1 = table5(mixed, where={"sweep": "s1"})
     assert list(s1.index) == ["Baseline", "ASVD", "ASVD (GAC)"]
     assert s1.loc["ASVD (GAC)", "PPL"] == 246.0 and s1.loc["ASVD (GAC)", "Prefill (ms)"] == 59.0
+    # `run.py model=tiny` scored tiny's PiQA-/HellaSwag-format items from Shakespeare: the headers say so
+    assert s1.loc["ASVD (GAC)", "PiQA-format (tiny)"] == 0.96 and "PiQA" not in s1.columns
+    assert "PiQA-/HellaSwag-format items made from held-out Shakespeare plays" in s1.attrs["caption"]
     # window 1 still holds an LLM-Pruner job evaluated without tasks: its blank PiQA must not join the others
     with pytest.raises(GacError, match="eval.tasks"):
         table5(mixed, where={"align.window": "1"})
     notasks = table5(mixed, where={"eval.tasks": ()})
-    assert list(notasks.index) == ["LLM-Pruner (GAC)"] and math.isnan(notasks.loc["LLM-Pruner (GAC)", "PiQA"])
+    assert list(notasks.index) == ["LLM-Pruner (GAC)"]
+    assert math.isnan(notasks.loc["LLM-Pruner (GAC)", "PiQA-format (tiny)"])  # blank, named as the others are
     with pytest.raises(GacError, match="no records have a setting 'align.windw'"):
         filter_settings(mixed, {"align.windw": 8}, "Table 5")
     with pytest.raises(GacError, match=r"no records match align.window=4; values in the records: \['1', '8'\]"):

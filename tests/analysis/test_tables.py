@@ -17,7 +17,7 @@ from gac.analysis import (
     table5,
 )
 from gac.errors import GacError
-from tests.analysis.conftest import PROFILE
+from tests.analysis.conftest import PROFILE, with_task_files
 
 NAN = math.nan
 COLUMNS = ["Align (%)", "PPL", "PiQA", "PiQA (norm)", "HSwag", "HSwag (norm)", "Prefill (ms)", "vs. baseline (%)"]
@@ -168,3 +168,71 @@ def test_staircase_from_plain_frame_and_bad_frame():
     assert s.loc["gemm_K", "aligned median (ms)"] == 1.0 and s.loc["gemm_K", "misaligned median (ms)"] == 1.3
     with pytest.raises(GacError, match="lacks columns"):
         staircase_summary(pd.DataFrame({"dim": [1]}))
+
+
+# ---------------------------------------------------------------------------------------------- task data (issue 30)
+LOOKALIKE = ["PiQA-format (enwiki)", "PiQA-format (enwiki, norm)", "HSwag-format (enwiki)",
+             "HSwag-format (enwiki, norm)"]
+
+
+def test_table5_on_a_lookalike_set_names_it_in_headers_and_caption(store_copy):
+    """Records scored on gac's enwiki items (smollm2's default) are not PiQA/HellaSwag: the headers say
+    PiQA-format (enwiki), the caption what the items are made from; the numbers are the same."""
+    df = with_task_files(store_copy, "enwiki")
+    assert set(df["task_data"]) == {"enwiki"}
+    t = table5(df, ratio=0.15)
+    assert list(t.columns) == ["Align (%)", "PPL", *LOOKALIKE, "Prefill (ms)", "vs. baseline (%)"]
+    pd.testing.assert_frame_equal(t.set_axis(COLUMNS, axis=1), EXPECTED, check_exact=False, rtol=1e-12)
+    assert t.attrs["caption"].endswith(
+        "; task columns: PiQA-/HellaSwag-format items made from held-out English Wikipedia articles (gac's enwiki "
+        "set), not the PiQA/HellaSwag datasets)")
+    assert t.attrs["task_data"] == {"piqa": "enwiki", "hellaswag": "enwiki"}
+    header = [c.strip() for c in format_table(t).splitlines()[0].split("|")]
+    assert header[4:8] == LOOKALIKE and "PiQA" not in header
+    assert "|                  0.540 |" in format_table(t)  # three decimals, as PiQA had
+    wide = ratio_sweep_table(ratio_sweep(df, metrics=("ppl", "piqa_acc_norm")))
+    assert "PiQA-format (enwiki, norm) GAC" in wide.columns and wide.attrs["task_note"].startswith("task columns: ")
+    assert wide.attrs["formats"]["PiQA-format (enwiki, norm) GAC"] == "{:.3f}"
+
+
+def test_table5_on_the_hubs_datasets_keeps_piqa(store_copy):
+    """null (lm-eval's PiQA and HellaSwag from the hub) and unknown data (the fixture store, no task_files) keep
+    the datasets' names and say nothing more."""
+    from gac.analysis import load_results
+
+    unknown = load_results(store_copy)
+    hub = with_task_files(store_copy, None)
+    assert set(unknown["task_data"].map(repr)) == {"None"} and set(hub["task_data"]) == {"hub"}
+    for df in (unknown, hub):
+        t = table5(df, ratio=0.15)
+        assert list(t.columns) == COLUMNS
+        assert "task" not in t.attrs["caption"] and t.attrs["task_data"]["piqa"] in (None, "hub")
+        assert list(ratio_sweep_table(ratio_sweep(df, metrics=("ppl", "piqa_acc_norm"))).columns)[-1] == \
+            "PiQA (norm) GAC"
+
+
+def test_table5_flags_rows_scored_on_different_task_data(store_copy, caplog):
+    """A baseline scored on the user's own PiQA file (and the hub's HellaSwag) beside compressed rows scored on
+    enwiki's items: no one name fits, so the headers and caption say the column mixes data (never one picked)."""
+    with_task_files(store_copy, "enwiki")
+    df = with_task_files(store_copy, {"piqa": "/data/piqa_valid.jsonl"}, keys=["b0"])
+    assert set(df["task_data"]) == {"enwiki", "files"}
+    with caplog.at_level("WARNING"):
+        t = table5(df, ratio=0.15)
+    assert list(t.columns)[2:6] == ["PiQA (mixed data)", "PiQA (mixed data, norm)", "HSwag (mixed data)",
+                                    "HSwag (mixed data, norm)"]
+    assert "mix rows scored on different task data (enwiki, hub datasets, own files)" in t.attrs["caption"]
+    assert "mix" in caplog.text
+    # the compressed rows alone are one source again
+    alone = table5(df[df["compressor"] != "none"], ratio=0.15, baseline_row=False)
+    assert list(alone.columns)[2:6] == LOOKALIKE
+
+
+def test_task_labels():
+    from gac.analysis import metric_label
+
+    assert metric_label("piqa_acc") == metric_label("piqa_acc", "hub") == "PiQA"
+    assert metric_label("piqa_acc_norm", "tiny") == "PiQA-format (tiny, norm)"
+    assert metric_label("hellaswag_acc", "enwiki") == "HSwag-format (enwiki)"
+    assert metric_label("hellaswag_acc_norm", "files") == "HSwag (own files, norm)"
+    assert metric_label("ppl_enwiki", "enwiki") == "PPL (enwiki)"  # perplexity is named by its own dataset

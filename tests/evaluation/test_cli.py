@@ -31,9 +31,41 @@ def test_gac_evaluate_tiny_ppl_and_tasks_writes_json(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "piqa_acc_norm" in table and "hellaswag_acc " in table and "ppl_tiny " in table
     assert "perplexity on tiny (test), windows of S=1024" in table
+    # tiny's items are PiQA/HellaSwag look-alikes made from Shakespeare: the table and the report say so
+    assert ("  piqa, hellaswag: PiQA-/HellaSwag-format items made from held-out Shakespeare plays (gac's tiny set), "
+            "not the PiQA/HellaSwag datasets") in table
+    assert doc["task_data"] == {"piqa": "tiny", "hellaswag": "tiny"}
     # results are never overwritten silently
     assert main(["evaluate", "tiny", "--ppl", "--json", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_the_printed_table_says_what_the_task_items_are():
+    """After the task rows, one line per look-alike set says what its items are made from; a local file is named;
+    the hub's datasets (the real PiQA/HellaSwag) need no note (issue 30)."""
+    from gac.evaluation.report import format_table
+    from gac.jobs.experiment import format_record
+
+    def task(source):
+        return {"metrics": {"acc": 0.6, "acc_stderr": 0.02}, "n": 50, "source": source}
+
+    report = {"tasks": {"piqa": task("/c/enwiki/piqa.jsonl"), "hellaswag": task("/c/enwiki/hellaswag.jsonl"),
+                        "arc_easy": task("/d/arc.jsonl"), "winogrande": task("hub")}, "metrics": {}}
+    lines = format_table(report, task_data={"piqa": "enwiki", "hellaswag": "enwiki", "arc_easy": "files",
+                                            "winogrande": "hub"}).splitlines()
+    notes = [ln for ln in lines if ln.startswith("  ")]
+    assert notes == ["  piqa, hellaswag: PiQA-/HellaSwag-format items made from held-out English Wikipedia "
+                     "articles (gac's enwiki set), not the PiQA/HellaSwag datasets",
+                     "  arc_easy: items from the local file /d/arc.jsonl"]
+    assert lines.index(notes[0]) > max(i for i, ln in enumerate(lines) if ln.startswith("winogrande_acc"))
+    assert not [ln for ln in format_table(report, task_data="hub").splitlines() if ln.startswith("  ")]
+    rec = {"job": {"model": "smollm2", "compressor": "asvd"}, "config": {"model": {"task_files": "enwiki"}},
+           "metrics": {"ppl_enwiki": 20.0, "piqa_acc": 0.6, "hellaswag_acc_norm": 0.4}}
+    assert format_record(rec).splitlines()[-1] == ("  piqa_*, hellaswag_*: PiQA-/HellaSwag-format items made from "
+                                                   "held-out English Wikipedia articles (gac's enwiki set), not the "
+                                                   "PiQA/HellaSwag datasets")
+    rec["config"]["model"]["task_files"] = None  # the hub's PiQA and HellaSwag
+    assert "format items" not in format_record(rec)
 
 
 def test_gac_evaluate_latency(tmp_path, capsys):

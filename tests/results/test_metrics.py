@@ -5,10 +5,13 @@ import json
 import pytest
 
 from gac.metrics import (
+    LOOKALIKE_TASK_SETS,
     dataset_name,
     own_prefill_point,
     ppl_metric,
     prefill_point,
+    task_data,
+    task_data_note,
     task_metric,
     upgrade_metrics,
 )
@@ -53,6 +56,27 @@ def old_record(key="a" * 16, **metrics):
                                    "prefill_ms@128": {"median_ms": 9.0, "trials": 1, "spread_pct": 0.0}}},
         "aligned_fraction": 1.0, "params": 10, "budget": 10, "plan": None,
     }
+
+
+@pytest.mark.parametrize(("task_files", "task", "data"), [
+    (None, None, "hub"), ("hub", None, "hub"), ("tiny", None, "tiny"), ("enwiki", "piqa", "enwiki"),
+    ({"piqa": "/d/piqa.jsonl"}, None, "files"), ({"piqa": "/d/piqa.jsonl"}, "piqa", "files"),
+    ({"piqa": "/d/piqa.jsonl"}, "hellaswag", "hub"),  # a task the mapping does not name came from the hub
+    ("auto", None, None), ("/d/piqa.jsonl", None, None), (3, None, None),  # old records, anything else: unknown
+])
+def test_task_data_says_what_the_task_items_were(task_files, task, data):
+    assert task_data(task_files, task) == data
+
+
+def test_task_data_note_names_the_lookalike_source_and_disowns_the_dataset():
+    """A look-alike set is named by what it is made from, never passed off as PiQA/HellaSwag (issue 30)."""
+    assert set(LOOKALIKE_TASK_SETS) == {"tiny", "enwiki"}
+    note = task_data_note("enwiki")
+    assert note == ("PiQA-/HellaSwag-format items made from held-out English Wikipedia articles (gac's enwiki set), "
+                    "not the PiQA/HellaSwag datasets")
+    assert task_data_note("tiny", ["piqa"]) == ("PiQA-format items made from held-out Shakespeare plays (gac's tiny "
+                                                "set), not the PiQA dataset")
+    assert task_data_note("hub") == task_data_note("files") == task_data_note(None) == ""
 
 
 def test_old_names_are_mapped_when_read():
