@@ -4,6 +4,10 @@ Each row's command runs against files this module makes in ``{T}`` (a temporary 
 in-process through :func:`gac.cli.main` (validation happens before any model is loaded, so they take about a
 second each), ``python experiments/run.py ...`` rows as a subprocess (Hydra composes the config). After each row
 nothing may have been written where the command writes (its ``-o``/``--json`` path, a results directory).
+
+The subprocess rows (a few seconds to a minute each: Python, torch and Hydra start, some load a model) run one
+after another in a background thread against their own copy of the files, while the in-process rows run: on two
+cores the two kinds overlap instead of queueing. Each row is still judged by its own test.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -124,28 +129,63 @@ CASES = catalogue()
 ENV = re.compile(r"^[A-Z][A-Z0-9_]*=")  # a row may start with VAR=value settings, as a shell line does
 
 
-@pytest.mark.parametrize("case,cmd,code,msg", CASES, ids=[r[0][:60] for r in CASES])
-def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, capsys, monkeypatch):
+def _argv(cmd: str, T: Path) -> tuple[list[str], dict]:
+    """A row's command line against ``T``, and the VAR=value settings it starts with."""
     argv = shlex.split(cmd.replace("{T}", str(T)))
     env = {}
     while argv and ENV.match(argv[0]):
         k, v = argv.pop(0).split("=", 1)
         env[k] = v
+    return argv, env
+
+
+def _subprocess_row(cmd: str, T: Path, environ: dict) -> tuple[int, str, list[Path], Path]:
+    """One ``python experiments/run.py`` row in ``environ`` (the environment as the module started: an in-process
+    row's settings must not leak into it): its exit code, stderr, the outputs it must not have written, ``T``."""
+    argv, env = _argv(cmd, T)
+    assert argv[:2] == ["python", "experiments/run.py"], cmd
     outs = [p for p in _outputs(argv) if not p.exists()]
-    if argv[0] == "gac":
+    p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**environ, **env})
+    return p.returncode, p.stderr, outs, T
+
+
+@pytest.fixture(scope="module", autouse=True)
+def subprocess_rows(request, tmp_path_factory):
+    """The selected subprocess rows, started at once in one background thread on their own copy of the files
+    (module docstring); ``{(case, cmd): Future}``."""
+    mine = {item.callspec.params["case"] for item in request.session.items
+            if item.module is request.module and "case" in getattr(getattr(item, "callspec", None), "params", {})}
+    rows = [(case, cmd) for case, cmd, _, _ in CASES
+            if case in mine and _argv(cmd, Path("/"))[0][:2] == ["python", "experiments/run.py"]]
+    if not rows:
+        yield {}
+        return
+    T2 = tmp_path_factory.mktemp("bad_subprocess")
+    _files(T2)
+    import os
+
+    environ, pool = dict(os.environ), ThreadPoolExecutor(max_workers=1)
+    futures: dict[tuple[str, str], Future] = {(case, cmd): pool.submit(_subprocess_row, cmd, T2, environ)
+                                              for case, cmd in rows}
+    yield futures
+    pool.shutdown(cancel_futures=True)
+
+
+@pytest.mark.parametrize("case,cmd,code,msg", CASES, ids=[r[0][:60] for r in CASES])
+def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, subprocess_rows, capsys, monkeypatch):
+    if (case, cmd) in subprocess_rows:
+        rc, err, outs, where = subprocess_rows[case, cmd].result()
+    else:
+        argv, env = _argv(cmd, T)
+        assert argv[0] == "gac", cmd
+        outs, where = [p for p in _outputs(argv) if not p.exists()], T
         from gac.cli import main
 
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         rc = main(argv[1:])
         err = capsys.readouterr().err
-    else:
-        import os
-
-        assert argv[:2] == ["python", "experiments/run.py"], cmd
-        p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, **env})
-        rc, err = p.returncode, p.stderr
     lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("Loading weights")]
     assert rc == code, (case, err)
     extra = ["nothing was launched."] if " -m " in f" {cmd} " else []
@@ -154,4 +194,4 @@ def test_bad_input_exits_2_with_one_line(case, cmd, code, msg, T, capsys, monkey
     assert re.match(r"^(gac [a-z]+|experiments/run\.py): error: ", lines[0]), lines[0]
     for p in outs:
         assert not p.exists(), f"{case}: {p} was written"
-    assert (T / "full" / "keep.txt").read_text() == "a colleague's result"
+    assert (where / "full" / "keep.txt").read_text() == "a colleague's result"
