@@ -21,7 +21,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from gac.analysis.labels import compressor_label, method_label, method_order, metric_label, sweep_metric_rank
+from gac.analysis.labels import (
+    compressor_label,
+    method_label,
+    method_order,
+    metric_label,
+    proxy_order,
+    sweep_metric_rank,
+)
 from gac.analysis.tables import profile_table, sweep_task_labels
 from gac.metrics import is_ppl
 from gac.profiling.figures import (
@@ -134,7 +141,7 @@ def plot_proxy_comparison(dims: pd.DataFrame, unit: int = 8, title: str | None =
     grid without empty cells where the count allows (else the legend fills the spare cell)."""
     if dims.empty:
         raise ValueError("no plan dims: nothing to plot")
-    proxies = [p for p in sorted(dims["proxy"].astype(str).unique()) if (dims["proxy"].astype(str) == p).any()]
+    proxies = proxy_order(dims["proxy"].astype(str).unique())
     n = len(proxies)
     nrows = math.ceil(n / 4)
     ncols = math.ceil(n / nrows)

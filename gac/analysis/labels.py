@@ -18,6 +18,7 @@ from gac.metrics import (
     ppl_stride,
     task_data_note,
 )
+from gac.registry import PROXIES
 
 COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
                      "palu": "PaLU", "stable_rank_svd": "Stable-rank SVD"}
@@ -155,6 +156,14 @@ def method_order(compressor, strategy) -> tuple:
     c, s = str(compressor), str(strategy)
     return (_PREFERRED.index(c) if c in _PREFERRED else len(_PREFERRED), c,
             _STRATEGY_ORDER.index(s) if s in _STRATEGY_ORDER else len(_STRATEGY_ORDER), s)
+
+
+def proxy_order(names) -> list[str]:
+    """Proxies in the paper's Table 1 order (magnitude, activation, gradient, fisher; then gac's others as
+    registered, :data:`gac.registry.PROXIES`), unknown names last."""
+    known = list(PROXIES.names)
+    uniq = list(dict.fromkeys(str(n) for n in names))
+    return sorted(uniq, key=lambda n: (known.index(n) if n in known else len(known), n))
 
 
 def compressor_order(names) -> list[str]:

@@ -58,8 +58,9 @@ PLAN_COLUMNS = ("plan_strategy", "plan_objective", "plan_budget_met", "n_targets
 PROVENANCE_FIELDS = ("git_commit", "git_dirty", "device", "gac_version")
 CONFIG = "config"
 TASK_DATA = "task_data"
+ALLOCATION = "allocation"  # the allocation rule that ran (the record's compression recipe), not a metric
 BASE_COLUMNS = ID_COLUMNS + JOB_FIELDS + TOP_FIELDS + PLAN_COLUMNS
-RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS) | {CONFIG, TASK_DATA}
+RESERVED = frozenset(BASE_COLUMNS) | frozenset(PROVENANCE_FIELDS) | {CONFIG, TASK_DATA, ALLOCATION}
 #: top-level config keys that never change a result (where it is written, logging, labels): left out of ``config``
 CONFIG_LABELS = frozenset({"results_dir", "force", "on_busy", "logger", "launcher", "hydra", "wandb", "slurm",
                            "work_dir", "quiet", "verbose", "save_model", "experiment_name", "experiment", "sweep",
@@ -186,6 +187,10 @@ def _record_row(rec: Mapping) -> dict:
         row[own] = row[PREFILL]
     row.update(_plan_columns(rec.get("plan"), where))
     row.update(_latency_budget_columns(rec.get("latency_budget")))
+    comp = rec.get("compression")
+    recipe = comp.get("recipe") if isinstance(comp, Mapping) else None
+    alloc = recipe.get("allocation") if isinstance(recipe, Mapping) else None
+    row[ALLOCATION] = alloc if isinstance(alloc, str) else None  # the rule that ran (a config's "default" resolved)
     ev = rec.get("evaluation")
     ppl = ev.get("perplexity") if isinstance(ev, Mapping) else None
     row["ppl_warning"] = ppl.get("warning") if isinstance(ppl, Mapping) else None  # a wrecked model (perplexity.py)

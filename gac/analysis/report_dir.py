@@ -434,15 +434,18 @@ def _proxies(df, table, figure, rep, prefix="proxies"):
                 rep.skipped.append(f"{name}_quality: {e}")
                 continue
             table(f"{name}_quality", quality, caption=quality.attrs["caption"] + _setting_note(setting))
-    if not rep.written or not any(p.name.startswith("proxies_") for p in rep.written):
+    if not rep.written or not any(p.name.startswith(f"{prefix}_") for p in rep.written):
         rep.skipped.append("proxy comparison: no (model, compressor, ratio) has unaligned plans from 2+ proxies")
 
 
 def _allocation_of(part) -> str:
-    """How the records' d* were allocated, for a title: ``proportional allocation``, or the compressor's own rule."""
-    vals = {str(v) for c in part["config"] for v in (config_value(c, "allocation"),)
-            if v is not MISSING and v not in (None, "default")} if "config" in part.columns else set()
-    return f"{', '.join(sorted(vals))} allocation" if vals else "its own allocation"
+    """How the records' d* were allocated, for a title: ``proportional allocation``, ``sensitivity allocation``
+    (the rule that ran, from the records' compression recipe; the config's value for records without one)."""
+    vals = {str(v) for v in part["allocation"] if isinstance(v, str)} if "allocation" in part.columns else set()
+    if not vals and "config" in part.columns:
+        vals = {str(v) for c in part["config"] for v in (config_value(c, "allocation"),)
+                if v is not MISSING and v not in (None, "default")}
+    return f"{', '.join(sorted(vals))} allocation" if vals else "the compressor's own allocation"
 
 
 def _device_of(part, gpu) -> str | None:

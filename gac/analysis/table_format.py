@@ -21,17 +21,20 @@ def format_table(
 
     ``formats`` maps a column to a ``str.format`` pattern (``"{:.2f}"``) or a callable; it defaults to
     ``df.attrs["formats"]`` and then ``"{:.4g}"`` for floats. NaN/None render as blank cells. A ``caption``
-    (default: none) is a markdown line above the table, or ``\\caption`` in a LaTeX ``table`` environment.
+    (default: none) is a markdown line above the table, or ``\\caption`` in a LaTeX ``table`` environment. A
+    MultiIndex (``proxy_quality``'s proxy and method) is one column per level, named by the level.
     """
     kind = {"markdown": "md", "md": "md", "latex": "tex", "tex": "tex"}.get(str(fmt).lower())
     if kind is None:
         raise GacError(f"unknown table format {fmt!r}; use 'markdown' (md) or 'latex' (tex)")
     fm = {**df.attrs.get("formats", {}), **(formats or {})}
-    numeric = ([False] if index else []) + [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
+    levels = df.index.nlevels if index else 0  # a MultiIndex (proxy, method) is one column per level
+    numeric = [False] * levels + [pd.api.types.is_numeric_dtype(df[c]) for c in df.columns]
     cells = pd.DataFrame({i: [_cell(v, fm.get(c)) for v in df[c]] for i, c in enumerate(df.columns)})
     cells.columns = [str(c) for c in df.columns]
-    if index:
-        cells.insert(0, str(df.index.name or ""), [_cell(v, None) for v in df.index])
+    for lvl in reversed(range(levels)):
+        name = df.index.names[lvl] if levels > 1 else df.index.name
+        cells.insert(0, str(name or ""), [_cell(v, None) for v in df.index.get_level_values(lvl)])
     if kind == "md":  # pandas -> tabulate's pipe format (GitHub markdown); cells are already formatted text
         cells = cells.map(lambda v: v.replace("|", "\\|"))
         cells.columns = [c.replace("|", "\\|") for c in cells.columns]

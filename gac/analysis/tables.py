@@ -29,6 +29,7 @@ from gac.analysis.labels import (
     metric_label,
     one_task_data,
     ppl_column,
+    proxy_order,
     sweep_metric_rank,
     task_columns,
     task_of,
@@ -403,7 +404,8 @@ def proxy_comparison(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32)) -> 
     """Misaligned fraction per proxy (rows) from :func:`proxy_dims`: ``targets`` and ``misaligned <u> (%)``
     for each unit in ``units``."""
     rows = []
-    for proxy, g in dims.groupby("proxy", sort=True):
+    for proxy in proxy_order(dims["proxy"]):
+        g = dims[dims["proxy"].astype(str) == proxy]
         r = {"targets": float(len(g))}
         for u in units:
             r[f"misaligned {u} (%)"] = 100.0 * float((g["dim"] % u != 0).mean())
@@ -432,7 +434,7 @@ def proxy_quality(
     comp, compressor = resolve(comp, "compressor", compressor, what)
     comp, ratio = resolve(comp, "ratio", ratio, what)
     parts, formats, notes = [], {}, []
-    for proxy in distinct_values(comp["proxy"]):
+    for proxy in proxy_order(distinct_values(comp["proxy"])):
         t = table5(comp[comp["proxy"].astype(str) == str(proxy)], model=model, gpu=gpu, ratio=ratio,
                    seq_len=seq_len, compressors=[compressor], proxy=str(proxy), baseline_row=False)
         formats.update(t.attrs["formats"])
