@@ -159,6 +159,28 @@ def test_proxy_quality_pairs_unaligned_and_gac_per_proxy(store_copy, tmp_path):
     assert list(t.index.names) == ["Proxy", "Method"]
     assert [m for _, m in t.index] == ["ASVD", "ASVD (GAC)"] and "PPL" in t.columns
     assert "Baseline" not in {m for _, m in t.index}
+    from gac.analysis import format_table
+
+    md = format_table(t).splitlines()  # one column per index level, never a tuple
+    assert md[0].startswith("| Proxy ") and "| Method " in md[0] and "('" not in "".join(md)
+    assert md[2].split("|")[2].strip() == "ASVD"
+
+
+def test_figure_2_titles_name_the_allocation_that_ran_and_no_false_skip_note(store_copy, tmp_path):
+    _label(store_copy, {"x020": "proxy_compare"})
+    for f in (store_copy / "records").glob("x020*.json"):  # the record's recipe names the rule that ran
+        r = json.loads(f.read_text())
+        r.setdefault("compression", {})["recipe"] = {"allocation": "proportional"}
+        f.write_text(json.dumps(r))
+    from gac.analysis import load_results
+    from gac.analysis.report_dir import _allocation_of
+
+    df = load_results(store_copy)
+    assert _allocation_of(df[df["key"].astype(str).str.startswith("x020")]) == "proportional allocation"
+    out = tmp_path / "r"
+    assert main(["report", str(store_copy), "-o", str(out), "--format", "md", "--figures", "png",
+                 "--experiment", "proxy_compare"]) == 0
+    assert "no (model, compressor, ratio) has unaligned plans from 2+ proxies" not in (out / "index.md").read_text()
 
 
 def test_report_tables_say_what_lookalike_task_data_are(store_copy, tmp_path, capsys):
