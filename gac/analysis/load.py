@@ -47,6 +47,7 @@ import pandas as pd
 
 from gac.errors import GacError
 from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
+from gac.registry import gpu_of_device
 from gac.results.query import JOB_FIELDS
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,9 @@ def _record_row(rec: Mapping) -> dict:
     }
     for f in JOB_FIELDS:
         row[f] = job.get(f)
+    prov = rec.get("provenance") or {}
+    if row["gpu"] == "auto" and isinstance(prov, Mapping) and isinstance(prov.get("device_name"), str):
+        row["gpu"] = gpu_of_device(prov["device_name"])  # gpu=auto: the tables name the device the job ran on
     for f in TOP_FIELDS:
         row[f] = rec.get(f)
     metrics = rec.get("metrics") or {}
@@ -199,7 +203,6 @@ def _record_row(rec: Mapping) -> dict:
     row.pop("plan_aligned", None)
     for stage, secs in (rec.get("timings") or {}).items():
         row[f"time_{stage}"] = _number(secs, f"timing {stage!r} of {where}")
-    prov = rec.get("provenance") or {}
     for f in PROVENANCE_FIELDS:
         row[f] = prov.get(f) if isinstance(prov, Mapping) else None
     row[CONFIG] = config_fields(rec.get("config"))

@@ -3,11 +3,10 @@ compute and before the store is touched."""
 
 from __future__ import annotations
 
-import re
-
 from gac.errors import GacError
 from gac.jobs.loading import job_model_config, model_max_positions
 from gac.jobs.spec import JobSpec, task_files_of
+from gac.registry import KNOWN_GPUS, gpu_name_matches
 from gac.results import ResultsStore
 
 
@@ -88,22 +87,11 @@ def check_job_here(spec: JobSpec) -> None:
         check_hub_tasks([t for t in spec.eval.tasks if t not in local], via="config")
 
 
-KNOWN_GPUS = ("a100", "h100", "h200")  # conf/gpu's configs named after a GPU model
-
-
 def cuda_device_name(device) -> str:
     """The CUDA device's name as the driver reports it (``NVIDIA H100 80GB HBM3``)."""
     import torch
 
     return torch.cuda.get_device_name(device)
-
-
-def gpu_name_matches(gpu: str, device_name: str) -> bool:
-    """Whether the config's ``gpu`` (``a100``, ``h100``, ``rtx4090``) names the device ``device_name``: one of the
-    name's words, or two adjacent words run together (``RTX 4090``), equals it, ignoring case."""
-    words = re.findall(r"[a-z0-9]+", device_name.lower())
-    names = set(words) | {a + b for a, b in zip(words, words[1:])}
-    return gpu.lower() in names
 
 
 def check_gpu_name(gpu: str, device: str, device_name: str) -> None:

@@ -151,3 +151,22 @@ def test_task_data_column_from_records_and_wandb(tmp_path):
                    "model.task_files": "tiny", "piqa_acc": 0.5}]).to_csv(csv, index=False)
     assert list(records_from_wandb(csv)["task_data"]) == ["tiny"]
     assert "task_data" not in metric_columns(w)
+
+
+def test_gpu_auto_is_named_by_the_device_the_job_ran_on_and_allocation_by_the_recipe():
+    from gac.analysis.load import records_to_frame
+
+    def rec(key, gpu, device_name=None, allocation=None):
+        r = {"key": key, "job": {"model": "m", "compressor": "asvd", "strategy": "gac", "gpu": gpu},
+             "provenance": {"device": "cuda:0"}, "metrics": {}}
+        if device_name:
+            r["provenance"]["device_name"] = device_name
+        if allocation:
+            r["compression"] = {"recipe": {"allocation": allocation}}
+        return r
+
+    df = records_to_frame([rec("a", "auto", "NVIDIA H100 80GB HBM3", "sensitivity"), rec("b", "auto", "NVIDIA L40S"),
+                           rec("c", "a100", "NVIDIA A100-SXM4-80GB"), rec("d", "auto")]).set_index("key")
+    assert df["gpu"].to_dict() == {"a": "h100", "b": "NVIDIA L40S", "c": "a100", "d": "auto"}
+    assert df.loc["a", "allocation"] == "sensitivity" and pd.isna(df.loc["b", "allocation"])
+    assert "allocation" not in metric_columns(df.reset_index())

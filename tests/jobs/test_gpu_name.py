@@ -11,7 +11,8 @@ from gac.errors import GacError
 from gac.jobs import preflight
 from gac.jobs.config import spec_from_config
 from gac.jobs.experiment import compose_config
-from gac.jobs.preflight import check_job_here, gpu_name_matches
+from gac.jobs.preflight import check_job_here
+from gac.registry import gpu_name_matches
 
 
 @pytest.mark.parametrize(("gpu", "name", "ok"), [
