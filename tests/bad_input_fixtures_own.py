@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from tests.bad_store_fixtures import BASELINE, RECORD, STORE, _edit_json
+from tests.bad_store_fixtures import RECORD, STORE, _edit_json
 
 FUTURE = time.mktime((2099, 1, 1, 0, 0, 0, 0, 0, -1))  # a time no clock shows yet
 
@@ -148,18 +148,12 @@ def _stores(T: Path) -> None:
 
 def _run_stores(T: Path) -> None:
     """Stores for the experiments/run.py rows, at the baseline point's key (as tests.bad_store_fixtures makes)."""
-    from omegaconf import OmegaConf
+    from tests.bad_store_fixtures import baseline_key, empty_store
 
-    from gac.jobs.config import spec_from_config
-    from gac.jobs.experiment import compose_config
-
-    key = spec_from_config(OmegaConf.to_container(compose_config(BASELINE), resolve=True)).key
+    key = baseline_key()
 
     def store(name: str) -> Path:
-        d = T / name
-        (d / "records").mkdir(parents=True)
-        (d / ".gac-store.json").write_text(json.dumps({"format": "gac-results-store", "schema": 1}))
-        return d
+        return empty_store(T, name)
 
     d = store("own_run_lock_link")  # the lock a link to a colleague's file
     (d / "locks").mkdir()

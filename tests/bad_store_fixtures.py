@@ -103,20 +103,30 @@ def _stores(T: Path) -> None:
         "variants": [{"record_key": RECORD, "points": {"prefill_ms@1024": {"median_ms": "fast"}}}]}))
 
 
-def _run_stores(T: Path) -> None:
-    """Stores for the experiments/run.py rows: the baseline point's key with a damaged entry of each kind."""
+def baseline_key() -> str:
+    """The key of the point the experiments/run.py rows run (``BASELINE``'s overrides)."""
     from omegaconf import OmegaConf
 
     from gac.jobs.config import spec_from_config
     from gac.jobs.experiment import compose_config
 
-    key = spec_from_config(OmegaConf.to_container(compose_config(BASELINE), resolve=True)).key
+    return spec_from_config(OmegaConf.to_container(compose_config(BASELINE), resolve=True)).key
+
+
+def empty_store(T: Path, name: str) -> Path:
+    """An empty results store ``T/name`` (its marker and records/), for a row to damage."""
+    d = T / name
+    (d / "records").mkdir(parents=True)
+    (d / ".gac-store.json").write_text(json.dumps({"format": "gac-results-store", "schema": 1}))
+    return d
+
+
+def _run_stores(T: Path) -> None:
+    """Stores for the experiments/run.py rows: the baseline point's key with a damaged entry of each kind."""
+    key = baseline_key()
 
     def store(name: str) -> Path:
-        d = T / name
-        (d / "records").mkdir(parents=True)
-        (d / ".gac-store.json").write_text(json.dumps({"format": "gac-results-store", "schema": 1}))
-        return d
+        return empty_store(T, name)
 
     d = store("run_minimal")  # a hand-made record that made run.py skip the point (issue: "No clear message")
     (d / "records" / f"{key}.json").write_text(json.dumps({"key": key, "status": "completed", "job": {}}))
