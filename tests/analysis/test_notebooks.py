@@ -1,5 +1,11 @@
-"""The notebooks in analysis/ execute on the fixture store (they call the same gac.analysis functions)."""
+"""The notebooks in analysis/ execute on the fixture store (they call the same gac.analysis functions).
 
+Every notebook run the module's selected tests ask for starts when the module does, two kernels at a time (each
+its own process, environment and directories), so the runs overlap on two cores; each test judges its own run.
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,15 +24,48 @@ def test_notebooks_exist():
                                            "latency.ipynb", "plans.ipynb"}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("GAC_RESULTS_DIR", str(STORE))
-    monkeypatch.setenv("GAC_PROFILE_DIR", str(PROFILE))
-    monkeypatch.setenv("GAC_FIG_DIR", str(tmp_path / "figures"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+def _execute(path: Path, tmp: Path, env: dict):
+    """``path`` executed in a kernel with ``env`` (the store, profile and figure directories), cwd ``tmp``."""
     nb = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+                            resources={"metadata": {"path": str(tmp)}}).execute(env=env)
+    return nb
+
+
+MAIN_STORE_NOTEBOOKS = ["ratio_sweep", "latency"]
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    """``{(kind, name): Future of (notebook, tmp dir)}`` for the selected tests: ``"fixture"`` runs on the fixture
+    store, ``"main"`` on the main job's store (:func:`_one_table5_store`)."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module is request.module and "path" in params:
+            wanted.add(("fixture", params["path"].stem))
+        elif item.module is request.module and "name" in params:
+            wanted.add(("main", params["name"]))
+    base = {**os.environ, "MPLBACKEND": "Agg"}
+    pool, futures = ThreadPoolExecutor(max_workers=2), {}
+    for kind, name in sorted(wanted):
+        tmp = tmp_path_factory.mktemp(f"nb_{kind}_{name}")
+        env = {**base, "GAC_FIG_DIR": str(tmp / "figures")}
+        if kind == "fixture":
+            env.update(GAC_RESULTS_DIR=str(STORE), GAC_PROFILE_DIR=str(PROFILE))
+        else:
+            _one_table5_store(STORE, tmp / "store")
+            env["GAC_RESULTS_DIR"] = str(tmp / "store")
+            env.pop("GAC_PROFILE_DIR", None)
+        path = Path(__file__).parents[2] / "analysis" / f"{name}.ipynb"
+        futures[kind, name] = pool.submit(lambda p=path, t=tmp, e=env: (_execute(p, t, e), t))
+    yield futures
+    pool.shutdown(cancel_futures=True)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, runs):
+    nb, tmp_path = runs["fixture", path.stem].result()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
@@ -66,17 +105,9 @@ def _one_table5_store(src, dst):
             f.unlink()
 
 
-@pytest.mark.parametrize("name", ["ratio_sweep", "latency"])
-def test_notebooks_on_the_main_jobs_store_say_what_is_missing_instead_of_drawing_it(name, tmp_path, monkeypatch):
-    store = tmp_path / "store"
-    _one_table5_store(STORE, store)
-    monkeypatch.setenv("GAC_RESULTS_DIR", str(store))
-    monkeypatch.delenv("GAC_PROFILE_DIR", raising=False)
-    monkeypatch.setenv("GAC_FIG_DIR", str(tmp_path / "figures"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(Path(__file__).parents[2] / "analysis" / f"{name}.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+@pytest.mark.parametrize("name", MAIN_STORE_NOTEBOOKS)
+def test_notebooks_on_the_main_jobs_store_say_what_is_missing_instead_of_drawing_it(name, runs):
+    nb, tmp_path = runs["main", name].result()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs)
