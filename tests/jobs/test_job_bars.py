@@ -6,7 +6,10 @@ bars of transformers' weight loading and lm-eval's request building must be hidd
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ["model=tiny", "compressor=none", "align=unaligned", "eval=quick", "eval.ppl=false", "eval.latency=false",
@@ -14,13 +17,26 @@ JOB = ["model=tiny", "compressor=none", "align=unaligned", "eval=quick", "eval.p
 
 
 def _job(tmp_path, *extra):
+    return _run(tmp_path, *extra), tmp_path
+
+
+def _run(tmp_path, *extra):
     return subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), "-m", *JOB, *extra,
                            f"results_dir={tmp_path}/results", f"hydra.sweep.dir={tmp_path}/multirun"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_a_job_off_a_terminal_draws_no_library_bars(tmp_path):
-    r = _job(tmp_path)
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """The plain job and the ``verbose=true`` job, run at once (two processes, each its own results)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        plain = pool.submit(_job, tmp_path_factory.mktemp("plain"))
+        verbose = pool.submit(_job, tmp_path_factory.mktemp("verbose"), "verbose=true")
+        yield {"plain": plain, "verbose": verbose}
+
+
+def test_a_job_off_a_terminal_draws_no_library_bars(jobs):
+    r, tmp_path = jobs["plain"].result()
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     assert "Loading weights" not in out and "it/s]" not in out and "\r" not in out, out[-2000:]
@@ -29,7 +45,7 @@ def test_a_job_off_a_terminal_draws_no_library_bars(tmp_path):
     assert logs and not any("it/s]" in p.read_text() for p in logs)
 
 
-def test_verbose_keeps_the_library_bars(tmp_path):
-    r = _job(tmp_path, "verbose=true")
+def test_verbose_keeps_the_library_bars(jobs):
+    r, _ = jobs["verbose"].result()
     assert r.returncode == 0, r.stderr[-3000:]
     assert "it/s]" in r.stderr  # the same job, bars asked for: the test above can fail
