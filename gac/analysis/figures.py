@@ -28,8 +28,9 @@ from gac.analysis.labels import (
     metric_label,
     proxy_order,
     sweep_metric_rank,
+    sweep_task_labels,
 )
-from gac.analysis.tables import profile_table, sweep_task_labels
+from gac.analysis.tables import profile_table
 from gac.metrics import is_ppl
 from gac.profiling.figures import (
     ALIGNED_STYLE,

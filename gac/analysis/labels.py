@@ -5,10 +5,13 @@ are labelled for what they are and say "as the authors ran it" (stable-rank SVD 
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
+from gac.analysis.load import row_task_data
 from gac.metrics import (
     HUB_TASKS,
     OWN_TASK_FILES,
@@ -20,6 +23,8 @@ from gac.metrics import (
 )
 from gac.registry import PROXIES
 
+log = logging.getLogger(__name__)
+
 COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
                      "palu": "PaLU", "stable_rank_svd": "Stable-rank SVD"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
@@ -30,13 +35,13 @@ STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-neares
 AUTHORS_COMPRESSORS = frozenset({"stable_rank_svd"})
 AUTHORS_STRATEGIES = frozenset({"authors_dp", "authors_round", "round_to"})
 AS_THE_AUTHORS_RAN_IT = "as the authors ran it"
-#: display names (perplexity is ``PPL (<dataset>)``, task accuracies say their data: :func:`metric_label`)
-METRIC_LABELS = {"piqa_acc": "PiQA", "piqa_acc_norm": "PiQA (norm)",
-                 "hellaswag_acc": "HSwag", "hellaswag_acc_norm": "HSwag (norm)", "prefill_ms": "Prefill (ms)",
-                 "decode_ms_per_token": "Decode (ms/token)"}
 #: task accuracies labelled by their data: metric -> (short task name, lm-eval's normalised accuracy)
 TASK_METRICS = {"piqa_acc": ("PiQA", False), "piqa_acc_norm": ("PiQA", True),
                 "hellaswag_acc": ("HSwag", False), "hellaswag_acc_norm": ("HSwag", True)}
+#: display names (perplexity is ``PPL (<dataset>)``, task accuracies say their data: :func:`metric_label`); a task
+#: accuracy's plain name (the hub's real dataset) comes from :data:`TASK_METRICS`
+METRIC_LABELS = {**{m: task + (" (norm)" if norm else "") for m, (task, norm) in TASK_METRICS.items()},
+                 "prefill_ms": "Prefill (ms)", "decode_ms_per_token": "Decode (ms/token)"}
 #: task accuracies a ratio sweep plots beside perplexity when its records measured them (lm-eval's normalised accuracy)
 SWEEP_TASK_METRICS = ("piqa_acc_norm", "hellaswag_acc_norm")
 #: a table's task column whose rows were scored on different data (:func:`one_task_data`)
@@ -106,6 +111,51 @@ def task_columns(values: Mapping[str, Iterable]) -> tuple[dict[str, str | None],
             notes.append(f"{names} columns mix rows scored on different task data ({', '.join(mixed)}): "
                          f"not one benchmark, compare with care")
     return data, "; ".join(notes)
+
+
+def task_metric_labels(recs, metrics) -> tuple[dict[str, str], dict[str, str | None], str]:
+    """For a table of ``recs`` (frame rows; None is skipped): the display names of the task metrics among
+    ``metrics`` by the data the rows that measured each task were scored on (``PiQA-format (enwiki)``; rows
+    that differ: ``PiQA (mixed data)``, logged; a column no row measured: by the data all rows name), that
+    data per task, and the caption note saying what the items are (:func:`gac.analysis.labels.task_columns`)."""
+    recs = [r for r in recs if r is not None]
+    values = {}
+    for m in metrics:
+        if task_of(m) is not None:
+            values.setdefault(task_of(m), [])
+    for t, vals in values.items():
+        mine = [m for m in metrics if task_of(m) == t]
+        vals.extend(row_task_data(r, t) for r in recs if any(_measured(r, m) for m in mine))
+    data, note = task_columns(values)
+    if MIXED_TASK_DATA in data.values():
+        log.warning("task columns mix rows scored on different task data: %s", note)
+    for t in [t for t, vals in values.items() if not vals]:  # a blank column: named by the data the rows name
+        d = one_task_data(row_task_data(r, t) for r in recs)
+        data[t] = None if d == MIXED_TASK_DATA else d
+    return {m: metric_label(m, data[task_of(m)]) for m in metrics if task_of(m) is not None}, data, note
+
+
+def sweep_task_labels(sweep: pd.DataFrame) -> tuple[dict[str, str], dict[str, str | None], str]:
+    """A ratio sweep's (:func:`ratio_sweep`) task metrics labelled by the data they were scored on, as
+    :func:`task_metric_labels` does for Table 5: ``({metric: label}, {task: data}, caption note)``."""
+    metrics = [m for m in dict.fromkeys(sweep["metric"].astype(str)) if task_of(m) is not None]
+    values: dict[str, list] = {}
+    for m in metrics:
+        col = sweep.loc[sweep["metric"] == m, "task_data"] if "task_data" in sweep.columns else []
+        values.setdefault(task_of(m), []).extend(col)
+    data, note = task_columns(values)
+    if MIXED_TASK_DATA in data.values():
+        log.warning("ratio sweep: task accuracies mix rows scored on different task data: %s", note)
+    return {m: metric_label(m, data[task_of(m)]) for m in metrics}, data, note
+
+
+def _measured(rec, metric: str) -> bool:
+    """Whether a frame row holds a number for ``metric``."""
+    v = rec.get(metric) if hasattr(rec, "get") else None
+    try:
+        return v is not None and not math.isnan(float(v))
+    except (TypeError, ValueError):
+        return False
 
 
 #: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from gac.analysis.labels import (
-    MIXED_TASK_DATA,
     PPL,
     STRATEGY_LABELS,
     baseline_mask,
@@ -27,11 +26,11 @@ from gac.analysis.labels import (
     method_label,
     method_order,
     metric_label,
-    one_task_data,
     ppl_column,
     proxy_order,
     sweep_metric_rank,
-    task_columns,
+    sweep_task_labels,
+    task_metric_labels,
     task_of,
 )
 from gac.analysis.load import parse_seq_metric, plan_dims, row_task_data
@@ -55,7 +54,7 @@ log = logging.getLogger(__name__)
 LATENCY_BUDGET_STRATEGIES = tuple(LATENCY_STRATEGIES)
 
 #: Table 5's metric columns: (column label, metric name); a task column is labelled by the data its rows were
-#: scored on (:func:`task_metric_labels`): ``PiQA`` for the real dataset, ``PiQA-format (enwiki)`` for a
+#: scored on (:func:`gac.analysis.labels.task_metric_labels`): ``PiQA`` for the real dataset, ``PiQA-format (enwiki)`` for a
 #: look-alike set
 TABLE5_METRICS = (("PPL", PPL), ("PiQA", "piqa_acc"), ("PiQA (norm)", "piqa_acc_norm"),
                   ("HSwag", "hellaswag_acc"), ("HSwag (norm)", "hellaswag_acc_norm"))
@@ -248,28 +247,6 @@ def bench_source(summary: Mapping) -> str:
             f"over rounds")
 
 
-def task_metric_labels(recs, metrics) -> tuple[dict[str, str], dict[str, str | None], str]:
-    """For a table of ``recs`` (frame rows; None is skipped): the display names of the task metrics among
-    ``metrics`` by the data the rows that measured each task were scored on (``PiQA-format (enwiki)``; rows
-    that differ: ``PiQA (mixed data)``, logged; a column no row measured: by the data all rows name), that
-    data per task, and the caption note saying what the items are (:func:`gac.analysis.labels.task_columns`)."""
-    recs = [r for r in recs if r is not None]
-    values = {}
-    for m in metrics:
-        if task_of(m) is not None:
-            values.setdefault(task_of(m), [])
-    for t, vals in values.items():
-        mine = [m for m in metrics if task_of(m) == t]
-        vals.extend(row_task_data(r, t) for r in recs if any(not math.isnan(_get(r, m)) for m in mine))
-    data, note = task_columns(values)
-    if MIXED_TASK_DATA in data.values():
-        log.warning("task columns mix rows scored on different task data: %s", note)
-    for t in [t for t, vals in values.items() if not vals]:  # a blank column: named by the data the rows name
-        d = one_task_data(row_task_data(r, t) for r in recs)
-        data[t] = None if d == MIXED_TASK_DATA else d
-    return {m: metric_label(m, data[task_of(m)]) for m in metrics if task_of(m) is not None}, data, note
-
-
 def _get(rec, name: str) -> float:
     if rec is None or name not in rec.index:
         return math.nan
@@ -357,20 +334,6 @@ def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
                              for c in wide.columns}
     wide.attrs.update(task_data=task_data, task_note=note)
     return wide
-
-
-def sweep_task_labels(sweep: pd.DataFrame) -> tuple[dict[str, str], dict[str, str | None], str]:
-    """A ratio sweep's (:func:`ratio_sweep`) task metrics labelled by the data they were scored on, as
-    :func:`task_metric_labels` does for Table 5: ``({metric: label}, {task: data}, caption note)``."""
-    metrics = [m for m in dict.fromkeys(sweep["metric"].astype(str)) if task_of(m) is not None]
-    values: dict[str, list] = {}
-    for m in metrics:
-        col = sweep.loc[sweep["metric"] == m, "task_data"] if "task_data" in sweep.columns else []
-        values.setdefault(task_of(m), []).extend(col)
-    data, note = task_columns(values)
-    if MIXED_TASK_DATA in data.values():
-        log.warning("ratio sweep: task accuracies mix rows scored on different task data: %s", note)
-    return {m: metric_label(m, data[task_of(m)]) for m in metrics}, data, note
 
 
 # ---------------------------------------------------------------------------------------------- proxies
