@@ -508,15 +508,14 @@ def _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fe
 
 
 def _simple_evaluate(lm_eval, lm, tm, loaded, run_names, num_fewshot, limit, bootstrap_iters, log_samples, seed):
+    """One lm-eval run on the loaded task objects (a group's names when a name expanded to several tasks), always
+    with gac's own task manager: without one, lm-eval indexes all of its ~14k task YAMLs again (6-20 s a process)."""
+    tasks = list(run_names.values()) if len(loaded) != len(run_names) else [loaded[n] for n in run_names.values()]
     return lm_eval.simple_evaluate(
-            model=lm, tasks=list(run_names.values()), task_manager=tm, num_fewshot=num_fewshot, limit=limit,
-            bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
-            torch_random_seed=seed, fewshot_random_seed=seed,
-        ) if len(loaded) != len(run_names) else lm_eval.simple_evaluate(
-            model=lm, tasks=[loaded[n] for n in run_names.values()], num_fewshot=num_fewshot, limit=limit,
-            bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
-            torch_random_seed=seed, fewshot_random_seed=seed,
-        )
+        model=lm, tasks=tasks, task_manager=tm, num_fewshot=num_fewshot, limit=limit,
+        bootstrap_iters=bootstrap_iters, log_samples=log_samples, random_seed=seed, numpy_random_seed=seed,
+        torch_random_seed=seed, fewshot_random_seed=seed,
+    )
 
 
 @contextlib.contextmanager

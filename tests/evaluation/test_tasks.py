@@ -22,9 +22,28 @@ def _hellaswag_preprocess(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def results(tiny, tiny_files):
+    from lm_eval.tasks import TaskManager
+
     model, tok = tiny
-    return evaluate_tasks(model, tok, ("piqa", "hellaswag"), limit=8, local_files=tiny_files.task_files,
-                          batch_size=8, log_samples=True)
+    built = []  # include_defaults of every task manager made during the run
+    original = TaskManager.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(kwargs.get("include_defaults", True))
+        original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TaskManager, "__init__", counting)
+        res = evaluate_tasks(model, tok, ("piqa", "hellaswag"), limit=8, local_files=tiny_files.task_files,
+                             batch_size=8, log_samples=True)
+    res["_task_managers"] = built
+    return res
+
+
+def test_local_files_never_index_lm_evals_whole_registry(results):
+    # a run on local files reads its two YAMLs; lm-eval's full index (~14k YAMLs, 6-20 s) was built a second time
+    # inside simple_evaluate whenever no task manager was passed to it
+    assert results["_task_managers"] == [False]
 
 
 def test_piqa_runs_the_official_prompt_on_local_rows(results, tiny_files):
