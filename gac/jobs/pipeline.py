@@ -24,7 +24,7 @@ from gac.jobs.attempts import Attempt
 from gac.jobs.config import ON_BUSY
 from gac.jobs.fits import check_job_fits, is_out_of_memory, out_of_memory
 from gac.jobs.preflight import preflight
-from gac.jobs.provenance import job_provenance, safe_provenance
+from gac.jobs.provenance import checkout_at_start, job_provenance, safe_provenance
 from gac.jobs.spec import JobSpec
 from gac.jobs.stages import JobStages, model_aligned_fraction
 from gac.results import ResultsStore
@@ -47,6 +47,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
     if on_busy not in ON_BUSY:
         raise GacError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
     key = spec.key
+    checkout_at_start()  # the commit this process's code came from, before a long job lets the checkout move
     preflight(spec, store, save_model, force)
     lock = store.lock(key)
     if store.is_done(key) and not force:

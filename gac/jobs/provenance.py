@@ -3,6 +3,7 @@ job's seed and device, and the Slurm ids of the allocation it ran in."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -16,11 +17,28 @@ def slurm_ids() -> dict:
     return {name.lower(): os.environ.get(name) for name in SLURM_IDS}
 
 
+@functools.lru_cache(maxsize=1)
+def checkout_at_start() -> tuple[str | None, bool | None]:
+    """``(git_commit, git_dirty)`` of gac's checkout when this process started its first job (cached): the code a
+    job runs is what the process imported then, not what the checkout holds when the record is written hours later."""
+    from gac.evaluation.report import provenance
+
+    p = provenance()
+    return p["git_commit"], p["git_dirty"]
+
+
 def job_provenance(spec: JobSpec) -> dict:
-    """The record's ``provenance`` block."""
+    """The record's ``provenance`` block. Its ``git_commit``/``git_dirty`` are the checkout's at the process's first
+    job; when the checkout moved while the process ran, ``checkout_moved`` holds what it is at the record's writing
+    (and a record written from a checkout edited meanwhile is marked dirty: its code is then not one commit's)."""
     from gac.evaluation.report import provenance
 
     p = provenance(device=spec.device)
+    start = checkout_at_start()
+    now = (p["git_commit"], p["git_dirty"])
+    if start[0] is not None and now != start:
+        p["checkout_moved"] = {"git_commit": now[0], "git_dirty": now[1]}
+        p["git_commit"], p["git_dirty"] = start[0], True
     p["seed"] = spec.seed
     p.update(slurm_ids())
     try:

@@ -53,7 +53,8 @@ Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
      "stages": {"resumed": [stage], "prepare_cached": bool | null},
      "config": {...resolved config...}, "overrides": [str],
      "provenance": {"git_commit", "git_dirty", "packages": {name: version}, "device", "seed", "date",
-                    "slurm_job_id", "hostname", "gac_version"}}
+                    "slurm_job_id", "hostname", "gac_version",
+                    "checkout_moved": {"git_commit", "git_dirty"}}}  # only when the checkout moved during the job
 """
 
 from __future__ import annotations
