@@ -127,7 +127,8 @@ def bench_summary(doc: Mapping) -> dict:
                 lo, hi = e.get("ratio_ci95") or (None, None)
                 variants[v["record_key"]] = {"ms": e["median_ms"], "ratio": e["ratio_to_baseline"], "lo": lo, "hi": hi,
                                              "compressor": v.get("compressor"), "strategy": v.get("strategy"),
-                                             "ratio_param": v.get("ratio"), "label": v.get("label")}
+                                             "ratio_param": v.get("ratio"), "label": v.get("label"),
+                                             "samples": e.get("samples_ms")}  # per round: any two pair up later
         points[name] = {"batch": p["batch"], "seq_len": p["seq_len"], "baseline_ms": base_ms, "variants": variants}
     pred = doc.get("predicted") or {}
     for name, pp in (pred.get("points") or {}).items():

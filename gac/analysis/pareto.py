@@ -27,7 +27,7 @@ from gac.errors import GacError
 
 PARETO_STRATEGIES = ("unaligned", "gac", "gac_latency")
 COLUMNS = ["method", "compressor", "strategy", "ratio", "key", "quality", "latency_ms", "lo_ms", "hi_ms",
-           "budget_ms", "table_ms", "budget", "params"]
+           "budget_ms", "table_ms", "budget", "params", "bench_check"]
 
 
 def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | None = None,
@@ -66,6 +66,7 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
                 r["lo_ms"], r["hi_ms"] = v["lo"] * pt["baseline_ms"], v["hi"] * pt["baseline_ms"]
         else:
             r["latency_ms"] = _get(rec, "prefill_ms")
+        r["bench_check"] = bench_check(rec, comp, hit[1]) if hit is not None and not base else ""
         out.append(r)
     frame = pd.DataFrame(out, columns=COLUMNS)
     frame["_order"] = [method_order(c, s) for c, s in zip(frame["compressor"], frame["strategy"])]
@@ -76,6 +77,39 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
                        seq_len=None if seq_len is None else int(seq_len),
                        device=hit[0].get("device") if hit is not None else None)
     return frame
+
+
+def bench_check(rec, comp: pd.DataFrame, point: dict) -> str:
+    """Whether the side-by-side bench confirms a latency-budget plan's budget, in the bench's own measurements.
+
+    A budget as a share of a reference plan (``latency <= 1 x gac``) is checked as the paired ratio of the plan's
+    rounds to its reference's (the same compressor and ratio, measured in the same bench) against the share: the
+    table that chose the plan and the bench time the same kernels but not the same whole prefill, so the check is
+    relative. An absolute budget (ms) is checked against the plan's measured interval. ``confirmed``: the whole 95%
+    interval is within the budget; ``within CI``: the budget lies inside it; ``over``: the whole interval is above.
+    Empty for a plan by parameters or a ``min_latency`` plan (no latency budget)."""
+    from gac.stats import paired_ratio_ci
+
+    if str(rec["strategy"]) != "gac_latency" or rec.get("budget_kind") == "min_latency":
+        return ""
+    mine = point["variants"].get(str(rec["key"])) or {}
+    ref, share = rec.get("latency_reference"), _get(rec, "latency_share")
+    if isinstance(ref, str) and not math.isnan(share):
+        same = comp[(comp["compressor"].astype(str) == str(rec["compressor"])) & (comp["strategy"].astype(str) == ref)
+                    & (comp["ratio"] == rec["ratio"])]
+        theirs = [point["variants"][k] for k in same["key"].astype(str) if k in point["variants"]]
+        if not theirs or not mine.get("samples") or not theirs[0].get("samples"):
+            return f"not checked: the {ref} plan at ratio {rec['ratio']:g} was not in the bench"
+        r, lo, hi = paired_ratio_ci(mine["samples"], theirs[0]["samples"])
+        what, limit = f"{r:.3f} [{lo:.3f}, {hi:.3f}] x {ref}, budget {share:g} x", share
+    else:
+        budget = _get(rec, "latency_budget_ms")
+        if math.isnan(budget) or mine.get("lo") is None or not point.get("baseline_ms"):
+            return "not checked: no absolute budget or no interval"
+        lo, hi = mine["lo"] * point["baseline_ms"], mine["hi"] * point["baseline_ms"]
+        what, limit = f"{mine['ms']:.4g} ms [{lo:.4g}, {hi:.4g}], budget {budget:.4g} ms", budget
+    verdict = "confirmed" if hi <= limit else "over" if lo > limit else "within CI"
+    return f"{what}: {verdict}"
 
 
 def pareto_label(rec) -> str:
@@ -99,11 +133,14 @@ def pareto_label(rec) -> str:
 def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The Pareto frame as a table: one row per point, its quality, measured latency (with interval), budget and
     table latency."""
-    t = frame.set_index("method")[["ratio", "quality", "latency_ms", "lo_ms", "hi_ms", "budget_ms", "table_ms",
-                                   "params", "budget"]]
+    cols = ["ratio", "quality", "latency_ms", "lo_ms", "hi_ms", "budget_ms", "table_ms", "params", "budget"]
+    if frame["bench_check"].astype(bool).any():
+        cols.append("bench_check")
+    t = frame.set_index("method")[cols]
     t = t.rename(columns={"quality": frame.attrs.get("quality", "quality"), "latency_ms": "measured (ms)",
                           "lo_ms": "CI95 low (ms)", "hi_ms": "CI95 high (ms)", "budget_ms": "budget (ms)",
-                          "table_ms": "table (ms)", "budget": "latency budget"})
+                          "table_ms": "table (ms)", "budget": "latency budget (by its table)",
+                          "bench_check": "measured against the budget (bench)"})
     t.attrs["formats"] = {"ratio": "{:g}", frame.attrs.get("quality", "quality"): "{:.2f}", "measured (ms)": "{:.3f}",
                           "CI95 low (ms)": "{:.3f}", "CI95 high (ms)": "{:.3f}", "budget (ms)": "{:.3f}",
                           "table (ms)": "{:.3f}", "params": "{:,.0f}"}

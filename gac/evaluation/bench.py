@@ -13,7 +13,7 @@ mixes the variants with the drift and the neighbours of two moments. Here the ra
   ``perf_counter``;
 * **statistics**: per variant the median of its ``R`` visit samples; the ratio to the baseline (and to its
   unaligned sibling) is the ratio of the two medians, with a **paired bootstrap** 95% interval over rounds
-  (:func:`gac.evaluation.bench_stats.paired_ratio_ci`: rounds resampled with replacement, the same rounds for both sides, the ratio of the
+  (:func:`gac.stats.paired_ratio_ci`: rounds resampled with replacement, the same rounds for both sides, the ratio of the
   medians of the resampled rounds, percentiles 2.5 / 97.5, fixed seed);
 * **FLOPs** from the shapes (:mod:`gac.evaluation.flops`) and the *alignment efficiency* = (FLOPs ratio to the
   baseline) / (latency ratio to the baseline): 1.0 is as fast as the FLOPs allow, below 1 slower;

@@ -2,6 +2,7 @@
 figure of quality against measured latency, and `gac report` writing them."""
 
 import math
+import re
 
 import pytest
 
@@ -91,3 +92,41 @@ def test_min_latency_rows_say_their_parameter_bound(kind, words):
     row = {"budget_kind": kind, "latency_held": None, "params": 1200, "budget": 1000}
     assert budget_note(row) == words
     assert budget_note({"budget_kind": math.nan}) == ""
+
+
+def _bench(frame, factor):
+    """A side-by-side bench summary of every record of ``frame`` at (1, 64): 15 rounds, each record's its own
+    prefill_ms times ``factor[key]`` times 1% noise of its own."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    variants = {}
+    for _, rec in frame.iterrows():
+        if rec["strategy"] == "baseline":
+            continue
+        samples = list(rec["prefill_ms"] * factor.get(rec["key"], 1.0) * (1 + 0.01 * rng.standard_normal(15)))
+        ms = float(np.median(samples))
+        variants[rec["key"]] = {"ms": ms, "ratio": ms / 12.0, "lo": ms / 12.0 * 0.98, "hi": ms / 12.0 * 1.02,
+                                "compressor": rec["compressor"], "strategy": rec["strategy"],
+                                "ratio_param": rec["ratio"], "label": rec["key"], "samples": samples}
+    return [{"key": "bench1", "created": "2026-01-02", "model": "tiny", "device": "cpu", "device_type": "cpu",
+             "rounds": 15, "points": {"prefill_ms@64": {"batch": 1, "seq_len": 64, "baseline_ms": 12.0,
+                                                        "variants": variants}}}]
+
+
+def test_the_bench_checks_each_latency_budget_against_the_plans_measured_reference():
+    df = _frame()
+    # l3 (budget: 1 x gac) measured at 0.9 x the gac plan of its ratio; l1 at 1.2 x its gac plan
+    bench = _bench(df, {"l3": 0.9 * 10.0 / 9.8, "l1": 1.2 * 11.0 / 10.8})
+    fr = latency_pareto(df, bench=bench).set_index("key")
+    assert re.fullmatch(r"0\.(89|90|91)\d \[0\.\d+, 0\.9\d+\] x gac, budget 1 x: confirmed", fr.loc["l3", "bench_check"])
+    assert re.fullmatch(r"1\.(19|20|21)\d \[1\.\d+, 1\.\d+\] x gac, budget 1 x: over", fr.loc["l1", "bench_check"])
+    assert fr.loc["g3", "bench_check"] == "" and fr.loc["b0", "bench_check"] == ""  # plans by parameters: no check
+    t = pareto_table(latency_pareto(df, bench=bench))
+    assert "measured against the budget (bench)" in t.columns
+    # the reference plan missing from the bench: said, not guessed
+    gone = [dict(bench[0], points={"prefill_ms@64": dict(bench[0]["points"]["prefill_ms@64"], variants={
+        k: v for k, v in bench[0]["points"]["prefill_ms@64"]["variants"].items() if k != "g3"})})]
+    df2 = df[df["key"] != "g3"]
+    assert latency_pareto(df2, bench=gone).set_index("key").loc["l3", "bench_check"] == \
+        "not checked: the gac plan at ratio 0.3 was not in the bench"

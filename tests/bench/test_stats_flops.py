@@ -7,8 +7,9 @@ from torch import nn
 from gac.compression.modules import GroupedLowRankLinear, LowRankLinear
 from gac.compression.structure import Structure, architecture
 from gac.errors import GacError
-from gac.evaluation.bench_stats import paired_ratio_ci, round_orders
+from gac.evaluation.bench_stats import round_orders
 from gac.evaluation.flops import attention_flops, linear_flops, prefill_flops
+from gac.stats import paired_ratio_ci
 
 
 def test_every_round_visits_every_variant_once_in_a_fresh_seeded_shuffle():
