@@ -276,8 +276,8 @@ def plot_latency_pareto(frame: pd.DataFrame, title: str | None = None) -> Figure
     """Quality (perplexity) against measured prefill latency, one panel per compressor: a marker per plan, one
     series per method (a latency-budget plan's series names its kind of budget), each point labelled with its
     ratio, the side-by-side bench's 95% interval as a horizontal error bar, the baseline a star; a latency-budget
-    plan's budget (by its table) a vertical tick at the same height. ``frame``:
-    :func:`gac.analysis.pareto.latency_pareto`."""
+    plan's budget on the measured axis (its share of its reference plan's measured latency, or its absolute ms) a
+    vertical tick at the same height. ``frame``: :func:`gac.analysis.pareto.latency_pareto`."""
     comp = frame[frame["strategy"] != "baseline"]
     if comp.empty or comp["latency_ms"].notna().sum() < 2:
         raise ValueError("latency Pareto with fewer than 2 measured points: nothing to plot")
@@ -289,10 +289,11 @@ def plot_latency_pareto(frame: pd.DataFrame, title: str | None = None) -> Figure
     base = frame[frame["strategy"] == "baseline"]
     quality = frame.attrs.get("quality", "ppl")
     bench = frame.attrs.get("device") is not None
-    budget_label = "latency budget (by the plan's table)"
+    budget_label = "latency budget (share x its reference plan, measured)"
+    offsets = [(4, 5), (4, -11), (4, 15), (4, -21)]  # series of one panel label their points apart
     for ax, c in zip(axes[0], comps):
         mine = comp[comp["compressor"] == c]
-        for m in [m for m in order if m in set(mine["method"])]:
+        for i, m in enumerate([m for m in order if m in set(mine["method"])]):
             g = mine[mine["method"] == m].dropna(subset=["latency_ms", "quality"]).sort_values("latency_ms")
             if g.empty:
                 continue
@@ -303,11 +304,11 @@ def plot_latency_pareto(frame: pd.DataFrame, title: str | None = None) -> Figure
             ax.errorbar(x, y, xerr=[lo, hi], capsize=3, markersize=7, label=m, elinewidth=1.0, alpha=0.9, **st)
             for xi, yi, r in zip(x, y, g["ratio"]):
                 if r == r:
-                    ax.annotate(f"ρ={r:g}", (xi, yi), textcoords="offset points", xytext=(4, 5), fontsize=7,
-                                color=styles[m]["color"])
-            budget = g.dropna(subset=["budget_ms"])
+                    ax.annotate(f"ρ={r:g}", (xi, yi), textcoords="offset points", xytext=offsets[i % len(offsets)],
+                                fontsize=7, color=styles[m]["color"])
+            budget = g.dropna(subset=["budget_measured_ms"])
             if len(budget):
-                ax.plot(budget["budget_ms"].astype(float), budget["quality"].astype(float), linestyle="none",
+                ax.plot(budget["budget_measured_ms"].astype(float), budget["quality"].astype(float), linestyle="none",
                         marker="|", markersize=16, markeredgewidth=2, color=styles[m]["color"], label=budget_label)
         if len(base) and pd.notna(base["latency_ms"].iloc[0]):
             ax.plot([float(base["latency_ms"].iloc[0])], [float(base["quality"].iloc[0])], linestyle="none",

@@ -27,7 +27,7 @@ from gac.errors import GacError
 
 PARETO_STRATEGIES = ("unaligned", "gac", "gac_latency")
 COLUMNS = ["method", "compressor", "strategy", "ratio", "key", "quality", "latency_ms", "lo_ms", "hi_ms",
-           "budget_ms", "table_ms", "budget", "params", "bench_check"]
+           "budget_ms", "table_ms", "budget", "params", "bench_check", "budget_measured_ms"]
 
 
 def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | None = None,
@@ -68,6 +68,8 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
             r["latency_ms"] = _get(rec, "prefill_ms")
         r["bench_check"] = bench_check(rec, comp, hit[1]) if hit is not None and not base else ""
         out.append(r)
+    for r, (_, rec) in zip(out, rows.iterrows()):
+        r["budget_measured_ms"] = _budget_measured(rec, out)
     frame = pd.DataFrame(out, columns=COLUMNS)
     frame["_order"] = [method_order(c, s) for c, s in zip(frame["compressor"], frame["strategy"])]
     frame = frame.sort_values(["_order", "latency_ms"], kind="stable").drop(columns="_order").reset_index(drop=True)
@@ -77,6 +79,20 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
                        seq_len=None if seq_len is None else int(seq_len),
                        device=hit[0].get("device") if hit is not None else None)
     return frame
+
+
+def _budget_measured(rec, out: list[dict]) -> float:
+    """A latency-budget plan's budget on the measured axis: its share of its reference plan's measured latency (the
+    same compressor and ratio), or its absolute budget in ms; NaN for a plan by parameters or without a measured
+    reference. A budget by its table is in the table's units, which are not the measurement's."""
+    if str(rec["strategy"]) != "gac_latency" or rec.get("budget_kind") == "min_latency":
+        return math.nan
+    ref, share = rec.get("latency_reference"), _get(rec, "latency_share")
+    if not isinstance(ref, str) or math.isnan(share):
+        return _get(rec, "latency_budget_ms")
+    hits = [o["latency_ms"] for o in out if o["compressor"] == str(rec["compressor"]) and o["strategy"] == ref
+            and o["ratio"] == _get(rec, "ratio")]
+    return share * hits[0] if hits and hits[0] == hits[0] else math.nan
 
 
 def bench_check(rec, comp: pd.DataFrame, point: dict) -> str:

@@ -69,7 +69,9 @@ def test_the_pareto_figure_labels_its_axes_with_units(tmp_path):
     assert "PPL" in ax.get_ylabel() and "lower is better" in ax.get_ylabel()
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {"ASVD", "ASVD (GAC)", "ASVD (GAC, latency at GAC's)", "Baseline (uncompressed)",
-            "latency budget (by the plan's table)"} <= labels
+            "latency budget (share x its reference plan, measured)"} <= labels
+    # the budget tick sits at its share of the reference plan's measured latency, not at the table's ms
+    assert list(fr.loc[fr["strategy"] == "gac_latency", "budget_measured_ms"]) == [10.0, 11.0]
     assert F.save_figure(fig, tmp_path / "p", ["png"])[0].stat().st_size > 0
 
 
