@@ -125,7 +125,7 @@ def task_metric_labels(recs, metrics) -> tuple[dict[str, str], dict[str, str | N
             values.setdefault(task_of(m), [])
     for t, vals in values.items():
         mine = [m for m in metrics if task_of(m) == t]
-        vals.extend(row_task_data(r, t) for r in recs if any(_measured(r, m) for m in mine))
+        vals.extend(row_task_data(r, t) for r in recs if any(not math.isnan(row_number(r, m)) for m in mine))
     data, note = task_columns(values)
     if MIXED_TASK_DATA in data.values():
         log.warning("task columns mix rows scored on different task data: %s", note)
@@ -149,13 +149,15 @@ def sweep_task_labels(sweep: pd.DataFrame) -> tuple[dict[str, str], dict[str, st
     return {m: metric_label(m, data[task_of(m)]) for m in metrics}, data, note
 
 
-def _measured(rec, metric: str) -> bool:
-    """Whether a frame row holds a number for ``metric``."""
-    v = rec.get(metric) if hasattr(rec, "get") else None
+def row_number(rec, name: str) -> float:
+    """A frame row's ``name`` as a float; NaN when the row (None) or the column is missing or holds no number."""
+    if rec is None or name not in rec.index:
+        return math.nan
+    v = rec[name]
     try:
-        return v is not None and not math.isnan(float(v))
+        return float(v) if v is not None else math.nan
     except (TypeError, ValueError):
-        return False
+        return math.nan
 
 
 #: stands for the perplexity metric of the data at hand (``ppl_<dataset>``, :mod:`gac.metrics`): see ppl_column

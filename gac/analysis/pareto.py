@@ -20,9 +20,10 @@ from gac.analysis.labels import (
     method_label,
     method_order,
     ppl_column,
+    row_number,
 )
 from gac.analysis.selection import completed, resolve
-from gac.analysis.tables import _get, bench_source, pick_bench
+from gac.analysis.tables import bench_source, pick_bench
 from gac.errors import GacError
 
 PARETO_STRATEGIES = ("unaligned", "gac", "gac_latency")
@@ -54,9 +55,9 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
     for _, rec in rows.iterrows():
         base = is_baseline(rec["compressor"], rec["strategy"])
         r = {"method": pareto_label(rec), "compressor": str(rec["compressor"]),
-             "strategy": "baseline" if base else str(rec["strategy"]), "ratio": _get(rec, "ratio"),
-             "key": str(rec["key"]), "quality": _get(rec, quality), "params": _get(rec, "params"),
-             "budget_ms": _get(rec, "latency_budget_ms"), "table_ms": _get(rec, "latency_table_ms"),
+             "strategy": "baseline" if base else str(rec["strategy"]), "ratio": row_number(rec, "ratio"),
+             "key": str(rec["key"]), "quality": row_number(rec, quality), "params": row_number(rec, "params"),
+             "budget_ms": row_number(rec, "latency_budget_ms"), "table_ms": row_number(rec, "latency_table_ms"),
              "budget": budget_note(rec), "lo_ms": math.nan, "hi_ms": math.nan}
         if hit is not None:
             pt = hit[1]
@@ -65,11 +66,13 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
             if v is not None and v["lo"] is not None and pt["baseline_ms"]:
                 r["lo_ms"], r["hi_ms"] = v["lo"] * pt["baseline_ms"], v["hi"] * pt["baseline_ms"]
         else:
-            r["latency_ms"] = _get(rec, "prefill_ms")
-        r["bench_check"] = bench_check(rec, comp, hit[1]) if hit is not None and not base else ""
+            r["latency_ms"] = row_number(rec, "prefill_ms")
         out.append(r)
-    for r, (_, rec) in zip(out, rows.iterrows()):
-        r["budget_measured_ms"] = _budget_measured(rec, out)
+    for r, (_, rec) in zip(out, rows.iterrows()):  # a latency-budget plan against its reference plan's point
+        budget = latency_budget_of(rec)
+        ref = _reference(r, budget[0], out) if budget is not None and budget[0] is not None else None
+        r["budget_measured_ms"] = _budget_measured(budget, ref)
+        r["bench_check"] = "" if budget is None or hit is None else bench_check(r, budget, ref, hit[1])
     frame = pd.DataFrame(out, columns=COLUMNS)
     frame["_order"] = [method_order(c, s) for c, s in zip(frame["compressor"], frame["strategy"])]
     frame = frame.sort_values(["_order", "latency_ms"], kind="stable").drop(columns="_order").reset_index(drop=True)
@@ -81,21 +84,36 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
     return frame
 
 
-def _budget_measured(rec, out: list[dict]) -> float:
-    """A latency-budget plan's budget on the measured axis: its share of its reference plan's measured latency (the
-    same compressor and ratio), or its absolute budget in ms; NaN for a plan by parameters or without a measured
-    reference. A budget by its table is in the table's units, which are not the measurement's."""
+def latency_budget_of(rec) -> tuple[str | None, float, float] | None:
+    """A latency-budget plan's ``(reference, share, budget_ms)`` (reference None: an absolute budget in ms); None for
+    a plan by parameters or a ``min_latency`` plan (no latency budget). ``rec``: a results-frame row."""
     if str(rec["strategy"]) != "gac_latency" or rec.get("budget_kind") == "min_latency":
-        return math.nan
-    ref, share = rec.get("latency_reference"), _get(rec, "latency_share")
+        return None
+    ref, share = rec.get("latency_reference"), row_number(rec, "latency_share")
     if not isinstance(ref, str) or math.isnan(share):
-        return _get(rec, "latency_budget_ms")
-    hits = [o["latency_ms"] for o in out if o["compressor"] == str(rec["compressor"]) and o["strategy"] == ref
-            and o["ratio"] == _get(rec, "ratio")]
-    return share * hits[0] if hits and hits[0] == hits[0] else math.nan
+        return None, math.nan, row_number(rec, "latency_budget_ms")
+    return ref, share, row_number(rec, "latency_budget_ms")
 
 
-def bench_check(rec, comp: pd.DataFrame, point: dict) -> str:
+def _budget_measured(budget: tuple | None, ref: dict | None) -> float:
+    """A latency budget on the measured axis: its share of its reference plan's measured latency, or its absolute
+    ms; NaN without a budget or a measured reference. A budget by its table is in the table's units, which are not
+    the measurement's."""
+    if budget is None:
+        return math.nan
+    strategy, share, budget_ms = budget
+    if strategy is None:
+        return budget_ms
+    return share * ref["latency_ms"] if ref is not None else math.nan
+
+
+def _reference(point: dict, strategy: str, out: list[dict]) -> dict | None:
+    """The Pareto point of ``strategy`` at ``point``'s compressor and ratio (a latency budget's reference plan)."""
+    return next((o for o in out if o["compressor"] == point["compressor"] and o["strategy"] == strategy
+                 and o["ratio"] == point["ratio"]), None)
+
+
+def bench_check(point: dict, budget: tuple, ref: dict | None, bench_point: dict) -> str:
     """Whether the side-by-side bench confirms a latency-budget plan's budget, in the bench's own measurements.
 
     A budget as a share of a reference plan (``latency <= 1 x gac``) is checked as the paired ratio of the plan's
@@ -103,27 +121,24 @@ def bench_check(rec, comp: pd.DataFrame, point: dict) -> str:
     table that chose the plan and the bench time the same kernels but not the same whole prefill, so the check is
     relative. An absolute budget (ms) is checked against the plan's measured interval. ``confirmed``: the whole 95%
     interval is within the budget; ``within CI``: the budget lies inside it; ``over``: the whole interval is above.
-    Empty for a plan by parameters or a ``min_latency`` plan (no latency budget)."""
+    ``point``/``ref``: Pareto points (the plan's, its reference plan's); ``budget``: :func:`latency_budget_of`;
+    ``bench_point``: the bench summary's point."""
     from gac.stats import paired_ratio_ci
 
-    if str(rec["strategy"]) != "gac_latency" or rec.get("budget_kind") == "min_latency":
-        return ""
-    mine = point["variants"].get(str(rec["key"])) or {}
-    ref, share = rec.get("latency_reference"), _get(rec, "latency_share")
-    if isinstance(ref, str) and not math.isnan(share):
-        same = comp[(comp["compressor"].astype(str) == str(rec["compressor"])) & (comp["strategy"].astype(str) == ref)
-                    & (comp["ratio"] == rec["ratio"])]
-        theirs = [point["variants"][k] for k in same["key"].astype(str) if k in point["variants"]]
-        if not theirs or not mine.get("samples") or not theirs[0].get("samples"):
-            return f"not checked: the {ref} plan at ratio {rec['ratio']:g} was not in the bench"
-        r, lo, hi = paired_ratio_ci(mine["samples"], theirs[0]["samples"])
-        what, limit = f"{r:.3f} [{lo:.3f}, {hi:.3f}] x {ref}, budget {share:g} x", share
+    variants = bench_point["variants"]
+    mine = variants.get(point["key"]) or {}
+    strategy, share, budget_ms = budget
+    if strategy is not None:
+        theirs = variants.get(ref["key"]) if ref is not None else None
+        if not theirs or not mine.get("samples") or not theirs.get("samples"):
+            return f"not checked: the {strategy} plan at ratio {point['ratio']:g} was not in the bench"
+        r, lo, hi = paired_ratio_ci(mine["samples"], theirs["samples"])
+        what, limit = f"{r:.3f} [{lo:.3f}, {hi:.3f}] x {strategy}, budget {share:g} x", share
     else:
-        budget = _get(rec, "latency_budget_ms")
-        if math.isnan(budget) or mine.get("lo") is None or not point.get("baseline_ms"):
+        if math.isnan(budget_ms) or mine.get("lo") is None or not bench_point.get("baseline_ms"):
             return "not checked: no absolute budget or no interval"
-        lo, hi = mine["lo"] * point["baseline_ms"], mine["hi"] * point["baseline_ms"]
-        what, limit = f"{mine['ms']:.4g} ms [{lo:.4g}, {hi:.4g}], budget {budget:.4g} ms", budget
+        lo, hi = mine["lo"] * bench_point["baseline_ms"], mine["hi"] * bench_point["baseline_ms"]
+        what, limit = f"{mine['ms']:.4g} ms [{lo:.4g}, {hi:.4g}], budget {budget_ms:.4g} ms", budget_ms
     verdict = "confirmed" if hi <= limit else "over" if lo > limit else "within CI"
     return f"{what}: {verdict}"
 

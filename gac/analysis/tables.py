@@ -28,6 +28,7 @@ from gac.analysis.labels import (
     metric_label,
     ppl_column,
     proxy_order,
+    row_number,
     sweep_metric_rank,
     sweep_task_labels,
     task_metric_labels,
@@ -144,9 +145,9 @@ def table5(
     def lat(rec):
         if rec is None:
             return math.nan
-        v = _get(rec, latency)
+        v = row_number(rec, latency)
         if math.isnan(v) and seq_len is not None:
-            v = _get(rec, f"{latency}@{int(seq_len)}")
+            v = row_number(rec, f"{latency}@{int(seq_len)}")
         return v
 
     labels, task_data, task_note = task_metric_labels([r for _, r in rows], [m for _, m in TABLE5_METRICS])
@@ -155,10 +156,10 @@ def table5(
     hit = pick_bench(bench, keys, model, 1, seq_len) if latency == "prefill_ms" and seq_len is not None else None
     out = []
     for label, rec in rows:
-        align = _get(rec, f"aligned_{unit}") if unit is not None else _get(rec, "aligned_fraction")
+        align = row_number(rec, f"aligned_{unit}") if unit is not None else row_number(rec, "aligned_fraction")
         r = {ALIGN_COL: 100.0 * align}
         for col, metric in TABLE5_METRICS:
-            r[labels.get(metric, col)] = _get(rec, ppl if metric == PPL else metric)
+            r[labels.get(metric, col)] = row_number(rec, ppl if metric == PPL else metric)
         if hit is not None:
             pt = hit[1]
             v = None if label == "Baseline" else pt["variants"][str(rec["key"])]
@@ -247,16 +248,6 @@ def bench_source(summary: Mapping) -> str:
     return (f"latency: side-by-side bench {str(summary.get('key'))[:8]} on {summary.get('device')} "
             f"({summary.get('device_type')}), {summary.get('rounds')} interleaved rounds, paired bootstrap 95% CI "
             f"over rounds")
-
-
-def _get(rec, name: str) -> float:
-    if rec is None or name not in rec.index:
-        return math.nan
-    v = rec[name]
-    try:
-        return float(v) if v is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
 
 
 # ---------------------------------------------------------------------------------------------- ratio sweep
