@@ -26,9 +26,7 @@ def provenance(device: str | None = None) -> dict:
             pkgs[name] = md.version(name.replace("_", "-"))
         except md.PackageNotFoundError:
             pkgs[name] = None
-    repo = Path(gac.__file__).resolve().parent.parent
-    commit = git_commit(repo)
-    dirty = git_dirty(repo) if commit else None
+    commit, dirty = checkout()
     return {
         "gac_version": gac.__version__,
         "git_commit": commit,
@@ -39,6 +37,15 @@ def provenance(device: str | None = None) -> dict:
         "device": device,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def checkout() -> tuple[str | None, bool | None]:
+    """``(git_commit, git_dirty)`` of the checkout gac runs from; ``(None, None)`` outside one (a wheel)."""
+    import gac
+
+    repo = Path(gac.__file__).resolve().parent.parent
+    commit = git_commit(repo)
+    return commit, git_dirty(repo) if commit else None
 
 
 def git_commit(repo: str | os.PathLike) -> str | None:

@@ -21,10 +21,9 @@ def slurm_ids() -> dict:
 def checkout_at_start() -> tuple[str | None, bool | None]:
     """``(git_commit, git_dirty)`` of gac's checkout when this process started its first job (cached): the code a
     job runs is what the process imported then, not what the checkout holds when the record is written hours later."""
-    from gac.evaluation.report import provenance
+    from gac.evaluation.report import checkout
 
-    p = provenance()
-    return p["git_commit"], p["git_dirty"]
+    return checkout()
 
 
 def job_provenance(spec: JobSpec) -> dict:
