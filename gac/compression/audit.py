@@ -44,16 +44,11 @@ def vllm_tp_ok(heads: int, kv_heads: int, tp: int) -> bool:
     return kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
 
 
-def head_checks(specs: dict[str, dict], head_dim: int, num_heads: int, num_kv_heads: int) -> dict:
-    """The head counts of every layer (from the q_proj / k_proj outputs) checked as the module docstring says."""
-    per_layer: dict[str, dict[str, float]] = {}
-    for name, spec in specs.items():
-        proj = name.rsplit(".", 1)[-1]
-        if proj not in ("q_proj", "k_proj") or "out" not in spec:
-            continue
-        layer = name.rsplit(".", 2)[0]
-        per_layer.setdefault(layer, {})[proj] = spec["out"] / head_dim if head_dim else 0
-    counts = {(v.get("q_proj", num_heads), v.get("k_proj", num_kv_heads)) for v in per_layer.values()} or {
+def head_checks(rows: dict[int, dict[str, int]], head_dim: int, num_heads: int, num_kv_heads: int) -> dict:
+    """The head counts of every layer (its q and k output rows, :func:`head_rows`) checked as the module docstring
+    says."""
+    counts = {(v.get("q", num_heads * head_dim) / head_dim if head_dim else 0,
+               v.get("k", num_kv_heads * head_dim) / head_dim if head_dim else 0) for v in rows.values()} or {
         (num_heads, num_kv_heads)}
     problems = []
     for h, k in sorted(counts):
@@ -68,6 +63,8 @@ def head_checks(specs: dict[str, dict], head_dim: int, num_heads: int, num_kv_he
 
 
 def _dims(spec: dict) -> dict[str, int]:
+    if spec["type"] == "expert":
+        return {"in": spec["in"], "width": spec["width"], "out": spec["out"]}
     if spec["type"] == "lowrank":
         return {"in": spec["in"], "rank": spec["rank"], "out": spec["out"]}
     if spec["type"] == "grouped_lowrank":
@@ -80,7 +77,9 @@ def _dims(spec: dict) -> dict[str, int]:
 
 
 def audit_specs(specs: dict[str, dict], head_dim: int, model_type: str = "", source: str = "",
-                num_heads: int | None = None, num_kv_heads: int | None = None) -> dict:
+                num_heads: int | None = None, num_kv_heads: int | None = None,
+                heads: dict[int, dict[str, int]] | None = None) -> dict:
+    """The audit of one spec per GEMM (:func:`gemm_specs`); ``heads``: the q/k rows per layer (:func:`head_rows`)."""
     rows = []
     for name, spec in specs.items():
         dims = _dims(spec)
@@ -97,17 +96,47 @@ def audit_specs(specs: dict[str, dict], head_dim: int, model_type: str = "", sou
         "head_dim": head_dim,
         "head_dim_flash_ok": head_dim % 8 == 0 and head_dim <= 256,
         "head_dim_vllm_ok": head_dim in VLLM_HEAD_SIZES,
-        "heads": head_checks(specs, head_dim, num_heads, num_kv_heads) if num_heads else None,
+        "heads": head_checks(heads or {}, head_dim, num_heads, num_kv_heads) if num_heads else None,
         "weights": rows,
     }
 
 
-def audit_model(model: nn.Module, source: str = "") -> dict:
-    from gac.compression.discovery import PROJECTIONS, discover
+def gemm_specs(specs: dict[str, dict]) -> dict[str, dict]:
+    """One spec per GEMM: a split module's parts each (``module[role]``), an expert block's experts each
+    (``module.<e>``: ``in`` = hidden, ``width``, ``out`` = hidden), every other module as it is."""
+    out: dict[str, dict] = {}
+    for n, spec in specs.items():
+        kind = spec.get("type")
+        if kind == "split":
+            for role, part in zip(spec["roles"], spec["parts"]):
+                out[f"{n}[{role}]"] = part
+        elif kind == "experts":
+            for e, w in enumerate(spec["widths"]):
+                out[f"{n}.{e}"] = {"type": "expert", "in": spec["hidden"], "width": w, "out": spec["hidden"]}
+        elif kind == "fused_experts":
+            for e in range(spec["experts"]):
+                out[f"{n}.{e}"] = {"type": "expert", "in": spec["hidden"], "width": spec["width"], "out": spec["hidden"]}
+        else:
+            out[n] = spec
+    return out
 
-    layout = discover(model)
-    specs = {n: module_spec(get_module(model, n)) for n in layout.linear_names(PROJECTIONS)}
-    return audit_specs(specs, layout.head_dim, layout.model_type, source, layout.num_heads, layout.num_kv_heads)
+
+def head_rows(layout) -> dict[int, dict[str, int]]:
+    """The q and k output rows of every layer, from the layout (compressors keep them: no head is pruned)."""
+    out: dict[int, dict[str, int]] = {}
+    for p in layout.projections:
+        if p.role in ("q", "k"):
+            out.setdefault(p.layer, {})[p.role] = p.out_features
+    return out
+
+
+def audit_model(model: nn.Module, source: str = "") -> dict:
+    from gac.compression.discovery import discover
+
+    layout = discover(model, check_heads=False)
+    specs = gemm_specs({n: module_spec(get_module(model, n)) for n in layout.modules()})
+    return audit_specs(specs, layout.head_dim, layout.model_type, source, layout.num_heads, layout.num_kv_heads,
+                       head_rows(layout))
 
 
 def _local_or_hub(spec: str | os.PathLike) -> Path | None:
@@ -164,9 +193,10 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
         return AutoModelForCausalLM.from_config(config)
 
 
-def weights_specs(path: str | os.PathLike, names) -> dict[str, dict | None]:
-    """The spec of each module in ``names`` as the checkpoint's WEIGHTS say (shapes from the safetensors header;
-    no tensor is read). None for a module the weights do not hold."""
+def weights_specs(path: str | os.PathLike, recorded: dict[str, dict]) -> dict[str, dict | None]:
+    """The spec of each module of ``recorded`` (name -> the spec the checkpoint's JSON records) as the checkpoint's
+    WEIGHTS say (shapes from the safetensors header; no tensor is read). The recorded spec's type says which
+    tensors to look for; the shapes come from the weights alone. None for a module the weights do not hold."""
     from safetensors import safe_open
 
     from gac.compression.checkpoint import read_meta
@@ -180,27 +210,52 @@ def weights_specs(path: str | os.PathLike, names) -> dict[str, dict | None]:
     except Exception as e:  # noqa: BLE001 - SafetensorError / OSError: truncated, missing or foreign
         raise GacError(f"checkpoint {str(p)!r}: cannot read the shapes in {wfile.name} ({str(e).splitlines()[0][:200]}); "
                        f"the file is missing, truncated or not safetensors — copy the checkpoint again") from None
-    out: dict[str, dict | None] = {}
-    for n in names:
-        if f"{n}.weight" in shapes and len(shapes[f"{n}.weight"]) == 2:
-            o, i = shapes[f"{n}.weight"]
-            out[n] = {"type": "linear", "in": i, "out": o, "bias": f"{n}.bias" in shapes}
-        elif f"{n}.down.weight" in shapes and f"{n}.up.weight" in shapes:
-            r, i = shapes[f"{n}.down.weight"]
-            out[n] = {"type": "lowrank", "in": i, "out": shapes[f"{n}.up.weight"][0], "rank": r,
-                      "bias": f"{n}.up.bias" in shapes}
-        elif f"{n}.down.weight" in shapes and f"{n}.ups.0.weight" in shapes:
-            i = shapes[f"{n}.down.weight"][1]
-            outs, ranks, g = [], [], 0
-            while f"{n}.ups.{g}.weight" in shapes:
-                o, r = shapes[f"{n}.ups.{g}.weight"]
-                outs.append(o)
-                ranks.append(r)
-                g += 1
-            out[n] = {"type": "grouped_lowrank", "in": i, "outs": outs, "ranks": ranks, "bias": f"{n}.bias" in shapes}
-        else:
-            out[n] = None
-    return out
+    return {n: _spec_from_shapes(shapes, n, spec if isinstance(spec, dict) else {}) for n, spec in recorded.items()}
+
+
+def _spec_from_shapes(shapes: dict, n: str, hint: dict) -> dict | None:
+    kind = hint.get("type")
+    if kind == "split":
+        parts = []
+        for i, h in enumerate(hint.get("parts") or []):
+            got = _spec_from_shapes(shapes, f"{n}.parts.{i}", h if isinstance(h, dict) else {})
+            if got is None:
+                return None
+            parts.append(got)
+        return {"type": "split", "in": parts[0]["in"] if parts else None, "roles": hint.get("roles"),
+                "rows": hint.get("rows"), "parts": parts}
+    if kind == "experts":
+        widths, e = [], 0
+        while f"{n}.gate_up.{e}.weight" in shapes:
+            widths.append(shapes[f"{n}.gate_up.{e}.weight"][0] // 2)
+            e += 1
+        if not widths:
+            return None
+        return {"type": "experts", "hidden": shapes[f"{n}.gate_up.0.weight"][1], "widths": widths, "act": hint.get("act")}
+    if kind == "fused_experts":
+        gu = shapes.get(f"{n}.gate_up_proj")
+        if gu is None or len(gu) != 3:
+            return None
+        return {"type": "fused_experts", "experts": gu[0], "hidden": gu[2], "width": gu[1] // 2}
+    if f"{n}.weight" in shapes and len(shapes[f"{n}.weight"]) == 2:
+        a, b = shapes[f"{n}.weight"]
+        if kind == "conv1d":  # Conv1D stores in x out
+            return {"type": "conv1d", "in": a, "out": b, "bias": f"{n}.bias" in shapes}
+        return {"type": "linear", "in": b, "out": a, "bias": f"{n}.bias" in shapes}
+    if f"{n}.down.weight" in shapes and f"{n}.up.weight" in shapes:
+        r, i = shapes[f"{n}.down.weight"]
+        return {"type": "lowrank", "in": i, "out": shapes[f"{n}.up.weight"][0], "rank": r,
+                "bias": f"{n}.up.bias" in shapes}
+    if f"{n}.down.weight" in shapes and f"{n}.ups.0.weight" in shapes:
+        i = shapes[f"{n}.down.weight"][1]
+        outs, ranks, g = [], [], 0
+        while f"{n}.ups.{g}.weight" in shapes:
+            o, r = shapes[f"{n}.ups.{g}.weight"]
+            outs.append(o)
+            ranks.append(r)
+            g += 1
+        return {"type": "grouped_lowrank", "in": i, "outs": outs, "ranks": ranks, "bias": f"{n}.bias" in shapes}
+    return None
 
 
 def audit_checkpoint(path: str | os.PathLike) -> dict:
@@ -211,8 +266,8 @@ def audit_checkpoint(path: str | os.PathLike) -> dict:
 
     meta = read_meta(path)
     recorded = meta.get("modules") or {}
-    layout = discover(build_skeleton(meta, meta_device=True))
-    from_weights = weights_specs(path, list(recorded))
+    layout = discover(build_skeleton(meta, meta_device=True), check_heads=False)
+    from_weights = weights_specs(path, recorded)
     mismatch = []
     for n, spec in recorded.items():
         got = from_weights[n]
@@ -221,7 +276,8 @@ def audit_checkpoint(path: str | os.PathLike) -> dict:
         elif got != spec:
             mismatch.append({"name": n, "json": spec, "weights": got})
     specs = {n: (w if w is not None else recorded[n]) for n, w in from_weights.items()}
-    rep = audit_specs(specs, layout.head_dim, layout.model_type, str(path), layout.num_heads, layout.num_kv_heads)
+    rep = audit_specs(gemm_specs(specs), layout.head_dim, layout.model_type, str(path), layout.num_heads,
+                      layout.num_kv_heads, head_rows(layout))
     rep["shapes_from"] = "weights"
     rep["config_mismatch"] = mismatch
     return rep

@@ -81,11 +81,11 @@ def is_checkpoint(path: str | os.PathLike) -> bool:
 
 
 def projection_specs(model: nn.Module) -> dict[str, dict]:
-    """The spec of every q/k/v/o/gate/up/down projection in the decoder layers."""
-    from gac.compression.discovery import PROJECTIONS, discover
+    """The spec of every module of the decoder layers that holds a projection or an expert block (its layout's)."""
+    from gac.compression.discovery import discover
 
     layout = discover(model)
-    return {n: module_spec(get_module(model, n)) for n in layout.linear_names(PROJECTIONS)}
+    return {n: module_spec(get_module(model, n)) for n in layout.modules()}
 
 
 def _git_info() -> dict:

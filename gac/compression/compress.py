@@ -43,7 +43,7 @@ from gac.compression.allocation import (
 from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
 from gac.compression.importance import collect_gradient_stats, iter_activation_stats
-from gac.compression.modules import get_module, weight_params
+from gac.compression.parts import part_params, stat_tensor
 from gac.compression.prepared_io import load_prepared, save_prepared
 from gac.compression.proxies import get_proxy
 from gac.compression.resources import ResourceMeter
@@ -171,7 +171,7 @@ class Prepared:
             score_of = dict(zip([u.name for u in self.units], scores))
         elif self.allocation == "fisher_uniform":
             sc = [self.scores[u.name] for u in self.units]
-            d_star = fisher_uniform_allocation(dense, ppd, dmax, sc, [u.modules for u in self.units], budget)
+            d_star = fisher_uniform_allocation(dense, ppd, dmax, sc, [u.projection_key for u in self.units], budget)
             score_of = self.scores
         else:
             sc = [self.scores[u.name] for u in self.units]
@@ -209,10 +209,9 @@ class Prepared:
         """What the hardware profile needs to measure a target's own kernels (gac.profiling.sweeps.target_shape)."""
         meta = {"d_full": u.d_full, "dense_params": u.dense_params, "hidden_size": self.layout.hidden_size,
                 "num_heads": self.layout.num_heads}
-        if u.kind == "lowrank" and len(u.modules) == 1:
-            mod = get_module(self.model, u.modules[0])
-            if isinstance(mod, nn.Linear) and mod.in_features + mod.out_features == u.params_per_dim:
-                meta.update(in_features=mod.in_features, out_features=mod.out_features)
+        p = u.meta.get("projection")
+        if u.kind == "lowrank" and p is not None and p.in_features + p.out_features == u.params_per_dim:
+            meta.update(in_features=p.in_features, out_features=p.out_features)
         return meta
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
@@ -351,8 +350,11 @@ def _units_by_layer(units: list[Unit], layout: ModelLayout) -> dict[int, list[Un
 
 
 def compressed_weight_params(model: nn.Module, units: list[Unit]) -> int:
-    """Weight parameters of the modules the units cover, counted on the model (low-rank factors, pruned Linears)."""
-    return sum(weight_params(get_module(model, m)) for m in sorted({m for u in units for m in u.modules}))
+    """Weight parameters of the weights the units cover (their parts: whole modules, roles of fused ones, experts),
+    counted on the model as it is (low-rank factors, pruned Linears)."""
+    parts = sorted({wp for u in units for wp in u.weight_parts}, key=lambda mp: (mp[0], mp[1] or ""))
+    layout = discover(model) if any(part and not part.startswith("expert") for _, part in parts) else None
+    return sum(part_params(model, m, part, layout) for m, part in parts)
 
 
 def prepare(
@@ -433,7 +435,7 @@ def prepare(
         log.info("%s", check_cost(estimate, units, grid, limit_s, comp.name))
     mods = comp.stat_modules(units)
     for n in mods:
-        w = get_module(model, n).weight
+        w = stat_tensor(model, n)[0]
         if not torch.isfinite(w).all():
             raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
     meter = ResourceMeter(str(_device_of(model)))
@@ -444,7 +446,7 @@ def prepare(
     notes = []
     if need_grad:
         if grad_checkpoint is None:
-            reserved = 4 * len(prox.elementwise) * sum(get_module(model, n).weight.numel() for n in mods)
+            reserved = 4 * len(prox.elementwise) * sum(stat_tensor(model, n)[0].numel() for n in mods)
             grad_checkpoint, why = _auto_checkpoint(model, layout, calib_ids, reserved)
             if grad_checkpoint:
                 notes.append(f"gradient pass used activation checkpointing ({why})")

@@ -118,12 +118,20 @@ class Footprint:
 
 
 def _shapes(config) -> dict:
-    h = int(config.hidden_size)
-    heads = int(config.num_attention_heads)
-    kv = int(getattr(config, "num_key_value_heads", None) or heads)
-    hd = int(getattr(config, "head_dim", None) or h // heads)
-    return {"h": h, "inter": int(config.intermediate_size), "L": int(config.num_hidden_layers), "V": int(config.vocab_size),
-            "q": heads * hd, "kv": kv * hd}
+    """The widths the estimate reads, and one decoder layer's projections ``(out, in)`` by role, from the model's
+    layout (:func:`~gac.compression.discovery.discover_config`: its family's, on the meta device), never from config
+    fields a family may lack (GPT-2 has no ``intermediate_size``)."""
+    from gac.compression.discovery import discover_config
+
+    lay = discover_config(config)
+    lin = {p.role: (p.out_features, p.in_features) for p in lay.projections if p.layer == 0}
+    block = lay.experts_of(0)
+    if block is not None:  # the experts of a mixture-of-experts layer, all of them
+        E, H, w = block.num_experts, block.hidden, block.width
+        lin.update(experts_gate_up=(E * 2 * w, H), experts_down=(H, E * w))
+    q, kv = lay.num_heads * lay.head_dim, lay.num_kv_heads * lay.head_dim
+    return {"h": lay.hidden_size, "inter": lay.intermediate_size, "L": lay.num_layers, "V": lay.vocab_size, "q": q,
+            "kv": kv, "lin": lin}
 
 
 def count_params(config) -> int:
@@ -137,10 +145,8 @@ def count_params(config) -> int:
 
 
 def _linears(s: dict) -> dict[str, tuple[int, int]]:
-    """(out, in) of one decoder layer's projections."""
-    h, inter, q, kv = s["h"], s["inter"], s["q"], s["kv"]
-    return {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q), "gate_proj": (inter, h),
-            "up_proj": (inter, h), "down_proj": (h, inter)}
+    """(out, in) of one decoder layer's projections, by role."""
+    return s["lin"]
 
 
 def _scored_params(comp, s: dict, lin: dict) -> int:
@@ -154,11 +160,19 @@ def _scored_params(comp, s: dict, lin: dict) -> int:
         layers = comp.layers
         idx = (parse_layers(None, L, default=layer_range(layers or "reference", L))
                if layers is None or layers in LAYER_PRESETS else parse_layers(layers, L))
-        projs = ("gate_proj", "up_proj", "down_proj")
+        projs = ("gate", "up", "down", "fc_in", "fc_out", "experts_gate_up", "experts_down")
     else:
         idx = parse_layers(getattr(comp, "layers", None), L)
-        projs = tuple(getattr(comp, "projections", tuple(lin)))
+        projs = _roles(comp, lin)
     return len(idx) * sum(o * i for p, (o, i) in lin.items() if p in projs)
+
+
+def _roles(comp, lin: dict) -> tuple[str, ...]:
+    """The roles a compressor's ``projections`` option names (None: every projection of the layer)."""
+    from gac.compression.layouts import ROLES, role_of
+
+    named = getattr(comp, "projections", None)
+    return tuple(role_of(str(p)) for p in named) if named is not None else tuple(r for r in lin if r in ROLES)
 
 
 def estimate_footprint(config, compressor: str, *, dtype: str = "float32", device: str = "cpu", n_samples: int = 32,
@@ -216,7 +230,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     factorization = 0
     if lowrank:
         c = 4 if method in ("gram32", "randomized") else 8
-        for o, i in lin.values():
+        for o, i in (v for r, v in lin.items() if r in _roles(comp, lin)):
             mn, lo = o * i, min(o, i)
             k = max(1, mn // (o + i))
             if method == "exact":
@@ -235,7 +249,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         gradients = acts + logits + one_grad + len(prox.elementwise) * 4 * _scored_params(comp, s, lin)
     factors = 0
     if lowrank:
-        targets = {"palu": ("k_proj", "v_proj")}.get(comp.name, tuple(lin))
+        targets = _roles(comp, lin)
         factors = L * sum(max(1, o * i // (o + i)) * (o + i) * 4 for p, (o, i) in lin.items() if p in targets)
     weights = P * b
     base = int(BASE_MB * MB)

@@ -75,6 +75,33 @@ class WeightStats:
             raise GacError("activation statistics were not collected for this weight")
         return self.act_abs / self.tokens
 
+    def part(self, rows: list[int] | None) -> WeightStats:
+        """The statistics of some of the weight's output rows (a role of a fused weight): the input sums are the
+        weight's (one input feeds all rows), the per-row sums and the output Gram are restricted to ``rows``; per-column
+        gradient sums cannot be split by row and are left out (None: all rows, the statistics themselves)."""
+        if rows is None:
+            return self
+        idx = torch.as_tensor(rows)
+        out = WeightStats(tokens=self.tokens, act_sq=self.act_sq, act_abs=self.act_abs, xtx=self.xtx,
+                          samples=self.samples)
+        if self.yty is not None:
+            i = idx.to(self.yty.device)
+            out.yty = self.yty.index_select(0, i).index_select(1, i)
+        for k in ("taylor_row", "fisher_row", "taylor_mean_row", "fisher_rms_row"):
+            v = getattr(self, k)
+            if v is not None:
+                setattr(out, k, v.index_select(-1, idx.to(v.device)))
+        return out
+
+    def expert(self, e: int) -> WeightStats:
+        """Expert ``e``'s statistics of a 3-D expert parameter (its gradient sums are kept per expert)."""
+        out = WeightStats(samples=self.samples)
+        for k in GRADIENT_STATS:
+            v = getattr(self, k)
+            if v is not None:
+                setattr(out, k, v[e])
+        return out
+
     def merge(self, other: WeightStats) -> None:
         for k in ("act_sq", "act_abs", "xtx", "yty", *GRADIENT_STATS):
             v = getattr(other, k)
@@ -426,8 +453,15 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     model_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     run_dtype, scaled = gradient_precision(model_dtype, bf16_native(dev), precision)
     scale = LOSS_SCALE_INIT if scaled else 1.0
+    from gac.compression.parts import stat_tensor
+
     stats = {n: WeightStats() for n in modules}
-    params = {n: model.get_submodule(n).weight for n in modules}
+    params, row_axis = {}, {}
+    for n in modules:
+        params[n], row_axis[n] = stat_tensor(model, n)
+    # the axes a weight's rows and columns are summed over: rows are its outputs (per expert for a 3-D expert
+    # parameter [E, out, in]), columns its inputs (a Conv1D stores in x out)
+    axes = {n: ((2, 1) if p.dim() == 3 else (1 - row_axis[n], row_axis[n])) for n, p in params.items()}
     g_sum = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()} if "taylor_mean" in elementwise else {}
     g2_sum = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in params.items()} if "fisher_rms" in elementwise else {}
     saved_flags = {p: p.requires_grad for p in model.parameters()}
@@ -459,9 +493,10 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
             w = p.detach().float()
             wg = w * g
             st = stats[n]
-            row, col = wg.sum(1).abs(), wg.abs().sum(0)
+            ia, ra = axes[n]
+            row, col = wg.sum(ia).abs(), wg.abs().sum(ra)
             g2 = g * g
-            fr, fc = g2.sum(1), g2.sum(0)
+            fr, fc = g2.sum(ia), g2.sum(ra)
             for what, v in (("taylor_row", row), ("taylor_col", col), ("fisher_row", fr), ("fisher_col", fc)):
                 cur = getattr(st, what)  # float64 on the weight's device: no host copy (and no sync) per sample
                 if cur is None:
@@ -518,12 +553,13 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
         restore()  # the statistics below read the model's own weights again
         n_s = max(int(calib_ids.shape[0]), 1)
         for n, st in stats.items():
+            ia, ra = axes[n]
             if n in g_sum:  # |w * g_bar| with g_bar the mean gradient
                 t = (params[n].detach().float() * g_sum.pop(n).div_(n_s)).abs_()
-                st.taylor_mean_row, st.taylor_mean_col = t.sum(1).double().cpu(), t.sum(0).double().cpu()
+                st.taylor_mean_row, st.taylor_mean_col = t.sum(ia).double().cpu(), t.sum(ra).double().cpu()
             if n in g2_sum:  # sqrt(mean_s g^2)
                 f = g2_sum.pop(n).div_(n_s).sqrt_()
-                st.fisher_rms_row, st.fisher_rms_col = f.sum(1).double().cpu(), f.sum(0).double().cpu()
+                st.fisher_rms_row, st.fisher_rms_col = f.sum(ia).double().cpu(), f.sum(ra).double().cpu()
             for what in GRADIENT_STATS:
                 if getattr(st, what) is not None:
                     setattr(st, what, getattr(st, what).cpu())  # one copy per statistic, after the last sample

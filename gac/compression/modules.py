@@ -5,6 +5,12 @@
 * :class:`GroupedLowRankLinear` — PaLU's group-wise low-rank projection: one shared ``down`` (sum of ranks x in),
   one ``up`` per head group (out_g x rank_g), outputs concatenated; weights ``in * sum(r) + sum(r_g * out_g)``.
 * a narrower :class:`torch.nn.Linear` — structured pruning (LLM-Pruner) keeps a subset of rows or columns.
+* :class:`SplitLinear` — a fused projection (Phi-3's ``qkv_proj``, GPT-2's ``c_attn``) whose roles became separate
+  modules: each part computes its own output rows (``rows``, ranges of the fused output), the outputs are put back in
+  the fused order. Parts are any of the modules here.
+* :class:`ExpertMLPs` — a mixture-of-experts block whose experts have their own widths (pruned expert by expert):
+  per expert a ``gate_up`` Linear (H -> 2 w_e: gate rows then up rows) and a ``down`` Linear (w_e -> H), called as
+  transformers 5's expert modules are (``hidden [T, H], top_k_index [T, k], top_k_weights [T, k]``).
 
 Every module is described by a JSON-able *spec* (:func:`module_spec`) and rebuilt from it (:func:`build_module`):
 a gac checkpoint records the spec of every projection, so a reload rebuilds the compressed structure before any
@@ -79,8 +85,113 @@ class GroupedLowRankLinear(nn.Module):
         return f"in_features={self.in_features}, outs={self.outs}, ranks={self.ranks}"
 
 
+class SplitLinear(nn.Module):
+    """A fused projection computed part by part: ``y[..., rows_r] = part_r(x)`` (module docstring)."""
+
+    def __init__(self, in_features: int, roles: list[str], rows: list, parts: list[nn.Module]):
+        super().__init__()
+        if not (len(roles) == len(rows) == len(parts)) or not roles:
+            raise GacError(f"SplitLinear needs one row range list and one module per role, got {roles}")
+        self.in_features = int(in_features)
+        self.roles = [str(r) for r in roles]
+        self.rows = [[[int(a), int(b)] for a, b in rr] for rr in rows]
+        self.parts = nn.ModuleList(parts)
+        for r, rr, m in zip(self.roles, self.rows, self.parts):
+            n = sum(b - a for a, b in rr)
+            if getattr(m, "out_features", None) != n or getattr(m, "in_features", None) != self.in_features:
+                raise GacError(f"SplitLinear part {r}: a {getattr(m, 'in_features', '?')} -> "
+                               f"{getattr(m, 'out_features', '?')} module for {n} rows of a {self.in_features}-input "
+                               f"projection")
+        flat = [i for rr in self.rows for a, b in rr for i in range(a, b)]
+        self.out_features = len(flat)
+        if sorted(flat) != list(range(self.out_features)):
+            raise GacError(f"SplitLinear rows {self.rows} do not cover 0..{self.out_features - 1} exactly once")
+        # the fused row each concatenated output lands on; None when concatenation is already the fused order
+        self._order = None if flat == list(range(self.out_features)) else [flat.index(i) for i in range(len(flat))]
+        self._index: dict = {}
+
+    def part(self, role: str) -> nn.Module:
+        return self.parts[self.roles.index(role)]
+
+    def set_part(self, role: str, module: nn.Module) -> nn.Module:
+        i = self.roles.index(role)
+        old = self.parts[i]
+        if getattr(module, "out_features", None) != old.out_features:
+            raise GacError(f"SplitLinear part {role}: {getattr(module, 'out_features', '?')} outputs for "
+                           f"{old.out_features} rows")
+        self.parts[i] = module
+        return old
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([p(x) for p in self.parts], dim=-1)
+        if self._order is None:
+            return y
+        idx = self._index.get(y.device)
+        if idx is None:
+            idx = self._index[y.device] = torch.tensor(self._order, device=y.device)
+        return y.index_select(-1, idx)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, roles={self.roles}"
+
+
+class ExpertMLPs(nn.Module):
+    """Gated expert MLPs of their own widths (module docstring); ``act``: the activation's transformers name."""
+
+    def __init__(self, hidden: int, widths: list[int], act: str, dtype=None, device=None):
+        super().__init__()
+        from transformers.activations import ACT2FN
+
+        if not widths or min(widths) < 1:
+            raise GacError(f"ExpertMLPs needs every expert width >= 1, got {widths}")
+        if act not in ACT2FN:
+            raise GacError(f"unknown expert activation {act!r}")
+        self.hidden, self.widths, self.act = int(hidden), [int(w) for w in widths], str(act)
+        self.num_experts = len(self.widths)
+        self.act_fn = ACT2FN[self.act]
+        self.gate_up = nn.ModuleList(nn.Linear(hidden, 2 * w, bias=False, dtype=dtype, device=device) for w in widths)
+        self.down = nn.ModuleList(nn.Linear(w, hidden, bias=False, dtype=dtype, device=device) for w in widths)
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        out = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            mask = nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit:
+            e = int(e[0])
+            if e == self.num_experts:
+                continue
+            pos, tok = torch.where(mask[e])
+            gate, up = self.gate_up[e](hidden_states[tok]).chunk(2, dim=-1)
+            h = self.down[e](self.act_fn(gate) * up) * top_k_weights[tok, pos, None]
+            out.index_add_(0, tok, h.to(out.dtype))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"hidden={self.hidden}, widths={self.widths}, act={self.act}"
+
+
+def _is_conv1d(m: nn.Module) -> bool:
+    return type(m).__name__ == "Conv1D" and hasattr(m, "nf") and getattr(m, "weight", None) is not None
+
+
+def _is_fused_experts(m: nn.Module) -> bool:
+    gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+    return isinstance(gu, nn.Parameter) and isinstance(dn, nn.Parameter) and gu.dim() == 3 and dn.dim() == 3
+
+
 def module_spec(m: nn.Module) -> dict:
     """The JSON-able shape description of a (possibly compressed) projection."""
+    if isinstance(m, SplitLinear):
+        return {"type": "split", "in": m.in_features, "roles": list(m.roles), "rows": [list(map(list, r)) for r in m.rows],
+                "parts": [module_spec(p) for p in m.parts]}
+    if isinstance(m, ExpertMLPs):
+        return {"type": "experts", "hidden": m.hidden, "widths": list(m.widths), "act": m.act}
+    if _is_fused_experts(m):
+        E, two_i, H = m.gate_up_proj.shape
+        return {"type": "fused_experts", "experts": int(E), "hidden": int(H), "width": int(two_i) // 2}
+    if _is_conv1d(m):
+        return {"type": "conv1d", "in": int(m.weight.shape[0]), "out": int(m.weight.shape[1]), "bias": m.bias is not None}
     if isinstance(m, LowRankLinear):
         return {"type": "lowrank", "in": m.in_features, "out": m.out_features, "rank": m.rank, "bias": m.up.bias is not None}
     if isinstance(m, GroupedLowRankLinear):
@@ -88,7 +199,8 @@ def module_spec(m: nn.Module) -> dict:
                 "bias": m.bias is not None}
     if isinstance(m, nn.Linear):
         return {"type": "linear", "in": m.in_features, "out": m.out_features, "bias": m.bias is not None}
-    raise GacError(f"cannot describe module of type {type(m).__name__}; gac knows Linear, LowRankLinear, GroupedLowRankLinear")
+    raise GacError(f"cannot describe module of type {type(m).__name__}; gac knows Linear, Conv1D, LowRankLinear, "
+                   f"GroupedLowRankLinear, SplitLinear, ExpertMLPs")
 
 
 def build_module(spec: dict, dtype=None, device=None) -> nn.Module:
@@ -101,15 +213,34 @@ def build_module(spec: dict, dtype=None, device=None) -> nn.Module:
             return GroupedLowRankLinear(spec["in"], spec["outs"], spec["ranks"], bias=spec["bias"], dtype=dtype, device=device)
         if kind == "linear":
             return nn.Linear(spec["in"], spec["out"], bias=spec["bias"], dtype=dtype, device=device)
+        if kind == "split":
+            parts = [build_module(p, dtype=dtype, device=device) for p in spec["parts"]]
+            return SplitLinear(spec["in"], spec["roles"], spec["rows"], parts)
+        if kind == "experts":
+            return ExpertMLPs(spec["hidden"], spec["widths"], spec["act"], dtype=dtype, device=device)
+        if kind == "conv1d":
+            from transformers.pytorch_utils import Conv1D
+
+            m = Conv1D(spec["out"], spec["in"]).to(dtype=dtype, device=device)
+            if not spec["bias"]:
+                m.bias = None
+            return m
     except KeyError as e:
         raise GacError(f"module spec {spec} lacks the key {e}; the checkpoint config is damaged") from None
-    raise GacError(f"unknown module spec type {kind!r} in {spec}; known: linear, lowrank, grouped_lowrank")
+    raise GacError(f"unknown module spec type {kind!r} in {spec}; known: linear, conv1d, lowrank, grouped_lowrank, "
+                   f"split, experts")
 
 
 def weight_params(m: nn.Module) -> int:
     """Parameters in the weight matrices of a projection (biases excluded)."""
-    if isinstance(m, nn.Linear):
+    if isinstance(m, nn.Linear) or _is_conv1d(m):
         return m.weight.numel()
+    if isinstance(m, SplitLinear):
+        return sum(weight_params(p) for p in m.parts)
+    if isinstance(m, ExpertMLPs):
+        return sum(g.weight.numel() + d.weight.numel() for g, d in zip(m.gate_up, m.down))
+    if _is_fused_experts(m):
+        return m.gate_up_proj.numel() + m.down_proj.numel()
     if isinstance(m, LowRankLinear):
         return m.down.weight.numel() + m.up.weight.numel()
     if isinstance(m, GroupedLowRankLinear):

@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
+from gac.compression.layouts import transform_logits
 from gac.compression.swap import replace_module
 from gac.errors import GacError
 from gac.faults import fault_point
@@ -294,9 +295,9 @@ class _LayerCache:
 
         self.model = model
         self.layers = model.get_submodule(layout.layers_path)
-        parent = layout.layers_path.rpartition(".")[0]
-        self.norm = model.get_submodule(f"{parent}.norm") if parent else model.get_submodule("norm")
+        self.norm = model.get_submodule(layout.norm)  # the family's tail: norm -> head -> logit transform
         self.head = model.get_output_embeddings()
+        self.transform = (layout.logits, layout.logit_value)
         dev = next(model.parameters()).device
         self.ids = calib_ids.to(dev)
         h0, self.kwargs = _capture_layer_inputs(model, self.layers, self.ids[:1])
@@ -320,7 +321,7 @@ class _LayerCache:
         for a in range(0, self.hidden.shape[0], self.chunk):
             h = self.norm(self._run(self.hidden[a : a + self.chunk], self.layer))
             for s in range(h.shape[0]):  # the head one sample at a time: [seq, vocab] logits only
-                logits = self.head(h[s, :-1]).float()
+                logits = transform_logits(self.head(h[s, :-1]), *self.transform).float()
                 out[a + s] = float(nn.functional.cross_entropy(logits, self.ids[a + s, 1:], reduction="sum"))
         return out
 

@@ -29,7 +29,6 @@ from torch import nn
 
 from gac.align.targets import Target
 from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
-from gac.compression.modules import get_module
 from gac.errors import GacError
 
 
@@ -56,8 +55,25 @@ def authors_rank(dense: int, params_per_dim: int, kept: float) -> int:
 
 
 def linear_table(model: nn.Module) -> list[tuple[str, int, float]]:
-    """``(name, |W|, stable rank)`` of every ``nn.Linear``, in ``named_modules`` order."""
-    return [(n, m.weight.numel(), stable_rank(m.weight)) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    """``(name, |W|, stable rank)`` of every weight the authors' procedure ranks, in ``named_modules`` order: every
+    projection of the model's layout (each role of a fused module apart, under its projection name) and every other
+    ``nn.Linear`` (the LM head: the authors' script ranks every Linear of the model)."""
+    from gac.compression.discovery import discover
+    from gac.compression.parts import part_weight
+
+    lay = discover(model)
+    by_module: dict[str, list] = {}
+    for p in lay.projections:
+        by_module.setdefault(p.module, []).append(p)
+    out = []
+    for n, m in model.named_modules():
+        if n in by_module:
+            for p in by_module[n]:
+                w = part_weight(model, p)
+                out.append((p.name, w.numel(), stable_rank(w)))
+        elif isinstance(m, nn.Linear) and not any(n.startswith(k + ".") for k in by_module):
+            out.append((n, m.weight.numel(), stable_rank(m.weight)))
+    return out
 
 
 def stable_rank_kept(table: Sequence[tuple[str, int, float]], kept_target: float,
@@ -101,8 +117,11 @@ def stable_rank_targets(prepared, ratio: float, unit: int = 8,
     table = getattr(prepared, "_stable_rank_table", None)
     if table is None:
         table = linear_table(prepared.model)
+        from gac.compression.compressors.base import unit_projection
+        from gac.compression.parts import is_dense
+
         for u in prepared.units:
-            if not isinstance(get_module(prepared.model, u.name), nn.Linear):
+            if not is_dense(prepared.model, unit_projection(u)):
                 raise GacError(f"{u.name} is no longer a dense Linear; the stable-rank table needs the dense model "
                                f"(prepare again)")
         prepared._stable_rank_table = table

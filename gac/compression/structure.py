@@ -111,13 +111,9 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
 
 def _skeleton(config, dtype: torch.dtype, device) -> nn.Module:
     """The base architecture with unallocated (``meta``) or uninitialised storage."""
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
+    from gac.compression.discovery import skeleton
 
-    with torch.device(device), no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.tie_weights()
-    return model.eval()
+    return skeleton(config, dtype, device)
 
 
 @dataclass(eq=False)
@@ -135,7 +131,7 @@ class Structure:
     dims: dict = field(default_factory=dict)
     specs: dict = field(init=False, default_factory=dict)  # module name -> module spec the compressor installs
     targets: int = field(init=False, default=0)  # the compressor's unit count on this architecture
-    planned: tuple = field(init=False, default=())  # the modules of the plan's targets (compressed or kept dense)
+    planned: tuple = field(init=False, default=())  # the (module, part) weights of the plan's targets (compressed or kept dense)
 
     def __post_init__(self):
         self.dtype = resolve_dtype(self.dtype)
@@ -155,7 +151,8 @@ class Structure:
         self.targets = len(units)
         dims = {str(k): v for k, v in dict(self.dims).items()}
         self.specs = comp.module_specs(meta, units, dims)
-        self.planned = tuple(sorted({m for u in units if u.name in dims for m in u.modules}))
+        self.planned = tuple(sorted({wp for u in units if u.name in dims for wp in u.weight_parts},
+                                    key=lambda mp: (mp[0], mp[1] or "")))
 
     @property
     def is_baseline(self) -> bool:
@@ -168,12 +165,15 @@ class Structure:
 
     def compressed_params(self) -> int:
         """Weight parameters of the modules of the plan's targets (biases excluded): the plan's ``params``."""
-        from gac.compression.modules import get_module, weight_params
+        from gac.compression.parts import part_params
 
         if not self.planned:
             return 0
+        from gac.compression.discovery import discover
+
         sk = self.skeleton()
-        return sum(weight_params(get_module(sk, m)) for m in self.planned)
+        layout = discover(sk, check_heads=False)
+        return sum(part_params(sk, m, part, layout) for m, part in self.planned)
 
     def skeleton(self) -> nn.Module:
         """The structure on the ``meta`` device: shapes only, no memory (built once, shared: read it, don't change it)."""

@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SEQ_LEN = 2048
 LOSS_CHUNK_BYTES = 2**30  # float32 logits scored at once (their log-softmax and gradient-free temporaries beside)
-# model types whose logits are exactly lm_head(decoder(...).last_hidden_state) (no scaling or soft-capping)
-PLAIN_HEAD_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe")
 
 
 def model_max_length(model) -> int | None:
@@ -85,11 +83,16 @@ def perplexity_batch(batch_size: int, seq_len: int, vocab_size: int | None) -> i
 
 
 def _plain_head(model):
-    """``(decoder, lm_head)`` when the model's logits are ``lm_head(decoder(ids).last_hidden_state)``, else None."""
+    """``(decoder, head)`` when the model's logits are its family's tail over ``decoder(ids).last_hidden_state``
+    (``head`` applies the lm_head and the family's logit transform: gac.compression.layouts), else None (a family
+    gac has no layout for is scored window by window through the model's own forward)."""
+    from gac.compression.discovery import text_config
+    from gac.compression.layouts import family_of, transform_logits
+
     cfg = getattr(model, "config", None)
-    if getattr(cfg, "model_type", None) not in PLAIN_HEAD_TYPES:
-        return None
-    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+    try:
+        fam = family_of(cfg)
+    except GacError:
         return None
     get_dec, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
     if get_dec is None or get_head is None:
@@ -98,7 +101,12 @@ def _plain_head(model):
         dec, head = get_dec(), get_head()
     except Exception:  # noqa: BLE001 - an unusual model: score it window by window
         return None
-    return (dec, head) if dec is not None and head is not None else None
+    if dec is None or head is None:
+        return None
+    value = getattr(text_config(cfg), fam.logits_attr, None) if fam.logits_attr else None
+    if value is None:
+        return dec, head
+    return dec, lambda h: transform_logits(head(h), fam.logits, value)
 
 
 def _nll_chunks(head, hidden, targets, chunk_tokens: int):

@@ -234,6 +234,16 @@ def _check_tokenizer_ids(path: Path, vocab_size) -> None:
                        f"directory again from its source)")
 
 
+def _renamed(key: str, renames) -> str:
+    """``key`` after transformers' plain weight renames (each a regex source and a target pattern)."""
+    import re
+
+    for r in renames:
+        for src, dst in zip(r.source_patterns, r.target_patterns):
+            key = re.sub(src, dst, key)
+    return key
+
+
 def check_hf_dir(path: Path):
     """A local Hugging Face model directory: its config loads and its safetensors weights are exactly the tensors
     the config's architecture has, with the config's shapes (tied weights may be stored once). Returns the config."""
@@ -253,14 +263,20 @@ def check_hf_dir(path: Path):
     files, weight_map = _weight_files(path)
     header = _header_shapes(files, weight_map)
     _check_header_dtypes(path, header)
-    if get_checkpoint_conversion_mapping(getattr(config, "model_type", None)):
-        return config  # transformers renames or fuses this architecture's tensors on load: checked after loading
     try:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(config)
     except Exception as e:  # noqa: BLE001 - an architecture transformers cannot build from this config
         raise GacError(f"{str(path / 'config.json')!r} describes no causal language model transformers can build "
                        f"({short_error(e)}); copy the model directory again from its source") from None
+    # transformers' own renames on load, keyed by the model's class first, then its model_type (GPT-NeoX's
+    # embed_out. -> lm_head. is keyed by GPTNeoXForCausalLM): plain renames are applied to the file's names here;
+    # a conversion that fuses or splits tensors is checked after loading instead
+    conversions = (get_checkpoint_conversion_mapping(type(skeleton).__name__)
+                   or get_checkpoint_conversion_mapping(getattr(config, "model_type", None)) or [])
+    if any(type(c).__name__ != "WeightRenaming" for c in conversions):
+        return config
+    header = {_renamed(k, conversions): v for k, v in header.items()}
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     prefix = getattr(skeleton, "base_model_prefix", "")
     if prefix and header and not set(header) & set(expected):  # saved from the bare base model

@@ -146,27 +146,31 @@ def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list
     T = batch * seq_len
     ks: list[Kernel] = [Kernel("embed", "head", _op(cal, "stream", 2 * ELEM * T * hidden))]
     ks += [Kernel(f"rotary_emb.{i}", "head", _op(cal, "stream", F32 * seq_len * hd * 2)) for i in range(6)]
-    for i, li in enumerate(layout.layers):
+    for i in range(layout.num_layers):
         ks += _rmsnorm(cal, T, hidden, f"layers.{i}.input_layernorm", "elementwise", i)
-        mods = {p: get_module(model, li.name(p)) for p in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                            "up_proj", "down_proj")}
+        projs = {p: layout.projection(i, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                       "down_proj")}
+        if any(p is None or not p.whole for p in projs.values()):
+            raise GacError(f"gac predict models decoders laid out as Llama (separate q/k/v/o and gate/up/down "
+                           f"projections); this {layout.family} model is not")
+        mods = {p: get_module(model, pr.module) for p, pr in projs.items()}
         for p in ("q_proj", "k_proj", "v_proj"):
-            ks += _projection(cal, mods[p], T, li.name(p), "attn_proj", i)
+            ks += _projection(cal, mods[p], T, projs[p].module, "attn_proj", i)
         hq = int(mods["q_proj"].out_features) // hd
         hkv = int(mods["k_proj"].out_features) // hd
         ks += _rotary(cal, T, hq, hd, seq_len, f"layers.{i}.q", i)
         ks += _rotary(cal, T, hkv, hd, seq_len, f"layers.{i}.k", i)
         ks.append(Kernel(f"layers.{i}.sdpa", "sdpa", _op(cal, "sdpa", batch, hq, seq_len, hd, True, hkv), i))
         ks.append(Kernel(f"layers.{i}.attn_out_transpose", "elementwise", _op(cal, "stream", 2 * ELEM * T * hq * hd), i))
-        ks += _projection(cal, mods["o_proj"], T, li.name("o_proj"), "attn_proj", i)
+        ks += _projection(cal, mods["o_proj"], T, projs["o_proj"].module, "attn_proj", i)
         ks.append(Kernel(f"layers.{i}.residual1", "elementwise", _op(cal, "stream", 3 * ELEM * T * hidden), i))
         ks += _rmsnorm(cal, T, hidden, f"layers.{i}.post_attention_layernorm", "elementwise", i)
-        ks += _projection(cal, mods["gate_proj"], T, li.name("gate_proj"), "mlp", i)
-        ks += _projection(cal, mods["up_proj"], T, li.name("up_proj"), "mlp", i)
+        ks += _projection(cal, mods["gate_proj"], T, projs["gate_proj"].module, "mlp", i)
+        ks += _projection(cal, mods["up_proj"], T, projs["up_proj"].module, "mlp", i)
         width = int(mods["gate_proj"].out_features)
         ks.append(Kernel(f"layers.{i}.act", "mlp", _op(cal, "stream", 2 * ELEM * T * width), i))
         ks.append(Kernel(f"layers.{i}.gate_mul", "mlp", _op(cal, "stream", 3 * ELEM * T * width), i))
-        ks += _projection(cal, mods["down_proj"], T, li.name("down_proj"), "mlp", i)
+        ks += _projection(cal, mods["down_proj"], T, projs["down_proj"].module, "mlp", i)
         ks.append(Kernel(f"layers.{i}.residual2", "elementwise", _op(cal, "stream", 3 * ELEM * T * hidden), i))
     ks += _rmsnorm(cal, T, hidden, "norm", "head", None)
     ks.append(Kernel("lm_head", "head", _op(cal, "gemm", T, vocab, hidden)))

@@ -20,15 +20,12 @@ def test_vllm_tensor_parallel_sizes(heads, kv, tp):
 def test_head_counts_from_the_weights():
     from gac.compression.audit import format_heads, head_checks
 
-    specs = {"model.layers.0.self_attn.q_proj": {"type": "linear", "in": 576, "out": 576},
-             "model.layers.0.self_attn.k_proj": {"type": "linear", "in": 576, "out": 192},
-             "model.layers.1.self_attn.q_proj": {"type": "lowrank", "in": 576, "out": 400, "rank": 64},
-             "model.layers.1.self_attn.k_proj": {"type": "linear", "in": 576, "out": 192}}
-    h = head_checks(specs, 64, 9, 3)
+    rows = {0: {"q": 576, "k": 192}, 1: {"q": 400, "k": 192}}  # layer 1's q rows: not whole heads of 64
+    h = head_checks(rows, 64, 9, 3)
     assert not h["gqa_ok"] and "not whole heads of 64" in h["problems"][0]
     assert "NOT accepted" in format_heads(h)
-    specs["model.layers.1.self_attn.q_proj"]["out"] = 256  # 4 query heads over 3 KV heads
-    h = head_checks(specs, 64, 9, 3)
+    rows[1]["q"] = 256  # 4 query heads over 3 KV heads
+    h = head_checks(rows, 64, 9, 3)
     assert h["query_heads"] == [4, 9] and "4 query heads are not a multiple of 3 KV heads" in h["problems"][0]
 
 

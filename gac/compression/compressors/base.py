@@ -21,7 +21,7 @@ weight count.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -45,6 +45,19 @@ class Unit:
     modules: tuple[str, ...]
     meta: dict = field(default_factory=dict, compare=False, hash=False)
     dense_option: bool = False  # may stay unfactorised (plan dimension d_full, cost dense_params)
+    # the weights it covers as (module, part): part None is the whole module, a role is that role's rows of a fused
+    # module, "expert<e>" one expert of an expert block (gac.compression.parts.part_params); empty: its whole modules
+    parts: tuple = ()
+
+    @property
+    def projection_key(self) -> str:
+        """The projection the unit is (part of): units of one projection share it (PaLU's head groups)."""
+        p = self.meta.get("projection")
+        return p.name if p is not None else ",".join(self.modules)
+
+    @property
+    def weight_parts(self) -> tuple:
+        return self.parts or tuple((m, None) for m in self.modules)
 
     def d_max(self, unit: int) -> int:
         if self.kind == "lowrank":
@@ -69,6 +82,54 @@ def lowrank_unit(name: str, out_f: int, in_f: int, modules: tuple[str, ...], met
     cap = max(1, min(full - 1, (size - 1) // ppd)) if dense else max(1, min(full, size // ppd))
     return Unit(name, "lowrank", ppd, size, full, cap, modules,
                 {"shape": [out_f, in_f], **(meta or {})}, dense_option=dense)
+
+
+def projection_unit(p, unit: Unit, bias: bool = False) -> Unit:
+    """``unit`` as the unit of projection ``p`` (a :class:`~gac.compression.discovery.Projection`): the projection
+    is kept in its meta (with its rows of a fused module and whether it has a bias) and its part recorded."""
+    meta = {**unit.meta, "projection": p, "role": p.role, "rows": None if p.whole else p.row_index(), "bias": bias}
+    return replace(unit, meta=meta, parts=((p.module, None if p.whole else p.role),))
+
+
+def lowrank_spec(u: Unit, rank: int) -> dict:
+    """The spec of the :class:`~gac.compression.modules.LowRankLinear` a projection unit becomes at ``rank``."""
+    out_f, in_f = u.meta["shape"]
+    return {"type": "lowrank", "in": in_f, "out": out_f, "rank": int(rank), "bias": bool(u.meta.get("bias", False))}
+
+
+def unit_projection(u: Unit):
+    """The projection a unit made by :func:`projection_unit` compresses."""
+    p = u.meta.get("projection")
+    if p is None:
+        raise GacError(f"unit {u.name} covers no single projection")
+    return p
+
+
+def part_specs(model: nn.Module, changed: dict) -> dict[str, dict]:
+    """Module specs for a plan that gives each projection in ``changed`` (a
+    :class:`~gac.compression.discovery.Projection` -> the spec of its new module) a new module: a whole projection's
+    module takes its spec; a fused module with a changed part becomes a ``split`` spec whose other parts stay dense
+    Linears of their rows (what :func:`gac.compression.parts.replace_part` builds)."""
+    from gac.compression.discovery import discover
+    from gac.compression.modules import get_module
+
+    out: dict[str, dict] = {}
+    fused: dict[str, dict[str, dict]] = {}
+    for p, spec in changed.items():
+        if p.whole:
+            out[p.module] = spec
+        else:
+            fused.setdefault(p.module, {})[p.role] = spec
+    if fused:
+        layout = discover(model)
+        for module, new in fused.items():
+            projs = [p for p in layout.projections if p.module == module]
+            bias = getattr(get_module(model, module), "bias", None) is not None
+            out[module] = {"type": "split", "in": projs[0].in_features, "roles": [p.role for p in projs],
+                           "rows": [[list(r) for r in p.rows] for p in projs],
+                           "parts": [new.get(p.role, {"type": "linear", "in": p.in_features, "out": p.out_features,
+                                                      "bias": bias}) for p in projs]}
+    return out
 
 
 def parse_layers(layers, n_layers: int, default: range | None = None) -> list[int]:

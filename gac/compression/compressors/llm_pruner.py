@@ -28,27 +28,16 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from gac.compression.compressors.base import Compressor, Unit, parse_layers
 from gac.compression.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
 from gac.compression.discovery import ModelLayout
-from gac.compression.modules import get_module
+from gac.compression.modules import ExpertMLPs, get_module
+from gac.compression.parts import is_dense, linear_from, part_bias, part_weight
 from gac.compression.proxies import Proxy, check_score
 from gac.compression.swap import replace_module
 from gac.errors import GacError, unknown_name
 from gac.progress import track
-
-
-def _linear_from(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
-    out_f, in_f = weight.shape
-    m = nn.Linear(in_f, out_f, bias=bias is not None, dtype=weight.dtype, device=weight.device)
-    with torch.no_grad():
-        m.weight.copy_(weight)
-        if bias is not None:
-            m.bias.copy_(bias)
-    return m
-
 
 LAYER_PRESETS = ("reference", "paper")
 
@@ -81,26 +70,71 @@ class LLMPruner(Compressor):
             idx = parse_layers(self.layers, L)
         out = []
         for i in idx:
-            li = layout.layers[i]
-            g, u, d = (get_module(model, li.name(p)) for p in ("gate_proj", "up_proj", "down_proj"))
-            for m in (g, u, d):
-                if not isinstance(m, nn.Linear):
-                    raise GacError(f"{li.mlp} holds a {type(m).__name__}; LLM-Pruner prunes dense MLPs only")
-            width = g.out_features
-            if u.out_features != width or d.in_features != width:
-                raise GacError(f"{li.mlp}: gate/up/down widths disagree ({g.out_features}, {u.out_features}, {d.in_features})")
-            ppd = g.in_features + u.in_features + d.out_features
-            out.append(Unit(li.mlp, "width", ppd, ppd * width, width, width,
-                            (li.name("gate_proj"), li.name("up_proj"), li.name("down_proj")), {"layer": i}))
+            block = layout.experts_of(i)
+            if block is not None:
+                out.extend(self._expert_units(model, block))
+                continue
+            mlp = layout.mlp_of(i)
+            if set(mlp) == {"gate", "up", "down"}:
+                ins, outs = (mlp["gate"], mlp["up"]), mlp["down"]
+            elif set(mlp) == {"fc_in", "fc_out"}:
+                ins, outs = (mlp["fc_in"],), mlp["fc_out"]
+            else:
+                raise GacError(f"layer {i} of this {layout.family} model has no dense MLP LLM-Pruner can prune")
+            for p in ins + (outs,):
+                if not is_dense(model, p):
+                    raise GacError(f"{p.name} is not a dense Linear; LLM-Pruner prunes dense MLPs only")
+            width = ins[0].out_features
+            if any(p.out_features != width for p in ins) or outs.in_features != width:
+                raise GacError(f"layer {i}: MLP widths disagree ({', '.join(str(p.out_features) for p in ins)}, "
+                               f"{outs.in_features})")
+            ppd = sum(p.in_features for p in ins) + outs.out_features
+            name = outs.module.rpartition(".")[0]
+            projs = ins + (outs,)
+            parts = tuple(dict.fromkeys((p.module, None if p.whole else p.role) for p in projs))
+            out.append(Unit(name, "width", ppd, ppd * width, width, width, tuple(dict.fromkeys(p.module for p in projs)),
+                            {"layer": i, "ins": ins, "out": outs}, parts=parts))
+        return out
+
+    def _expert_units(self, model, block) -> list[Unit]:
+        """One width unit per expert of a mixture-of-experts block (its gate and up rows, its down columns)."""
+        mod = get_module(model, block.module)
+        if not hasattr(mod, block.gate_up):
+            raise GacError(f"{block.module} is already pruned; LLM-Pruner prunes the experts of a dense model")
+        H, w = block.hidden, block.width
+        return [Unit(f"{block.module}.{e}", "width", 3 * H, 3 * H * w, w, w, (block.gate_up_key, block.down_key),
+                     {"layer": block.layer, "block": block, "expert": e}, parts=((block.module, f"expert{e}"),))
+                for e in range(block.num_experts)]
+
+    def _pieces(self, model, u, stats):
+        """``(name, W, stats, side)`` of each weight a unit prunes: ``side`` "row" (its rows are the channels) or
+        "col" (its columns are)."""
+        if "block" in u.meta:
+            b, e = u.meta["block"], u.meta["expert"]
+            mod = get_module(model, b.module)
+            gu, dn = getattr(mod, b.gate_up)[e], getattr(mod, b.down)[e]
+            w = b.width
+            sgu, sdn = stats.get(b.gate_up_key), stats.get(b.down_key)
+            sgu = None if sgu is None else sgu.expert(e)
+            sdn = None if sdn is None else sdn.expert(e)
+            return [(f"{u.name}.gate", gu[:w], None if sgu is None else sgu.part(list(range(w))), "row"),
+                    (f"{u.name}.up", gu[w:], None if sgu is None else sgu.part(list(range(w, 2 * w))), "row"),
+                    (f"{u.name}.down", dn, sdn, "col")]
+        out = []
+        for p in u.meta["ins"]:
+            st = stats.get(p.module)
+            out.append((p.name, part_weight(model, p), None if st is None else st.part(None if p.whole else p.row_index()),
+                        "row"))
+        p = u.meta["out"]
+        out.append((p.name, part_weight(model, p), stats.get(p.module), "col"))
         return out
 
     def score(self, model, units, stats, proxy: Proxy):
         scores = {}
         for u in units:
             num = den = 0.0
-            for n in u.modules:
-                W = get_module(model, n).weight
-                num += check_score(proxy.weight_score(n, W, stats.get(n)), n, proxy.name) * W.numel()
+            for n, W, st, _ in self._pieces(model, u, stats):
+                num += check_score(proxy.weight_score(n, W, st), n, proxy.name) * W.numel()
                 den += W.numel()
             scores[u.name] = num / den
         return scores
@@ -108,13 +142,9 @@ class LLMPruner(Compressor):
     def factorize(self, model, units, stats, proxy: Proxy):
         out = {}
         for u in track(units, "channel ranking", "units"):
-            gn, un, dn = u.modules
-            e = (
-                proxy.row_energy(gn, get_module(model, gn).weight, stats.get(gn))
-                + proxy.row_energy(un, get_module(model, un).weight, stats.get(un))
-                + proxy.col_energy(dn, get_module(model, dn).weight, stats.get(dn))
-            )
-            e = e.double().cpu()
+            e = 0
+            for n, W, st, side in self._pieces(model, u, stats):
+                e = e + (proxy.row_energy(n, W, st) if side == "row" else proxy.col_energy(n, W, st)).double().cpu()
             order = channel_order(e, u.name)
             out[u.name] = {"order": order, "energy": e[order]}
         return out
@@ -122,31 +152,72 @@ class LLMPruner(Compressor):
     def error_curve(self, unit, factors):
         return factors.get(unit.name, {}).get("energy")
 
+    def _expert_widths(self, units, dims) -> dict:
+        """block -> (its units in expert order, the width of each expert) for the blocks ``dims`` prunes."""
+        by: dict = {}
+        for u in units:
+            if "block" in u.meta:
+                by.setdefault(u.meta["block"], []).append(u)
+        out = {}
+        for b, us in by.items():
+            if any(u.name in dims for u in us):
+                us = sorted(us, key=lambda u: u.meta["expert"])
+                out[b] = (us, [int(dims.get(u.name, b.width)) for u in us])
+        return out
+
+    def _act(self, model) -> str:
+        from gac.compression.discovery import text_config
+
+        act = getattr(text_config(model.config), "hidden_act", None)
+        if not isinstance(act, str):
+            raise GacError("the model's config names no hidden_act for its experts")
+        return act
+
     def module_specs(self, model, units, dims):
         self.check_dims(units, dims)
         out = {}
         for u in units:
-            if u.name in dims:
+            if u.name in dims and "block" not in u.meta:
                 w = int(dims[u.name])
-                g, up, d = (get_module(model, n) for n in u.modules)
-                out[u.modules[0]] = {"type": "linear", "in": g.in_features, "out": w, "bias": g.bias is not None}
-                out[u.modules[1]] = {"type": "linear", "in": up.in_features, "out": w, "bias": up.bias is not None}
-                out[u.modules[2]] = {"type": "linear", "in": w, "out": d.out_features, "bias": d.bias is not None}
+                ins = u.meta["ins"]
+                for m in dict.fromkeys(p.module for p in ins):
+                    n = sum(1 for p in ins if p.module == m)
+                    bias = part_bias(model, next(p for p in ins if p.module == m)) is not None
+                    out[m] = {"type": "linear", "in": ins[0].in_features, "out": n * w, "bias": bias}
+                p = u.meta["out"]
+                out[p.module] = {"type": "linear", "in": w, "out": p.out_features, "bias": part_bias(model, p) is not None}
+        for b, (_, widths) in self._expert_widths(units, dims).items():
+            out[b.module] = {"type": "experts", "hidden": b.hidden, "widths": widths, "act": self._act(model)}
         return out
 
     def apply(self, model, units, dims, factors):
         old = {}
         for u in units:
-            if u.name not in dims:
+            if u.name not in dims or "block" in u.meta:
                 continue
             keep = kept_channels(factors[u.name]["order"], int(dims[u.name]))
-            gn, un, dn = u.modules
-            g, up, d = (get_module(model, n) for n in u.modules)
+            ins, outp = u.meta["ins"], u.meta["out"]
             with torch.no_grad():
-                new_g = _linear_from(prune_rows(g.weight, keep), None if g.bias is None else g.bias[keep.to(g.bias.device)])
-                new_u = _linear_from(prune_rows(up.weight, keep), None if up.bias is None else up.bias[keep.to(up.bias.device)])
-                new_d = _linear_from(prune_cols(d.weight, keep), d.bias)
-            old[gn] = replace_module(model, gn, new_g)
-            old[un] = replace_module(model, un, new_u)
-            old[dn] = replace_module(model, dn, new_d)
+                new = {}
+                for m in dict.fromkeys(p.module for p in ins):  # a packed gate|up keeps its halves: gate rows, up rows
+                    ps = [p for p in ins if p.module == m]
+                    ws = [prune_rows(part_weight(model, p), keep) for p in ps]
+                    bs = [part_bias(model, p) for p in ps]
+                    bias = None if bs[0] is None else torch.cat([b[keep.to(b.device)] for b in bs])
+                    new[m] = linear_from(torch.cat(ws) if len(ws) > 1 else ws[0], bias)
+                new[outp.module] = linear_from(prune_cols(part_weight(model, outp), keep), part_bias(model, outp))
+            for m, mod in new.items():
+                old[m] = replace_module(model, m, mod)
+        for b, (us, widths) in self._expert_widths(units, dims).items():
+            mod = get_module(model, b.module)
+            gu, dn = getattr(mod, b.gate_up), getattr(mod, b.down)
+            new = ExpertMLPs(b.hidden, widths, self._act(model), dtype=gu.dtype, device=gu.device)
+            with torch.no_grad():
+                for u, w in zip(us, widths):
+                    e = u.meta["expert"]
+                    keep = (kept_channels(factors[u.name]["order"], w) if u.name in dims
+                            else torch.arange(b.width)).to(gu.device)
+                    new.gate_up[e].weight.copy_(torch.cat([gu[e][keep], gu[e][b.width + keep]]))
+                    new.down[e].weight.copy_(dn[e][:, keep])
+            old[b.module] = replace_module(model, b.module, new)
         return old

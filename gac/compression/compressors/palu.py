@@ -46,10 +46,18 @@ heads when the model has fewer than 4.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from dataclasses import replace
 
-from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
+import torch
+
+from gac.compression.compressors.base import (
+    Compressor,
+    Unit,
+    lowrank_unit,
+    parse_layers,
+    part_specs,
+    unit_projection,
+)
 from gac.compression.compressors.lowrank_math import (
     DEFAULT_SVD,
     SVD_METHODS,
@@ -58,10 +66,10 @@ from gac.compression.compressors.lowrank_math import (
     whitened_factors,
     whitening,
 )
-from gac.compression.discovery import ModelLayout
-from gac.compression.modules import GroupedLowRankLinear, get_module
+from gac.compression.discovery import ModelLayout, discover
+from gac.compression.modules import GroupedLowRankLinear
+from gac.compression.parts import is_dense, part_bias, part_weight, replace_part
 from gac.compression.proxies import Proxy, check_score
-from gac.compression.swap import replace_module
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 
@@ -83,9 +91,9 @@ class PaLU(Compressor):
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
             raise GacError(f"PaLU group_size must be a positive number of KV heads per group (or null for PaLU's "
                            f"{PALU_GROUP_SIZE}), got {group_size!r}")
-        bad = [p for p in projections if p not in ("k_proj", "v_proj")]
-        if bad or not projections:
-            raise GacError(f"PaLU compresses k_proj and/or v_proj, got {list(projections)}")
+        if isinstance(projections, str) or not projections or any(
+                str(p) not in ("k", "v", "k_proj", "v_proj") for p in projections):
+            raise GacError(f"PaLU compresses k_proj and/or v_proj (roles k, v), got {list(projections)}")
         if decomposition not in DECOMPOSITIONS:
             raise unknown_name("PaLU decomposition", str(decomposition), DECOMPOSITIONS)
         if rank_cap not in RANK_CAPS:
@@ -98,7 +106,7 @@ class PaLU(Compressor):
         self.gradient_tokens_ahead = FISHER_LOSSES[fisher_loss]
         self.layers, self.group_size, self.projections = layers, group_size, tuple(projections)
         self.decomposition, self.rank_cap, self.svd = decomposition, rank_cap, svd
-        self.needs_xtx = decomposition == "whiten"  # X^T X of the k_proj / v_proj inputs from calibration
+        self.needs_xtx = decomposition == "whiten"  # X^T X of the k / v inputs from calibration
 
     def heads_per_group(self, num_kv_heads: int) -> int:
         """The group size for a model with ``num_kv_heads`` KV heads; a GacError when it does not divide them."""
@@ -116,31 +124,33 @@ class PaLU(Compressor):
         gs = self.heads_per_group(n_kv)
         out = []
         for i in parse_layers(self.layers, layout.num_layers):
-            for p in self.projections:
-                name = layout.layers[i].name(p)
-                mod = get_module(model, name)
-                if not isinstance(mod, nn.Linear):
-                    raise GacError(f"{name} is a {type(mod).__name__}, not a dense Linear; it is already compressed")
-                if mod.out_features != n_kv * hd:
-                    raise GacError(f"{name}: out_features {mod.out_features} != num_kv_heads * head_dim ({n_kv} * {hd})")
+            for p in layout.projections_of(self.projections, [i]):
+                if not is_dense(model, p):
+                    raise GacError(f"{p.name} is not a dense Linear; it is already compressed")
+                if p.out_features != n_kv * hd:
+                    raise GacError(f"{p.name}: {p.out_features} outputs != num_kv_heads * head_dim ({n_kv} * {hd})")
                 rows = gs * hd
+                bias = part_bias(model, p) is not None
                 for g in range(n_kv // gs):
-                    meta = {"layer": i, "module": name, "group": g, "rows": [g * rows, (g + 1) * rows], "heads": gs}
-                    u = lowrank_unit(f"{name}.group{g}", rows, mod.in_features, (name,), meta)
+                    meta = {"layer": i, "module": p.name, "group": g, "rows": [g * rows, (g + 1) * rows], "heads": gs,
+                            "projection": p, "bias": bias}
+                    u = lowrank_unit(f"{p.name}.group{g}", rows, p.in_features, (p.module,), meta)
                     if self.rank_cap == "full":
                         u = Unit(u.name, u.kind, u.params_per_dim, u.dense_params, u.d_full, u.d_full, u.modules, u.meta)
-                    out.append(u)
+                    out.append(replace(u, parts=((p.module, None if p.whole else p.role),)))
         return out
 
     def score(self, model, units, stats, proxy: Proxy):
         cache: dict[str, torch.Tensor] = {}
         scores = {}
         for u in units:
-            m = u.meta["module"]
-            if m not in cache:
-                cache[m] = proxy.row_energy(m, get_module(model, m).weight, stats.get(m))
+            p = unit_projection(u)
+            if p.name not in cache:
+                st = stats.get(p.module)
+                cache[p.name] = proxy.row_energy(p.name, part_weight(model, p),
+                                                 None if st is None else st.part(None if p.whole else p.row_index()))
             a, b = u.meta["rows"]
-            e = float(cache[m][a:b].sum())
+            e = float(cache[p.name][a:b].sum())
             scores[u.name] = check_score(proxy.group_score(e, u.dense_params), u.name, proxy.name)
         return scores
 
@@ -148,14 +158,15 @@ class PaLU(Compressor):
         out = {}
         roots: dict[str, tuple[torch.Tensor, str]] = {}
         for u in track(units, "factorization (SVD)", "units"):
-            m = u.meta["module"]
-            W = get_module(model, m).weight
+            p = unit_projection(u)
+            W = part_weight(model, p)
             a, b = u.meta["rows"]
             if self.decomposition == "svd":
                 A, B, S = svd_factors(W[a:b], max_rank=u.d_cap, name=u.name, method=self.svd, return_sigma=True)
                 out[u.name] = {"A": A.cpu(), "B": B.cpu(), "S": S.cpu()}
                 continue
-            if m not in roots:  # one Cholesky factor per projection, shared by its head groups
+            m = p.module
+            if m not in roots:  # one Cholesky factor per input, shared by the head groups of the projections it feeds
                 st = stats.get(m)
                 if st is None or st.xtx is None:
                     raise GacError(f"PaLU's whiten decomposition needs X^T X for {m}; calibration did not record it")
@@ -167,50 +178,50 @@ class PaLU(Compressor):
             out[u.name] = {"A": A.cpu(), "B": B.cpu(), "S": S.cpu(), "whitening": how}
         return out
 
-    def module_specs(self, model, units, dims):
-        self.check_dims(units, dims)
-        by_module: dict[str, list[Unit]] = {}
+    @staticmethod
+    def _by_projection(units, dims) -> dict:
+        """The units of each projection that ``dims`` changes, in group order (PaLU applies a projection whole)."""
+        by: dict = {}
         for u in units:
-            by_module.setdefault(u.meta["module"], []).append(u)
+            by.setdefault(u.meta["module"], []).append(u)
         out = {}
-        for m, us in by_module.items():
+        for name, us in by.items():
             chosen = [u for u in us if u.name in dims]
             if not chosen:
                 continue
             if len(chosen) != len(us):
-                raise GacError(f"PaLU applies a whole projection at once: {m} needs a rank for each of its {len(us)} groups")
-            us = sorted(us, key=lambda u: u.meta["group"])
-            mod = get_module(model, m)
-            out[m] = {"type": "grouped_lowrank", "in": mod.in_features,
-                      "outs": [u.meta["rows"][1] - u.meta["rows"][0] for u in us],
-                      "ranks": [int(dims[u.name]) for u in us], "bias": mod.bias is not None}
+                raise GacError(f"PaLU applies a whole projection at once: {name} needs a rank for each of its "
+                               f"{len(us)} groups")
+            out[unit_projection(us[0])] = sorted(us, key=lambda u: u.meta["group"])
         return out
 
+    def module_specs(self, model, units, dims):
+        self.check_dims(units, dims)
+        return part_specs(model, {
+            p: {"type": "grouped_lowrank", "in": p.in_features,
+                "outs": [u.meta["rows"][1] - u.meta["rows"][0] for u in us],
+                "ranks": [int(dims[u.name]) for u in us], "bias": bool(us[0].meta.get("bias"))}
+            for p, us in self._by_projection(units, dims).items()})
+
     def apply(self, model, units, dims, factors):
-        by_module: dict[str, list[Unit]] = {}
-        for u in units:
-            by_module.setdefault(u.meta["module"], []).append(u)
-        old = {}
-        for m, us in by_module.items():
-            chosen = [u for u in us if u.name in dims]
-            if not chosen:
-                continue
-            if len(chosen) != len(us):
-                raise GacError(f"PaLU applies a whole projection at once: {m} needs a rank for each of its {len(us)} groups")
-            us = sorted(us, key=lambda u: u.meta["group"])
-            mod = get_module(model, m)
-            W = mod.weight
+        old: dict = {}
+        layout = None
+        for p, us in self._by_projection(units, dims).items():
+            W = part_weight(model, p)
+            bias = part_bias(model, p)
             ranks = [int(dims[u.name]) for u in us]
             for u, r in zip(us, ranks):
                 if not 1 <= r <= factors[u.name]["A"].shape[1]:
                     raise GacError(f"{u.name}: rank {r} outside the factorised range 1..{factors[u.name]['A'].shape[1]}")
-            new = GroupedLowRankLinear(mod.in_features, [u.meta["rows"][1] - u.meta["rows"][0] for u in us], ranks,
-                                       bias=mod.bias is not None, dtype=W.dtype, device=W.device)
+            new = GroupedLowRankLinear(p.in_features, [u.meta["rows"][1] - u.meta["rows"][0] for u in us], ranks,
+                                       bias=bias is not None, dtype=W.dtype, device=W.device)
             with torch.no_grad():
                 new.down.weight.copy_(torch.cat([factors[u.name]["B"][:r] for u, r in zip(us, ranks)]).to(W))
                 for up, u, r in zip(new.ups, us, ranks):
                     up.weight.copy_(factors[u.name]["A"][:, :r].to(W))
-                if mod.bias is not None:
-                    new.bias.copy_(mod.bias)
-            old[m] = replace_module(model, m, new)
+                if bias is not None:
+                    new.bias.copy_(bias)
+            if layout is None and not p.whole:
+                layout = discover(model)
+            replace_part(model, layout, p, new, old)
         return old

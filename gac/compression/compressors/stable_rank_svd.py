@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
 from gac.compression.compressors.asvd import LowRankCompressor
-from gac.compression.compressors.base import Unit
+from gac.compression.compressors.base import Unit, lowrank_spec, part_specs, unit_projection
 from gac.compression.compressors.lowrank_math import svd_factors
-from gac.compression.discovery import PROJECTIONS
-from gac.compression.modules import get_module
+from gac.compression.parts import part_weight
 from gac.compression.stable_rank import stable_rank, stable_rank_fisher
 
 STABLE_RANK_ALLOCATION = "stable_rank"
@@ -40,16 +39,17 @@ class StableRankSVD(LowRankCompressor):
     default_allocation = STABLE_RANK_ALLOCATION
     supports_sensitivity = False
 
-    def __init__(self, projections=PROJECTIONS, layers=None, svd: str = "exact", sensitivity_grid=SENSITIVITY_GRID):
+    def __init__(self, projections=None, layers=None, svd: str = "exact", sensitivity_grid=SENSITIVITY_GRID):
         super().__init__(projections, layers, svd)
         self.sensitivity_grid = check_sensitivity_grid(sensitivity_grid)
 
-    def _unit(self, name: str, o: int, i: int, layer) -> Unit:
+    def _unit(self, p) -> Unit:
         """No dense option, and the rank cap is ``min(out, in)`` (the authors' ``max_rank``)."""
-        return Unit(name, "lowrank", o + i, o * i, min(o, i), min(o, i), (name,), {"shape": [o, i], "layer": layer})
+        o, i = p.out_features, p.in_features
+        return Unit(p.name, "lowrank", o + i, o * i, min(o, i), min(o, i), (p.module,), {"shape": [o, i], "layer": p.layer})
 
     def score(self, model, units, stats, proxy):
-        return {u.name: stable_rank_fisher(stable_rank(get_module(model, u.name).weight), self.sensitivity_grid)
+        return {u.name: stable_rank_fisher(stable_rank(part_weight(model, unit_projection(u))), self.sensitivity_grid)
                 for u in units}
 
     def _factors(self, W, st, unit):
@@ -58,10 +58,4 @@ class StableRankSVD(LowRankCompressor):
 
     def module_specs(self, model, units, dims):
         self.check_dims(units, dims)
-        out = {}
-        for u in units:
-            if u.name in dims:
-                mod = get_module(model, u.name)
-                out[u.name] = {"type": "lowrank", "in": mod.in_features, "out": mod.out_features,
-                               "rank": int(dims[u.name]), "bias": mod.bias is not None}
-        return out
+        return part_specs(model, {unit_projection(u): lowrank_spec(u, dims[u.name]) for u in units if u.name in dims})

@@ -8,9 +8,8 @@ before it (:mod:`gac.compression.compressors.local_update`). Off by default, as 
 from __future__ import annotations
 
 from gac.compression.compressors.asvd import LowRankCompressor
+from gac.compression.compressors.base import unit_projection
 from gac.compression.compressors.lowrank_math import DEFAULT_SVD, svdllm_factors
-from gac.compression.discovery import PROJECTIONS
-from gac.compression.modules import get_module
 from gac.errors import GacError
 
 
@@ -26,7 +25,7 @@ class SVDLLM(LowRankCompressor):
     needs_xtx = True
     default_allocation = "uniform"  # the reference truncates every weight to the same parameter ratio
 
-    def __init__(self, projections=PROJECTIONS, layers=None, eps: float = 1e-6, update: bool = False,
+    def __init__(self, projections=None, layers=None, eps: float = 1e-6, update: bool = False,
                  svd: str = DEFAULT_SVD):
         super().__init__(projections, layers, svd)
         if not eps > 0:
@@ -35,6 +34,14 @@ class SVDLLM(LowRankCompressor):
             raise GacError(f"SVD-LLM update must be true or false, got {update!r}")
         self.eps = float(eps)
         self.update = update
+
+    def units(self, model, layout):
+        units = super().units(model, layout)
+        fused = [u.name for u in units if not unit_projection(u).whole]
+        if self.update and fused:
+            raise GacError(f"SVD-LLM's update refits whole projections, and this {layout.family} model fuses them "
+                           f"({fused[0]} is part of a fused weight); run it with update=false")
+        return units
 
     @property
     def keeps_calibration(self) -> bool:
@@ -52,11 +59,13 @@ class SVDLLM(LowRankCompressor):
         return self.svd.startswith("gram") and out_features <= in_features
 
     def stat_requests(self, model, units):
+        """X^T X of a module's input, or its output Gram when every projection of it is factorised from that (a
+        fused module's Gram is taken whole; each role reads its rows)."""
         xtx, yty = set(), set()
-        for n in self.stat_modules(units):
-            w = get_module(model, n).weight
-            (yty if self.uses_output_gram(*w.shape) else xtx).add(n)
-        return xtx, yty
+        for u in units:
+            p = unit_projection(u)
+            (yty if self.uses_output_gram(p.out_features, p.in_features) else xtx).add(p.module)
+        return xtx, yty - xtx
 
     def _factors(self, W, st, unit):
         if st is None or (st.xtx is None and st.yty is None):

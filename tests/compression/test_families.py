@@ -1,0 +1,287 @@
+"""Every model family gac has a layout for, compressed by every compressor that applies: random-weight models in each
+family's real layout, built from transformers' own config classes (no download, a second or so each).
+
+For each (family, compressor): the plan's parameter count is the model's, the fusion is respected (a fused module
+becomes a split one, the roles it keeps dense hold the original rows exactly), the compressed model's logits are
+finite, a gac checkpoint reloads to identical logits, and the audit reads the compressed model. Families gac cannot
+compress are refused in one line from the config, before any weight exists.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gac.compression.layouts import FAMILIES, ROLES
+from gac.errors import GacError
+
+H, WIDTH, V, L = 64, 96, 128, 2  # hidden, MLP width, vocabulary, layers
+COMMON = dict(hidden_size=H, intermediate_size=WIDTH, num_hidden_layers=L, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, vocab_size=V, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
+              bos_token_id=1, eos_token_id=2)
+
+#: model_type -> the config arguments that make a small model of the family's real layout
+FAMILY_ARGS = {
+    "llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {}, "smollm3": {}, "gemma": {}, "olmo": {}, "olmo2": {},
+    "gemma2": dict(final_logit_softcapping=30.0, sliding_window=16),
+    "gemma3_text": dict(final_logit_softcapping=30.0, sliding_window=16, num_key_value_heads=1),
+    "granite": dict(logits_scaling=4.0, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.25),
+    "cohere": dict(logit_scale=0.5),
+    "phi3": dict(pad_token_id=0),
+    "phi": dict(num_key_value_heads=4, head_dim=None, partial_rotary_factor=0.5),
+    "starcoder2": dict(),
+    "gpt_neox": dict(num_key_value_heads=None, head_dim=None, rotary_pct=0.25),
+    "gpt2": dict(n_embd=H, n_layer=L, n_head=4, n_positions=64, n_inner=WIDTH),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, decoder_sparse_step=1,
+                      mlp_only_layers=[1]),
+    "olmoe": dict(num_experts=4, num_experts_per_tok=2),
+}
+SKIP_TYPES = {"gemma3"}  # the multimodal Gemma 3 is its text model's layout under model.language_model (tested below)
+COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu", "stable_rank_svd")
+
+
+def family_config(model_type: str):
+    from transformers import AutoConfig
+
+    kw = {**COMMON, **FAMILY_ARGS[model_type]}
+    if model_type == "gpt2":
+        kw = {k: v for k, v in kw.items() if k in ("vocab_size", "tie_word_embeddings", "bos_token_id",
+                                                                  "eos_token_id", "pad_token_id")} | FAMILY_ARGS["gpt2"]
+    kw = {k: v for k, v in kw.items() if v is not None}
+    return AutoConfig.for_model(model_type, **kw)
+
+
+def family_model(model_type: str, seed: int = 0):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    m = AutoModelForCausalLM.from_config(family_config(model_type)).eval()
+    with torch.no_grad():  # norms at 1 and random projections of a scale that keeps the activations finite
+        for p in m.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.05)
+    return m
+
+
+TYPES = [t for f in FAMILIES for t in f.model_types if t not in SKIP_TYPES]
+
+
+def test_every_family_has_a_small_model_here():
+    assert sorted(TYPES) == sorted(FAMILY_ARGS)
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_layout_matches_the_model_and_its_tp_plan(model_type):
+    from gac.compression.discovery import discover
+
+    m = family_model(model_type)
+    lay = discover(m)
+    assert lay.num_layers == L and lay.hidden_size == H
+    roles = {p.role for p in lay.projections}
+    assert {"q", "k", "v", "o"} <= roles and roles <= set(ROLES)
+    for p in lay.projections:  # each projection's rows are a real part of its module's output
+        w = m.get_submodule(p.module).weight
+        out_f = w.shape[1] if p.conv1d else w.shape[0]
+        assert p.out_features == len(p.row_index()) and max(p.row_index()) < out_f
+    # every module the family's tensor-parallel plan splits is one the layout names (the table cannot drift from
+    # what transformers says about the family)
+    plan = getattr(m.config, "base_model_tp_plan", None) or {}
+    named = {p.module.split(".", 3)[-1] for p in lay.projections} | {e.module.split(".", 3)[-1] for e in lay.experts}
+    for key, style in plan.items():
+        if key.startswith("layers.*.") and style in ("colwise", "rowwise", "colwise_gather_output",
+                                                     "rowwise_split_input", "packed_colwise"):
+            sub = key.removeprefix("layers.*.")
+            if ".experts." in sub:
+                sub = sub.rsplit(".", 1)[0]
+            if lay.experts and sub.startswith("mlp.") and not sub.startswith("mlp.experts"):
+                continue  # a MoE family's dense MLP exists only in its mlp_only layers
+            assert sub in named or any(n.startswith(sub) for n in named), (key, sorted(named))
+
+
+def _calib(seed=0):
+    return torch.randint(0, V, (2, 16), generator=torch.Generator().manual_seed(seed))
+
+
+#: families whose layout differs from Llama's beyond names (fused, interleaved, transposed, experts, a logit
+#: transform, a plain MLP): every compressor in the default tier; the other families with ASVD and LLM-Pruner (the
+#: full matrix is the `slow` tier)
+DISTINCT = {"llama", "phi3", "gpt_neox", "gpt2", "mixtral", "qwen3_moe", "gemma3_text", "granite", "phi"}
+MATRIX = [pytest.param(t, c, marks=() if t in DISTINCT or c in ("asvd", "llm_pruner") else pytest.mark.slow)
+          for t in TYPES for c in COMPRESSORS]
+
+
+@pytest.mark.parametrize("model_type,compressor", MATRIX)
+def test_every_compressor_on_every_family(model_type, compressor, tmp_path):
+    from gac.compression.audit import audit_model
+    from gac.compression.checkpoint import load_checkpoint, save_checkpoint
+    from gac.compression.compress import compress_model, compressed_weight_params
+    from gac.compression.discovery import discover
+
+    m = family_model(model_type)
+    lay = discover(m)
+    if compressor == "palu" and lay.num_kv_heads % 2 and lay.num_kv_heads != 1:
+        pytest.fail("the small models have 1, 2 or 4 KV heads")
+    alloc = "proportional" if compressor == "asvd" else None
+    ids = _calib(1)
+    with torch.no_grad():
+        dense_logits = m(ids).logits
+    import copy
+
+    cm, plan, rep = compress_model(copy.deepcopy(m), None, compressor, ratio=0.3, calib_ids=_calib(), allocation=alloc,
+                                   unit=8)
+    assert rep["params_counted"] == plan.params <= plan.budget
+    assert plan.aligned_fraction == 1.0
+    with torch.no_grad():
+        logits = cm(ids).logits
+    assert torch.isfinite(logits).all() and logits.shape == dense_logits.shape
+    assert not torch.equal(logits, dense_logits)  # something was compressed
+    # the fusion is respected: a fused module that was split keeps its other roles' rows exactly
+    from gac.compression.modules import SplitLinear
+    from gac.compression.parts import module_weight
+
+    for name in {p.module for p in lay.projections if not p.whole}:
+        new = cm.get_submodule(name)
+        if isinstance(new, SplitLinear):
+            old = module_weight(m.get_submodule(name))
+            for p in (p for p in lay.projections if p.module == name):
+                part = new.part(p.role)
+                if isinstance(part, torch.nn.Linear):
+                    torch.testing.assert_close(part.weight, old[p.row_index()], rtol=0, atol=0)
+    save_checkpoint(cm, None, tmp_path / "ck")
+    back, _ = load_checkpoint(tmp_path / "ck")
+    with torch.no_grad():
+        torch.testing.assert_close(back(ids).logits, logits, rtol=0, atol=0)
+    rep = audit_model(back)
+    assert rep["n_weights"] > 0 and rep["heads"]["gqa_ok"]
+    assert compressed_weight_params(back, _units(back, compressor)) == plan.params
+
+
+def _units(model, compressor):
+    """The compressor's units as laid out on the reloaded (compressed) model, for the parameter count."""
+    from gac.compression.compressors import get_compressor
+    from gac.compression.discovery import discover
+
+    lay = discover(model)
+    comp = get_compressor(compressor)
+    from gac.compression.compressors.base import Unit
+
+    if compressor == "llm_pruner":
+        units = []
+        for i in sorted(_pruned_layers(comp, lay)):
+            if lay.experts_of(i) is not None:
+                b = lay.experts_of(i)
+                units += [Unit(f"{b.module}.{e}", "width", 1, 1, 1, 1, (b.module,), parts=((b.module, f"expert{e}"),))
+                          for e in range(b.num_experts)]
+            else:
+                mlp = lay.mlp_of(i)
+                units.append(Unit("m", "width", 1, 1, 1, 1, (), parts=tuple(dict.fromkeys(
+                    (p.module, None if p.whole else p.role) for p in mlp.values()))))
+        return units
+    roles = ("k", "v") if compressor == "palu" else ROLES
+    return [Unit(p.name, "lowrank", 1, 1, 1, 1, (p.module,), parts=((p.module, None if p.whole else p.role),))
+            for p in lay.projections_of(roles)]
+
+
+def _pruned_layers(comp, lay):
+    from gac.compression.compressors.llm_pruner import layer_range
+
+    return set(layer_range("reference", lay.num_layers))
+
+
+def test_a_split_module_with_dense_parts_is_the_fused_module():
+    """A fused projection split into its roles (all dense) computes exactly what the fused one did, interleaved
+    rows (GPT-NeoX) and a Conv1D (GPT-2) included."""
+    from gac.compression.discovery import discover
+    from gac.compression.parts import _split
+
+    for t in ("phi3", "gpt_neox", "gpt2"):
+        m = family_model(t)
+        lay = discover(m)
+        x = torch.randn(3, 5, H, generator=torch.Generator().manual_seed(0))
+        for name in {p.module for p in lay.projections if not p.whole}:
+            fused = m.get_submodule(name)
+            split = _split(m, lay, name)
+            with torch.no_grad():
+                torch.testing.assert_close(split(x), fused(x), rtol=1e-6, atol=1e-6)
+
+
+def test_the_sensitivity_tail_is_the_family_tail():
+    """ASVD's sensitivity search scores probes with the family's tail (norm -> head -> logit transform): its layer-
+    cached perplexity equals the model's own on Granite (logits_scaling), Cohere (logit_scale) and Gemma 2
+    (soft-capping)."""
+    from gac.compression.compress import calibration_perplexity
+    from gac.compression.discovery import discover
+    from gac.compression.sensitivity import _LayerCache
+
+    for t in ("granite", "cohere", "gemma2"):
+        m = family_model(t)
+        ids = _calib(2)
+        cache = _LayerCache(m, discover(m), ids)
+        assert cache.perplexity() == pytest.approx(calibration_perplexity(m, ids), rel=1e-5), t
+
+
+def test_perplexity_applies_the_family_tail():
+    from gac.evaluation.perplexity import window_nll
+
+    for t in ("granite", "gemma2", "cohere"):
+        m = family_model(t)
+        x = _calib(3)
+        with torch.no_grad():
+            logits = m(x).logits[:, :-1].float()
+            ref = torch.nn.functional.cross_entropy(logits.reshape(-1, V), x[:, 1:].reshape(-1), reduction="sum")
+            assert float(window_nll(m, x)) == pytest.approx(float(ref), rel=1e-5), t
+
+
+def test_moe_experts_are_targets_of_their_own():
+    from gac.compression.compress import compress_model
+    from gac.compression.modules import ExpertMLPs
+
+    m = family_model("mixtral")
+    cm, plan, _ = compress_model(m, None, "llm_pruner", ratio=0.3, calib_ids=_calib(), unit=8,
+                                 compressor_options={"layers": "0:"})
+    blocks = [mod for mod in cm.modules() if isinstance(mod, ExpertMLPs)]
+    assert len(blocks) == L and all(len(b.widths) == 4 for b in blocks)
+    assert all(w % 8 == 0 for b in blocks for w in b.widths)
+    assert len({k for k in plan.dims if ".experts." in k}) == 4 * L
+    assert any(len(set(b.widths)) > 1 for b in blocks) or all(w < 96 for b in blocks for w in b.widths)
+
+
+def test_an_unknown_family_is_refused_from_its_config_before_any_weight():
+    from transformers import AutoConfig
+
+    from gac.compression.discovery import discover_config
+
+    for t, why in (("bloom", "gac has no layout for model_type 'bloom'"),
+                   ("falcon", "gac does not compress falcon models")):
+        with pytest.raises(GacError, match=why):
+            discover_config(AutoConfig.for_model(t))
+
+
+def test_roles_accept_llama_names_and_refuse_others():
+    from gac.compression.compressors import get_compressor
+
+    assert get_compressor("asvd", projections=["q_proj", "fc_in"]).roles() == ("q", "fc_in")
+    with pytest.raises(GacError, match="unknown projection 'qkv'"):
+        get_compressor("asvd", projections=["qkv"])
+
+
+def test_svd_llm_update_refuses_fused_parts():
+    from gac.compression.compress import compress_model
+
+    m = family_model("phi3")
+    with pytest.raises(GacError, match="update"):
+        compress_model(m, None, "svd_llm", ratio=0.3, calib_ids=_calib(), compressor_options={"update": True})
+
+
+def test_compressed_family_models_keep_their_params_exact():
+    """A random plan on Phi-3's fused weights: the plan's count is the model's, whatever rows each role keeps."""
+    from gac.compression.compress import compress_model
+
+    for comp in ("asvd", "palu", "llm_pruner"):
+        cm, plan, rep = compress_model(family_model("phi3"), None, comp, ratio=0.4, calib_ids=_calib(), allocation=None if comp != "asvd"
+                                       else "proportional", strategy="unaligned")
+        with torch.no_grad():
+            assert rep["params_counted"] == plan.params and math.isfinite(float(cm(_calib(4)).logits.sum()))
