@@ -416,6 +416,15 @@ def prepare(
         raise GacError(f"{comp.name} found nothing to compress in this model")
     need_act = comp.needs_act or comp.needs_xtx or "act" in prox.needs
     need_grad = "grad" in prox.needs
+    experts = [u.name for u in units if any(p and p.startswith("expert") for _, p in u.weight_parts)]
+    if experts and need_act:
+        raise GacError(f"proxy {proxy_name!r} scores expert widths with per-expert input activations, which gac does "
+                       f"not collect (each expert sees only its routed tokens); score the experts with taylor, "
+                       f"gradient, fisher, magnitude or random")
+    if layout.experts and not experts:
+        log.info("%s compresses the attention%s of this mixture-of-experts model; its expert MLPs are pruned by "
+                 "llm_pruner only", comp.name, " and dense MLPs" if any(u.meta.get("role") in (
+                     "gate", "up", "down") for u in units) else "")
     cal_json: dict = {}
     if need_act or need_grad or allocation == "sensitivity":
         if calib_ids is None:

@@ -285,3 +285,28 @@ def test_compressed_family_models_keep_their_params_exact():
                                        else "proportional", strategy="unaligned")
         with torch.no_grad():
             assert rep["params_counted"] == plan.params and math.isfinite(float(cm(_calib(4)).logits.sum()))
+
+
+def test_the_multimodal_gemma3_compresses_its_language_model():
+    """Gemma-3-4B and larger are multimodal (Gemma3ForConditionalGeneration): the layout is the text model's under
+    model.language_model; the vision tower is left alone."""
+    from transformers import AutoModelForCausalLM, Gemma3Config
+
+    from gac.compression.compress import compress_model
+
+    cfg = Gemma3Config(
+        text_config=dict(hidden_size=H, intermediate_size=WIDTH, num_hidden_layers=L, num_attention_heads=4,
+                         num_key_value_heads=1, head_dim=16, vocab_size=300, max_position_embeddings=64,
+                         sliding_window=16),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=28, patch_size=14),
+        mm_tokens_per_image=4, image_token_index=299, boi_token_index=297, eoi_token_index=298)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 290, (2, 16), generator=torch.Generator().manual_seed(0))
+    for comp, opts in (("asvd", {}), ("llm_pruner", {"layers": "0:"})):
+        m = AutoModelForCausalLM.from_config(cfg).eval()
+        vision = {n: p.clone() for n, p in m.named_parameters() if "vision" in n}
+        cm, plan, rep = compress_model(m, None, comp, ratio=0.3, calib_ids=ids, compressor_options=opts,
+                                       allocation="proportional" if comp == "asvd" else None)
+        assert rep["params_counted"] == plan.params and all(k.startswith("model.language_model.") for k in plan.dims)
+        assert all(torch.equal(p, vision[n]) for n, p in cm.named_parameters() if n in vision)
