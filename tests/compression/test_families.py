@@ -310,3 +310,25 @@ def test_the_multimodal_gemma3_compresses_its_language_model():
                                        allocation="proportional" if comp == "asvd" else None)
         assert rep["params_counted"] == plan.params and all(k.startswith("model.language_model.") for k in plan.dims)
         assert all(torch.equal(p, vision[n]) for n, p in cm.named_parameters() if n in vision)
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "phi3", "mixtral", "gpt_neox"])
+def test_flops_count_every_family_weight(model_type):
+    """Prefill FLOPs count a Conv1D, a split fused module and expert blocks (top_k of E experts per token): the dense
+    model's linear FLOPs are 2 T times its decoder weights (experts weighted by top_k / E)."""
+    from gac.compression.discovery import discover
+    from gac.evaluation.flops import prefill_flops
+
+    m = family_model(model_type)
+    lay = discover(m)
+    T = 2 * 32
+    f = prefill_flops(m, 2, 32)
+    layer_weights = sum(p.numel() for n, p in m.named_parameters()
+                        if n.startswith(lay.layers_path + ".") and p.dim() >= 2 and ".experts." not in n)
+    k, E = int(getattr(m.config, "num_experts_per_tok", 0) or 0), 0
+    expert_weights = sum(p.numel() for n, p in m.named_parameters() if ".experts." in n)
+    if lay.experts:
+        E = lay.experts[0].num_experts
+    router = sum(p.numel() for n, p in m.named_parameters() if n.endswith("mlp.gate.weight")) if lay.experts else 0
+    want = 2 * T * (layer_weights - router) + (2 * T * k * expert_weights // E if E else 0)
+    assert f["linear"] == pytest.approx(want, rel=1e-6) and f["lm_head"] == 2 * T * H * V
