@@ -332,3 +332,27 @@ def test_flops_count_every_family_weight(model_type):
     router = sum(p.numel() for n, p in m.named_parameters() if n.endswith("mlp.gate.weight")) if lay.experts else 0
     want = 2 * T * (layer_weights - router) + (2 * T * k * expert_weights // E if E else 0)
     assert f["linear"] == pytest.approx(want, rel=1e-6) and f["lm_head"] == 2 * T * H * V
+
+
+@pytest.mark.parametrize("model_type,compressor", [("phi3", "asvd"), ("phi3", "palu"), ("phi3", "llm_pruner"),
+                                                   ("gpt2", "asvd"), ("gpt_neox", "palu"), ("mixtral", "llm_pruner")])
+def test_a_plan_builds_its_structure_without_weights(model_type, compressor):
+    """What the bench and the predictor build from a plan's shapes alone (gac.compression.structure): the same
+    modules, with the plan's parameter count, as the compressed model itself."""
+    import copy
+
+    from gac.compression.compress import compress_model
+    from gac.compression.modules import module_spec
+    from gac.compression.structure import Structure
+
+    m = family_model(model_type)
+    opts = {"layers": "0:"} if compressor == "llm_pruner" else {}
+    cm, plan, _ = compress_model(copy.deepcopy(m), None, compressor, ratio=0.3, calib_ids=_calib(), unit=8,
+                                 allocation="proportional" if compressor == "asvd" else None, compressor_options=opts)
+    s = Structure(m.config, torch.float32, compressor, opts, dict(plan.dims))
+    assert s.compressed_params() == plan.params
+    built = s.build("cpu")
+    for name, spec in s.specs.items():
+        assert module_spec(built.get_submodule(name)) == module_spec(cm.get_submodule(name)) == spec
+    with torch.no_grad():
+        assert torch.isfinite(built(_calib(5)).logits).all()
