@@ -97,6 +97,28 @@ def test_predict_cli_json(tmp_path, capsys):
     assert main(["predict", "--gpu", "h100", "--model", "llama3_8b", "--json", str(out)]) == 2  # no overwrite
 
 
+def test_a_model_whose_weights_exceed_the_gpu_gets_no_latency(tmp_path, capsys):
+    from gac.cli import main
+
+    # llama3_70b in fp16: 131 GiB of weights on an 80 GiB A100: refused in one line, no number as if it ran
+    assert main(["predict", "--gpu", "a100", "--model", "llama3_70b", "--seq-len", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit one 80 GiB A100" in err and "131.4 GiB" in err and "no latency is predicted" in err
+    assert len(err.strip().splitlines()) == 1
+    # a plan that fits (every pruned MLP at 4096 channels: 52.7 GiB) is predicted; the baseline beside it is not
+    plan = tmp_path / "small.json"
+    plan.write_text(json.dumps({"dims": {f"model.layers.{i}.mlp": 4096 for i in range(7, 77)},
+                                "compressor": "llm_pruner"}))
+    out = tmp_path / "p.json"
+    assert main(["predict", "--gpu", "a100", "--model", "llama3_70b", "--plan", str(plan), "--seq-len", "1",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Baseline at S=1: does not fit one A100 (131.4 GiB of fp16 weights" in text
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["Baseline"]["total_ms"] is None and not rows["Baseline"]["fits_memory"]
+    assert rows["small"]["fits_memory"] and rows["small"]["total_ms"] > 0 and rows["small"]["vs_baseline"] is None
+
+
 def test_a_job_on_a100_without_a_node_profile_uses_the_published_one():
     from gac.align.targets import Target
     from gac.jobs.spec import JobSpec
