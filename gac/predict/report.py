@@ -121,8 +121,8 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
         w = memory["Baseline"]
         raise GacError(f"{name} does not fit one {GPU_MEMORY_GIB} GiB {str(gpu).upper()}: its fp16 weights take "
                        f"{w:,.1f} GiB" + (f" (the smallest plan's {min(memory.values()):,.1f} GiB)" if plans else "")
-                       + f", so a prefill on one GPU cannot run and no latency is predicted; predict a smaller model "
-                       f"or a plan whose weights fit")
+                       + ", so a prefill on one GPU cannot run and no latency is predicted; predict a smaller model "
+                       "or a plan whose weights fit")
     pred = predictor or Predictor(gpu)  # after every input is checked: the calibration takes a second
     rows = []
     for s in seq_lens:
