@@ -16,8 +16,9 @@ apart from every figure the predictor is validated on; the H100 profile has no s
 Nothing else comes from end-to-end measurements.
 
 **Intervals.** :meth:`Predictor.bootstrap` re-predicts under bootstrap replicates of the calibration (every sweep's
-rows resampled); ``benchmarks/predict_paper.py`` widens that spread by the model-form error measured on its first
-validation set.
+rows resampled); :meth:`Predictor.wave_bounds` gives the range a GPU's wave mode leaves open (whole against balanced
+waves, where its M sweep steps); ``benchmarks/predict_paper.py`` widens both by the model-form error fitted on its
+design points and reports the coverage on held-out ones.
 """
 
 from __future__ import annotations
