@@ -11,9 +11,9 @@ are errors, so a typo cannot be silently ignored.
 
 **A latency budget** (strategy ``gac_latency``, :mod:`gac.align.latency_budget`): ``"latency_budget_ms"`` at the top,
 and per target ``"latency_ms": {"96": 0.121, "104": 0.118}``, the latency of its kernels at each candidate dimension
-(every candidate needs one). ``"latency_fixed_ms"`` (the rest of the forward, which no plan changes; default 0) and
-``"latency_quantum_ms"`` (the rounding step; default: see the module) are optional. With latencies given, every
-strategy's plan also reports its summed latency.
+(every candidate needs one). ``"latency_fixed_ms"`` (the rest of the forward, which no plan changes; default 0) is
+optional. The solver is exact (no rounding step: a ``"latency_quantum_ms"`` key is refused). With latencies given,
+every strategy's plan also reports its summed latency.
 
 A low-rank target (``"kind": "lowrank"``) may carry ``"dense_params": out * in``: the weight may then stay
 unfactorised, at that cost, when that is the best use of the budget (its plan dimension is then ``min(out, in)``
@@ -33,8 +33,9 @@ from gac.align.targets import Target, check_unique
 from gac.errors import GacError
 from gac.io import read_json
 
-_LATENCY_TOP = ("latency_budget_ms", "latency_fixed_ms", "latency_quantum_ms")
+_LATENCY_TOP = ("latency_budget_ms", "latency_fixed_ms")
 _TOP = {"budget", "unit", "window", "targets", *_LATENCY_TOP}
+_GONE = {"latency_quantum_ms": "the latency solver is exact and has no rounding step; remove the key"}
 _TARGET_REQUIRED = ("name", "d_star", "score", "params_per_dim")
 _TARGET = {*_TARGET_REQUIRED, "d_max", "candidates", "kind", "dense_params", "shape", "latency_ms"}
 
@@ -48,7 +49,6 @@ class Allocation:
     latency: dict[str, dict[int, float]] | None = None  # target name -> {dim: ms}; None: no latencies given
     latency_budget_ms: float | None = None
     latency_fixed_ms: float = 0.0
-    latency_quantum_ms: float | None = None
 
 
 def _int(value, where: str, what: str) -> int:
@@ -65,6 +65,9 @@ def _int(value, where: str, what: str) -> int:
 def parse_allocation(data: object, source: str = "allocation") -> Allocation:
     if not isinstance(data, dict):
         raise GacError(f"{source}: expected a JSON object with keys 'budget' and 'targets', got {type(data).__name__}")
+    gone = sorted(set(data) & set(_GONE))
+    if gone:
+        raise GacError(f"{source}: {gone[0]!r} is no longer read: {_GONE[gone[0]]}")
     unknown = set(data) - _TOP
     if unknown:
         raise GacError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP)}")
@@ -134,7 +137,7 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
 
 
 def _latency(data: dict, latency: dict, targets: list[Target], source: str):
-    """The latency keys: all targets with ``latency_ms`` or none; the budget, fixed part and quantum as numbers."""
+    """The latency keys: all targets with ``latency_ms`` or none; the budget and the fixed part as numbers."""
     opts = {}
     for key in _LATENCY_TOP:
         if key in data:
@@ -151,8 +154,7 @@ def _latency(data: dict, latency: dict, targets: list[Target], source: str):
     if opts and not latency:
         raise GacError(f"{source}: {sorted(opts)} given but no target has 'latency_ms'; give each target its latency "
                        f"at every candidate dimension")
-    return (latency or None, opts.get("latency_budget_ms"), opts.get("latency_fixed_ms", 0.0),
-            opts.get("latency_quantum_ms"))
+    return latency or None, opts.get("latency_budget_ms"), opts.get("latency_fixed_ms", 0.0)
 
 
 MAX_FILE_BYTES = 256 * 2**20  # 256 MiB: ~1M targets; JSON parsing takes ~2x the file in memory, and far more targets

@@ -7,16 +7,11 @@ add up; everything the plan does not change (attention, norms, the head) is a co
 
 **Latency budget** (:func:`solve_latency_budget`, strategy ``gac_latency``): maximise the compressor's score, the same
 objective as the parameter solver (Eq. 4, ``sum_i s_i (params_i(d_i) - params_i(d*_i))``), subject to
-``fixed_ms + sum_i lat_i(d_i) <= L``. Latencies are real numbers; the exact solver (:func:`gac.align.solver.solve_mckp`)
-takes integer costs, so each latency is rounded **up** to a whole number of quanta ``q`` and the budget **down**:
-``c_i(d) = ceil(lat_i(d) / q)``, ``U = floor((L - fixed_ms) / q)``, computed exactly in rationals (each latency at
-its exact binary value, the quantum at the decimal it prints as: 0.001 is 1/1000). A plan whose rounded
-cost fits ``U`` then has a true latency ``<= sum c q <= U q <= L``: the budget holds for the true latencies, not for
-their rounding. The price of the rounding is optimality by at most ``n q`` of budget: each option's rounding adds less
-than ``q``, so every plan whose true latency is at most ``L - n q`` fits, and the plan found is at least as good as the
-best plan at that tighter budget (``optimal_within_ms``). The default quantum is the power of ten at most
-``0.1% x L / n``: the rounding then costs at most 0.1% of the budget. The solver's DP runs over the spread of the
-candidates' latencies (not over the whole budget), so a fine quantum stays affordable.
+``fixed_ms + sum_i lat_i(d_i) <= L``, solved exactly (:func:`gac.align.exact_mckp.solve_exact`): every latency, the
+budget and every value at its exact value (a float is its binary value; a :class:`~fractions.Fraction` may be given),
+no rounding and no quantum. So the plan is within the budget by exact arithmetic, and no plan within it scores more:
+at a budget equal to a plan's own latency, that plan (or a better one) is returned. A plan's latency is reported
+rounded **up** to a float (:func:`plan_latency`), so a budget copied from a reported latency holds that plan.
 
 **Minimum latency at a parameter budget** (:func:`solve_min_latency`): the parameter count is the (integer, exact)
 cost and the latency the value to minimise, with no rounding at all. ``bound="at_least"`` finds the fastest plan
@@ -43,6 +38,7 @@ from gac.align.candidates import (
     check_unit,
     check_window,
 )
+from gac.align.exact_mckp import solve_exact
 from gac.align.plan import Plan, make_plan
 from gac.align.solver import solve_mckp
 from gac.align.strategies import _check_magnitudes
@@ -52,114 +48,89 @@ from gac.errors import GacError, InfeasibleBudgetError
 # The strategies `gac align` runs with latency tables are gac.registry.LATENCY_STRATEGIES (not in
 # gac.align.strategies.STRATEGIES: they take more inputs); the dual (align_min_latency, plans named
 # gac_min_latency) is a Python entry point only.
-#: the default quantum keeps the rounding below this share of the latency budget
-QUANTUM_SHARE = 1e-3
 BOUNDS = ("at_least", "at_most")
 
 LatencyTable = Mapping[str, Mapping[int, float]]  # target name -> {candidate dim: latency in ms}
+Ms = float | int | Fraction
 
 
 @dataclass
 class LatencyResult:
-    """The outcome of :func:`solve_latency_budget`: the choice and its accounting (all latencies in ms)."""
+    """The outcome of :func:`solve_latency_budget`: the choice and its accounting (latencies in ms)."""
 
     choice: list[int]  # index into each item's option list
-    latency_ms: float  # the chosen plan's true latency, fixed_ms included (a correctly rounded sum)
+    latency_ms: float  # the chosen plan's latency, fixed_ms included, rounded up to a float
     value: float
     budget_ms: float
-    quantum_ms: float
     fixed_ms: float = 0.0
-    rounded_ms: float = 0.0  # the chosen plan's latency after rounding each option up to quanta (fixed_ms included)
-    optimal_within_ms: float = 0.0  # n * quantum: the plan is at least as good as the optimum at budget - this
+    exact_latency_ms: Fraction = Fraction(0)  # the same latency, exact
+    exact_budget_ms: Fraction = Fraction(0)
     stats: dict = field(default_factory=dict)
 
     @property
     def held(self) -> bool:
-        return self.latency_ms <= self.budget_ms
+        return self.exact_latency_ms <= self.exact_budget_ms
 
     @property
     def unused_ms(self) -> float:
-        return self.budget_ms - self.latency_ms
+        return float(self.exact_budget_ms - self.exact_latency_ms)
 
     def to_json(self) -> dict:
         return {"budget_kind": "latency_ms", "budget_ms": self.budget_ms, "latency_ms": self.latency_ms,
-                "held": self.held, "unused_ms": self.unused_ms, "fixed_ms": self.fixed_ms,
-                "quantum_ms": self.quantum_ms, "rounding_ms": self.rounded_ms - self.latency_ms,
-                "optimal_within_ms": self.optimal_within_ms}
+                "held": self.held, "unused_ms": self.unused_ms, "fixed_ms": self.fixed_ms, "solver": "exact"}
 
 
-def _ms(x, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+def _ms(x, what: str) -> Fraction:
+    """A latency in ms as its exact value (a float's binary value)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)) or (
+            isinstance(x, float) and not math.isfinite(x)) or x < 0:
         raise GacError(f"{what} must be a finite number of milliseconds >= 0, got {x!r}")
-    return float(x)
+    return Fraction(x)
 
 
-def default_quantum(budget_ms: float, n_items: int) -> float:
-    """The power of ten at most ``QUANTUM_SHARE * budget_ms / n_items`` (so the rounding costs at most 0.1% of the
-    budget), and at least 1e-9 ms."""
-    share = QUANTUM_SHARE * float(budget_ms) / max(1, n_items)
-    if share <= 0:
-        return 1e-6
-    return max(1e-9, 10.0 ** math.floor(math.log10(share)))
-
-
-def _units_up(x: float, q: Fraction) -> int:
-    """``ceil(x / q)`` in exact rational arithmetic."""
-    return -((-Fraction(x)) // q)
+def round_up(x: Fraction) -> float:
+    """The smallest float at least ``x``: a latency reported this way, given back as a budget, holds its plan."""
+    f = float(x)
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
 def solve_latency_budget(
-    latency: Sequence[Sequence[float]],
+    latency: Sequence[Sequence[Ms]],
     values: Sequence[Sequence[float]],
-    budget_ms: float,
-    quantum_ms: float | None = None,
-    fixed_ms: float = 0.0,
+    budget_ms: Ms,
+    fixed_ms: Ms = 0.0,
 ) -> LatencyResult:
-    """Exact MCKP with latency as the cost: maximal total value with ``fixed_ms + sum latency <= budget_ms``.
+    """The exact optimum: maximal total value with ``fixed_ms + sum latency <= budget_ms``, exactly.
 
-    ``latency[i][j]`` (ms, finite, >= 0) and ``values[i][j]`` of option j of item i. See the module docstring for the
-    rounding and its guarantee. Raises :class:`GacError` when no plan fits (naming the fastest plan's latency).
-    """
+    ``latency[i][j]`` (ms, finite, >= 0) and ``values[i][j]`` of option j of item i. Raises :class:`GacError` when no
+    plan fits (naming the fastest plan's latency)."""
     t0 = time.perf_counter()
     n = len(latency)
     if n != len(values):
         raise ValueError("latency and values must have one entry per item")
-    budget_ms = _ms(budget_ms, "the latency budget")
-    fixed_ms = _ms(fixed_ms, "the fixed latency (fixed_ms)")
+    budget = _ms(budget_ms, "the latency budget")
+    fixed = _ms(fixed_ms, "the fixed latency (fixed_ms)")
+    lat = []
     for i, (ls, vs) in enumerate(zip(latency, values)):
         if len(ls) != len(vs) or not len(ls):
             raise ValueError("each item needs at least one option and as many values as latencies")
-        for x in ls:
-            _ms(x, f"item {i}'s latency")
-    q_float = default_quantum(budget_ms, n) if quantum_ms is None else float(quantum_ms)
-    if isinstance(quantum_ms, bool) or not math.isfinite(q_float) or q_float <= 0:
-        raise GacError(f"the latency quantum must be a positive number of milliseconds, got {quantum_ms!r}")
-    q = Fraction(repr(q_float))  # the decimal the quantum reads as (0.001 is 1/1000, not the float next to it)
-    room = Fraction(budget_ms) - Fraction(fixed_ms)
-    fastest = math.fsum([fixed_ms] + [min(ls) for ls in latency])
-    if room < 0 or sum((Fraction(min(ls)) for ls in latency), Fraction(0)) > room:
-        raise GacError(f"infeasible latency budget: {budget_ms:.6g} ms is below the fastest plan the candidate sets "
-                       f"allow ({fastest:.6g} ms, {fixed_ms:.6g} ms of it fixed); raise the latency budget to at least "
-                       f"{fastest:.6g} ms or allow smaller (faster) candidate dimensions")
-    units = int(room // q)
-    costs = [[_units_up(x, q) for x in ls] for ls in latency]
-    try:
-        res = solve_mckp(costs, values, units)
-    except InfeasibleBudgetError:
-        gap = float(room - sum((Fraction(min(ls)) for ls in latency), Fraction(0))) / n  # rounding room per item
-        fix = f"a quantum below {gap:.3g} ms" if gap > 0 else "a slightly larger budget"
-        raise GacError(f"the latency quantum {q_float:g} ms is too coarse for a budget of {budget_ms:.6g} ms: rounded "
-                       f"up to quanta, even the fastest plan ({fastest:.6g} ms) does not fit; give {fix}") from None
-    except GacError as e:
-        raise GacError(f"{e}; or use a coarser latency quantum than {q_float:g} ms") from None
-    chosen = [latency[i][j] for i, j in enumerate(res.choice)]
-    true = math.fsum([fixed_ms, *chosen])
-    if Fraction(fixed_ms) + sum((Fraction(x) for x in chosen), Fraction(0)) > Fraction(budget_ms):
-        raise AssertionError(f"latency plan over budget: {true} > {budget_ms}")  # a bug, never a silent overshoot
-    stats = dict(res.stats, budget_units=units, cost_units=res.cost, time_s=time.perf_counter() - t0)
-    return LatencyResult(choice=list(res.choice), latency_ms=true, value=res.value, budget_ms=budget_ms,
-                         quantum_ms=q_float, fixed_ms=fixed_ms, rounded_ms=fixed_ms + float(res.cost * q),
-                         optimal_within_ms=n * q_float, stats=stats)
+        lat.append([_ms(x, f"item {i}'s latency") for x in ls])
+        for v in vs:
+            if not math.isfinite(v):
+                raise ValueError("values must be finite")
+    fastest = fixed + sum((min(ls) for ls in lat), Fraction(0))
+    if fastest > budget:
+        up = round_up(fastest)
+        raise GacError(f"infeasible latency budget: {float(budget):.6g} ms is below the fastest plan the candidate "
+                       f"sets allow ({up:.6g} ms, {float(fixed):.6g} ms of it fixed); raise the latency budget to at "
+                       f"least {up!r} ms or allow smaller (faster) candidate dimensions")
+    res = solve_exact(lat, values, budget - fixed)
+    exact = fixed + res.cost
+    if exact > budget:
+        raise AssertionError(f"latency plan over budget: {exact} > {budget}")  # a bug, never a silent overshoot
+    return LatencyResult(choice=res.choice, latency_ms=round_up(exact), value=float(res.value),
+                         budget_ms=float(budget_ms), fixed_ms=float(fixed_ms), exact_latency_ms=exact,
+                         exact_budget_ms=budget, stats=dict(res.stats, time_s=time.perf_counter() - t0))
 
 
 @dataclass
@@ -189,7 +160,7 @@ def solve_min_latency(
         raise GacError(f"bound must be one of {', '.join(BOUNDS)}, got {bound!r}")
     if len(params) != len(latency):
         raise ValueError("params and latency must have one entry per item")
-    fixed_ms = _ms(fixed_ms, "the fixed latency (fixed_ms)")
+    fixed = _ms(fixed_ms, "the fixed latency (fixed_ms)")
     param_budget = int(param_budget)
     ps = [[int(p) for p in row] for row in params]
     for i, (row, ls) in enumerate(zip(ps, latency)):
@@ -214,7 +185,7 @@ def solve_min_latency(
         res = solve_mckp(ps, values, param_budget)
         res = _more_params_on_ties(ps, latency, param_budget, res)
     kept = sum(ps[i][j] for i, j in enumerate(res.choice))
-    ms = math.fsum([fixed_ms] + [latency[i][j] for i, j in enumerate(res.choice)])
+    ms = round_up(fixed + sum((Fraction(latency[i][j]) for i, j in enumerate(res.choice)), Fraction(0)))
     return MinLatencyResult(list(res.choice), ms, int(kept), param_budget, bound,
                             dict(res.stats, time_s=time.perf_counter() - t0))
 
@@ -252,12 +223,13 @@ def check_latency_table(table: object, source: str = "latency table") -> dict[st
                 dim = None
             if dim is None or isinstance(d, bool) or dim <= 0 or str(dim) != str(d).strip():
                 raise GacError(f"{source}: {name!r} has dimension {d!r}; dimensions must be positive integers")
-            entries[dim] = _ms(ms, f"{source}: {name!r} at dimension {dim}: the latency")
+            _ms(ms, f"{source}: {name!r} at dimension {dim}: the latency")
+            entries[dim] = ms if isinstance(ms, Fraction) else float(ms)
         out[str(name)] = entries
     return out
 
 
-def latency_costs(targets: Sequence[Target], cands: Sequence[Sequence[int]], table: LatencyTable) -> list[list[float]]:
+def latency_costs(targets: Sequence[Target], cands: Sequence[Sequence[int]], table: LatencyTable) -> list[list[Ms]]:
     """``lat_i(d)`` for every candidate of every target, or a :class:`GacError` naming what the table lacks."""
     out, missing = [], []
     for t, cs in zip(targets, cands):
@@ -269,7 +241,7 @@ def latency_costs(targets: Sequence[Target], cands: Sequence[Sequence[int]], tab
         if lack:
             missing.append(f"{t.name!r} at {lack}")
             continue
-        out.append([float(row[d]) for d in cs])
+        out.append([row[d] for d in cs])
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise GacError(f"the latency table lacks candidate dimensions: {', '.join(missing[:5])}{more}; give a latency "
@@ -278,16 +250,24 @@ def latency_costs(targets: Sequence[Target], cands: Sequence[Sequence[int]], tab
 
 
 def plan_latency(targets: Sequence[Target], dims: Mapping[str, int] | Sequence[int], table: LatencyTable,
-                 fixed_ms: float = 0.0) -> float | None:
-    """The summed latency of a plan's dimensions by ``table`` (None when the table lacks one of them)."""
+                 fixed_ms: Ms = 0.0) -> float | None:
+    """The summed latency of a plan's dimensions by ``table``, rounded up to a float (so that as a budget it holds
+    the plan; None when the table lacks one of them)."""
+    exact = plan_latency_exact(targets, dims, table, fixed_ms)
+    return None if exact is None else round_up(exact)
+
+
+def plan_latency_exact(targets: Sequence[Target], dims: Mapping[str, int] | Sequence[int], table: LatencyTable,
+                       fixed_ms: Ms = 0.0) -> Fraction | None:
+    """The exact summed latency of a plan's dimensions by ``table`` (None when the table lacks one of them)."""
     ds = [dims[t.name] for t in targets] if isinstance(dims, Mapping) else list(dims)
-    parts = [fixed_ms]
+    total = Fraction(fixed_ms)
     for t, d in zip(targets, ds):
         row = table.get(t.name)
         if row is None or int(d) not in row:
             return None
-        parts.append(float(row[int(d)]))
-    return math.fsum(parts)
+        total += Fraction(row[int(d)])
+    return total
 
 
 def _setup(targets, unit, window, candidate_filter):
@@ -302,13 +282,12 @@ def _setup(targets, unit, window, candidate_filter):
 def align_latency(
     targets: Sequence[Target],
     table: LatencyTable,
-    latency_budget_ms: float,
+    latency_budget_ms: Ms,
     param_budget: int,
     unit: int = DEFAULT_UNIT,
     window: int = DEFAULT_WINDOW,
     candidate_filter: CandidateFilter | None = None,
-    quantum_ms: float | None = None,
-    fixed_ms: float = 0.0,
+    fixed_ms: Ms = 0.0,
 ) -> Plan:
     """Strategy ``gac_latency``: the best plan by Eq. 4 whose summed latency holds ``latency_budget_ms``.
 
@@ -320,12 +299,12 @@ def align_latency(
     _check_magnitudes(targets, cands)
     lat = latency_costs(targets, cands, table)
     values = [[t.score * (t.params(d) - t.params_star) for d in cs] for t, cs in zip(targets, cands)]
-    res = solve_latency_budget(lat, values, latency_budget_ms, quantum_ms, fixed_ms)
+    res = solve_latency_budget(lat, values, latency_budget_ms, fixed_ms)
     dims = [cs[j] for cs, j in zip(cands, res.choice)]
     stats = {"solver": res.stats, "latency": res.to_json(), "time_s": time.perf_counter() - t0}
     plan = make_plan("gac_latency", targets, dims, param_budget, unit, [], stats)
     plan.notes.append(f"latency budget {res.budget_ms:.6g} ms held: {res.latency_ms:.6g} ms by the latency table "
-                      f"(quantum {res.quantum_ms:g} ms); parameters are not budgeted: {plan.params:,} "
+                      f"(solved exactly); parameters are not budgeted: {plan.params:,} "
                       + ("within" if plan.budget_met else "above") + f" the parameter budget {param_budget:,}")
     return plan
 

@@ -74,7 +74,7 @@ def solve(alloc, strategy: str, unit: int, window: int, source: str = "allocatio
             raise GacError(f"{source}: strategy 'gac_latency' needs 'latency_budget_ms' and every target's "
                            f"'latency_ms' (its latency at each candidate dimension) in the allocation")
         return align_latency(alloc.targets, alloc.latency, alloc.latency_budget_ms, alloc.budget, unit, window,
-                             quantum_ms=alloc.latency_quantum_ms, fixed_ms=alloc.latency_fixed_ms)
+                             fixed_ms=alloc.latency_fixed_ms)
     plan = align(alloc.targets, alloc.budget, strategy, unit=unit, window=window)
     if alloc.latency is not None:
         ms = plan_latency(alloc.targets, plan.dims, alloc.latency, alloc.latency_fixed_ms)

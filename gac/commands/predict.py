@@ -10,8 +10,9 @@ have, from the shapes alone: every GEMM from a tile/wave roofline with the align
 tensor-core sweeps, SDPA from its head-dim template plus the padding copy of a misaligned head dim, element-wise and
 norm kernels as bandwidth-bound, and a per-kernel launch cost. Calibrated on the GAC authors' published A100/H100
 kernel data (gac/data/profiles/published); the launch cost is solved from their Llama-3-8B baseline at S=128, the one
-end-to-end number used. Every number printed is a prediction, labelled so. Accuracy against the paper's own end-to-end
-numbers: benchmarks/predict_paper.py and docs/published-data-and-predictor.md.
+end-to-end number used. Every number printed is a prediction, labelled so. A model whose fp16 weights and logits
+exceed the GPU's 80 GiB cannot run there and gets no latency. Accuracy against the paper's own end-to-end numbers:
+benchmarks/predict_paper.py and docs/published-data-and-predictor.md.
 Examples:
   gac predict --gpu a100 --model llama3_8b --seq-len 128 --seq-len 1024
   gac predict --gpu h100 --model llama3_8b --plan unaligned.json --plan gac.json --compressor llm_pruner --json out.json

@@ -202,34 +202,19 @@ def predicted_tables(spec, model, targets, cands, unaligned) -> Tables:
     return out
 
 
-def _up(x: Fraction) -> float:
-    """The smallest float at least ``x``."""
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
-
-
-def _above_fastest(targets, cands, table, fixed: float) -> tuple[dict, float]:
-    """The table as each candidate's latency above its target's fastest candidate, and the fastest plan's latency
-    (``fixed`` plus every target's fastest), both rounded up: the solver rounds to quanta only what a plan adds above
-    the fastest plan, so a budget at the fastest plan (a latency table flat over the candidates, as where a GPU is
-    launch-bound) still has its plans, and a plan within the budget by these numbers is within it by the table's
-    exactly (each number is at least its exact value)."""
-    shifted, floor = {}, Fraction(fixed)
-    for t, cs in zip(targets, cands):
-        row = table[t.name]
-        low = min(Fraction(row[int(d)]) for d in cs)
-        floor += low
-        shifted[t.name] = {int(d): _up(Fraction(row[int(d)]) - low) for d in cs}
-    return shifted, _up(floor)
-
-
 def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cache_dir):
     """The plan of ``align=gac_latency`` for ``targets`` at ``param_budget`` (the ratio's) and its record block
     ``{budget_kind, source, budget_ms, table_ms, params, latency_held, ...}``. Raises :class:`GacError` (the job stops
     before applying anything) for a budget no plan reaches, naming the minimum reachable."""
     from gac.align import align
     from gac.align.candidates import candidate_sets
-    from gac.align.latency_budget import align_latency, align_min_latency, plan_latency
+    from gac.align.latency_budget import (
+        align_latency,
+        align_min_latency,
+        plan_latency,
+        plan_latency_exact,
+        round_up,
+    )
 
     lat = spec.latency
     cands = candidate_sets(targets, spec.unit, spec.window, candidate_filter)
@@ -246,24 +231,23 @@ def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cach
     ref_name = lat.get("reference", "unaligned")
     ref_dims = [gac.dims[t.name] for t in targets] if ref_name == "gac" else u_dims
     reference = gac_ms if ref_name == "gac" else unaligned_ms
-    shifted, floor_ms = _above_fastest(targets, cands, table, fixed)
-    fastest = floor_ms
+    fastest = round_up(Fraction(fixed) + sum((min(Fraction(table[t.name][int(d)]) for d in cs)
+                                              for t, cs in zip(targets, cands)), Fraction(0)))
     budget_ms = None
     if lat["budget_kind"] == "latency":
         if lat["budget_ms"] is not None:
             budget_ms = lat["budget_ms"]
         else:  # rounded up: a share of 1 keeps the reference plan itself within its own latency, exactly
-            exact = Fraction(fixed) + sum((Fraction(table[t.name][int(d)]) for t, d in zip(targets, ref_dims)),
-                                          Fraction(0))
-            budget_ms = _up(Fraction(repr(lat["budget"])) * exact)
+            exact = plan_latency_exact(targets, ref_dims, table, fixed)
+            budget_ms = round_up(Fraction(repr(lat["budget"])) * exact)
         if budget_ms < fastest:
             asked = (f"align.latency_budget_ms={lat['budget_ms']:g}" if lat["budget_ms"] is not None else
                      f"align.latency_budget={lat['budget']:g} ({budget_ms:.4g} ms)")
             raise GacError(f"infeasible latency budget: {asked} is below the fastest plan the candidates allow, "
                            f"{fastest:.4g} ms by the {tabs.source} table on {tabs.device} (align.latency_budget="
                            f"{fastest / reference:.3f} of the {ref_name} plan's {reference:.4g} ms); give at least that")
-        plan = align_latency(targets, shifted, budget_ms, param_budget, spec.unit, spec.window, candidate_filter,
-                             fixed_ms=floor_ms)
+        plan = align_latency(targets, table, budget_ms, param_budget, spec.unit, spec.window, candidate_filter,
+                             fixed_ms=fixed)
     else:
         plan = align_min_latency(targets, table, param_budget, "at_least", spec.unit, spec.window, candidate_filter,
                                  fixed_ms=fixed)

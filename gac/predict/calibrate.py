@@ -13,6 +13,10 @@ Every constant and the sweep it comes from:
   ``M=512`` sweeps; the 8k sweeps where present), as absolute rates;
 * the row-load tier: per class the median latency of the ``l2_rowload_K`` sweep over that of ``mod16`` (>= 1);
 * the GEMM floor: the least per-call latency of the small ``K=128`` GEMM sweeps (``gemm_{M,N,K}_filtered``);
+* the wave mode (:data:`~gac.predict.kernels.WAVE_MODES`): from the M sweep (``gemm_M_filtered``: M = 1024..2048 at
+  N = 2048, K = 128), the largest rise between adjacent multiples of 16: above :data:`WAVE_STEP` (the A100: +65%,
+  cuBLAS switching to a kernel of more waves) the waves are uncertain (``middle``), below it (the H100: +2%) they
+  are balanced (``fractional``); ``R_sm`` is fitted under the mode chosen;
 * the SDPA padding copy: ``excess(d) = latency(d) - latency(next multiple of 8)`` for every misaligned d of
   ``sdpa_head_dim`` fitted by least squares as ``t0 + pad_bytes(d) / BW`` (``BW`` is also the streaming bandwidth);
 * the SDPA rate per FA2 template: the median over the template's aligned dims of work / (latency x SMs) for the
@@ -32,6 +36,7 @@ from gac.predict.kernels import (
     CLASSES,
     MISALIGNED,
     TILES,
+    WAVE_MODES,
     Calibration,
     aligned_ms,
     dim_class,
@@ -44,10 +49,13 @@ from gac.profiling.profile import HardwareProfile
 NEEDED = ("gemm_tput_K", "gemm_tput_N", "sdpa_head_dim")
 BIG = 8192  # the 8k sweeps' fixed dims (the figure's x axis is 7900..8200; 8192^3 reads 1.63 ms, 674 TFLOPS)
 GAMMAS = tuple(np.round(np.arange(0.5, 4.01, 0.05), 2))
+WAVE_STEP = 0.10  # an M sweep rising more than this between adjacent multiples of 16 steps by waves
 
 
-def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=None) -> Calibration:
-    """The calibration of ``profile`` for a GPU with ``sms`` streaming multiprocessors."""
+def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=None,
+              waves: str | None = None) -> Calibration:
+    """The calibration of ``profile`` for a GPU with ``sms`` streaming multiprocessors; ``waves`` forces a wave mode
+    (the bounds of :meth:`gac.predict.Predictor.wave_bounds`) instead of the one the M sweep gives."""
     missing = [s for s in NEEDED if s not in profile.sweeps()]
     if missing:
         raise GacError(f"profile {profile.device_name!r} lacks the sweeps {missing} the predictor calibrates on; "
@@ -138,11 +146,19 @@ def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=No
                     tf = float(np.median(2.0 * BIG * BIG * sel["dim"] / sel["latency_ms"] / 1e9))
                     family.setdefault((axis, c), []).append((gf, tf))
     ref = tuple(ARCH.get(g, {}).get("ref_tile", (128, 128)))
-    unit = _Unit(sms, arch["tiles"], ref, 1.0)
+    step = _wave_step(profile)
+    fits["waves"] = {"from": "gemm_M_filtered (M 1024..2048, N=2048, K=128; multiples of 16)",
+                     "largest_step": None if step is None else step[0], "at_m": None if step is None else step[1]}
+    if waves is None:
+        waves = "middle" if step is None or step[0] > WAVE_STEP else "fractional"
+    elif waves not in WAVE_MODES:
+        raise GacError(f"wave mode must be one of {', '.join(WAVE_MODES)}, got {waves!r}")
+    unit = _Unit(sms, arch["tiles"], ref, 1.0, waves=waves)
     if big:
         r_sm = float(np.median([aligned_ms(unit, M, N, K) / ms for M, N, K, ms in big]))
         gamma = min(GAMMAS, key=lambda gm: abs(np.median(
-            [np.log(aligned_ms(_Unit(sms, arch["tiles"], ref, gm, r_sm), M, N, K) / ms) for M, N, K, ms in small])))
+            [np.log(aligned_ms(_Unit(sms, arch["tiles"], ref, gm, r_sm, waves), M, N, K) / ms)
+             for M, N, K, ms in small])))
         fits["gemm"] = {"r_sm_from": "gemm_{M,K,N}_filtered_8k (aligned, 8192^3 with one dim swept)",
                         "aligned_points": len(big), "gamma_from": f"gemm_tput_K/N aligned ({len(small)} points)"}
     else:
@@ -165,7 +181,7 @@ def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=No
     fits["sdpa_shape"] = {"batch": b, "heads": h, "seq_len": s}
     return Calibration(gpu=g, sms=int(sms), r_sm=r_sm, tier_k=tiers["K"], tier_n=tiers["N"], bw_stream=float(bw),
                        pad_t0=float(max(t0, 0.0)), pad_bw=float(bw), sdpa_rate=sdpa_rate, tiles=tuple(arch["tiles"]),
-                       ref_tile=ref, gamma=float(gamma),
+                       ref_tile=ref, gamma=float(gamma), waves=waves,
                        family={k: tuple(sorted(v)) for k, v in family.items()}, row_tier=row_tier,
                        floor_ms=floor, fits=fits)
 
@@ -173,9 +189,24 @@ def calibrate(profile: HardwareProfile, sms: int, gpu: str | None = None, rng=No
 class _Unit:
     """A stand-in calibration at a given per-SM rate (1 for the fit: time at unit rate / measured time = R_sm)."""
 
-    def __init__(self, sms, tiles, ref_tile, gamma, r_sm=1.0):
+    def __init__(self, sms, tiles, ref_tile, gamma, r_sm=1.0, waves="middle"):
         self.sms, self.tiles, self.ref_tile, self.gamma, self.r_sm = sms, tiles, ref_tile, gamma, r_sm
+        self.waves = waves
         self.bw_stream = float("inf")
+
+
+def _wave_step(profile: HardwareProfile) -> tuple[float, int] | None:
+    """The largest relative rise of the M sweep between adjacent multiples of 16, and the M it rises to."""
+    if "gemm_M_filtered" not in profile.sweeps():
+        return None
+    sw = profile.sweep("gemm_M_filtered")
+    sw = sw[sw["latency_ms"].notna() & (sw["dim"].astype(int) % 16 == 0)].sort_values("dim")
+    lat = sw["latency_ms"].astype(float).to_numpy()
+    if len(lat) < 2:
+        return None
+    rise = lat[1:] / lat[:-1] - 1
+    k = int(np.argmax(rise))
+    return float(rise[k]), int(sw["dim"].iloc[k + 1])
 
 
 def _sdpa_shape(sd) -> tuple[int, int, int]:

@@ -5,8 +5,12 @@ Three kinds of kernels make a transformer prefill, each with its own model (time
 * **GEMM** (:func:`gemm_ms`). Aligned (K and N multiples of 8: the tensor-core kernel family): a tile-level roofline.
   cuBLAS runs an ``M x N`` output as CTA tiles of ``tm x tn`` from the GPU's tile set (:data:`ARCH`), split along K
   only when the unsplit grid fills less than a quarter of the SMs; the tiles run in waves of one tile per SM, so the
-  time is ``waves x tile time`` (tile and wave quantization: a 4097-wide GEMM pays a whole extra column of tiles, 109
-  tiles on 108 SMs pay two waves). A tile runs at the per-SM rate ``R_sm`` times its operand-reuse efficiency
+  time is ``waves x tile time`` (tile quantization: a 4097-wide GEMM pays a whole extra column of tiles). How whole
+  the waves are is the GPU's :attr:`Calibration.waves`, read from its published M sweep: ``fractional`` (work spread
+  evenly over the SMs, as stream-K and split kernels do: ``max(1, tiles / SMs)``) where that sweep is smooth (the
+  H100), ``middle`` where it steps (the A100: cuBLAS switches kernels, some quantizing into whole waves,
+  ``ceil(tiles / SMs)``, and some not, so which a shape gets is unknown): the geometric middle of the two, whose
+  ends :func:`gac.predict.Predictor.wave_bounds` carries into the interval. A tile runs at the per-SM rate ``R_sm`` times its operand-reuse efficiency
   ``(AI(tm, tn) / AI(ref tile))^gamma`` (``AI = tm tn / (tm + tn)``, capped at 1; the reference tile is the one the
   architecture reaches its rate with: 128 x 128 on Ampere, 256 x 128 on Hopper), divided by the ``mod8`` tier of K
   and N (8-aligned but not 16-aligned dims run the same family a little slower on the A100). The configuration with
@@ -46,6 +50,8 @@ SPLITS: tuple[int, ...] = (1, 2, 3, 4)
 FA2_TEMPLATES: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
 FA2_BC = {32: 128, 64: 128, 96: 64, 128: 64, 160: 32, 192: 32, 224: 32, 256: 32}
 BR = 128
+#: how whole a GEMM's waves are (module docstring)
+WAVE_MODES = ("integer", "fractional", "middle")
 #: alignment classes of a GEMM dim, best first: the residue rule and its name
 CLASSES: tuple[tuple[str, int], ...] = (("mod16", 16), ("mod8", 8), ("even", 2), ("odd", 1))
 #: the classes that leave the tensor-core family (their own kernels, their own absolute rates)
@@ -81,11 +87,13 @@ class Calibration:
     family: dict[tuple[str, str], tuple[tuple[float, float], ...]] = field(default_factory=dict)
     row_tier: dict[str, float] = field(default_factory=dict)  # class -> row-load slowdown (>= 1) of a K-long row
     floor_ms: float = 0.0  # the least time of one GEMM kernel
+    waves: str = "middle"  # one of WAVE_MODES
     fits: dict = field(default_factory=dict)  # residuals and sources, for reports
     memo: dict = field(default_factory=dict, repr=False, compare=False)  # kernel times by shape
 
     def to_json(self) -> dict:
-        return {"gpu": self.gpu, "sms": self.sms, "r_sm_tflops_per_sm": self.r_sm / 1e9, "tiles": self.tiles,
+        return {"gpu": self.gpu, "sms": self.sms, "waves": self.waves, "r_sm_tflops_per_sm": self.r_sm / 1e9,
+                "tiles": self.tiles,
                 "ref_tile": self.ref_tile, "gamma": self.gamma, "tier_k": self.tier_k, "tier_n": self.tier_n,
                 "misaligned_tflops": {f"{a} {c}": [list(p) for p in v] for (a, c), v in self.family.items()},
                 "row_load_tier": self.row_tier, "gemm_floor_ms": self.floor_ms,
@@ -110,11 +118,20 @@ def _reuse(cal, tm: int, tn: int) -> float:
 def gemm_config_ms(cal: Calibration, M: int, N: int, K: int, tm: int, tn: int, split: int) -> float:
     """Compute time of one configuration (aligned, tier 1): waves x per-tile time, plus split-K's partial sums."""
     tiles = math.ceil(M / tm) * math.ceil(N / tn) * split
-    waves = math.ceil(tiles / cal.sms)
+    waves = wave_count(tiles, cal.sms, cal.waves)
     k_part = math.ceil(K / split)
     tile_ms = 2.0 * tm * tn * k_part / (cal.r_sm * _reuse(cal, tm, tn))
     extra = 0.0 if split == 1 else (2 * split * M * N * 4) / cal.bw_stream  # fp32 partials written and read back
     return waves * tile_ms + extra
+
+
+def wave_count(tiles: int, sms: int, mode: str) -> float:
+    """Waves of ``tiles`` over ``sms``: whole (``integer``), balanced (``fractional``) or their geometric middle."""
+    whole = math.ceil(tiles / sms)
+    if mode == "integer":
+        return float(whole)
+    even = max(1.0, tiles / sms)
+    return even if mode == "fractional" else math.sqrt(whole * even)
 
 
 def aligned_ms(cal: Calibration, M: int, N: int, K: int) -> float:

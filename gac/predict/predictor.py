@@ -16,8 +16,9 @@ apart from every figure the predictor is validated on; the H100 profile has no s
 Nothing else comes from end-to-end measurements.
 
 **Intervals.** :meth:`Predictor.bootstrap` re-predicts under bootstrap replicates of the calibration (every sweep's
-rows resampled); ``benchmarks/predict_paper.py`` widens that spread by the model-form error measured on its first
-validation set.
+rows resampled); :meth:`Predictor.wave_bounds` gives the range a GPU's wave mode leaves open (whole against balanced
+waves, where its M sweep steps); ``benchmarks/predict_paper.py`` widens both by the model-form error fitted on its
+design points and reports the coverage on held-out ones.
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ class Predictor:
         self.cal = calibrate(self.profile, SMS[g], g)
         self.reference = self.profile.meta.get("framework_reference")
         self._replicas: list[tuple[Calibration, float]] = []
+        self._bounds: dict[str, tuple[Calibration, float]] = {}
         self.issue_ms = issue_ms if issue_ms is not None else self._fit_issue(self.cal)
 
     def _fit_issue(self, cal: Calibration) -> float:
@@ -267,6 +269,28 @@ class Predictor:
                 cal = calibrate(self.profile, SMS[self.gpu], self.gpu, rng=rng)
                 self._replicas.append((cal, self._fit_issue(cal)))
         return self._replicas[:n]
+
+    def wave_bounds(self, kernels: list[Kernel]) -> tuple[float, float]:
+        """The prefill of ``kernels`` with balanced and with whole waves (:meth:`wave_ends`), low first: the range the
+        GPU's wave mode leaves open. Where its M sweep is smooth (``fractional``) both are the prediction itself."""
+        ends = self.wave_ends(kernels)
+        return min(ends.values()), max(ends.values())
+
+    def wave_ends(self, kernels: list[Kernel]) -> dict[str, float]:
+        """``{wave mode: prefill}`` for balanced and whole waves, each calibration refitted under its mode and the
+        launch cost re-solved (only the point prediction where the GPU's waves are ``fractional``)."""
+        if self.cal.waves != "middle":
+            return {self.cal.waves: simulate(kernels, self.issue_ms)}
+        from gac.predict.calibrate import calibrate
+
+        ends = {}
+        for mode in ("fractional", "integer"):
+            if mode not in self._bounds:
+                cal = calibrate(self.profile, SMS[self.gpu], self.gpu, waves=mode)
+                self._bounds[mode] = (cal, self._fit_issue(cal))
+            cal, issue = self._bounds[mode]
+            ends[mode] = simulate(retime(kernels, cal), issue)
+        return ends
 
     def bootstrap(self, kernels: list[Kernel], n: int = 40, seed: int = 0) -> list[float]:
         """The predicted total of ``kernels`` (from :meth:`kernels`) under each bootstrap replicate."""

@@ -70,6 +70,11 @@ def load_plan(path: str, compressor: str | None) -> tuple[dict, str]:
 GPU_MEMORY_GIB = 80  # the A100 80GB and H100 80GB the published kernel data come from
 
 
+def weights_gib(structure) -> float:
+    """The structure's weights in GiB at its dtype (tied weights once), from the meta skeleton."""
+    return sum(p.numel() * p.element_size() for p in structure.skeleton().parameters()) / 2**30
+
+
 def _max_batch(seq_len: int, vocab: int) -> int:
     return max(1, int(GPU_MEMORY_GIB * 2**30 // max(1, seq_len * vocab * 2)))
 
@@ -109,15 +114,32 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
             label = f"{label} ({len(variants)})"
         variants.append((label, s, {"plan_file": str(f), "compressor": comp,
                                     "dims_sha256": hashlib.sha256(json.dumps(dims, sort_keys=True).encode()).hexdigest()}))
+    # a model whose weights and logits exceed the GPU's memory does not run there: no latency is predicted for it
+    memory = {label: weights_gib(st) for label, st, _ in variants}
+    fits = {label: w + logits_gib <= GPU_MEMORY_GIB for label, w in memory.items()}
+    if not any(fits.values()):
+        w = memory["Baseline"]
+        raise GacError(f"{name} does not fit one {GPU_MEMORY_GIB} GiB {str(gpu).upper()}: its fp16 weights take "
+                       f"{w:,.1f} GiB" + (f" (the smallest plan's {min(memory.values()):,.1f} GiB)" if plans else "")
+                       + ", so a prefill on one GPU cannot run and no latency is predicted; predict a smaller model "
+                       "or a plan whose weights fit")
     pred = predictor or Predictor(gpu)  # after every input is checked: the calibration takes a second
     rows = []
     for s in seq_lens:
         base = None
         for label, st, info in variants:
-            p = pred.predict(st, batch, int(s))
-            base = base if base is not None else p.total_ms
-            rows.append({"variant": label, "seq_len": int(s), "batch": batch, **p.to_json(),
-                         "vs_baseline": p.total_ms / base - 1, **({"plan": info} if info else {})})
+            row = {"variant": label, "seq_len": int(s), "batch": batch, "weights_gib": memory[label],
+                   "fits_memory": fits[label]}
+            if fits[label]:
+                p = pred.predict(st, batch, int(s))
+                if label == "Baseline":
+                    base = p.total_ms
+                row.update(p.to_json(), vs_baseline=None if base is None else p.total_ms / base - 1)
+            else:
+                row.update(total_ms=None, vs_baseline=None,
+                           does_not_fit=f"{memory[label]:,.1f} GiB of fp16 weights + {logits_gib:,.1f} GiB of "
+                                        f"logits > {GPU_MEMORY_GIB} GiB")
+            rows.append({**row, **({"plan": info} if info else {})})
     return {"kind": "prediction", "label": column_label(pred.gpu), "gpu": pred.gpu, "model": name, "rows": rows,
             "predictor": pred.describe()}
 
@@ -134,13 +156,18 @@ def format_prediction(doc: dict) -> str:
             f"kernel data: the GAC authors' {doc['gpu'].upper()} figures; launch cost "
             f"{1e3 * doc['predictor']['issue_ms']:.1f} us/kernel {launch}")
     cols = ["variant", "S"] + [KIND_LABELS[k] for k in KINDS] + [KIND_LABELS["launch_wait"], "total ms", "vs baseline"]
-    lines = []
+    lines, notes = [], []
     for r in doc["rows"]:
+        if r["total_ms"] is None:  # does not fit the GPU: no latency, never a number as if it ran
+            lines.append([r["variant"], str(r["seq_len"])] + ["-"] * len(KINDS) + ["-", "does not fit", ""])
+            notes.append(f"{r['variant']} at S={r['seq_len']}: does not fit one {doc['gpu'].upper()} "
+                         f"({r['does_not_fit']}); it cannot run there, so no latency is predicted")
+            continue
+        vs = "" if r["variant"] == "Baseline" or r["vs_baseline"] is None else f"{100 * r['vs_baseline']:+.1f}%"
         lines.append([r["variant"], str(r["seq_len"])] + [f"{r['by_kind_ms'][k]:.2f}" for k in KINDS]
-                     + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}",
-                        "" if r["variant"] == "Baseline" else f"{100 * r['vs_baseline']:+.1f}%"])
+                     + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}", vs])
     widths = [max(len(c), *(len(x[i]) for x in lines)) for i, c in enumerate(cols)]
     out = [head, "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))),
            "  ".join("-" * w for w in widths)]
     out += ["  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))) for r in lines]
-    return "\n".join(out)
+    return "\n".join(out + notes)

@@ -37,7 +37,7 @@ def test_gac_latency_holds_the_latency_budget(tmp_path, capsys):
     assert plan["dims"] == {"lo": 104, "hi": 112}
     lat = plan["stats"]["latency"]
     assert lat["budget_kind"] == "latency_ms" and lat["held"] and lat["latency_ms"] == pytest.approx(1.95)
-    assert lat["budget_ms"] == 2.0 and lat["fixed_ms"] == 0.45 and lat["quantum_ms"] > 0
+    assert lat["budget_ms"] == 2.0 and lat["fixed_ms"] == 0.45 and lat["solver"] == "exact"
     assert plan["params"] == 2160 and not plan["budget_met"]  # parameters are reported, not budgeted
     assert "latency 1.95 ms / budget 2 ms (held)" in capsys.readouterr().out
 
@@ -77,3 +77,25 @@ def test_latency_keys_round_trip_and_old_files_are_unchanged():
     plain = {k: v for k, v in LAT.items() if not k.startswith("latency")}
     plain["targets"] = [{k: v for k, v in t.items() if k != "latency_ms"} for t in LAT["targets"]]
     assert set(allocation_to_json(parse_allocation(plain))) == {"budget", "unit", "window", "targets"}
+
+
+def test_a_budget_at_the_fastest_plans_exact_latency_is_answered(tmp_path):
+    from fractions import Fraction
+
+    from gac.align.latency_budget import round_up
+
+    data = json.loads(json.dumps(LAT))
+    exact = Fraction(0.45) + Fraction(0.5) + Fraction(0.5)  # every target at 88 (ties at 0.5 ms)
+    data["latency_budget_ms"] = round_up(exact)  # what `gac align` reports for that plan, as a float
+    out = tmp_path / "plan.json"
+    assert main(["align", str(_write(tmp_path, data)), "--strategy", "gac_latency", "-o", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    assert plan["dims"] == {"lo": 88, "hi": 88} and plan["stats"]["latency"]["held"]
+    assert plan["stats"]["latency"]["latency_ms"] == data["latency_budget_ms"]
+
+
+def test_the_retired_quantum_key_is_refused_with_the_fix(tmp_path, capsys):
+    data = dict(LAT, latency_quantum_ms=0.001)
+    assert main(["align", str(_write(tmp_path, data)), "--strategy", "gac_latency"]) == 2
+    err = capsys.readouterr().err
+    assert "'latency_quantum_ms' is no longer read" in err and "remove the key" in err

@@ -14,12 +14,13 @@ from gac.align.latency_budget import (
     align_latency,
     align_min_latency,
     check_latency_table,
-    default_quantum,
     plan_latency,
+    plan_latency_exact,
+    round_up,
     solve_latency_budget,
     solve_min_latency,
 )
-from gac.align.reference import brute_force, milp_reference
+from gac.align.reference import milp_reference
 from gac.align.synthetic import lowrank_problem
 from gac.align.targets import Target
 from gac.errors import GacError
@@ -29,77 +30,112 @@ def _plans(n_opts):
     return itertools.product(*[range(k) for k in n_opts])
 
 
-def _best_within(latency, values, budget):
-    """Brute force over true (unrounded) latencies: the best value with exact sum <= budget, or None."""
-    best = None
-    for combo in _plans([len(x) for x in latency]):
-        if sum(Fraction(latency[i][j]) for i, j in enumerate(combo)) > Fraction(budget):
-            continue
-        v = math.fsum(values[i][j] for i, j in enumerate(combo))
-        best = v if best is None else max(best, v)
-    return best
+MODES = ("proportional", "three_decimals", "irregular", "grid")
 
 
-def _random_latency_problem(rng: random.Random, grid: bool):
-    n = rng.randint(1, 6)
+def _random_problem(rng: random.Random, mode: str):
+    """A small problem shaped like a plan's: options are dims with params ``ppd * d``, values Eq. 4's
+    ``score * (params - params*)`` (random scores), and latencies by ``mode``: proportional to the params (a float
+    factor, so each latency is a rounded product), given to three decimals, irregular, or on a binary grid."""
+    n = rng.randint(1, 5)
+    factor = rng.uniform(1e-4, 3e-3)
     latency, values = [], []
     for _ in range(n):
-        k = rng.randint(1, 5)
-        if grid:  # multiples of 1/8: exact in binary, so a quantum of 1/8 rounds nothing
-            lat = [rng.randint(0, 40) / 8 for _ in range(k)]
+        ppd = rng.choice([24, 40, 64])
+        dims = sorted(rng.sample(range(1, 40), rng.randint(1, 4)))
+        d_star = rng.uniform(dims[0], dims[-1] + 1)
+        score = rng.uniform(0.1, 3.0)
+        params = [ppd * 8 * d for d in dims]
+        if mode == "proportional":
+            lat = [factor * p for p in params]
+        elif mode == "three_decimals":
+            lat = [round(factor * p * rng.uniform(0.8, 1.6), 3) for p in params]
+        elif mode == "irregular":
+            lat = [rng.uniform(0.0, 5.0) for _ in params]
         else:
-            lat = [rng.uniform(0.0, 5.0) for _ in range(k)]
+            lat = [rng.randint(0, 40) / 8 for _ in params]
         latency.append(lat)
-        values.append([rng.uniform(-5, 5) for _ in range(k)])
-    lo = sum(min(x) for x in latency)
-    hi = sum(max(x) for x in latency)
-    return latency, values, rng.uniform(lo, hi + 1.0)
+        values.append([score * (p - ppd * 8 * d_star) for p in params])
+    return latency, values
 
 
-def test_on_an_exact_grid_the_latency_solver_equals_brute_force():
+def _all_plans(latency, values):
+    """Every plan's exact latency and exact value."""
+    return [(sum((Fraction(latency[i][j]) for i, j in enumerate(c)), Fraction(0)),
+             sum((Fraction(values[i][j]) for i, j in enumerate(c)), Fraction(0)))
+            for c in _plans([len(x) for x in latency])]
+
+
+def boundary_check(solve, seed: int = 0, problems: int = 160) -> dict:
+    """Brute force at budgets equal to candidate plans' exact latencies (the fastest plan's among them), as the exact
+    rational and rounded up to a float, and at fixed_ms > 0. ``solve(latency, values, budget, fixed)`` returns the
+    choice or raises :class:`GacError`. Counts cases, boundary budgets, worse plans, overshoots and refusals."""
+    rng = random.Random(seed)
+    out = {"cases": 0, "budgets": 0, "worse": 0, "over": 0, "refused": 0}
+    for k in range(problems):
+        mode = MODES[k % len(MODES)]
+        latency, values = _random_problem(rng, mode)
+        plans = _all_plans(latency, values)
+        out["cases"] += 1
+        lats = sorted({lat for lat, _ in plans})
+        picks = {lats[0], *rng.sample(lats, min(4, len(lats)))}
+        fixed = rng.choice([0.0, 0.0, 0.45, 7.125])
+        for lat in sorted(picks):
+            for budget in (Fraction(fixed) + lat, round_up(Fraction(fixed) + lat)):
+                out["budgets"] += 1
+                best = max(v for x, v in plans if Fraction(fixed) + x <= Fraction(budget))
+                try:
+                    choice = solve(latency, values, budget, fixed)
+                except GacError:
+                    out["refused"] += 1
+                    continue
+                got_lat = Fraction(fixed) + sum((Fraction(latency[i][j]) for i, j in enumerate(choice)), Fraction(0))
+                got = sum((Fraction(values[i][j]) for i, j in enumerate(choice)), Fraction(0))
+                out["over"] += got_lat > Fraction(budget)
+                out["worse"] += got < best
+    return out
+
+
+def test_at_budgets_equal_to_plans_latencies_the_solver_equals_brute_force():
+    # the boundary is where rounding loses plans: a budget equal to a plan's own latency must keep that plan (or a
+    # better one), the fastest plan's included, for latencies proportional to params, to three decimals, irregular
+    counts = boundary_check(lambda lat, val, b, f: solve_latency_budget(lat, val, b, fixed_ms=f).choice)
+    assert counts["cases"] == 160 and counts["budgets"] > 1200
+    assert counts == {**counts, "worse": 0, "over": 0, "refused": 0}
+
+
+def test_random_budgets_equal_brute_force_exactly():
     rng = random.Random(11)
-    for _ in range(500):
-        latency, values, budget = _random_latency_problem(rng, grid=True)
-        r = solve_latency_budget(latency, values, budget, quantum_ms=0.125)
-        best = _best_within(latency, values, budget)
-        assert r.held and r.latency_ms <= budget
-        assert r.value == pytest.approx(best, rel=1e-12, abs=1e-9)
-        assert r.rounded_ms == pytest.approx(r.latency_ms)  # nothing rounded on the grid
-        assert r.latency_ms == math.fsum(latency[i][j] for i, j in enumerate(r.choice))
-        assert r.value == pytest.approx(math.fsum(values[i][j] for i, j in enumerate(r.choice)), abs=1e-9)
+    for k in range(400):
+        latency, values = _random_problem(rng, MODES[k % len(MODES)])
+        plans = _all_plans(latency, values)
+        lo = sum(min(x) for x in latency)
+        budget = rng.uniform(lo, sum(max(x) for x in latency) + 1.0)
+        r = solve_latency_budget(latency, values, budget)
+        best = max(v for x, v in plans if x <= Fraction(budget))
+        assert r.held and r.latency_ms <= budget and r.exact_latency_ms <= Fraction(budget)
+        assert Fraction(r.latency_ms) >= r.exact_latency_ms  # reported rounded up
+        assert sum((Fraction(values[i][j]) for i, j in enumerate(r.choice)), Fraction(0)) == best
+        assert r.value == float(best)
 
 
-@pytest.mark.parametrize("quantum", [None, 0.01, 0.3])
-def test_real_latencies_hold_the_budget_and_lose_at_most_n_quanta(quantum):
-    # the plan's true latency holds the budget; its value is at least the best at budget - n*q, at most the best at
-    # the budget, and exactly brute force's on the rounded problem
-    rng = random.Random(int(1000 * (quantum or 0)) + 5)
-    answered = 0
-    for _ in range(150):
-        latency, values, budget = _random_latency_problem(rng, grid=False)
-        try:
-            r = solve_latency_budget(latency, values, budget, quantum_ms=quantum)
-        except GacError as e:  # a coarse quantum can leave no plan that fits once rounded; only then
-            assert "too coarse" in str(e)
-            q = Fraction(repr(quantum or default_quantum(budget, len(latency))))
-            units = Fraction(budget) // q
-            assert sum(-((-Fraction(min(x))) // q) for x in latency) > units
-            continue
-        answered += 1
-        n = len(latency)
-        assert r.held and r.latency_ms <= budget
-        assert Fraction(r.latency_ms) <= Fraction(budget)
-        assert r.optimal_within_ms == pytest.approx(n * r.quantum_ms)
-        upper = _best_within(latency, values, budget)
-        lower = _best_within(latency, values, budget - r.optimal_within_ms)
-        assert r.value <= upper + 1e-9
-        if lower is not None:
-            assert r.value >= lower - 1e-9
-        q = Fraction(repr(r.quantum_ms))
-        costs = [[int(-((-Fraction(x)) // q)) for x in ls] for ls in latency]
-        bv, _ = brute_force(costs, values, int(Fraction(budget) // q))
-        assert r.value == pytest.approx(bv, rel=1e-12, abs=1e-9)
-    assert answered > 70
+def test_fractions_are_taken_exactly():
+    # 1/3 ms is no float: as a Fraction the plan at exactly 1 ms fits a budget of exactly 1 ms
+    third = Fraction(1, 3)
+    r = solve_latency_budget([[third, 0], [third, 0], [third, 0]], [[1.0, 0.0]] * 3, Fraction(1))
+    assert r.choice == [0, 0, 0] and r.exact_latency_ms == 1 and r.held
+    r = solve_latency_budget([[third, 0], [third, 0], [third, 0]], [[1.0, 0.0]] * 3, Fraction(1) - Fraction(1, 10**30))
+    assert sorted(r.choice) == [0, 0, 1]
+
+
+def test_plan_latency_is_rounded_up_so_it_holds_its_plan_as_a_budget():
+    t = [Target("a", 8.0, 1.0, 10, d_max=64), Target("b", 8.0, 1.0, 10, d_max=64)]
+    table = {"a": {8: 0.1}, "b": {8: 0.2}}
+    ms = plan_latency(t, {"a": 8, "b": 8}, table)
+    exact = Fraction(0.1) + Fraction(0.2)
+    assert Fraction(ms) >= exact > Fraction(math.nextafter(ms, 0))  # the least float at least the exact sum
+    assert plan_latency_exact(t, {"a": 8, "b": 8}, table) == Fraction(0.1) + Fraction(0.2)
+    assert align_latency(t, table, ms, 10**6).dims == {"a": 8, "b": 8}
 
 
 def test_fixed_latency_is_part_of_the_budget():
@@ -111,19 +147,39 @@ def test_fixed_latency_is_part_of_the_budget():
         solve_latency_budget(latency, values, 2.5, fixed_ms=1.0)
 
 
-def test_a_too_coarse_quantum_is_refused_with_the_fix():
-    with pytest.raises(GacError, match="too coarse .* give a quantum below 0.1 ms"):
-        solve_latency_budget([[0.4], [0.4]], [[0.0], [0.0]], 1.0, quantum_ms=0.6)  # 2 quanta > 1 quantum of budget
-    r = solve_latency_budget([[0.4], [0.4]], [[0.0], [0.0]], 1.0, quantum_ms=0.099)
-    assert r.held and r.latency_ms == 0.8
+def test_the_fastest_plans_own_latency_is_a_feasible_budget():
+    # latencies to three decimals: the fastest plan's exact latency is a budget with a plan, never refused
+    latency = [[0.123, 0.456], [1.001, 2.002], [0.333, 0.5]]
+    fastest = Fraction(0.123) + Fraction(1.001) + Fraction(0.333)
+    r = solve_latency_budget(latency, [[0.0, 1.0]] * 3, round_up(fastest))
+    assert r.choice == [0, 0, 0] and r.held
+    with pytest.raises(GacError, match="infeasible latency budget"):
+        solve_latency_budget(latency, [[0.0, 1.0]] * 3, fastest - Fraction(1, 10**20))
 
 
-def test_default_quantum_keeps_the_rounding_below_a_thousandth_of_the_budget():
-    for budget, n in [(100.0, 224), (3.0, 7), (1e-3, 1), (5000.0, 10_000)]:
-        q = default_quantum(budget, n)
-        assert n * q <= 1e-3 * budget * (1 + 1e-12)
-        assert n * q * 10 > 1e-3 * budget  # the largest power of ten that does
-        assert math.log10(q) == pytest.approx(round(math.log10(q)))
+def test_ties_on_the_break_slope_are_solved_exactly_on_a_model_sized_problem():
+    # equal scores with latency proportional to params: every option lies on one line, the LP bound does not prune;
+    # the exact list of partial plans still ends, and at the gac plan's own latency returns a plan at least as good
+    from gac.align import align
+
+    p = lowrank_problem("llama3_8b", 0.15, seed=0, windows=(1,), equal_scores=True)
+    cands = candidate_sets(p.targets)
+    table = {t.name: {d: 1.37e-9 * t.params(d) for d in cs} for t, cs in zip(p.targets, cands)}
+    gac = align(p.targets, p.budget, "gac")
+    at = plan_latency(p.targets, gac.dims, table)
+    lp = align_latency(p.targets, table, at, p.budget)
+    assert lp.stats["latency"]["held"] and lp.objective >= gac.objective
+
+
+def test_the_partial_plan_limit_raises_with_the_fix(monkeypatch):
+    monkeypatch.setenv("GAC_EXACT_MAX_STATES", "3")
+    p = lowrank_problem("llama3_8b", 0.15, seed=0, windows=(4,), equal_scores=True)
+    cands = candidate_sets(p.targets, window=4)
+    lat = [[1.37e-9 * t.params(d) for d in cs] for t, cs in zip(p.targets, cands)]
+    values = [[t.params(d) - t.params_star for d in cs] for t, cs in zip(p.targets, cands)]
+    lo, hi = sum(min(x) for x in lat), sum(max(x) for x in lat)
+    with pytest.raises(GacError, match="more than 3 partial plans.*GAC_EXACT_MAX_STATES"):
+        solve_latency_budget(lat, values, lo + 0.3 * (hi - lo))
 
 
 def _best_min_latency(params, latency, p, bound):
@@ -213,14 +269,8 @@ def test_latency_budget_equals_milp_on_llama_shaped_problems(seed):
         budget = lo + frac * (hi - lo)
         r = solve_latency_budget(lat, values, budget)
         assert r.held
-        # exact on the rounded problem ...
-        q = Fraction(repr(r.quantum_ms))
-        costs = [[int(-((-Fraction(x)) // q)) for x in ls] for ls in lat]
-        mv, mc, _ = milp_reference(costs, values, int(Fraction(budget) // q))
-        assert r.value == pytest.approx(mv, rel=1e-9)
-        # ... and between the true optimum at the budget and at the budget less n quanta
-        assert r.value <= _milp_latency(lat, values, budget) * (1 + 1e-9) + 1e-9
-        assert r.value >= _milp_latency(lat, values, budget - r.optimal_within_ms) * (1 - 1e-9) - 1e-9
+        # the MILP on the true latencies (HiGHS, gap 0, its own float tolerances) finds the same optimum
+        assert r.value == pytest.approx(_milp_latency(lat, values, budget), rel=1e-9)
 
 
 def test_min_latency_equals_milp_on_a_llama_shaped_problem():
@@ -246,9 +296,13 @@ def test_latency_plans_hold_their_budgets_and_trade_against_the_parameter_plan()
     lp = align_latency(p.targets, table, at, p.budget)
     s = lp.stats["latency"]
     assert lp.strategy == "gac_latency" and s["held"] and s["latency_ms"] <= at
-    assert s["budget_kind"] == "latency_ms" and s["quantum_ms"] == default_quantum(at, len(p.targets))
+    assert s["budget_kind"] == "latency_ms" and s["solver"] == "exact"
     assert plan_latency(p.targets, lp.dims, table) == s["latency_ms"]
-    assert lp.objective >= gac.objective - 1e-9 * abs(gac.objective) or s["optimal_within_ms"] > 0
+
+    def eq4(dims):  # the exact Eq. 4 value the solver maximises
+        return sum((Fraction(t.score * (t.params(dims[t.name]) - t.params_star)) for t in p.targets), Fraction(0))
+
+    assert eq4(lp.dims) >= eq4(gac.dims)  # the gac plan is within its own latency: never a worse plan
     # the fastest plan at least as large as gac's is no slower than gac's plan
     fast = align_min_latency(p.targets, table, gac.params)
     assert fast.params >= gac.params and fast.stats["latency"]["latency_ms"] <= at + 1e-12

@@ -121,6 +121,28 @@ def test_a_flat_table_still_has_plans_at_the_fastest_latency(monkeypatch):
     assert block["latency_held"] and block["table_ms"] <= block["budget_ms"]
 
 
+def test_at_the_gac_plans_latency_the_plan_scores_at_least_the_gac_plan(monkeypatch):
+    # latency proportional to the parameters (a float factor): the gac plan is within its own latency, so the
+    # latency plan's Eq. 4 value, exactly, is at least the gac plan's
+    from fractions import Fraction
+
+    from gac.align import align
+
+    def proportional(spec, model, targets, cands, unaligned, cache_dir):
+        return lp.Tables({t.name: {d: 0.0137 * t.params(d) for d in range(1, 65)} for t in targets}, 0.45, 9.0,
+                         "measured", "fake", 1, 64)
+    monkeypatch.setattr(lp, "measured_tables", proportional)
+    targets = _targets()
+    budget = int(sum(t.params_per_dim * t.d_star for t in targets))
+    plan, block = lp.latency_plan(_spec(budget=1.0, reference="gac"), None, targets, budget, None, None)
+    gac = align(targets, budget, "gac", 8, 1)
+
+    def eq4(dims):
+        return sum((Fraction(t.score * (t.params(dims[t.name]) - t.params_star)) for t in targets), Fraction(0))
+
+    assert block["latency_held"] and eq4(plan.dims) >= eq4(gac.dims)
+
+
 def test_min_latency_keeps_the_parameter_count(monkeypatch):
     monkeypatch.setattr(lp, "measured_tables", _fake_tables())
     targets = _targets()

@@ -35,9 +35,11 @@ def test_aligned_calibration_points_come_back(a100):
 
 
 def test_tile_and_wave_quantization(a100):
+    from dataclasses import replace
+
     from gac.predict.kernels import gemm_config_ms
 
-    cal = a100.cal
+    cal = replace(a100.cal, waves="integer", memo={})  # whole waves: the quantizing end of the A100's bounds
     assert cal.sms == 108
     # 128 x 128 tiles: N=13824 is 108 tiles, one wave on 108 SMs; one more column is a 109th tile: a second wave
     one = gemm_config_ms(cal, 128, 13824, 4096, 128, 128, 1)
@@ -46,6 +48,35 @@ def test_tile_and_wave_quantization(a100):
     # the best configuration (tiles, split-K) still pays for the ragged edge, and odd N pays its tier
     assert gemm_ms(cal, 128, 13832, 4096) > gemm_ms(cal, 128, 13824, 4096)
     assert gemm_ms(cal, 1024, 4097, 4096) > gemm_ms(cal, 1024, 4096, 4096) * 2
+
+
+def test_the_wave_mode_comes_from_the_published_m_sweep(a100, h100):
+    from gac.predict.kernels import wave_count
+
+    assert wave_count(109, 108, "integer") == 2 and wave_count(109, 108, "fractional") == pytest.approx(109 / 108)
+    assert wave_count(50, 108, "fractional") == 1  # under one wave: one tile time
+    assert wave_count(109, 108, "middle") == pytest.approx((2 * 109 / 108) ** 0.5)
+    # the A100's M sweep steps (cuBLAS switching kernels): waves uncertain; the H100's is smooth: balanced
+    assert a100.cal.waves == "middle" and a100.cal.fits["waves"]["largest_step"] > 0.5
+    assert h100.cal.waves == "fractional" and h100.cal.fits["waves"]["largest_step"] < 0.05
+    # the A100's GEMM rate fitted under that mode is below its 312 TFLOPS peak (the whole-wave fit implied 94%)
+    assert 173 < a100.cal.r_sm * a100.cal.sms / 1e9 < 0.8 * 312
+
+
+def test_wave_bounds_bracket_the_one_extra_token_step(a100, h100):
+    from gac.compression.structure import Structure, architecture
+
+    config = architecture("llama3_8b", random_weights=True, arch=a100.reference["arch"])
+    base = Structure(config, "float16")
+    at = {s: a100.kernels(base, 1, s) for s in (384, 385)}
+    t = {s: simulate(k, a100.issue_ms) for s, k in at.items()}
+    lo, hi = a100.wave_bounds(at[385])
+    assert lo < t[385] < hi and hi / lo > 1.1  # the interval carries whole against balanced waves
+    ends = {s: a100.wave_ends(k) for s, k in at.items()}
+    # whole waves pay a second wave; balanced ones only the padded tile row
+    assert ends[385]["integer"] / ends[384]["integer"] > 1.3 > ends[385]["fractional"] / ends[384]["fractional"]
+    ks = h100.kernels(base, 1, 1025)
+    assert h100.wave_bounds(ks) == (simulate(ks, h100.issue_ms),) * 2  # smooth sweep: no wave range
 
 
 def test_sdpa_templates_and_padding_copy(a100):
@@ -95,6 +126,28 @@ def test_predict_cli_json(tmp_path, capsys):
     rows = {r["variant"]: r for r in doc["rows"]}
     assert rows["plan"]["total_ms"] > rows["Baseline"]["total_ms"]  # two odd MLP widths: slower on the H100 data
     assert main(["predict", "--gpu", "h100", "--model", "llama3_8b", "--json", str(out)]) == 2  # no overwrite
+
+
+def test_a_model_whose_weights_exceed_the_gpu_gets_no_latency(tmp_path, capsys):
+    from gac.cli import main
+
+    # llama3_70b in fp16: 131 GiB of weights on an 80 GiB A100: refused in one line, no number as if it ran
+    assert main(["predict", "--gpu", "a100", "--model", "llama3_70b", "--seq-len", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit one 80 GiB A100" in err and "131.4 GiB" in err and "no latency is predicted" in err
+    assert len(err.strip().splitlines()) == 1
+    # a plan that fits (every pruned MLP at 4096 channels: 52.7 GiB) is predicted; the baseline beside it is not
+    plan = tmp_path / "small.json"
+    plan.write_text(json.dumps({"dims": {f"model.layers.{i}.mlp": 4096 for i in range(7, 77)},
+                                "compressor": "llm_pruner"}))
+    out = tmp_path / "p.json"
+    assert main(["predict", "--gpu", "a100", "--model", "llama3_70b", "--plan", str(plan), "--seq-len", "1",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Baseline at S=1: does not fit one A100 (131.4 GiB of fp16 weights" in text
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["Baseline"]["total_ms"] is None and not rows["Baseline"]["fits_memory"]
+    assert rows["small"]["fits_memory"] and rows["small"]["total_ms"] > 0 and rows["small"]["vs_baseline"] is None
 
 
 def test_a_job_on_a100_without_a_node_profile_uses_the_published_one():
