@@ -133,6 +133,22 @@ def _rotary(cal: Calibration, tokens: int, heads: int, head_dim: int, seq_len: i
     return [Kernel(f"{name}.rope{i}", "elementwise", _op(cal, "stream", b), layer) for i, b in enumerate(sizes)]
 
 
+#: the model types whose prefill runs exactly the kernels :func:`model_kernels` lists (Qwen2's q/k/v biases are
+#: fused into their GEMMs); Gemma's extra norms and GELU, Qwen3's and OLMo 2's q/k norms, Granite's multipliers are not
+LLAMA_SHAPED = ("llama", "mistral", "qwen2")
+
+
+def check_llama_shaped(config) -> None:
+    """A one-line :class:`GacError` for a model whose prefill is not :func:`model_kernels`' (:data:`LLAMA_SHAPED`)."""
+    from gac.compression.layouts import family_of
+
+    fam = family_of(config)
+    if getattr(config, "model_type", None) not in LLAMA_SHAPED:
+        raise GacError(f"gac predict models the kernels of a Llama-shaped decoder (the published data are "
+                       f"Llama-3-8B's: RMSNorm, rotary, SiLU-gated MLP, separate q/k/v/o): "
+                       f"{', '.join(LLAMA_SHAPED)}; this {fam.name} model ({config.model_type}) is not one")
+
+
 def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list[Kernel]:
     """The kernels of one prefill forward of ``structure`` (a :class:`~gac.compression.structure.Structure`)."""
     from gac.compression.discovery import discover
@@ -140,6 +156,7 @@ def model_kernels(structure, cal: Calibration, batch: int, seq_len: int) -> list
 
     model = structure.skeleton()
     layout = discover(model)
+    check_llama_shaped(model.config)
     cfg = structure.config
     hidden = int(cfg.hidden_size)
     vocab = int(cfg.vocab_size)

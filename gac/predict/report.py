@@ -10,7 +10,7 @@ import yaml
 
 from gac.errors import GacError
 from gac.io import conf_dir
-from gac.predict.predictor import KIND_LABELS, KINDS, Predictor
+from gac.predict.predictor import KIND_LABELS, KINDS, Predictor, check_llama_shaped
 
 CONF_MODEL_DIR = conf_dir() / "model"
 LABEL = "predicted, {gpu}, from published kernel data"
@@ -102,6 +102,7 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
         raise GacError(f"--batch {batch} at --seq-len {max(seq_lens)}: the prefill's logits alone ({batch} x "
                        f"{max(seq_lens)} tokens x {vocab} fp16) take {logits_gib:,.0f} GiB, more than an 80 GiB "
                        f"A100/H100 holds; predict a batch that runs (at most {_max_batch(max(seq_lens), vocab)})")
+    check_llama_shaped(config)
     variants = [("Baseline", Structure(config, "float16"), None)]
     for f in plans:
         dims, comp = load_plan(f, compressor)

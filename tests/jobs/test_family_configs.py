@@ -94,10 +94,13 @@ def test_fused_and_interleaved_families_split_into_their_roles():
     assert granite.logit_value == 16.0  # logits_scaling: the logits are divided by it
 
 
-@pytest.mark.parametrize("name", ["phi4_mini", "pythia_6.9b", "mixtral_8x7b"])
+@pytest.mark.parametrize("name", ["phi4_mini", "pythia_6.9b", "mixtral_8x7b", "gemma3_4b", "qwen3_8b", "olmo2_7b",
+                                  "granite_3_8b"])
 def test_predict_refuses_a_family_not_laid_out_as_llama(name, capsys):
+    """The predictor's kernels are Llama's: a family with other kernels (fused weights, experts, Gemma's extra norms
+    and GELU, q/k norms, Granite's multipliers) is refused, not predicted as if it were Llama."""
     from gac.cli import main
 
     assert main(["predict", "--gpu", "h100", "--model", name, "--seq-len", "512"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "laid out as Llama" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1 and "Llama-shaped decoder" in err and "Traceback" not in err
