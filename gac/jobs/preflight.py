@@ -9,6 +9,9 @@ from gac.jobs.spec import JobSpec, task_files_of
 from gac.registry import KNOWN_GPUS, gpu_name_matches
 from gac.results import ResultsStore
 
+#: what a refusal to save over a checkpoint says: a job never replaces one (it has no --force)
+SAVE_MODEL_REPLACE = "experiments/run.py never replaces one: move it aside (mv DIR DIR.old)"
+
 
 def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False) -> None:
     """Everything that can fail on bad input or a bad disk, checked before a second of compute (and before the store
@@ -32,7 +35,7 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
     if save_model:
         from gac.compression.checkpoint import check_output_dir
 
-        check_output_dir(save_model)
+        check_output_dir(save_model, inputs=[spec.model_spec], flag="save_model", replace_hint=SAVE_MODEL_REPLACE)
 
 
 def check_job_here(spec: JobSpec) -> None:
