@@ -114,6 +114,9 @@ def validate(args) -> None:
     from gac.text import check_source
 
     check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
+    from gac.models import check_model_files
+
+    check_model_files(args.model)  # weights that match their config (a tied weight stored twice, ...), as evaluate
     check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading
     limit = model_max_positions(args.model)
     if limit is not None and args.calib_seq_len > limit:

@@ -191,8 +191,8 @@ def check_build_out(out, force: bool, what: str, keep_complete: bool = False) ->
     except GacError:
         prov = None
     if not (isinstance(prov, dict) and prov.get("recipe_hash")):
-        why = ("--force replaces only a folder a gac build made, never another directory; " if force else "")
-        raise GacError(f"--out {out} exists and is not a {what} folder gac built (no provenance.json with its recipe); "
-                       f"{why}choose another --out")
+        why = "--force replaces only such a folder, never another directory; " if force else ""
+        raise GacError(f"--out {out} exists and is not a folder a gac build of {what} made (no provenance.json with its "
+                       f"recipe); {why}choose another --out")
     if not force and not keep_complete:
         raise GacError(f"{out} already exists; pass --force to replace it")

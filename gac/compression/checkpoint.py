@@ -174,8 +174,8 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
         if not src.exists():
             continue
         if os.path.realpath(src) == os.path.realpath(out):
-            raise GacError(f"{where} is the input model; write the checkpoint to another directory (--force never "
-                           f"replaces the model being compressed)")
+            raise GacError(f"{where} is the input model; write the checkpoint to another directory (the model being "
+                           f"compressed is never replaced)")
         if out.is_dir() and Path(os.path.realpath(src)).is_relative_to(os.path.realpath(out)):
             raise GacError(f"{where} holds the input model {str(i)!r}; write the checkpoint to another directory")
     if out.is_dir() and any(out.iterdir()):
@@ -511,7 +511,7 @@ def _dtype(d):
 def check_hashes_present(p: Path, meta: dict) -> None:
     """Every hash this format writes is there: a deleted hash never turns verification off."""
     version = meta.get("format_version", 0)
-    if version < FORMAT_VERSION:
+    if version < 2:
         raise GacError(f"checkpoint {str(p)!r} has format {version}, which carries no hash of its config; re-save it "
                        f"with this gac (gac compress ... -o DIR), or load it with verify=False (gac evaluate "
                        f"--no-verify) if you trust it")

@@ -23,6 +23,10 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         from gac.models import check_model_files
 
         check_model_files(spec.model_spec)  # weights that match their config, a checkpoint that matches its weights
+    if save_model:  # before the store is touched
+        from gac.compression.checkpoint import check_output_dir
+
+        check_output_dir(save_model, inputs=[spec.model_spec], flag="save_model", replace_hint=SAVE_MODEL_REPLACE)
     store.prepare_for_writing()
     store.check_layout(spec.key)
     if spec.eval.tasks:
@@ -32,10 +36,6 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         for t in spec.eval.tasks:
             if t in files:
                 check_local_file(t, files[t])
-    if save_model:
-        from gac.compression.checkpoint import check_output_dir
-
-        check_output_dir(save_model, inputs=[spec.model_spec], flag="save_model", replace_hint=SAVE_MODEL_REPLACE)
 
 
 def check_job_here(spec: JobSpec) -> None:
