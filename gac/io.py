@@ -1,4 +1,7 @@
 """Small, safe file helpers: atomic JSON writes that never overwrite a result by accident, and their leftovers;
+the one rule for a command's output file (:func:`check_output_file`, :func:`write_output`: a device, a pipe or
+``/dev/stdout`` is a stream, ``--force`` replaces only a regular file that is not an input, and nothing goes into a
+model directory or a results store's own directories); what a path is when it is not a file (:func:`path_kind`);
 where gac's Hydra configs live (:func:`conf_dir`); the machine's serial CPU lock (:func:`hold_cpu_lock`).
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
@@ -21,6 +24,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -216,7 +220,7 @@ def read_json(path: str | os.PathLike, what: str = "file", max_bytes: int | None
     ``max_bytes`` is refused before it is read."""
     p = Path(path)
     if not p.exists():
-        raise GacError(f"{what} {str(p)!r} does not exist")
+        raise GacError(f"{what} {str(p)!r} {missing_reason(p)}")
     if p.is_dir():
         raise GacError(f"{what} {str(p)!r} is a directory, expected a JSON file")
     if not p.is_file():  # a fifo would block the read forever, a device never ends
@@ -239,15 +243,210 @@ def read_json(path: str | os.PathLike, what: str = "file", max_bytes: int | None
                        f"replace it with the file it should be") from None
 
 
-def check_output_file(path: str | os.PathLike, flag: str = "--json") -> None:
-    """An output file path names a file, not a directory or a dangling link (checked before the work; writing
-    would fail after it). An existing file is each command's own question (--force)."""
+def path_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it is not a regular file or a directory (links followed): ``"a looping symbolic link"``,
+    ``"a dangling link (to 'x')"``, ``"a named pipe (fifo)"``, ``"a character device"``, ``"a block device"``,
+    ``"a socket"``; ``None`` for a regular file, a directory, or a path that does not exist. The readers name it in
+    their one line instead of saying "does not exist" (a looping link) or hanging on it (a pipe, a device)."""
     p = Path(path).expanduser()
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a looping symbolic link"
+        if os.path.islink(p):
+            try:
+                return f"a dangling link (to {os.readlink(p)!r})"
+            except OSError:
+                return "a dangling link"
+        return None
+    mode = st.st_mode
+    for test, what in ((stat.S_ISFIFO, "a named pipe (fifo)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return None
+
+
+def missing_reason(path: str | os.PathLike) -> str:
+    """Why ``path`` cannot be read as a file or directory, as the end of a sentence: ``"does not exist"``, or ``"is
+    a looping symbolic link"`` (and the other kinds of :func:`path_kind`)."""
+    kind = path_kind(path)
+    return f"is {kind}, not a regular file" if kind else "does not exist"
+
+
+def file_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` is not a regular file to read (links followed), as the end of a sentence: ``"does not exist"``,
+    ``"is a directory"``, ``"is a looping symbolic link"``, ``"is a named pipe (fifo), not a regular file"``, ...;
+    None for a regular file."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return None
+    if p.is_dir():
+        return "is a directory"
+    return missing_reason(p)
+
+
+#: Where a results store keeps its own files (gac.results.store): nothing but a job or a bench writes there.
+STORE_MARKER = ".gac-store.json"
+STORE_OWN_DIRS = ("records", "failures", "runs", "work", "locks", "cache", "bench")
+_WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+
+
+def _is_store(d: Path) -> bool:
+    return (d / STORE_MARKER).is_file() or ((d / "records").is_dir() and any(
+        (d / x).is_dir() for x in ("failures", "runs", "locks", "work")))
+
+
+def _is_model_dir(d: Path) -> str | None:
+    """The file that makes ``d`` a model directory (a gac checkpoint's config, or config.json beside weights)."""
+    if (d / "gac_checkpoint.json").is_file():
+        return "gac_checkpoint.json"
+    if (d / "config.json").is_file() and (any((d / n).exists() for n in _WEIGHT_NAMES)
+                                          or any(d.glob("*.safetensors"))):
+        return "config.json"
+    return None
+
+
+def directory_kind(path: str | os.PathLike) -> str | None:
+    """``"a results store"`` or ``"a model directory (it holds config.json)"`` when ``path`` is one, else None."""
+    d = Path(os.path.realpath(Path(path).expanduser()))
+    if not d.is_dir():
+        return None
+    if _is_store(d):
+        return "a results store"
+    marker = _is_model_dir(d)
+    return f"a model directory (it holds {marker})" if marker else None
+
+
+def owned_directory(path: str | os.PathLike, itself: bool = True) -> str | None:
+    """Whether ``path`` (a file or directory an output would be) lies where outputs do not go, as the rest of a
+    sentence after the path: inside a model directory (its files are the model: a report or an edited config.json
+    there changes or breaks it) or a results store's own directories (a stray file in records/ breaks every
+    report); with ``itself``, also a model directory or a results store ``path`` is. None when it is free."""
+    p = Path(os.path.abspath(Path(path).expanduser()))
+    kind = directory_kind(p) if itself else None
+    if kind:
+        return f"is {kind}"
+    parent = Path(os.path.realpath(p.parent))
+    marker = _is_model_dir(parent)
+    if marker:
+        return f"is inside the model directory {str(parent)!r} (it holds {marker}; its files are the model)"
+    for a in (parent, *parent.parents):
+        if _is_store(a):
+            rel = parent.relative_to(a).parts
+            if rel and rel[0] in STORE_OWN_DIRS:
+                return (f"is inside {rel[0]}/ of the results store {str(a)!r} (only gac's jobs and benches write "
+                        f"there)")
+            if not rel and p.name in (STORE_MARKER, *STORE_OWN_DIRS):
+                return f"is the results store {str(a)!r}'s own {p.name}"
+            return None
+    return None
+
+
+_FD_DIR = re.compile(r"^/proc/(?P<pid>self|thread-self|\d+)(?:/task/\d+)?/fd$")
+
+
+def _open_fd_link(path: Path) -> int | None:
+    """Does ``path``, or a link on its way, name an open file descriptor (``/dev/stdout``, ``/dev/fd/1``,
+    ``/proc/self/fd/1``)? Such a path is the stream it points to, not a file to replace. Returns the descriptor's
+    number when it is this process's own (written to directly: reopening a file stdout points to would write at
+    another offset than stdout's), -1 for another process's, None when ``path`` names no descriptor."""
+    cur = Path(os.path.abspath(path))
+    for _ in range(40):
+        parent = os.path.realpath(cur.parent)
+        m = _FD_DIR.match(parent)
+        if m:
+            own = m["pid"] in ("self", "thread-self", str(os.getpid()))
+            return int(cur.name) if own and cur.name.isdigit() else -1
+        if not cur.is_symlink():
+            return None
+        cur = Path(os.path.normpath(os.path.join(parent, os.readlink(cur))))
+    return None
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "--json", force: bool = False,
+                      inputs: tuple | list = ()) -> str:
+    """Where a command writes one file (``-o``, ``--json``, ``--save-allocation``), checked before the work: the
+    one rule every command follows. Returns ``"stream"`` for a character device, a named pipe or an open file
+    descriptor (``/dev/null``, ``/dev/stdout``): written to as a stream, never replaced; ``"file"`` for a regular
+    file path: created, or, with ``force``, an existing regular file replaced (atomically, by a rename). Refused in
+    one line: a directory, a dangling or looping link, a block device or a socket, an existing file without
+    ``force``, one of the command's ``inputs``, a path inside a model directory or a results store's own
+    directories."""
+    p = Path(path).expanduser()
+    if _open_fd_link(p) is not None:
+        return "stream"
+    kind = path_kind(p)
+    if kind in ("a named pipe (fifo)", "a character device"):
+        return "stream"
+    if kind is not None:
+        if kind.startswith("a dangling link"):
+            raise GacError(f"{flag} {str(path)!r} is {kind}; remove it (rm {p}) or choose another path")
+        raise GacError(f"{flag} {str(path)!r} is {kind}; gac writes a file, a pipe or a character device there, never "
+                       f"{'a disk' if kind == 'a block device' else kind}: choose a file path")
     if p.is_dir():
         raise GacError(f"{flag} {str(path)!r} is a directory; give a file name for the output (e.g. {p / 'out.json'})")
-    if p.is_symlink() and not p.exists():
-        raise GacError(f"{flag} {str(path)!r} is a dangling link (to {os.readlink(p)!r}); remove it (rm {p}) or "
-                       f"choose another path")
+    for i in inputs:
+        if i and _same_file(p, Path(i).expanduser()):
+            raise GacError(f"{flag} {str(path)!r} is the command's input {str(i)!r}; write the output to another path "
+                           f"(--force never replaces an input)")
+    owner = owned_directory(p)
+    if owner:
+        raise GacError(f"{flag} {str(path)!r} {owner}; write the output outside it")
+    if (p.exists() or p.is_symlink()) and not force:
+        raise GacError(f"{flag} {str(path)!r} already exists; refusing to overwrite it (choose another path or pass "
+                       f"--force)")
+    check_writable(p.parent if str(p.parent) else ".", f"directory of {flag}", probe_bytes=1)
+    return "file"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def json_text(obj: object) -> str:
+    """``obj`` as the JSON text gac writes (indented, strict: NaN or inf refused)."""
+    return json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=_default) + "\n"
+
+
+def write_output(path: str | os.PathLike, content: object, flag: str = "--json", force: bool = False,
+                 inputs: tuple | list = ()) -> Path:
+    """Write ``content`` (text, or an object written as JSON) where :func:`check_output_file` allows, checked again
+    (the path may have changed during the work): a stream is written to, a regular file created or (``force``)
+    replaced atomically. A failed write is a one-line :class:`GacError`."""
+    text = content if isinstance(content, str) else json_text(content)
+    if check_output_file(path, flag, force, inputs) == "file":
+        return write_text_atomic(path, text, overwrite=force)
+    p = Path(path).expanduser()
+    for s in (sys.stdout, sys.stderr):  # what the command printed comes first on a shared stream
+        with contextlib.suppress(Exception):
+            s.flush()
+    try:
+        own = _open_fd_link(p)  # this process's stdout (or another descriptor of it): written at its offset
+        fd = os.dup(own) if own is not None and own >= 0 else _open_stream(p, flag)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise os_error(e, "write", p) from None
+    return p
+
+
+def _open_stream(p: Path, flag: str) -> int:
+    """A descriptor to append to the device or pipe ``p`` (never created: O_CREAT is not given)."""
+    try:  # a named pipe without a reader: say so, then wait for one as the shell's `> fifo` does
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        os.set_blocking(fd, True)
+        return fd
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+    print(f"{flag}: waiting for a reader of the named pipe {str(p)!r}", file=sys.stderr, flush=True)
+    return os.open(p, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
 
 
 def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = False,
@@ -259,8 +458,7 @@ def write_json_atomic(path: str | os.PathLike, obj: object, overwrite: bool = Fa
     :func:`gac.faults.fault_point` between writing the temp file and publishing it, and just after publishing it
     (``("record_write", "record_written")`` for a result record).
     """
-    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False, default=_default) + "\n"
-    return write_text_atomic(path, text, overwrite=overwrite, faults=faults)
+    return write_text_atomic(path, json_text(obj), overwrite=overwrite, faults=faults)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = False,
@@ -271,7 +469,7 @@ def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = Fals
     file elsewhere, planted in a shared directory) is replaced, never written through."""
     p = Path(path)
     if p.exists() and not overwrite:
-        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
+        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path)")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 
 from gac.errors import GacError, unknown_name
+from gac.io import missing_reason, path_kind
 from gac.metrics import ENWIKI_ALIASES, TINY_ALIASES, WIKITEXT2_ALIASES
 
 log = logging.getLogger(__name__)
@@ -288,8 +289,8 @@ def load_rows(source: str | os.PathLike, split: str = "test") -> list[str]:
             f"{path / 'wiki.test.raw'}"
         )
     looks_like_path = os.sep in str(source) or str(source).endswith(_SUFFIXES)
-    if looks_like_path:
-        raise GacError(f"text file {str(source)!r} does not exist; check the path")
+    if looks_like_path or path_kind(path):
+        raise GacError(f"text file {str(source)!r} {missing_reason(path)}; check the path")
     err = unknown_name("text source", str(source), known_sources())
     raise GacError(f"{err}; or pass a path to a local .txt, .jsonl or .parquet file")
 

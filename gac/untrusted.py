@@ -65,6 +65,17 @@ def check_model_dir_files(path: str | os.PathLike) -> None:
             raise GacError(f"{e}; {_COPY}") from None
 
 
+def check_model_path(spec: str | os.PathLike) -> None:
+    """A model given by a path that is a looping or dangling link, a named pipe, a device or a socket: one line that
+    says what it is (not "does not exist", and never read). Nothing for anything else (a hub id, a directory)."""
+    from gac.io import path_kind
+
+    kind = path_kind(spec)
+    if kind:
+        raise GacError(f"model path {str(spec)!r} is {kind}; pass a model directory (config.json or "
+                       f"gac_checkpoint.json), a hub id or 'tiny'")
+
+
 def require_regular(f: Path, fix: str) -> None:
     """``f`` (after links) is a regular file: a named pipe would block its reader, a device never end."""
     try:
@@ -159,6 +170,56 @@ def config_field_problem(cfg: dict) -> str | None:
     for name in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"):
         if cfg.get(name) is not None and not _positive(cfg[name]):
             return f"{name} is {cfg[name]!r}, not a number > 0 (the normalisation's epsilon, about 1e-5)"
+    for key in ("rope_scaling", "rope_parameters"):
+        block = cfg.get(key)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            return f"{key} is {block!r}, not an object of RoPE settings (or null)"
+        nested = block and all(isinstance(v, dict) or v is None for v in block.values())  # one block per layer type
+        for name, b in ({f"{key}.{k}": v for k, v in block.items() if v is not None} if nested else {key: block}).items():
+            why = _rope_problem(b)
+            if why:
+                return f"{name}: {why}"
+    return None
+
+
+#: RoPE types a config may name (transformers' own, with their rules: transformers only warns and then computes
+#: rotary angles from the bad value)
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
+
+
+def _rope_problem(block: dict) -> str | None:
+    """What in one RoPE settings block no model runs with: an unknown type, a scaling factor that is not a number
+    >= 1, an attention factor, original length or frequency factor out of range."""
+    kind = block.get("rope_type", block.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        from gac.errors import unknown_name
+
+        return str(unknown_name("rope_type", str(kind), ROPE_TYPES))
+    if block.get("rope_theta") is not None and not _positive(block["rope_theta"]):
+        return f"rope_theta is {block['rope_theta']!r}, not a number > 0 (the RoPE base, 10000 or 500000 in Llama models)"
+    factor = block.get("factor")
+    if (kind in ("linear", "dynamic", "yarn", "llama3") or factor is not None) and (not _positive(factor) or factor < 1):
+        return (f"the {kind} RoPE scaling factor is {factor!r}, not a number >= 1 (how many times the trained "
+                f"context is stretched, e.g. 2.0 or 8.0)")
+    if block.get("attention_factor") is not None and not _positive(block["attention_factor"]):
+        return f"attention_factor is {block['attention_factor']!r}, not a number > 0"
+    omp = block.get("original_max_position_embeddings")
+    if omp is not None and not _positive(omp, integer=True):
+        return f"original_max_position_embeddings is {omp!r}, not a whole number >= 1 (the context it was trained for)"
+    if kind == "llama3":
+        lo, hi = block.get("low_freq_factor"), block.get("high_freq_factor")
+        if not (_positive(lo) and _positive(hi) and hi > lo):
+            return (f"low_freq_factor {lo!r} and high_freq_factor {hi!r} are not numbers > 0 with high > low "
+                    f"(Llama 3 uses 1.0 and 4.0)")
+    for name in ("beta_fast", "beta_slow"):
+        if block.get(name) is not None and not _positive(block[name]):
+            return f"{name} is {block[name]!r}, not a number > 0"
+    for name in ("short_factor", "long_factor"):
+        v = block.get(name)
+        if (v is not None or kind == "longrope") and not (isinstance(v, list) and v and all(_positive(x) for x in v)):
+            return f"{name} is not a list of numbers > 0"
     return None
 
 
@@ -188,3 +249,30 @@ def hf_config(path: Path):
     except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
         raise GacError(f"{str(path / 'config.json')!r} is not a usable Hugging Face config ({short_error(e)}); copy the "
                        f"model directory again from its source") from None
+
+
+def differing_tied_copies(files, groups) -> tuple[str, str] | None:
+    """Two stored copies of one tied weight (``groups``: the names each tied parameter has, e.g. ``lm_head.weight``
+    and ``model.embed_tokens.weight`` under ``tie_word_embeddings``) whose values differ, as ``(kept, other)``; None
+    when every tied weight is stored once or its copies are equal. A loader keeps one copy and drops the other, so
+    such a pair is a tensor the config has no place for. ``files``: the safetensors files (headers scanned, only the
+    tensors of such pairs read)."""
+    from safetensors import safe_open
+
+    where: dict[str, Path] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as h:
+            for k in h.keys():  # noqa: SIM118 - a safe_open handle is not iterable
+                where.setdefault(k, Path(f))
+    for names in groups:
+        held = [n for n in names if n in where]
+        if len(held) < 2:
+            continue
+        tensors = []
+        for n in held:
+            with safe_open(str(where[n]), framework="pt") as h:
+                tensors.append(h.get_tensor(n))
+        for n, t in zip(held[1:], tensors[1:], strict=True):
+            if t.shape != tensors[0].shape or t.dtype != tensors[0].dtype or not bool((t == tensors[0]).all()):
+                return held[0], n
+    return None

@@ -46,6 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from gac.errors import GacError
+from gac.io import file_problem
 from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
 from gac.registry import gpu_of_device
 from gac.results.query import JOB_FIELDS
@@ -395,8 +396,9 @@ def records_from_wandb(runs) -> pd.DataFrame:
     """
     if isinstance(runs, (str, os.PathLike)):
         p = Path(runs)
-        if not p.is_file():
-            raise GacError(f"W&B export {str(p)!r} does not exist; export the runs table as CSV from the W&B UI")
+        why = file_problem(p)
+        if why:
+            raise GacError(f"W&B export {str(p)!r} {why}; export the runs table as CSV from the W&B UI")
         try:
             runs = pd.read_csv(p)
         except Exception as e:  # pandas raises several types for a bad CSV

@@ -41,7 +41,7 @@ import gac.analysis.selection as S
 import gac.analysis.tables as T
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
-from gac.io import write_text_atomic
+from gac.io import owned_directory, write_text_atomic
 from gac.results.query import MISSING, config_value
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,9 @@ def check_out_dir(out_dir: str | os.PathLike, force: bool = False) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise GacError(f"output {str(out)!r} is a file; give a directory for the report")
+    owner = owned_directory(out)
+    if owner:
+        raise GacError(f"output {str(out)!r} {owner}; give the report a directory of its own (e.g. report/)")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise GacError(f"output directory {str(out)!r} is not empty; refusing to overwrite its files (choose a new "
                        f"directory or pass --force)")

@@ -29,7 +29,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.align.allocation_io import load_allocation
-    from gac.io import write_json_atomic
+    from gac.io import check_output_file, write_output
     from gac.registry import LATENCY_STRATEGIES, STRATEGIES
 
     if args.strategy not in LATENCY_STRATEGIES:
@@ -41,7 +41,7 @@ def run(args) -> int:
     if args.window is not None:
         check_window(args.window)
     if args.output:
-        _check_output(args.output, args.force)
+        check_output_file(args.output, "-o", args.force, inputs=[args.allocation])
     alloc = load_allocation(args.allocation)
     unit = alloc.unit if args.unit is None else args.unit
     window = alloc.window if args.window is None else args.window
@@ -50,7 +50,7 @@ def run(args) -> int:
         print(format_comparison(alloc, unit, window), file=sys.stderr)
     out = plan.to_json()
     if args.output:
-        write_json_atomic(args.output, out, overwrite=args.force)
+        write_output(args.output, out, "-o", args.force, inputs=[args.allocation])
         print(
             f"{plan.strategy}: {len(plan.dims)} targets, params {plan.params:,} / budget {plan.budget:,}, "
             f"aligned {plan.aligned_fraction:.0%} at unit {unit} ({by_unit(plan)}), objective {plan.objective:.6g}"
@@ -106,21 +106,6 @@ def latency_line(plan) -> str:
 def by_unit(plan) -> str:
     """The aligned fraction at 8, 16 and 32, e.g. ``8: 100%, 16: 52%, 32: 27%``."""
     return ", ".join(f"{u}: {plan.aligned_by_unit[u]:.0%}" for u in (8, 16, 32) if u in plan.aligned_by_unit)
-
-
-def _check_output(path: str, force: bool) -> None:
-    """The plan can be written there (checked before solving: a read-only directory fails at once)."""
-    from pathlib import Path
-
-    from gac.errors import GacError
-    from gac.io import check_writable
-
-    p = Path(path)
-    if p.is_dir():
-        raise GacError(f"{str(p)!r} is a directory; give a file name for the plan")
-    if p.exists() and not force:
-        raise GacError(f"{str(p)!r} already exists; refusing to overwrite it (choose another path or pass --force)")
-    check_writable(p.parent if str(p.parent) else ".", "output directory", probe_bytes=1)
 
 
 def format_comparison(alloc, unit: int, window: int) -> str:

@@ -40,7 +40,8 @@ def add_arguments(p):
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
     p.add_argument("--device", default="cpu")
     p.add_argument("-o", "--output", required=True, help="checkpoint directory (must not exist or be empty)")
-    p.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    p.add_argument("--force", action="store_true",
+                   help="replace a gac checkpoint already at -o (never another directory, nor the input model)")
 
 
 def validate(args) -> None:
@@ -56,6 +57,7 @@ def validate(args) -> None:
     from gac.compression.compressors import get_compressor
     from gac.dtypes import resolve_dtype
     from gac.errors import GacError
+    from gac.io import path_kind
     from gac.text import is_named_source
 
     check_ratio(args.ratio)
@@ -68,7 +70,13 @@ def validate(args) -> None:
     if args.layers:
         opts["layers"] = args.layers
     comp = get_compressor(args.compressor, **opts)  # an unknown compressor or option fails before the model loads
-    args.strategy = registry.STRATEGIES.resolve(args.strategy, "(--strategy)")
+    if registry.LATENCY_STRATEGIES.canonical(args.strategy):  # a real strategy, but not one this command runs
+        raise GacError(f"--strategy {args.strategy} budgets latency, not parameters: it needs each target's latency at "
+                       f"every candidate dimension, which gac compress does not measure; run it in a job (python "
+                       f"experiments/run.py align={args.strategy}) or in gac align (an allocation file with "
+                       f"latency_budget_ms and latency_ms), or pick a parameter strategy here: "
+                       f"{', '.join(registry.STRATEGIES)}")
+    args.strategy = registry.STRATEGIES.resolve(args.strategy, "(--strategy)", extra=registry.LATENCY_STRATEGIES)
     if args.proxy is not None:
         args.proxy = registry.PROXIES.resolve(args.proxy, "(--proxy)")
     args.allocation = registry.ALLOCATIONS.resolve(args.allocation, "(--allocation)")
@@ -94,15 +102,21 @@ def validate(args) -> None:
     given = getattr(args, "sensitivity_limit", None)
     args.sensitivity_limit_s = (parse_duration(given, "--sensitivity-limit") if given is not None
                                 else sensitivity_limit())  # a bad duration (flag or $GAC_SENSITIVITY_LIMIT) fails now
+    kind = None if is_named_source(args.calib) else path_kind(args.calib)
+    if kind:
+        raise GacError(f"--calib {args.calib!r} is {kind}; pass a .txt/.jsonl/.parquet file, 'wikitext2' or 'tiny'")
     if not is_named_source(args.calib) and not Path(args.calib).expanduser().exists():
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
-    check_output_dir(args.output, overwrite=args.force)
+    check_output_dir(args.output, overwrite=args.force, inputs=[args.model])
     from gac.jobs.loading import model_max_positions
     from gac.jobs.preflight import check_model_here
     from gac.text import check_source
 
     check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
+    from gac.models import check_model_files
+
+    check_model_files(args.model)  # weights that match their config (a tied weight stored twice, ...), as evaluate
     check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading
     limit = model_max_positions(args.model)
     if limit is not None and args.calib_seq_len > limit:
@@ -133,7 +147,7 @@ def run(args) -> int:
         model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
         # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
         dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes))
+        check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes), inputs=[args.model])
         stage = "compress"
         model, plan, report = compress_model(
             model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit,
@@ -145,7 +159,7 @@ def run(args) -> int:
         if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
             raise out_of_memory(e, stage, args, fp) from None
         raise
-    save_checkpoint(model, tok, out, overwrite=args.force)
+    save_checkpoint(model, tok, out, overwrite=args.force, replace_hint="pass --force to replace the checkpoint there")
     logging.getLogger(__name__).info("saved %s", out)
     summary = {k: report[k] for k in ("budget", "params", "budget_met", "aligned_fraction", "compression_wall_s")}
     summary["aligned_by_unit"] = report.get("aligned_by_unit")

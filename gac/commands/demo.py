@@ -29,9 +29,9 @@ def run(args) -> int:
     from gac.align.candidates import check_unit, check_window
     from gac.align.synthetic import lowrank_problem
     from gac.align.targets import check_ratio
-    from gac.commands.align import _check_output, format_comparison
+    from gac.commands.align import format_comparison
     from gac.errors import GacError
-    from gac.io import write_json_atomic
+    from gac.io import check_output_file, write_output
 
     check_ratio(args.ratio)  # before any work: a bad value would otherwise print an error on every row, exit 0
     check_unit(args.unit)
@@ -39,13 +39,13 @@ def run(args) -> int:
     if args.seed < 0:
         raise GacError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.save_allocation:
-        _check_output(args.save_allocation, args.force)
+        check_output_file(args.save_allocation, "--save-allocation", args.force)
     prob = lowrank_problem(args.shape, args.ratio, seed=args.seed)
     alloc = Allocation(prob.targets, prob.budget, args.unit, args.window)
     print(f"{args.shape}: {len(prob.targets)} low-rank targets, full size {prob.full_params:,} parameters, "
           f"ratio {args.ratio} -> budget {prob.budget:,} (synthetic scores, real shapes)\n")
     print(format_comparison(alloc, args.unit, args.window))
     if args.save_allocation:
-        write_json_atomic(args.save_allocation, allocation_to_json(alloc), overwrite=args.force)
+        write_output(args.save_allocation, allocation_to_json(alloc), "--save-allocation", args.force)
         print(f"\nallocation written to {args.save_allocation}; try: gac align {args.save_allocation} --compare")
     return 0

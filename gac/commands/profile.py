@@ -41,11 +41,14 @@ def run(args) -> int:
                        f"64), got {args.horizon}")
     prof = HardwareProfile.load(args.profile_dir)
     if args.action == "figures":
-        from gac.io import check_writable
+        from gac.io import check_writable, owned_directory
 
         out = Path(args.out or Path(args.profile_dir) / "figures")
         if out.exists() and not out.is_dir():
             raise GacError(f"--out {str(out)!r} is a file; give a directory for the figures")
+        owner = owned_directory(out)
+        if owner:
+            raise GacError(f"--out {str(out)!r} {owner}; give the figures a directory of their own")
         check_writable(out, "figures directory", probe_bytes=1)  # before drawing anything
     if args.action == "show":
         print(prof.describe())

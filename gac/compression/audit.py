@@ -142,6 +142,9 @@ def audit_model(model: nn.Module, source: str = "") -> dict:
 def _local_or_hub(spec: str | os.PathLike) -> Path | None:
     """The local directory ``spec`` names, None for a hub id; a one-line GacError for a path that is not a model."""
     s = str(spec)
+    from gac.untrusted import check_model_path
+
+    check_model_path(s)
     p = Path(s).expanduser()
     if p.exists():
         if not p.is_dir():

@@ -17,8 +17,9 @@ every parameter comes from the file (a missing or unexpected tensor is an error)
 memory, or loaded from a checkpoint) has a guarded ``save_pretrained``: it writes a gac checkpoint instead of a
 folder transformers would load with random weights (:func:`save_pretrained`).
 
-Integrity: the sha256 of the weights (and buffers) file is recorded and **verified on load**; a flipped byte, a
-truncated or replaced file is a :class:`GacError` naming the fix. So is ``gac_checkpoint.json`` itself (``meta_sha256``,
+Integrity: the sha256 of the weights (and buffers) file and of every tokenizer file is recorded and **verified on
+load** (a tokenizer with two ids swapped scores another text: format 3); a flipped byte, a truncated or replaced file,
+a tokenizer file the checkpoint did not save, is a :class:`GacError` naming the fix. So is ``gac_checkpoint.json`` itself (``meta_sha256``,
 checkpoints saved since it was added): an edited rope_theta changes no shape but every logit. Before anything is
 built, :func:`check_checkpoint` checks the config's fields and types, that the files it names lie inside the
 checkpoint, and that the architecture it describes has exactly the weights file's tensors, shapes and dtype. ``load_checkpoint(path, verify=False)`` (``gac
@@ -45,13 +46,13 @@ from torch import nn
 from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
 from gac.errors import GacError
-from gac.io import file_sha256, read_json, write_json_atomic
-from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
+from gac.io import file_sha256, missing_reason, read_json, write_json_atomic
+from gac.untrusted import NO_REMOTE_CODE, config_field_problem, differing_tied_copies, refuse_remote_code
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gac-checkpoint"
-FORMAT_VERSION = 2  # 2: the config's own sha256 and the weights' sha256 are always written, and required on load
+FORMAT_VERSION = 3  # 2: the config's own sha256 and the weights' sha256, required on load; 3: the tokenizer files' too
 META_FILE = "gac_checkpoint.json"
 WEIGHTS_FILE = "gac_model.safetensors"
 BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
@@ -117,6 +118,14 @@ def provenance() -> dict:
 
 _MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json", META_FILE, WEIGHTS_FILE, BUFFERS_FILE)
+#: files a tokenizer loader reads from a directory (transformers' AutoTokenizer): a checkpoint hashes those it saved
+_TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
+                    "chat_template.json")
+
+
+def is_tokenizer_file(name: str) -> bool:
+    return name in _TOKENIZER_NAMES or name.startswith("vocab.") or name.endswith((".model", ".tiktoken"))
 
 
 def _model_files(d: Path) -> list[str]:
@@ -124,16 +133,70 @@ def _model_files(d: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.name in _MODEL_FILES or p.name.startswith(("model-", "pytorch_model-")))
 
 
-def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_bytes: int = 0) -> Path:
-    """Before compressing: ``path`` can become a checkpoint (absent, an empty directory, or ``overwrite``) and its
-    file system takes a file (and has ``need_bytes`` free). A one-line :class:`GacError` otherwise."""
-    from gac.io import check_writable
+def _not_checkpoint_files(d: Path) -> list[str] | None:
+    """What in ``d`` a checkpoint gac saved does not hold (sorted names, a directory with a trailing ``/``); None
+    when ``d`` is no gac checkpoint at all (no readable gac_checkpoint.json of this format)."""
+    try:
+        meta = read_json(d / META_FILE, "gac checkpoint config", max_bytes=256 << 20)
+    except GacError:
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    w = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
+    own = {META_FILE, w.get("file"), w.get("buffers"), WEIGHTS_FILE, BUFFERS_FILE}
+    toks = meta.get("tokenizer_files")
+    listed = set(toks) if isinstance(toks, dict) else None
+    other = []
+    for f in sorted(d.iterdir(), key=lambda f: f.name):
+        saved = f.name in own or (f.name in listed if listed is not None else is_tokenizer_file(f.name))
+        if not (saved and f.is_file() and not f.is_symlink()):
+            other.append(f.name + ("/" if f.is_dir() else ""))
+    return other
+
+
+def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_bytes: int = 0, inputs=(),
+                     flag: str = "-o", replace_hint: str = "pass --force to replace the checkpoint there") -> Path:
+    """Before compressing: ``path`` can become a checkpoint and its file system takes a file (and has ``need_bytes``
+    free). It is absent, an empty directory, or (``overwrite``) a gac checkpoint holding only its own files; never
+    one of ``inputs`` (the model being compressed) or a directory that holds one, never inside a model directory or
+    a results store's own directories. ``replace_hint``: how this command replaces a checkpoint (run.py cannot).
+    A one-line :class:`GacError` otherwise."""
+    from gac.io import check_writable, directory_kind, missing_reason, owned_directory
 
     out = Path(path).expanduser()
+    where = f"{flag} {str(path)!r}"
+    if out.is_symlink() and not out.exists():
+        raise GacError(f"{where} {missing_reason(out)}; remove it or choose another checkpoint path")
     if out.exists() and not out.is_dir():
-        raise GacError(f"{str(out)!r} exists and is not a directory; choose another checkpoint path")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise GacError(f"{str(out)!r} exists and is not empty; refusing to overwrite it (choose another path or pass --force)")
+        raise GacError(f"{where} exists and is not a directory; choose another checkpoint path")
+    for i in inputs:
+        src = Path(str(i)).expanduser()
+        if not src.exists():
+            continue
+        if os.path.realpath(src) == os.path.realpath(out):
+            raise GacError(f"{where} is the input model; write the checkpoint to another directory (the model being "
+                           f"compressed is never replaced)")
+        if out.is_dir() and Path(os.path.realpath(src)).is_relative_to(os.path.realpath(out)):
+            raise GacError(f"{where} holds the input model {str(i)!r}; write the checkpoint to another directory")
+    if out.is_dir() and any(out.iterdir()):
+        other = _not_checkpoint_files(out)
+        if other is None:
+            names = sorted(f.name for f in out.iterdir())
+            what = directory_kind(out) or f"a directory holding {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+            if overwrite:
+                raise GacError(f"{where} is {what}, not a gac checkpoint; refusing to overwrite it: only a checkpoint "
+                               f"gac saved is ever replaced (--force), never another directory; choose another path")
+            raise GacError(f"{where} exists and is {what}; refusing to overwrite it: choose another path")
+        if other:
+            raise GacError(f"{where} is a gac checkpoint that also holds {', '.join(other[:3])}"
+                           f"{' ...' if len(other) > 3 else ''}, which replacing it would delete; move them out of it "
+                           f"or choose another path")
+        if not overwrite:
+            raise GacError(f"{where} already holds a gac checkpoint; refusing to overwrite it ({replace_hint}, or "
+                           f"choose another path)")
+    owner = owned_directory(out, itself=False)
+    if owner:
+        raise GacError(f"{where} {owner}; write the checkpoint outside it")
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
@@ -147,9 +210,12 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
 
 
 def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe: dict | None = None, plan=None,
-                    overwrite: bool = False, merge: bool = False) -> Path:
-    """Save a (compressed) model to ``path``. An existing non-empty directory is refused unless ``overwrite``;
-    ``merge`` writes into a directory that holds other files but no model (a tokenizer saved first)."""
+                    overwrite: bool = False, merge: bool = False,
+                    replace_hint: str = "pass overwrite=True to replace it") -> Path:
+    """Save a (compressed) model to ``path``. An existing non-empty directory is refused unless ``overwrite`` and it
+    is a gac checkpoint holding only its own files (:func:`check_output_dir`), which is then replaced once the new
+    one is complete; ``merge`` writes into a directory that holds other files but no model (a tokenizer saved
+    first). ``replace_hint``: what the refusal says replaces a checkpoint (the caller's option)."""
     from safetensors.torch import save_model
 
     from gac.io import clean_temp_files, honour_umask, os_error, temp_path
@@ -157,16 +223,10 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise GacError(f"{str(out)!r} exists and is not a directory; choose another checkpoint path")
-    if out.is_dir() and any(out.iterdir()):
-        owned = _model_files(out)
-        if merge and not owned:
-            pass
-        elif not overwrite:
-            what = f" (it holds {', '.join(owned)})" if owned else ""
-            raise GacError(f"{str(out)!r} exists and is not empty{what}; refusing to overwrite it (choose another "
-                           f"path or pass --force)")
-        else:
-            shutil.rmtree(out)
+    replacing = False
+    if out.is_dir() and any(out.iterdir()) and not (merge and not _model_files(out)):
+        check_output_dir(out, overwrite=overwrite, flag="checkpoint directory", replace_hint=replace_hint)
+        replacing = True
     recipe = recipe if recipe is not None else getattr(model, "_gac_recipe", None)
     plan = plan if plan is not None else getattr(model, "_gac_plan", None)
     specs = projection_specs(model)
@@ -197,6 +257,15 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
                                f"free space there or choose another output directory") from None
             honour_umask(tmp / BUFFERS_FILE)
             buffers_digest = file_sha256(tmp / BUFFERS_FILE)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+            for stray in ("config.json", "model.safetensors"):  # never leave a file transformers would load
+                (tmp / stray).unlink(missing_ok=True)
+        tokenizer_files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())
+                           if f.name not in (WEIGHTS_FILE, BUFFERS_FILE, META_FILE)}
+        if merge and not replacing and out.is_dir():  # a tokenizer saved there first is the checkpoint's too
+            tokenizer_files.update({f.name: file_sha256(f) for f in sorted(out.iterdir())
+                                    if is_tokenizer_file(f.name) and f.is_file() and f.name not in tokenizer_files})
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         meta = {
             "format": FORMAT,
@@ -211,15 +280,17 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
             "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None,
                         "buffers_sha256": buffers_digest},
+            "tokenizer_files": tokenizer_files,  # name -> sha256: a swapped tokenizer scores another text
             "provenance": provenance(),
         }
         meta["meta_sha256"] = meta_sha256(meta)  # an edited gac_checkpoint.json is refused on load (verify)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))
-            for stray in ("config.json", "model.safetensors"):  # never leave a file transformers would load
-                (tmp / stray).unlink(missing_ok=True)
         write_json_atomic(tmp / META_FILE, meta)
-        if out.is_dir() and any(out.iterdir()):  # merge: move the files in, the config (what marks it) last
+        if replacing:  # the old checkpoint goes only once the new one is complete
+            trash = temp_path(out.with_name(out.name + "-replaced"))
+            os.rename(out, trash)
+            tmp.rename(out)
+            shutil.rmtree(trash, ignore_errors=True)
+        elif out.is_dir() and any(out.iterdir()):  # merge: move the files in, the config (what marks it) last
             for f in sorted(tmp.iterdir(), key=lambda f: f.name == META_FILE):
                 os.replace(f, out / f.name)
             tmp.rmdir()
@@ -275,7 +346,7 @@ def _inside(p: Path, name, what: str) -> Path:
         try:
             real = f.resolve(strict=True)
         except (OSError, RuntimeError):
-            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} is a broken link; {_COPY}") from None
+            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} {missing_reason(f)}; {_COPY}") from None
         if real.parent != p.resolve():
             raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} is a link to {str(real)!r}, outside the "
                            f"checkpoint; gac reads weights only from inside a checkpoint: {_COPY}")
@@ -289,6 +360,9 @@ def meta_problem(meta: dict) -> str | None:
     base = meta.get("base_config")
     if not isinstance(base, dict) or not isinstance(base.get("model_type"), str):
         return "its base_config is not a Hugging Face config with a model_type"
+    why = config_field_problem(base)  # the numbers no model runs with (RoPE, epsilon, length), as in config.json
+    if why:
+        return f"its base_config's {why}"
     mods = meta.get("modules")
     if not isinstance(mods, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in mods.items()):
         return "its modules are not an object of {name: spec}"
@@ -315,7 +389,8 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
     w = meta["weights"]
     wfile = _inside(p, w["file"], "weights file")
     if not wfile.is_file():
-        raise GacError(f"{where} lacks its weights file {w['file']!r}; copy the whole checkpoint directory")
+        why = "is a directory" if wfile.is_dir() else missing_reason(wfile)
+        raise GacError(f"{where}: its weights file {w['file']!r} {why}; copy the whole checkpoint directory")
     if w.get("buffers") is not None:
         _inside(p, w["buffers"], "buffers file")
     for tok in ("tokenizer.json", "tokenizer_config.json"):
@@ -342,6 +417,12 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
     for n, t in skeleton.named_parameters(remove_duplicate=False):
         shared.setdefault(id(t), []).append(n)
     alias = {n: names for names in shared.values() if len(names) > 1 for n in names}
+    groups = [names for names in shared.values() if len(names) > 1 and sum(n in stored for n in names) > 1]
+    pair = differing_tied_copies([wfile], groups) if groups else None
+    if pair:
+        kept, other = sorted(pair, key=lambda n: "lm_head" in n)
+        raise GacError(f"{where}: {w['file']} holds {other!r}, a tensor the config has no place for: the config ties "
+                       f"it to {kept!r} (tie_word_embeddings), and the stored values differ; {_COPY}")
     missing = [k for k in expected if k not in stored and not any(o in stored for o in alias.get(k, ()))]
     extra = [k for k in stored if k not in expected]
     differ = [k for k in expected if k in stored and stored[k] != expected[k]]
@@ -430,7 +511,7 @@ def _dtype(d):
 def check_hashes_present(p: Path, meta: dict) -> None:
     """Every hash this format writes is there: a deleted hash never turns verification off."""
     version = meta.get("format_version", 0)
-    if version < FORMAT_VERSION:
+    if version < 2:
         raise GacError(f"checkpoint {str(p)!r} has format {version}, which carries no hash of its config; re-save it "
                        f"with this gac (gac compress ... -o DIR), or load it with verify=False (gac evaluate "
                        f"--no-verify) if you trust it")
@@ -439,6 +520,16 @@ def check_hashes_present(p: Path, meta: dict) -> None:
     if w.get("buffers"):
         needed["weights.buffers_sha256"] = w.get("buffers_sha256")
     missing = [k for k, v in needed.items() if not isinstance(v, str) or not v]
+    toks = meta.get("tokenizer_files")
+    if version >= 3 and not (isinstance(toks, dict) and all(isinstance(k, str) and isinstance(v, str) and v
+                                                            for k, v in toks.items())):
+        missing.append("tokenizer_files")
+    if version == 2 and not missing:
+        held = sorted(f.name for f in p.iterdir() if is_tokenizer_file(f.name)) if p.is_dir() else []
+        if held:
+            raise GacError(f"checkpoint {str(p)!r} has format 2, which carries no hash of its tokenizer files "
+                           f"({', '.join(held)}); re-save it with this gac (gac compress ... -o DIR), or load it with "
+                           f"verify=False (gac evaluate --no-verify) if you trust them")
     if missing:
         raise GacError(f"checkpoint {str(p)!r}: {META_FILE} lacks {', '.join(missing)}, which every checkpoint of "
                        f"format {FORMAT_VERSION} has (it was edited or damaged); {_COPY}, or load with verify=False "
@@ -456,12 +547,29 @@ def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None
             continue
         f = _inside(p, file, "weights file")
         if not f.is_file():
-            raise GacError(f"checkpoint {str(p)!r} lacks its file {file!r}; copy the whole checkpoint directory")
-        got = _verified_sha256(f)
-        if got != digest:
-            raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
-                           f"file was damaged or changed: {got[:12]}... != {digest[:12]}...); copy the checkpoint again "
-                           f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
+            raise GacError(f"checkpoint {str(p)!r}: its file {file!r} {missing_reason(f)}; copy the whole checkpoint "
+                           f"directory")
+        _check_sha256(p, f, file, digest)
+    toks = meta.get("tokenizer_files") if isinstance(meta.get("tokenizer_files"), dict) else {}
+    for file, digest in toks.items():
+        f = _inside(p, file, "tokenizer file")
+        if not f.is_file():
+            raise GacError(f"checkpoint {str(p)!r} lacks its tokenizer file {file!r} ({missing_reason(f)}); copy the "
+                           f"whole checkpoint directory")
+        _check_sha256(p, f, file, digest)
+    if meta.get("format_version", 0) >= 3:
+        foreign = sorted(f.name for f in p.iterdir() if is_tokenizer_file(f.name) and f.name not in toks)
+        if foreign:
+            raise GacError(f"checkpoint {str(p)!r} holds {foreign[0]!r}, a tokenizer file it did not save (the "
+                           f"tokenizer would read it); remove it, or copy the checkpoint again from its source")
+
+
+def _check_sha256(p: Path, f: Path, file: str, digest: str) -> None:
+    got = _verified_sha256(f)
+    if got != digest:
+        raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
+                       f"file was damaged or changed: {got[:12]}... != {digest[:12]}...); copy the checkpoint again "
+                       f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
 
 
 _HASHED: dict[tuple, str] = {}  # (file, device, inode, size, mtime_ns) -> sha256: a file checked twice is read once
@@ -571,7 +679,8 @@ def save_pretrained(self, save_directory, *args, **kwargs):
     if kwargs.get("state_dict") is not None or args:
         raise GacError(f"this model has gac-compressed layers: save_pretrained with a custom state_dict or "
                        f"positional options cannot be redirected to a gac checkpoint; {fix}")
-    out = save_checkpoint(self, None, save_directory, merge=True)
+    out = save_checkpoint(self, None, save_directory, merge=True,
+                          replace_hint="save_pretrained never replaces one: move it aside")
     log.warning(
         "model.save_pretrained(%r) wrote a gac checkpoint: this model has gac-compressed layers, which a standard "
         "transformers folder would reload with random weights. Load it with gac.models.load_model(%r) (or "

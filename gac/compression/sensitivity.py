@@ -115,7 +115,7 @@ LIMIT_ENV = "GAC_SENSITIVITY_LIMIT"
 def parse_duration(text: str, what: str = LIMIT_ENV) -> float | None:
     """``"90m"``, ``"12h"``, ``"3600"`` / ``"3600s"`` -> seconds; ``"none"``/``"off"`` -> None (no limit)."""
     t = str(text).strip().lower()
-    if t in ("none", "off", "inf", "0"):
+    if t in ("none", "off", "inf"):  # 0 is no duration (it read as "no limit" once): refused with the others
         return None
     scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(t[-1:])
     num = t[:-1] if scale else t
@@ -124,8 +124,9 @@ def parse_duration(text: str, what: str = LIMIT_ENV) -> float | None:
     except ValueError:
         v = -1.0
     if not (v > 0 and math.isfinite(v)):
-        raise GacError(f"{what}={text!r} is not a duration; write e.g. 90m, 12h or 3600 (seconds), or none for no "
-                       f"limit")
+        zero = " (0 would refuse every search)" if v == 0 else ""
+        raise GacError(f"{what}={text!r} is not a duration > 0{zero}; write e.g. 90m, 12h or 3600 (seconds), or none "
+                       f"for no limit")
     return v
 
 

@@ -85,6 +85,9 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
         from gac.fixtures import named_config
 
         return named_config(s)
+    from gac.untrusted import check_model_path
+
+    check_model_path(s)
     p = Path(s).expanduser()
     if p.is_dir():
         if (p / "gac_checkpoint.json").is_file():

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.io import file_problem
 from gac.metrics import task_metric
 
 log = logging.getLogger(__name__)
@@ -147,13 +148,12 @@ ROW_CHECKS = {"piqa": _check_piqa, "hellaswag": _check_hellaswag}
 def check_local_file(task: str, path: str | os.PathLike) -> Path:
     """``path`` exists, is non-empty JSONL, and every row matches the task's schema (fields, types, the number of
     choices, the label's range); the first bad row is named with its line number."""
-    path = Path(path).expanduser().resolve()
     fields = TASKS[task][1] if task in TASKS else ()
-    if not path.is_file():
+    what = file_problem(path)
+    if what:
         want = f"fields {', '.join(fields)}" if fields else "the fields of the task's dataset"
-        what = ("is a directory" if path.is_dir() else "is not a regular file (a fifo, socket or device)"
-                if path.exists() else "does not exist")
-        raise GacError(f"{task} file {path} {what}; pass a JSONL file with {want}")
+        raise GacError(f"{task} file {Path(path).expanduser()} {what}; pass a JSONL file with {want}")
+    path = Path(path).expanduser().resolve()
     n = 0
     try:
         lines = path.read_text(encoding="utf-8").split("\n")  # JSONL: newline only (U+2028 may sit in a string)

@@ -55,9 +55,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
     if json_out:
         from gac.io import check_output_file
 
-        check_output_file(json_out)
-    if json_out and Path(json_out).exists() and not json_force:
-        raise GacError(f"{str(json_out)!r} already exists; choose another --json path or pass --force")
+        check_output_file(json_out, "--json", json_force, inputs=list(plans))
     if predict is not None:
         from gac.predict.predictor import GPUS
 
@@ -117,7 +115,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
         if predict is not None and (doc.get("predicted") or {}).get("gpu") != str(predict).lower():
             doc["predicted"] = predicted_points(variants, resolved["points"], predict)  # shown, not stored
         if json_out:
-            _write_json(json_out, doc, json_force)
+            _write_json(json_out, doc, json_force, plans)
         return doc
 
     if store is None:
@@ -178,7 +176,7 @@ def _measure(key, variants, protocol, dev, ident, dtype, measured, selection, pr
         path = store.write_bench(key, doc)
         doc = store.read_bench(key, path=path)  # exactly what was stored (created added)
     if json_out:
-        _write_json(json_out, doc, json_force)
+        _write_json(json_out, doc, json_force, selection.get("plans") or ())
     return doc
 
 
@@ -200,10 +198,10 @@ def predicted_points(variants, points, gpu: str) -> dict:
     return out
 
 
-def _write_json(path, doc, force):
-    from gac.io import write_json_atomic
+def _write_json(path, doc, force, plans=()):
+    from gac.io import write_output
 
-    write_json_atomic(path, {k: v for k, v in doc.items() if not k.startswith("_")}, overwrite=force)
+    write_output(path, {k: v for k, v in doc.items() if not k.startswith("_")}, "--json", force, inputs=list(plans))
 
 
 def _provenance(dev) -> dict:

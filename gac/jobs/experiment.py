@@ -405,6 +405,13 @@ def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -
     axes = []
     for o in parsed:
         key = o.get_key_element()
+        if o.is_sweep_override() and o.key_or_group == "experiment":  # each experiment is a sweep of its own
+            values = o.sweep_string_iterator() if o.value_type != ValueType.GLOB_CHOICE_SWEEP else ()
+            cmds = "; ".join(f"python experiments/run.py -m experiment={v}" for v in values) or (
+                "python experiments/run.py -m experiment=NAME, once per experiment")
+            raise GacError(f"{o.input_line}: each experiment is a sweep of its own (its hydra.sweeper.params), which "
+                           f"a sweep over experiment would drop, running one default job per name instead; run each "
+                           f"experiment in its own -m command: {cmds}")
         if o.is_sweep_override():
             if o.is_interval_sweep():
                 raise GacError(f"{o.input_line}: an interval sweep needs an optimising sweeper; list the values "

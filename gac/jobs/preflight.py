@@ -9,6 +9,9 @@ from gac.jobs.spec import JobSpec, task_files_of
 from gac.registry import KNOWN_GPUS, gpu_name_matches
 from gac.results import ResultsStore
 
+#: what a refusal to save over a checkpoint says: a job never replaces one (it has no --force)
+SAVE_MODEL_REPLACE = "experiments/run.py never replaces one: move it aside (mv DIR DIR.old)"
+
 
 def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False) -> None:
     """Everything that can fail on bad input or a bad disk, checked before a second of compute (and before the store
@@ -20,6 +23,10 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         from gac.models import check_model_files
 
         check_model_files(spec.model_spec)  # weights that match their config, a checkpoint that matches its weights
+    if save_model:  # before the store is touched
+        from gac.compression.checkpoint import check_output_dir
+
+        check_output_dir(save_model, inputs=[spec.model_spec], flag="save_model", replace_hint=SAVE_MODEL_REPLACE)
     store.prepare_for_writing()
     store.check_layout(spec.key)
     if spec.eval.tasks:
@@ -29,10 +36,6 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         for t in spec.eval.tasks:
             if t in files:
                 check_local_file(t, files[t])
-    if save_model:
-        from gac.compression.checkpoint import check_output_dir
-
-        check_output_dir(save_model)
 
 
 def check_job_here(spec: JobSpec) -> None:

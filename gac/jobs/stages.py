@@ -118,8 +118,10 @@ class JobStages:
         del prepared
         if save_model:
             from gac.compression.checkpoint import save_checkpoint
+            from gac.jobs.preflight import SAVE_MODEL_REPLACE
 
-            save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan)
+            save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan,
+                            replace_hint=SAVE_MODEL_REPLACE)
         return Compressed(model, plan_json, report, None if profile is None else dict(profile.meta),
                           block.get("latency"))
 

@@ -22,7 +22,9 @@ from gac.dtypes import resolve_dtype
 from gac.errors import GacError
 from gac.untrusted import (
     NO_REMOTE_CODE,
+    check_model_path,
     config_field_problem,
+    differing_tied_copies,
     hf_config,
     raw_config,
     refuse_pickled_weights,
@@ -55,6 +57,7 @@ def model_kind(spec: str | os.PathLike) -> str:
     s = str(spec)
     if s in BUILTIN:
         return "builtin"
+    check_model_path(s)
     p = Path(s).expanduser()
     if p.is_dir():
         for marker in (CHECKPOINT_MARKER, "config.json"):
@@ -244,6 +247,21 @@ def _renamed(key: str, renames) -> str:
     return key
 
 
+def _check_tied(path: Path, config, files: list[Path], shared: dict, prefix: str) -> None:
+    """A weight the config ties (``tie_word_embeddings: true``: the output layer is the embedding) stored twice with
+    other values is refused: transformers would load one copy and silently drop the other."""
+    groups = [names + [n.removeprefix(f"{prefix}.") for n in names if prefix and n.startswith(f"{prefix}.")]
+              for names in shared.values() if len(names) > 1]
+    pair = differing_tied_copies(files, groups) if groups else None
+    if pair:
+        kept, other = sorted(pair, key=lambda n: "lm_head" in n)
+        tie = " (tie_word_embeddings: true)" if getattr(config, "tie_word_embeddings", False) else ""
+        raise GacError(f"{str(path)!r}: its weights hold {other!r}, a tensor the config has no place for: config.json "
+                       f"ties it to {kept!r}{tie}, and the stored values differ, so loading would keep one and drop "
+                       f"the other. If the model has an output layer of its own, set tie_word_embeddings to false in "
+                       f"config.json; else remove {other!r} ({_COPY})")
+
+
 def check_hf_dir(path: Path):
     """A local Hugging Face model directory: its config loads and its safetensors weights are exactly the tensors
     the config's architecture has, with the config's shapes (tied weights may be stored once). Returns the config."""
@@ -290,6 +308,7 @@ def check_hf_dir(path: Path):
     def ignored(k: str, attr: str) -> bool:  # what transformers itself tolerates for this architecture
         return any(re.search(pat, k) for pat in getattr(skeleton, attr, None) or ())
 
+    _check_tied(path, config, files, shared, prefix)
     missing = [k for k in expected if k not in header and not (k in tied and any(
         o in header for names in shared.values() if k in names for o in names))
         and not ignored(k, "_keys_to_ignore_on_load_missing")]

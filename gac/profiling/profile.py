@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from gac.errors import GacError
-from gac.io import file_sha256, temp_path
+from gac.io import file_problem, file_sha256, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +229,10 @@ class HardwareProfile:
         """Read a profile directory (or its ``profile.json``), checking format, version, checksum and columns."""
         p = Path(path)
         meta_file = p if p.name == META_FILE else p / META_FILE
-        if not meta_file.is_file():
+        why = file_problem(meta_file)
+        if why:
             raise GacError(
-                f"no hardware profile at {str(path)!r}: {meta_file} does not exist; give the directory "
+                f"no hardware profile at {str(path)!r}: {meta_file} {why}; give the directory "
                 f"that python experiments/profile_device.py wrote (it holds {META_FILE} and table.parquet)"
             )
         try:

@@ -68,11 +68,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import check_writable, clean_temp_files, read_json, write_json_atomic
+from gac.io import (
+    STORE_MARKER,
+    STORE_OWN_DIRS,
+    check_writable,
+    clean_temp_files,
+    owned_directory,
+    read_json,
+    write_json_atomic,
+)
 from gac.metrics import upgrade_record
 
 SCHEMA_VERSION = 1
-MARKER = ".gac-store.json"
+MARKER = STORE_MARKER  # gac.io knows a store by it (no command writes an output into a store's own directories)
 STORE_DIRS = ("records", "failures", "runs", "work", "locks")
 MAX_RECORD_BYTES = 256 << 20  # a record is ~10-200 kB; a larger file is not one (and is not read into memory)
 NON_SEMANTIC_KEYS = frozenset({"results_dir", "force", "on_busy", "logger", "launcher", "hydra", "wandb", "slurm", "work_dir"})
@@ -181,6 +189,9 @@ class ResultsStore:
             raise GacError(f"results directory {str(self.root)!r} is a file, not a directory; point results_dir at a "
                            f"directory (a new one is made)")
         self._check_marker()
+        owner = owned_directory(self.root, itself=False)  # a store inside another's records/, or in a model
+        if owner:
+            raise GacError(f"results directory {str(self.root)!r} {owner}; point results_dir at a directory of its own")
         if self.root.is_dir() and not self.exists():
             model = [n for n in ("config.json", "gac_checkpoint.json", "model.safetensors",
                                  "model.safetensors.index.json") if (self.root / n).exists()]
@@ -202,7 +213,7 @@ class ResultsStore:
     def check_layout(self, key: str | None = None) -> None:
         """The store's directories (and, for ``key``, its event log) are what gac makes them, not a file or a link
         out of the store put there by hand: else one line naming the entry and what to move."""
-        for d in (*STORE_DIRS, "cache", "bench"):
+        for d in STORE_OWN_DIRS:
             self._require_dir(self.root / d, contained=d in ("records", "bench"))
         if key is not None:
             log = self.root / "runs" / f"{key}.jsonl"

