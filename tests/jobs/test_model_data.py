@@ -28,6 +28,9 @@ def test_tiny_and_smollm2_keep_their_data_and_their_record_keys():
     # smollm2's ASVD probes on one sample since conf/model_compressor/smollm2_asvd.yaml (was 275227946868e631, all
     # samples: a search refused at the 2 h limit, so no record had that key): a new procedure, a new key
     assert s.compressor_options["sensitivity_samples"] == 1 and s.key == "de9268c8b165f4bd"
+    s = _spec("model=gemma3", "compressor=none")
+    assert (s.model_name, s.calibration["source"], s.ppl_source, s.task_files) == ("gemma3", "enwiki", "enwiki",
+                                                                                   "enwiki")
 
 
 def test_another_model_under_model_tiny_needs_its_data_named(tmp_path):
