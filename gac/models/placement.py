@@ -243,7 +243,8 @@ def _move(obj, device):
 
 def _offload(module, path: Path) -> None:
     """``module``'s parameters and buffers written to ``path`` and read back memory-mapped, copy-on-write: the
-    module keeps its tensors (same names, dtypes, ``requires_grad``), now backed by the file instead of memory."""
+    module keeps its tensors (same names, dtypes, ``requires_grad``), now backed by the file instead of memory.
+    ``module._gac_offload`` (an :class:`Offloaded`) casts them through a file too."""
     import torch
 
     state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
@@ -251,6 +252,61 @@ def _offload(module, path: Path) -> None:
     del state
     mapped = torch.load(path, mmap=True, weights_only=True)
     module.load_state_dict(mapped, assign=True)
+    module._gac_offload = Offloaded(module, path)
+
+
+class Offloaded:
+    """A unit whose weights are memory-mapped from ``path`` (:func:`dispatch` to ``disk``), and how to change their
+    dtype without reading them into host memory: the gradient pass runs a float16 model in bfloat16
+    (:func:`gac.compression.importance.collect_gradient_stats`), and an ordinary ``p.data.to(dtype)`` would turn
+    every weight on disk into host memory (131 GiB for Llama-3-70B)."""
+
+    def __init__(self, module, path: Path):
+        self.module, self.path = module, Path(path)
+
+    def cast(self, src, dst):
+        """The unit's ``src`` parameters and buffers cast to ``dst`` and written to a file beside the unit's, then
+        memory-mapped from it in their place (the same Parameter objects, so hooks and references hold); one unit
+        at a time passes through host memory. Returns the function that puts the originals back and removes the
+        file."""
+        import torch
+
+        owners = {}  # state-dict name -> (module, attribute, is a parameter)
+        for mname, m in self.module.named_modules():
+            for k, t in list(m._parameters.items()) + list(m._buffers.items()):
+                if t is not None and t.dtype == src:
+                    owners[f"{mname}.{k}" if mname else k] = (m, k, k in m._parameters)
+        if not owners:
+            return lambda: None
+        cast_path = self.path.with_name(f"{self.path.stem}.{str(dst).removeprefix('torch.')}.pt")
+        state = {}
+        for name, (m, k, is_param) in owners.items():
+            t = m._parameters[k] if is_param else m._buffers[k]
+            state[name] = t.detach().to(dst)
+        torch.save(state, cast_path)
+        del state
+        mapped = torch.load(cast_path, mmap=True, weights_only=True)
+        saved = []
+        for name, (m, k, is_param) in owners.items():
+            if is_param:
+                p = m._parameters[k]
+                saved.append((p, None, None, p.data))
+                p.data = mapped[name]
+            else:
+                saved.append((None, m, k, m._buffers[k]))
+                m._buffers[k] = mapped[name]
+        del mapped
+
+        def restore():
+            while saved:
+                p, m, k, orig = saved.pop()
+                if p is not None:
+                    p.data = orig
+                else:
+                    m._buffers[k] = orig
+            cast_path.unlink(missing_ok=True)
+
+        return restore
 
 
 def dispatch(model, device_map: Mapping[str, str], offload_dir: str | Path | None = None):
