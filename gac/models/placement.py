@@ -6,16 +6,18 @@ function over unit sizes and device capacities) fills the devices in order, the 
 refuses with one line when the units do not fit all devices together. Each device that gac sizes from its free
 memory keeps free what the job needs beside the weights there, and only that (:class:`WorkingSet`): one layer's
 transient work, plus what each decoder layer it holds keeps for the gradient pass, plus the logits where the LM
-head is. :func:`dispatch` then puts each unit on its
-device and registers a forward pre-hook that moves the unit's inputs (hidden states, masks, rotary embeddings) to
-that device, so layer-by-layer calibration, gradient passes, compression (a compressed module is built on its
-weight's device, so it replaces the original on the same device) and evaluation run unchanged; the model's
-outputs come back to the device of its inputs.
+head is. :func:`dispatch` then puts each unit on its device and registers a forward pre-hook that moves the unit's
+inputs (hidden states, masks, rotary embeddings) to that device, so layer-by-layer calibration, gradient passes,
+compression (a compressed module is built on its weight's device, so it replaces the original on the same device)
+and evaluation run unchanged; the model's outputs come back to the device of its inputs. What joins tensors of
+several devices beyond that (counts, flags, targets against logits) moves them explicitly (tested on a CPU with two
+fake devices, tests/models/fake_devices.py).
 
 A unit placed on ``disk`` keeps its weights in a file under the offload directory, memory-mapped copy-on-write:
 they are ordinary CPU tensors that the operating system pages in while the unit runs (and may page out again), so
 every weight read, gradient and module swap of compression works on them as on any CPU tensor, and nothing is ever
-written back to the file. Disk units run on the CPU.
+written back to the file; a cast of their dtype goes through a file of its own (:class:`Offloaded`). Disk units run
+on the CPU.
 
 Latency stays a single-GPU measurement: :func:`spans_devices` tells the job that the model is spread, and the job
 records its quality metrics with a note instead of a latency.
@@ -93,8 +95,8 @@ def device_capacities(device: str, max_memory: Mapping | None = None, reserve: i
 
     A device named in ``max_memory`` holds what it says; any other GPU :data:`GPU_FRACTION` of its free memory less
     ``reserve`` (what the job keeps free on every device that runs a layer: :attr:`WorkingSet.per_device`); the CPU,
-    when it is the job's device and not named, its available memory less ``reserve``. ``available(device) -> bytes or None`` (for tests; default:
-    :func:`gac.compression.resources.device_memory`)."""
+    when it is the job's device and not named, its available memory less ``reserve``. ``available(device) -> bytes
+    or None`` (for tests; default: :func:`gac.compression.resources.device_memory`)."""
     limits = parse_max_memory(max_memory)
     if available is None:
         from gac.compression.resources import device_memory
