@@ -28,7 +28,9 @@ job's device (and on the host, where the factors are kept):
 The activation terms use per-token element counts of a Llama decoder layer's saved tensors
 (:data:`ACT_PER_TOKEN_H`, :data:`ACT_PER_TOKEN_I`); ``benchmarks/scale.py`` prints each run's estimate beside the
 measured peak (docs/scale.md). :func:`check_fits` turns an estimate above what the device has into a
-:class:`~gac.errors.GacError` naming the estimate and what to change.
+:class:`~gac.errors.GacError` naming the estimate and what to change. For a model spread over devices
+(``model.device_map=auto``) the working set is also given by where it lives (``per_device``, ``per_layer``,
+``at_head``), so that each device keeps free only what its own layers need (:func:`gac.models.placement.working_set`).
 """
 
 from __future__ import annotations
@@ -66,23 +68,29 @@ class EvalLoad:
     latency_points: tuple = ()  # ((batch, seq_len), ...)
 
 
-def evaluation_bytes(config, dtype: str, load: EvalLoad) -> int:
-    """Peak working set of the evaluation ``load`` on a model of ``config`` (module docstring), beyond the weights."""
+def _evaluation_parts(config, dtype: str, load: EvalLoad) -> list[tuple[int, int]]:
+    """``(through the layers, at the LM head)`` bytes of each evaluation of ``load``: the batch through one decoder
+    layer with the hidden states, and the logits with their loss."""
     s = _shapes(config)
     h, inter, V = s["h"], s["inter"], s["V"]
     b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
     layer = INF_PER_TOKEN_H * h + INF_PER_TOKEN_I * inter
-    out = 0
+    out = []
     if load.ppl_batch:
         tok = load.ppl_batch * load.ppl_seq_len
-        out = max(out, tok * (layer + 2 * h) * b + 3 * min(tok * V * 4, LOSS_CHUNK_BYTES))
+        out.append((tok * (layer + 2 * h) * b, 3 * min(tok * V * 4, LOSS_CHUNK_BYTES)))
     if load.task_batch:
         tok = load.task_batch * TASK_TOKENS
-        out = max(out, tok * layer * b + tok * V * (2 * b + 4))  # logits, their log-softmax, a float32 copy
+        out.append((tok * layer * b, tok * V * (2 * b + 4)))  # logits, their log-softmax, a float32 copy
     for bt, sl in load.latency_points:
         tok = int(bt) * int(sl)
-        out = max(out, tok * (layer + h) * b + tok * V * b)
-    return int(out)
+        out.append((tok * (layer + h) * b, tok * V * b))
+    return out
+
+
+def evaluation_bytes(config, dtype: str, load: EvalLoad) -> int:
+    """Peak working set of the evaluation ``load`` on a model of ``config`` (module docstring), beyond the weights."""
+    return int(max((a + h for a, h in _evaluation_parts(config, dtype, load)), default=0))
 
 
 @dataclass
@@ -102,6 +110,13 @@ class Footprint:
     device_bytes: int
     host_bytes: int
     evaluation: int = 0
+    # the working set by where it lives, for a model spread over devices (gac.models.placement.working_set): on
+    # every device that runs a layer (the largest per-layer transient: calibration, statistics and factorisation of
+    # one layer, one weight's gradient, one layer's evaluation), with each decoder layer for the whole pass (its
+    # activations kept for the backward, its element-wise gradient sums), and with the LM head (the logits)
+    per_device: int = 0
+    per_layer: int = 0
+    at_head: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -149,8 +164,9 @@ def _linears(s: dict) -> dict[str, tuple[int, int]]:
     return s["lin"]
 
 
-def _scored_params(comp, s: dict, lin: dict) -> int:
-    """Weight elements of the projections the gradient pass scores (its statistics modules), from shapes alone."""
+def _scored_params(comp, s: dict, lin: dict) -> tuple[int, int]:
+    """``(layers, elements per layer)`` of the projections the gradient pass scores (its statistics modules), from
+    shapes alone."""
     from gac.compression.compressors.base import parse_layers
 
     L = s["L"]
@@ -164,7 +180,7 @@ def _scored_params(comp, s: dict, lin: dict) -> int:
     else:
         idx = parse_layers(getattr(comp, "layers", None), L)
         projs = _roles(comp, lin)
-    return len(idx) * sum(o * i for p, (o, i) in lin.items() if p in projs)
+    return len(idx), sum(o * i for p, (o, i) in lin.items() if p in projs)
 
 
 def _roles(comp, lin: dict) -> tuple[str, ...]:
@@ -186,6 +202,8 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     from gac.compression.proxies import get_proxy
 
     ev = 0 if evaluation is None else evaluation_bytes(config, dtype, evaluation)
+    ev_parts = [] if evaluation is None else _evaluation_parts(config, dtype, evaluation)
+    ev_layer, ev_head = (max(x) for x in zip(*ev_parts)) if ev_parts else (0, 0)
     if compressor == BASELINE:
         P = params if params is not None else count_params(config)
         weights = P * _BYTES.get(str(dtype).removeprefix("torch."), 4)
@@ -193,7 +211,8 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         on_gpu = str(device).startswith("cuda")
         device_bytes = weights + ev if on_gpu else base + weights + ev
         return Footprint(str(device), str(dtype), int(P), int(weights), 0, 0, 0, 0, 0, base, int(device_bytes),
-                         int(base + weights if on_gpu else device_bytes), int(ev))  # loaded on the host first
+                         int(base + weights if on_gpu else device_bytes), int(ev),  # loaded on the host first
+                         per_device=int(ev_layer), at_head=int(ev_head))
     comp = get_compressor(compressor, **(compressor_options or {}))
     prox = get_proxy(proxy or comp.default_proxy)
     b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
@@ -240,13 +259,19 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
             else:
                 ws = 2 * mn * c + 3 * lo * lo * c + k * (o + i) * c
             factorization = max(factorization, ws + k * (o + i) * 4)
-    gradients = 0
+    gradients = grad_device = grad_layer = logits = 0
     if need_grad:
         per_layer = seq_len * (ACT_PER_TOKEN_H * h + ACT_PER_TOKEN_I * inter) * b
         acts = (L * seq_len * h * b + per_layer) if grad_checkpoint else L * per_layer
         logits = seq_len * V * (b + 12)  # lm_head output, float32 copy, log-softmax, its gradient
         one_grad = max(o * i for o, i in lin.values()) * (b + 16)  # a weight's gradient and the hook's float32 temps
-        gradients = acts + logits + one_grad + len(prox.elementwise) * 4 * _scored_params(comp, s, lin)
+        scored_layers, scored_per_layer = _scored_params(comp, s, lin)
+        sums = len(prox.elementwise) * 4 * scored_per_layer  # the element-wise running sums of one scored layer
+        gradients = acts + logits + one_grad + scored_layers * sums
+        # spread over devices: each layer keeps its own activations (with checkpointing, its input; the layer being
+        # recomputed is a transient) and, when scored, its sums (counted for every layer: an upper bound)
+        grad_layer = (seq_len * h * b if grad_checkpoint else per_layer) + (sums if scored_layers else 0)
+        grad_device = one_grad + (per_layer if grad_checkpoint else 0)
     factors = 0
     if lowrank:
         targets = _roles(comp, lin)
@@ -261,7 +286,9 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     else:
         device_bytes = host_bytes = base + weights + factors + work
     return Footprint(str(device), str(dtype), int(P), int(weights), int(calibration), int(statistics),
-                     int(factorization), int(gradients), int(factors), base, int(device_bytes), int(host_bytes), int(ev))
+                     int(factorization), int(gradients), int(factors), base, int(device_bytes), int(host_bytes), int(ev),
+                     per_device=int(max(calibration + statistics + factorization, grad_device, ev_layer)),
+                     per_layer=int(grad_layer), at_head=int(max(logits, ev_head)))
 
 
 def check_fits(fp: Footprint, available: dict[str, float | None], host_available_mb: float | None = None,

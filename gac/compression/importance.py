@@ -392,14 +392,20 @@ def _cast_floating(model: nn.Module, src: torch.dtype, dst: torch.dtype):
     """Cast ``model``'s ``src`` parameters and buffers to ``dst`` in place (the same Parameter objects, so hooks
     stay); returns the function that puts the originals back bit for bit (kept on the host meanwhile, so the cast
     costs no device memory; idempotent)."""
-    saved = []
+    saved, undo = [], []
+    # a unit memory-mapped from disk (gac.models.placement) is cast through a file of its own, so that the cast
+    # stays on disk instead of becoming host memory
+    on_disk = [m for m in model.modules() if getattr(m, "_gac_offload", None) is not None]
+    cast_there = {id(x) for m in on_disk for x in (*m.parameters(), *m.modules())}
+    for m in on_disk:
+        undo.append(m._gac_offload.cast(src, dst))
     for p in model.parameters():
-        if p.dtype == src:
+        if p.dtype == src and id(p) not in cast_there:
             saved.append((p, None, None, p.data if p.device.type == "cpu" else p.data.to("cpu")))
             p.data = p.data.to(dst)
     for m in model.modules():
         for k, b in list(m._buffers.items()):
-            if b is not None and b.dtype == src:
+            if b is not None and b.dtype == src and id(m) not in cast_there:
                 saved.append((None, m, k, b))
                 m._buffers[k] = b.to(dst)
 
@@ -410,6 +416,8 @@ def _cast_floating(model: nn.Module, src: torch.dtype, dst: torch.dtype):
                 p.data = orig.to(p.device)
             else:
                 m._buffers[k] = orig
+        while undo:
+            undo.pop()()
 
     return restore
 
@@ -470,26 +478,29 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
     handles = []
     active: set[str] = set()  # the weights whose gradients this backward adds (after an overflow: those left)
     finite: dict[str, torch.Tensor] = {}  # loss scaling: whether each weight's scaled gradient was finite
-    zeros = torch.zeros((), dtype=torch.float64, device=dev)  # exactly-zero gradient elements (on the device: no sync)
-    seen = torch.zeros((), dtype=torch.float64, device=dev)
+    # per device: [exactly-zero gradient elements, elements seen], counted where each weight lives (no sync, and a
+    # model spread over devices never adds a count from one device to another's); summed on the host at the end
+    counts: dict[torch.device, torch.Tensor] = {}
     reruns = 0
 
     def make_hook(n):
         def hook(p):
-            nonlocal zeros, seen
             if n not in active:
                 p.grad = None
                 return
             g = p.grad.detach().float()
+            c = counts.get(g.device)
+            if c is None:
+                c = counts[g.device] = torch.zeros(2, dtype=torch.float64, device=g.device)
             if scaled:  # an overflowed gradient adds nothing; the sample runs again for it at half the scale
                 ok = torch.isfinite(g).all()
                 finite[n] = ok
                 g = torch.where(ok, g / scale, torch.zeros((), device=g.device))
-                seen = seen + ok.double() * g.numel()
-                zeros = zeros + torch.where(ok, (g == 0).sum().double(), 0.0)
+                c[0] += torch.where(ok, (g == 0).sum().double(), 0.0)
+                c[1] += ok.double() * g.numel()
             else:
-                seen = seen + g.numel()
-                zeros = zeros + (g == 0).sum().double()
+                c[0] += (g == 0).sum().double()
+                c[1] += g.numel()
             w = p.detach().float()
             wg = w * g
             st = stats[n]
@@ -539,8 +550,8 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                     del out, loss
                 if not scaled:
                     break
-                ok = torch.stack([finite[n] for n in pending if n in finite]).tolist() if finite else []
-                bad = [n for n, f in zip([n for n in pending if n in finite], ok) if not f]
+                ok = _on_host({n: finite[n] for n in pending if n in finite})
+                bad = [n for n, f in ok.items() if not f]
                 if bad:
                     scale /= 2
                     reruns += 1
@@ -565,10 +576,11 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                     setattr(st, what, getattr(st, what).cpu())  # one copy per statistic, after the last sample
                     _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
         if report is not None:
-            total = float(seen)
+            per_device = [c.cpu().tolist() for c in counts.values()]  # each device's two counts, added on the host
+            zeros, total = sum(c[0] for c in per_device), sum(c[1] for c in per_device)
             report.update(dtype=str(run_dtype).removeprefix("torch."), model_dtype=str(model_dtype).removeprefix(
                 "torch."), loss_scale=scale if scaled else None, overflow_reruns=reruns, gradients=int(total),
-                zero_fraction=float(zeros) / total if total else 0.0)
+                zero_fraction=zeros / total if total else 0.0)
     finally:
         restore()
         for layer in wrapped:
@@ -580,6 +592,18 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
             p.grad = None
         model.train(was_training)
     return stats
+
+
+def _on_host(flags: dict[str, torch.Tensor]) -> dict[str, bool]:
+    """Each flag (a 0-dim tensor on its weight's device) read on the host, one copy per device: the weights of a
+    model spread over devices hold their flags on different devices, which one ``torch.stack`` cannot join."""
+    by_dev: dict[torch.device, list[str]] = {}
+    for n, f in flags.items():
+        by_dev.setdefault(f.device, []).append(n)
+    out = {}
+    for names in by_dev.values():
+        out.update(zip(names, torch.stack([flags[n] for n in names]).cpu().tolist()))
+    return {n: bool(out[n]) for n in flags}
 
 
 def _checkpoint_layers(model: nn.Module, layout) -> list[nn.Module]:

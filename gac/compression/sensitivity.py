@@ -177,13 +177,15 @@ def estimate_cost(model: nn.Module, layout, units: list, grid, calib_ids: torch.
     head = model.get_output_embeddings()
     chunk = calib_ids[: max(1, min(n, int(chunk_tokens) // max(1, seq)))].to(dev)
 
+    gpus = {p.device for p in model.parameters() if p.device.type == "cuda"}  # every GPU a spread model runs on
+
     def timed(fn) -> float:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        for d in gpus:
+            torch.cuda.synchronize(d)
         t = time.perf_counter()
         out = fn()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        for d in gpus:
+            torch.cuda.synchronize(d)
         return time.perf_counter() - t, out
 
     was = model.training
@@ -301,6 +303,7 @@ class _LayerCache:
         self.transform = (layout.logits, layout.logit_value)
         dev = next(model.parameters()).device
         self.ids = calib_ids.to(dev)
+        self.targets = self.ids[:, 1:]  # moved to the logits' device at the first probe (below)
         h0, self.kwargs = _capture_layer_inputs(model, self.layers, self.ids[:1])
         hidden = [h0] + [_capture_layer_inputs(model, self.layers, self.ids[s : s + 1], all_kwargs=False)[0]
                          for s in range(1, self.ids.shape[0])]
@@ -323,7 +326,9 @@ class _LayerCache:
             h = self.norm(self._run(self.hidden[a : a + self.chunk], self.layer))
             for s in range(h.shape[0]):  # the head one sample at a time: [seq, vocab] logits only
                 logits = transform_logits(self.head(h[s, :-1]), *self.transform).float()
-                out[a + s] = float(nn.functional.cross_entropy(logits, self.ids[a + s, 1:], reduction="sum"))
+                if self.targets.device != logits.device:  # a model spread over devices: the head on the last one
+                    self.targets = self.targets.to(logits.device)
+                out[a + s] = float(nn.functional.cross_entropy(logits, self.targets[a + s], reduction="sum"))
         return out
 
     def perplexity(self) -> float:

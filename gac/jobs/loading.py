@@ -11,13 +11,14 @@ from gac.untrusted import NO_REMOTE_CODE
 _LOAD_LOCK = threading.Lock()  # transformers' loading patches process-wide state: one load at a time per process
 
 
-def load_job_model(spec: JobSpec, reserve: int = 0):
+def load_job_model(spec: JobSpec, reserve=0):
     """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights).
     Loads in one process are serialised (jobs run from threads of a notebook or a test).
 
     With ``model.device_map=auto`` the model is loaded on the host, in the dtype of the job's device, and spread
     over the devices (:func:`gac.models.placement.place_model`), each GPU that ``model.max_memory`` does not limit
-    keeping ``reserve`` bytes (the job's working set) free of weights."""
+    keeping its share of ``reserve`` (the job's working set, :func:`gac.models.placement.working_set`) free of
+    weights."""
     with _LOAD_LOCK:
         if spec.device_map != "auto":
             return _load_job_model(spec)

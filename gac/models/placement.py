@@ -3,16 +3,21 @@
 The model is cut at layer boundaries into *units*: the embedding, each decoder layer, the final norm, the LM head
 and any other top-level block (:func:`placement_units`); a unit is never split. :func:`plan_placement` (a pure
 function over unit sizes and device capacities) fills the devices in order, the job's own device first, and
-refuses with one line when the units do not fit all devices together. :func:`dispatch` then puts each unit on its
-device and registers a forward pre-hook that moves the unit's inputs (hidden states, masks, rotary embeddings) to
-that device, so layer-by-layer calibration, gradient passes, compression (a compressed module is built on its
-weight's device, so it replaces the original on the same device) and evaluation run unchanged; the model's
-outputs come back to the device of its inputs.
+refuses with one line when the units do not fit all devices together. Each device that gac sizes from its free
+memory keeps free what the job needs beside the weights there, and only that (:class:`WorkingSet`): one layer's
+transient work, plus what each decoder layer it holds keeps for the gradient pass, plus the logits where the LM
+head is. :func:`dispatch` then puts each unit on its device and registers a forward pre-hook that moves the unit's
+inputs (hidden states, masks, rotary embeddings) to that device, so layer-by-layer calibration, gradient passes,
+compression (a compressed module is built on its weight's device, so it replaces the original on the same device)
+and evaluation run unchanged; the model's outputs come back to the device of its inputs. What joins tensors of
+several devices beyond that (counts, flags, targets against logits) moves them explicitly (tested on a CPU with two
+fake devices, tests/models/fake_devices.py).
 
 A unit placed on ``disk`` keeps its weights in a file under the offload directory, memory-mapped copy-on-write:
 they are ordinary CPU tensors that the operating system pages in while the unit runs (and may page out again), so
 every weight read, gradient and module swap of compression works on them as on any CPU tensor, and nothing is ever
-written back to the file. Disk units run on the CPU.
+written back to the file; a cast of their dtype goes through a file of its own (:class:`Offloaded`). Disk units run
+on the CPU.
 
 Latency stays a single-GPU measurement: :func:`spans_devices` tells the job that the model is spread, and the job
 records its quality metrics with a note instead of a latency.
@@ -22,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from gac.errors import GacError
@@ -88,9 +94,9 @@ def device_capacities(device: str, max_memory: Mapping | None = None, reserve: i
     the other visible GPUs (when ``device`` is a GPU), then ``cpu`` and ``disk`` where ``max_memory`` names them.
 
     A device named in ``max_memory`` holds what it says; any other GPU :data:`GPU_FRACTION` of its free memory less
-    ``reserve`` (the job's working set: activations, statistics, logits); the CPU, when it is the job's device and
-    not named, its available memory less ``reserve``. ``available(device) -> bytes or None`` (for tests; default:
-    :func:`gac.compression.resources.device_memory`)."""
+    ``reserve`` (what the job keeps free on every device that runs a layer: :attr:`WorkingSet.per_device`); the CPU,
+    when it is the job's device and not named, its available memory less ``reserve``. ``available(device) -> bytes
+    or None`` (for tests; default: :func:`gac.compression.resources.device_memory`)."""
     limits = parse_max_memory(max_memory)
     if available is None:
         from gac.compression.resources import device_memory
@@ -135,11 +141,14 @@ def _gib(n: int) -> str:
 
 
 def plan_placement(units: Sequence[tuple[str, int]], capacities: Mapping[str, int],
-                   follow: Mapping[str, str] | None = None) -> dict[str, str]:
+                   follow: Mapping[str, str] | None = None, extra: Mapping[str, int] | None = None,
+                   extra_on: Collection[str] | None = None) -> dict[str, str]:
     """``{unit: device}``: the units, in model order, on the devices, in ``capacities`` order, each device filled
     before the next is used; a unit is never split and no device holds more than its capacity. A unit in ``follow``
     goes where the unit it names went (it shares that unit's tensors, e.g. a tied LM head: its size is not counted
-    again). Raises one :class:`GacError` line when the units do not fit all devices together."""
+    again; its ``extra`` is counted with that unit). ``extra``: bytes a unit needs beside its weights on the device
+    that runs it (its share of the job's working set, :func:`unit_working_set`), counted on the devices in
+    ``extra_on`` (default: all). Raises one :class:`GacError` line when the units do not fit all devices together."""
     follow = dict(follow or {})
     names = [n for n, _ in units]
     if len(set(names)) != len(names):
@@ -150,29 +159,52 @@ def plan_placement(units: Sequence[tuple[str, int]], capacities: Mapping[str, in
     devices = list(capacities)
     if not devices:
         raise GacError("placement: no device to place the model on")
+    extra_on = set(devices if extra_on is None else extra_on)
+    work = {n: 0 for n in names}
+    for n, b in (extra or {}).items():
+        work[follow.get(n, n)] += int(b)  # a follower runs where its leader is
     sized = [(n, int(b)) for n, b in units if n not in follow]
     need = sum(b for _, b in sized)
+    need_work = sum(work.values())
     room = sum(int(c) for c in capacities.values())
     listing = ", ".join(f"{d} {_gib(int(c))}" for d, c in capacities.items())
-    if need > room:
-        raise GacError(f"the model does not fit all its devices together: its weights take {_gib(need)}, the devices "
-                       f"hold {_gib(room)} ({listing}); raise model.max_memory, add CPU memory or disk to it "
-                       f"(model.max_memory.cpu=..., model.max_memory.disk=...), or use a smaller dtype or model")
+    if need > room or (extra_on >= set(devices) and need + need_work > room):
+        beside = f" and the working set of its layers {_gib(need_work)} more" if need <= room else ""
+        raise GacError(f"the model does not fit all its devices together: its weights take {_gib(need)}{beside}, "
+                       f"the devices hold {_gib(room)} ({listing}); raise model.max_memory, add CPU memory or disk "
+                       f"to it (model.max_memory.cpu=..., model.max_memory.disk=...), or use a smaller dtype or model")
     out: dict[str, str] = {}
     i, used = 0, 0
+
+    def size(n, b, d):
+        return b + (work[n] if d in extra_on else 0)
+
     for n, b in units:
         if n in follow:
             out[n] = out[follow[n]]
             continue
-        while i < len(devices) and used + b > int(capacities[devices[i]]):
+        while i < len(devices) and used + size(n, b, devices[i]) > int(capacities[devices[i]]):
             i, used = i + 1, 0
         if i == len(devices):
             biggest = max(b for _, b in sized)
-            raise GacError(f"the model does not fit its devices at layer boundaries: {n} ({_gib(b)}) finds no room left "
-                           f"after the units before it ({listing}; the largest unit takes {_gib(biggest)}, and a layer "
-                           f"is never split); raise model.max_memory by a layer's size or add a device")
+            beside = f" with {_gib(work[n])} of working set beside it" if work[n] else ""
+            raise GacError(f"the model does not fit its devices at layer boundaries: {n} ({_gib(b)}{beside}) finds no "
+                           f"room left after the units before it ({listing}; the largest unit takes {_gib(biggest)}, "
+                           f"and a layer is never split); raise model.max_memory by a layer's size or add a device")
         out[n] = devices[i]
-        used += b
+        used += size(n, b, devices[i])
+    return out
+
+
+def device_needs(units: Sequence[tuple[str, int]], plan: Mapping[str, str], extra: Mapping[str, int] | None = None,
+                 follow: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Bytes each device of ``plan`` holds: its units' weights and their ``extra`` (as :func:`plan_placement`
+    counts them on a device that keeps a working set)."""
+    follow = dict(follow or {})
+    out: dict[str, int] = {}
+    for n, b in units:
+        d = plan[n]
+        out[d] = out.get(d, 0) + (0 if n in follow else int(b)) + int((extra or {}).get(n, 0))
     return out
 
 
@@ -224,6 +256,38 @@ def placement_units(model) -> tuple[list[tuple[str, int]], dict[str, str]]:
     return [(n, sizes[n]) for n in order], follow
 
 
+@dataclass(frozen=True)
+class WorkingSet:
+    """What a job keeps free beside the weights on the devices of a model spread over them (:func:`working_set`):
+    ``per_device`` on every device that runs a layer (one layer's calibration, statistics and factorisation, one
+    weight's gradient: whichever device runs the layer holds them while it runs), ``per_layer`` more with each
+    decoder layer a device holds (what that layer keeps for the whole gradient pass: its activations for the
+    backward, its element-wise gradient sums), ``at_head`` more with the LM head (the logits and their loss)."""
+
+    per_device: int = 0
+    per_layer: int = 0
+    at_head: int = 0
+
+
+def unit_working_set(model, units: Sequence[tuple[str, int]], ws: WorkingSet) -> dict[str, int]:
+    """``{unit: bytes}`` of ``ws`` that go with each unit of ``model``: ``per_layer`` with each decoder layer,
+    ``at_head`` with the unit that holds the LM head (:func:`plan_placement` counts a tied head's with the
+    embedding it follows)."""
+    from gac.compression.discovery import discover
+
+    layers = discover(model).layers_path + "."
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    out: dict[str, int] = {}
+    for n, _ in units:
+        mod = model.get_submodule(n)
+        b = ws.per_layer if n.startswith(layers) else 0
+        if head is not None and any(m is head for m in mod.modules()):
+            b += ws.at_head
+        if b:
+            out[n] = int(b)
+    return out
+
+
 def _move(obj, device):
     import torch
 
@@ -243,7 +307,8 @@ def _move(obj, device):
 
 def _offload(module, path: Path) -> None:
     """``module``'s parameters and buffers written to ``path`` and read back memory-mapped, copy-on-write: the
-    module keeps its tensors (same names, dtypes, ``requires_grad``), now backed by the file instead of memory."""
+    module keeps its tensors (same names, dtypes, ``requires_grad``), now backed by the file instead of memory.
+    ``module._gac_offload`` (an :class:`Offloaded`) casts them through a file too."""
     import torch
 
     state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
@@ -251,6 +316,61 @@ def _offload(module, path: Path) -> None:
     del state
     mapped = torch.load(path, mmap=True, weights_only=True)
     module.load_state_dict(mapped, assign=True)
+    module._gac_offload = Offloaded(module, path)
+
+
+class Offloaded:
+    """A unit whose weights are memory-mapped from ``path`` (:func:`dispatch` to ``disk``), and how to change their
+    dtype without reading them into host memory: the gradient pass runs a float16 model in bfloat16
+    (:func:`gac.compression.importance.collect_gradient_stats`), and an ordinary ``p.data.to(dtype)`` would turn
+    every weight on disk into host memory (131 GiB for Llama-3-70B)."""
+
+    def __init__(self, module, path: Path):
+        self.module, self.path = module, Path(path)
+
+    def cast(self, src, dst):
+        """The unit's ``src`` parameters and buffers cast to ``dst`` and written to a file beside the unit's, then
+        memory-mapped from it in their place (the same Parameter objects, so hooks and references hold); one unit
+        at a time passes through host memory. Returns the function that puts the originals back and removes the
+        file."""
+        import torch
+
+        owners = {}  # state-dict name -> (module, attribute, is a parameter)
+        for mname, m in self.module.named_modules():
+            for k, t in list(m._parameters.items()) + list(m._buffers.items()):
+                if t is not None and t.dtype == src:
+                    owners[f"{mname}.{k}" if mname else k] = (m, k, k in m._parameters)
+        if not owners:
+            return lambda: None
+        cast_path = self.path.with_name(f"{self.path.stem}.{str(dst).removeprefix('torch.')}.pt")
+        state = {}
+        for name, (m, k, is_param) in owners.items():
+            t = m._parameters[k] if is_param else m._buffers[k]
+            state[name] = t.detach().to(dst)
+        torch.save(state, cast_path)
+        del state
+        mapped = torch.load(cast_path, mmap=True, weights_only=True)
+        saved = []
+        for name, (m, k, is_param) in owners.items():
+            if is_param:
+                p = m._parameters[k]
+                saved.append((p, None, None, p.data))
+                p.data = mapped[name]
+            else:
+                saved.append((None, m, k, m._buffers[k]))
+                m._buffers[k] = mapped[name]
+        del mapped
+
+        def restore():
+            while saved:
+                p, m, k, orig = saved.pop()
+                if p is not None:
+                    p.data = orig
+                else:
+                    m._buffers[k] = orig
+            cast_path.unlink(missing_ok=True)
+
+        return restore
 
 
 def dispatch(model, device_map: Mapping[str, str], offload_dir: str | Path | None = None):
@@ -334,17 +454,27 @@ def latency_note(model) -> str:
     return LATENCY_NOTE.format(devices=", ".join(dict.fromkeys((placement_of(model) or {}).values())))
 
 
-def place_model(model, device: str, max_memory: Mapping | None = None, offload_dir: str | Path | None = None,
-                reserve: int = 0):
-    """Plan (:func:`device_capacities`, :func:`placement_units`, :func:`plan_placement`) and :func:`dispatch`
-    ``model``, which may be anywhere (it is loaded on the host first). Returns ``model``."""
+def _plan(model, device: str, max_memory: Mapping | None, reserve, available=None) -> dict[str, str]:
+    """Plan ``model`` (a loaded model or a meta-device skeleton) over the devices: each device that gac sizes from
+    its free memory keeps its share of ``reserve`` (a :class:`WorkingSet`, or bytes kept free on every device) free
+    of weights; a device named in ``max_memory`` holds the weights it names."""
+    ws = reserve if isinstance(reserve, WorkingSet) else WorkingSet(per_device=int(reserve))
     units, follow = placement_units(model)
-    caps = device_capacities(device, max_memory, reserve=reserve)
-    plan = plan_placement(units, caps, follow)
-    return dispatch(model, plan, offload_dir)
+    caps = device_capacities(device, max_memory, reserve=ws.per_device, available=available)
+    named = set(parse_max_memory(max_memory))
+    return plan_placement(units, caps, follow, extra=unit_working_set(model, units, ws),
+                          extra_on=[d for d in caps if d not in named])
 
 
-def plan_for_config(config, dtype, device: str, max_memory: Mapping | None = None, reserve: int = 0,
+def place_model(model, device: str, max_memory: Mapping | None = None, offload_dir: str | Path | None = None,
+                reserve: WorkingSet | int = 0):
+    """Plan (:func:`device_capacities`, :func:`placement_units`, :func:`plan_placement`; each device keeping its
+    share of ``reserve``, the job's :func:`working_set`) and :func:`dispatch` ``model``, which may be anywhere (it is
+    loaded on the host first). Returns ``model``."""
+    return dispatch(model, _plan(model, device, max_memory, reserve), offload_dir)
+
+
+def plan_for_config(config, dtype, device: str, max_memory: Mapping | None = None, reserve: WorkingSet | int = 0,
                     available=None) -> dict[str, str]:
     """The placement a model of ``config`` in ``dtype`` would get, planned on a meta-device copy (no memory, no
     weights): what the memory check runs before loading, so a model that fits no set of devices is refused then."""
@@ -355,23 +485,20 @@ def plan_for_config(config, dtype, device: str, max_memory: Mapping | None = Non
 
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))
-    units, follow = placement_units(skeleton)
-    return plan_placement(units, device_capacities(device, max_memory, reserve=reserve, available=available), follow)
+    return _plan(skeleton, device, max_memory, reserve, available)
 
 
-def working_set(fp) -> int:
-    """The bytes a job needs on a device beside the weights (a :class:`gac.compression.footprint.Footprint`):
-    activations, statistics, factorisation, gradients, logits; what each GPU keeps free of weights."""
-    extra = int(fp.device_bytes) - int(fp.weights)
-    if not str(fp.device).startswith("cuda"):
-        extra -= int(fp.base) + int(fp.factors)  # the process itself and the host-side factors are not per device
-    return max(extra, 0)
+def working_set(fp) -> WorkingSet:
+    """The bytes a job needs beside the weights on the devices of a spread model (a
+    :class:`gac.compression.footprint.Footprint`), by where they live (:class:`WorkingSet`): each device keeps free
+    what its own layers need, not the whole job's working set."""
+    return WorkingSet(per_device=int(fp.per_device), per_layer=int(fp.per_layer), at_head=int(fp.at_head))
 
 
 def check_placed_fits(fp, config, device: str, max_memory: Mapping | None, what: str = "this job",
                       available=None, host_available: int | None = -1) -> dict[str, str]:
     """Before loading a model spread over its devices (``model.device_map=auto``): its units planned over every
-    device (:func:`plan_for_config`, each GPU keeping the job's :func:`working_set` free), and the host able to
+    device (:func:`plan_for_config`, each GPU keeping its share of the job's :func:`working_set` free), and the host able to
     hold the weights while they load (the model is read on the host, then spread). Raises one :class:`GacError`
     line naming ``what``, the sizes and the fix; returns the planned ``{unit: device}``. ``host_available``: bytes
     (-1: the host's own; None: not checked)."""
@@ -395,6 +522,7 @@ def check_placed_fits(fp, config, device: str, max_memory: Mapping | None, what:
     return plan
 
 
-__all__ = ["DEVICE_MAPS", "check_device_map", "check_placed_fits", "device_capacities", "dispatch", "latency_note", "parse_max_memory",
-           "parse_size", "place_model", "placement_of", "placement_summary", "placement_units", "plan_for_config",
-           "plan_placement", "spans_devices", "working_set"]
+__all__ = ["DEVICE_MAPS", "Offloaded", "WorkingSet", "check_device_map", "check_placed_fits", "device_capacities",
+           "device_needs", "dispatch", "latency_note", "parse_max_memory", "parse_size", "place_model", "placement_of",
+           "placement_summary", "placement_units", "plan_for_config", "plan_placement", "spans_devices",
+           "unit_working_set", "working_set"]

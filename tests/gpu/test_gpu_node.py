@@ -53,29 +53,102 @@ def test_cuda_event_times_match_the_wall_clock_on_the_work_device(index):
     assert med > 3 * enqueue, "the events timed the enqueue, not the kernels"
 
 
-def test_kernel_timer_on_the_second_device():
+def _wall_ms(call, dev, n: int = 5) -> float:
+    """Median wall-clock ms of ``call()`` run to completion (synchronised each time)."""
+    walls = []
+    for _ in range(n):
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        call()
+        torch.cuda.synchronize(dev)
+        walls.append((time.perf_counter() - t0) * 1e3)
+    return sorted(walls)[n // 2]
+
+
+def _enqueue_ms(call, dev) -> float:
+    """Host ms to enqueue ``call()`` (no wait for the GPU): what events on an idle stream would read."""
+    torch.cuda.synchronize(dev)
+    t0 = time.perf_counter()
+    call()
+    ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize(dev)
+    return ms
+
+
+# A timed median against the same work's wall clock: the events can read no more than the wall (1.1: clock and
+# rounding), and a GPU-bound call (the work below; its prefill is also checked to take over 3x its enqueue time)
+# reads at least 0.7 of it (the rest is launch and synchronisation latency); events on an idle stream read the
+# enqueue time, a third of the wall at most.
+EVENTS_OF_WALL = (0.7, 1.1)
+# Two GPUs of one node (the same model): the same work times alike within 1.5x either way (clocks and thermals);
+# an idle stream's reading is over 5x off.
+SAME_GPU_RATIO = 1.5
+
+
+def test_kernel_timer_on_the_second_device(measured):
     from gac.profiling.timing import TimingProtocol, time_op
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs a second GPU (cuda:1)")
-    dev = torch.device("cuda", 1)
     torch.cuda.set_device(0)
-    make = lambda: (torch.randn(4096, 4096, device=dev, dtype=torch.float16),)  # noqa: E731
-    t = time_op(make, lambda a: a @ a, dev, TimingProtocol(warmup=3, iters=10, trials=3, max_buffers=2))
-    assert t.median_ms > 0.1  # 4096^3 fp16: ~0.1-0.3 ms on an A100/H100; an idle cuda:0 stream reads ~0
+    proto = TimingProtocol(warmup=3, iters=10, trials=3, max_buffers=2)
+    got = {}
+    for i in (1, 0):
+        dev = torch.device("cuda", i)
+        make = lambda dev=dev: (torch.randn(4096, 4096, device=dev, dtype=torch.float16),)  # noqa: E731
+        a = make()[0]
+        wall = _wall_ms(lambda a=a: [a @ a for _ in range(proto.iters)], dev) / proto.iters
+        got[i] = time_op(make, lambda a: a @ a, dev, proto).median_ms
+        measured(f"events_of_wall_cuda{i}", got[i] / wall)
+        lo, hi = EVENTS_OF_WALL
+        assert lo * wall < got[i] < hi * wall, (i, got[i], wall)  # 4096^3 fp16: ~0.1-0.3 ms on an A100/H100
+    measured("cuda1_of_cuda0", got[1] / got[0])
+    assert 1 / SAME_GPU_RATIO < got[1] / got[0] < SAME_GPU_RATIO, got
 
 
-def test_prefill_on_cuda_1_records_that_device():
+def _heavy_llama(device: str):
+    """A random Llama-3-8B-wide model of two layers in float16: a prefill of 4096 tokens is GPU-bound (~5 TFLOP,
+    several ms on an H100, against 1-2 ms for the host to enqueue it), so its events time kernels, not launches;
+    tiny's prefill is launch-bound and would time the same on an idle stream."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=2, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float16).eval()
+
+
+def _check_against_the_clock(model, r: dict, dev, measured) -> None:
+    x = torch.randint(0, model.config.vocab_size, (r["batch"], r["seq_len"]), device=dev)
+    with torch.inference_mode():
+        call = lambda: model(input_ids=x, use_cache=False)  # noqa: E731
+        call()
+        wall, enqueue = _wall_ms(call, dev), _enqueue_ms(call, dev)
+    measured(f"events_of_wall_{dev}", r["median_ms"] / wall)
+    measured(f"events_of_enqueue_{dev}", r["median_ms"] / enqueue)
+    lo, hi = EVENTS_OF_WALL
+    assert lo * wall < r["median_ms"] < hi * wall, (r["median_ms"], wall)
+    assert r["median_ms"] > 3 * enqueue, ("the events timed the enqueue", r["median_ms"], enqueue)
+
+
+def test_prefill_on_cuda_1_records_that_device_and_times_its_work(measured):
     from gac.evaluation.latency import prefill_latency
-    from gac.models import load_model
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs a second GPU (cuda:1)")
     torch.cuda.set_device(0)
-    model, _ = load_model("tiny", dtype="fp16", device="cuda:1")
-    r = prefill_latency(model, seq_len=512, warmup=5, iters=20, trials=2)
-    assert r["device"] == "cuda:1" and r["device_name"] == torch.cuda.get_device_name(1)
-    assert r["median_ms"] > 0.05
+    got = {}
+    for i in (1, 0):
+        model = _heavy_llama(f"cuda:{i}")
+        r = prefill_latency(model, seq_len=4096, warmup=3, iters=10, trials=2)
+        assert r["device"] == f"cuda:{i}" and r["device_name"] == torch.cuda.get_device_name(i)
+        _check_against_the_clock(model, r, torch.device("cuda", i), measured)
+        got[i] = r["median_ms"]
+        del model
+        torch.cuda.empty_cache()
+    measured("cuda1_of_cuda0", got[1] / got[0])
+    assert 1 / SAME_GPU_RATIO < got[1] / got[0] < SAME_GPU_RATIO, got
 
 
 @pytest.mark.parametrize("d", [64, 107, 112])
@@ -94,13 +167,13 @@ def test_the_sdpa_backend_that_runs_in_fp16(d):
         assert chosen == ["flash"]  # efficient and cuDNN reject d % 8 != 0; flash pads it
 
 
-def test_model_latency_reports_a_real_sdpa_backend():
+def test_model_latency_reports_a_real_sdpa_backend_and_times_the_work(measured):
     from gac.evaluation.latency import prefill_latency
-    from gac.models import load_model
 
-    model, _ = load_model("tiny", dtype="fp16", device="cuda")
-    r = prefill_latency(model, seq_len=1024, warmup=5, iters=20, trials=2)
+    model = _heavy_llama("cuda")
+    r = prefill_latency(model, seq_len=4096, warmup=3, iters=10, trials=2)
     assert r["timer"] == "cuda_events" and len(r["sdpa_backend"]) == 1 and r["sdpa_backend"][0] in SDPA_NAMES
+    _check_against_the_clock(model, r, torch.device("cuda", torch.cuda.current_device()), measured)
 
 
 def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):

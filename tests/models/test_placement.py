@@ -118,6 +118,48 @@ def test_room_that_only_a_split_layer_would_use_is_refused():
     assert plan_placement(units, {"a": 120, "b": 60}) == {"l0": "a", "l1": "a", "l2": "b"}
 
 
+def test_each_device_keeps_free_only_what_its_own_units_need():
+    """A unit's working set (``extra``) counts on the device that runs it, only where gac sizes the device from its
+    free memory (``extra_on``); a tied head's goes with the embedding it follows."""
+    from gac.models.placement import device_needs
+
+    units = [("emb", 10), ("l0", 10), ("l1", 10), ("l2", 10), ("l3", 10), ("head", 10)]
+    extra = {"l0": 5, "l1": 5, "l2": 5, "l3": 5, "head": 20}
+    caps = {"a": 50, "b": 60}
+    plan = plan_placement(units, caps, extra=extra)
+    assert plan == {"emb": "a", "l0": "a", "l1": "a", "l2": "b", "l3": "b", "head": "b"}
+    assert device_needs(units, plan, extra) == {"a": 40, "b": 60}  # not the 40 of working set on each device
+    whole = sum(extra.values())
+    with pytest.raises(GacError, match="does not fit all its devices together"):  # the whole set on every device
+        plan_placement(units, {d: c - whole for d, c in caps.items()})
+    assert plan_placement(units, {"a": 50, "b": 30}, extra=extra, extra_on={"a"})["head"] == "b"  # b: weights only
+    with pytest.raises(GacError, match=r"at layer boundaries: head \(.* of working set beside it\)"):
+        plan_placement(units, {"a": 50, "b": 55}, extra=extra)  # 105 in all, but the head's logits find no room
+    tied = [("emb", 10), ("l0", 10), ("head", 0)]
+    assert plan_placement(tied, {"a": 25, "b": 100}, {"head": "emb"}, extra={"head": 20}) == {
+        "emb": "b", "l0": "b", "head": "b"}  # the logits are made where the tied head (the embedding) is
+
+
+def test_a_spread_model_plans_its_working_set_layer_by_layer(monkeypatch):
+    """plan_for_config on tiny's config over two fake 20 MiB GPUs: each decoder layer brings its share, the tied
+    head's logits go with the embedding; the whole working set kept free on every GPU would not fit."""
+    from gac.fixtures import named_config
+    from gac.models.placement import WorkingSet, plan_for_config
+
+    MiB = 2**20
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    config = named_config("tiny")
+    free = {"cuda:0": int(17 * MiB / 0.9), "cuda:1": int(17 * MiB / 0.9)}.get  # 17 MiB for weights each
+    ws = WorkingSet(per_device=0, per_layer=3 * MiB, at_head=1 * MiB)  # tiny fp32: 4 MiB embedding, 2.77 MiB layers
+    plan = plan_for_config(config, "float32", "cuda", None, reserve=ws, available=free)
+    assert [plan[f"model.layers.{i}"] for i in range(4)] == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert plan["model.embed_tokens"] == plan["lm_head"] == "cuda:0"
+    whole = ws.per_device + 4 * ws.per_layer + ws.at_head
+    with pytest.raises(GacError, match="does not fit all its devices together"):
+        plan_for_config(config, "float32", "cuda", None, reserve=whole, available=free)
+
+
 def test_device_capacities_over_fake_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
@@ -169,6 +211,50 @@ def test_llama3_70b_is_checked_against_every_gpu_of_the_node(make_cfg, monkeypat
     _fake_node(monkeypatch, 8, host_gib=64)  # read on the host first: a host smaller than the weights is refused
     with pytest.raises(GacError, match="read on the host before it is spread"):
         check_job_fits(spread)
+
+
+@pytest.mark.parametrize("compressor", ["llm_pruner", "palu", "asvd"])
+def test_llama3_70b_fits_a_node_of_eight_80gb_gpus_each_keeping_its_share(monkeypatch, tmp_path, compressor):
+    """The documented example (docs/slurm-and-wandb.md) with the job's own calibration (32 x 2048 tokens): every GPU
+    keeps free what its own layers need (LLM-Pruner's element-wise gradient sums alone take ~184 GiB, far more than
+    one GPU), and the plan leaves each GPU within its memory."""
+    from omegaconf import OmegaConf
+
+    from gac.jobs.config import spec_from_config
+    from gac.jobs.experiment import compose_config
+    from gac.jobs.fits import check_job_fits, job_model_config
+    from gac.models.placement import (
+        device_needs,
+        placement_units,
+        plan_for_config,
+        unit_working_set,
+        working_set,
+    )
+
+    _fake_node(monkeypatch, 8)
+    cfg = OmegaConf.to_container(compose_config(["model=llama3_70b", "gpu=h100", f"compressor={compressor}",
+                                                 "model.device_map=auto", f"results_dir={tmp_path}"]), resolve=True)
+    spec = spec_from_config(cfg)
+    fp = check_job_fits(spec)
+    assert fp is not None and fp.params > 70e9
+    ws = working_set(fp)
+    whole = fp.device_bytes - fp.weights
+    assert ws.per_device + 80 * ws.per_layer + ws.at_head >= whole  # the shares cover the one-device estimate
+    gpu = int(0.9 * 79.6 * GIB)
+    if compressor != "asvd":  # a gradient pass: the whole working set would leave no GPU any room
+        assert whole > gpu
+    config = job_model_config(spec)
+    plan = plan_for_config(config, fp.dtype, "cuda", None, reserve=ws, available=lambda d: int(79.6 * GIB))
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+    units, follow = placement_units(skeleton)
+    needs = device_needs(units, plan, unit_working_set(skeleton, units, ws), follow)
+    assert set(needs) <= {f"cuda:{i}" for i in range(8)} and len(needs) >= 2
+    for d, need in needs.items():
+        assert ws.per_device + need <= gpu, (d, need / GIB)
+        assert need - sum(b for n, b in units if plan[n] == d and n not in follow) < whole  # a share, not the whole
 
 
 def test_the_placement_keys_are_checked_and_leave_the_default_record_key_alone(make_cfg):
