@@ -68,6 +68,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_fields import fields_files
 
     fields_files(T)  # the "Configs that disagree with their weights, and refusals made clear" rows
+    from tests.bad_input_fixtures_axes import axes_files
+
+    axes_files(T)  # the "Fourth catalogue: axes, numbers and crashes" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -133,6 +133,9 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
     return Allocation(targets, budget, unit, window, *_latency(data, latency, targets, source))
 
 
+MAX_QUANTA = 2**53  # a budget counted in more quanta than a float holds exactly is a wrong quantum, not a plan
+
+
 def _latency(data: dict, latency: dict, targets: list[Target], source: str):
     """The latency keys: all targets with ``latency_ms`` or none; the budget, fixed part and quantum as numbers."""
     opts = {}
@@ -151,6 +154,11 @@ def _latency(data: dict, latency: dict, targets: list[Target], source: str):
     if opts and not latency:
         raise GacError(f"{source}: {sorted(opts)} given but no target has 'latency_ms'; give each target its latency "
                        f"at every candidate dimension")
+    q, budget = opts.get("latency_quantum_ms"), opts.get("latency_budget_ms")
+    if q is not None and budget is not None and budget / q > MAX_QUANTA:  # the solver counts the budget in quanta
+        raise GacError(f"{source}: 'latency_quantum_ms' {q:g} cuts the {budget:g} ms budget into {budget / q:.3g} "
+                       f"steps, more than the solver can count ({MAX_QUANTA:.3g}); give a quantum of at least "
+                       f"{budget / MAX_QUANTA:.3g} ms, or leave it out (the default suits the budget)")
     return (latency or None, opts.get("latency_budget_ms"), opts.get("latency_fixed_ms", 0.0),
             opts.get("latency_quantum_ms"))
 

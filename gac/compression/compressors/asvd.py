@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid, check_sensitivity_samples
-from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
+from gac.compression.compressors.base import Compressor, Unit, lowrank_unit
 from gac.compression.compressors.lowrank_math import (
     DEFAULT_SVD,
     SVD_METHODS,
@@ -45,7 +45,7 @@ class LowRankCompressor(Compressor):
         self.svd = svd
 
     def units(self, model, layout: ModelLayout) -> list[Unit]:
-        idx = parse_layers(self.layers, layout.num_layers)
+        idx = self.layer_indices(layout.num_layers)
         out = []
         for name in layout.linear_names(self.projections, idx):
             mod = get_module(model, name)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gac.compression.compressors.base import Compressor, Unit, lowrank_unit, parse_layers
+from gac.compression.compressors.base import Compressor, Unit, lowrank_unit
 from gac.compression.compressors.lowrank_math import (
     DEFAULT_SVD,
     SVD_METHODS,
@@ -115,7 +115,7 @@ class PaLU(Compressor):
         n_kv, hd = layout.num_kv_heads, layout.head_dim
         gs = self.heads_per_group(n_kv)
         out = []
-        for i in parse_layers(self.layers, layout.num_layers):
+        for i in self.layer_indices(layout.num_layers):
             for p in self.projections:
                 name = layout.layers[i].name(p)
                 mod = get_module(model, name)
