@@ -13,6 +13,9 @@ job cannot use, given a value other than the job would have had without it, is r
   the sweep can use it. A setting given to the whole sweep that some of its points use stays on the others too: it
   keeps them in one table (``-m experiment=table5_both calibration.n_samples=8``).
 
+A setting another command reads back from the record (``seq_len``: the length ``gac bench`` measures a job's plan at
+by default) counts when it is given once, and is refused only as a sweep axis.
+
 Two kinds of job carry settings they do not read by design, so that one record serves a whole sweep's table:
 
 * the uncompressed baseline, whose record key leaves out every compression setting (``compression=True`` rows are
@@ -44,6 +47,9 @@ class Axis:
     unused: Callable[[JobSpec, dict], str | None]
     fix: str
     compression: bool = False
+    #: read later from the record by another command (the job's seq_len is the length `gac bench` measures by
+    #: default): given once it counts, refused only as a sweep axis
+    recorded: bool = False
 
 
 def _compressor(spec: JobSpec):
@@ -118,7 +124,8 @@ def _seq_len(spec: JobSpec, cfg: dict) -> str | None:
         return None
     if not spec.is_baseline and spec.strategy not in OWN_CANDIDATES and spec.use_profile and spec.profile != "none":
         return None  # the hardware profile measures the targets' kernels at seq_len
-    return "eval.latency=false and no latency budget or hardware profile reads it (seq_len is the prefill's length)"
+    return ("eval.latency=false and no latency budget or hardware profile reads it, so every length gives the same "
+            "job (the record keeps it only as the length gac bench measures by default)")
 
 
 def _ppl(spec: JobSpec, cfg: dict) -> str | None:
@@ -199,7 +206,8 @@ AXES: tuple[Axis, ...] = (
          compression=True),
     Axis(("compressor.options.fisher_loss",), _gradient_loss, "drop it, or use a gradient proxy (fisher_rms, "
          "fisher, gradient, taylor)", compression=True),
-    Axis(("seq_len",), _seq_len, "drop it, or measure latency (eval.latency=true, e.g. eval=default)"),
+    Axis(("seq_len",), _seq_len, "sweep it with eval.latency=true (e.g. eval=default); to bench the same plans at "
+         "several lengths, give gac bench --point 1,512 --point 1,1024", recorded=True),
     Axis(("eval.ppl_seq_len", "eval.ppl_max_windows", "eval.ppl_stride", "model.ppl_source"), _ppl,
          "drop it, or measure perplexity (eval.ppl=true)"),
     Axis(("eval.limit", "model.task_files"), _tasks, "drop it, or run tasks (eval.tasks=[piqa,hellaswag])"),
@@ -302,7 +310,7 @@ def check_overrides(spec: JobSpec, cfg: Mapping, overrides: Sequence[str], confi
     use and changes the composed config. Only such overrides cost a composition."""
     parsed = _parse(overrides)
     for i, axis, why in _unused_overrides(spec, cfg, parsed or ()):
-        if _changes_config(cfg, overrides, i, axis, config_dir):
+        if not axis.recorded and _changes_config(cfg, overrides, i, axis, config_dir):
             raise GacError(f"config: {refusal(parsed[i].input_line, axis, why)}")
 
 
@@ -320,7 +328,7 @@ def check_sweep(points: Sequence[Mapping], config_dir=None) -> None:
         for i, axis, why in _unused_overrides(p["spec"], p["config"], ps):
             key = ps[i].key_or_group.removeprefix("+")
             swept = len(values.get(key, ())) > 1
-            used = any(why_unused(axis, q["spec"], q["config"]) is None for q in points)
+            used = axis.recorded or any(why_unused(axis, q["spec"], q["config"]) is None for q in points)
             if (swept or not used) and _changes_config(p["config"], p["overrides"], i, axis, config_dir):
                 where = "" if swept or len(points) == 1 else " (nor in any other point of the sweep)"
                 raise GacError(f"sweep point [{' '.join(p['overrides'])}]: config: "
