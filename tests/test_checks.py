@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from gac.checks import ENV_NUMBERS, SEED_MAX, available_cpus, check_environment, check_seed, check_threads, env_number
+from gac.checks import (
+    ENV_NUMBERS,
+    SEED_MAX,
+    available_cpus,
+    check_environment,
+    check_seed,
+    check_threads,
+    env_number,
+)
 from gac.cli import main
 from gac.errors import GacError
 
@@ -110,7 +118,7 @@ def _commands() -> list[str]:
 def test_every_command_answers_an_unknown_flag_in_one_line(command, capsys):
     assert main([command, "--no-such-flag"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(err) == 1 and err[0].startswith(f"gac {command}: error: ") and err[0].endswith(f"--help"), err
+    assert len(err) == 1 and err[0].startswith(f"gac {command}: error: ") and err[0].endswith("--help"), err
 
 
 def test_argparse_values_are_one_line_naming_the_argument(capsys):
