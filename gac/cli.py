@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             args = parser.parse_args(argv)
         except _UsageError as e:
-            print(f"{e.prog}: error: {e}; see {e.prog} --help", file=sys.stderr)
+            where = e.prog
+            if where == parser.prog:  # unrecognized arguments are the top parser's to report: name the command
+                with contextlib.suppress(_UsageError):
+                    where = getattr(parser.parse_known_args(argv)[0], "_prog", where)
+            print(f"{where}: error: {e}; see {where} --help", file=sys.stderr)
             return 2
         prog = getattr(args, "_prog", prog)
         if guard is not None:

@@ -195,8 +195,8 @@ def _check_experiment_override(parsed) -> None:
 
 
 def _check_required_groups(parsed, conf_dir: str) -> None:
-    """A group every job needs (model, compressor, align, ...: a non-null default in config.yaml) set to null would
-    fail inside Hydra with a ValueError traceback; say which options it has instead."""
+    """A config group set to null fails inside Hydra with a ValueError traceback: say what to give instead (one of
+    its options; for a group every job needs, model, compressor, align, ..., its default)."""
     import yaml
 
     try:
@@ -205,11 +205,16 @@ def _check_required_groups(parsed, conf_dir: str) -> None:
         return
     required = {k: v for d in defaults if isinstance(d, dict) for k, v in d.items()
                 if v is not None and not str(k).startswith(("optional", "override"))}
+    groups = _group_options(conf_dir)
     for o in parsed:
-        if o.key_or_group in required and not o.is_delete() and not o.is_sweep_override() and o.value() is None:
-            options = _group_options(conf_dir).get(o.key_or_group, [])
-            raise GacError(f"{o.input_line}: every job needs a {o.key_or_group}; pick one of {', '.join(options)} "
-                           f"(the default: {o.key_or_group}={required[o.key_or_group]})")
+        if o.key_or_group not in groups or o.is_delete() or o.is_sweep_override() or o.value() is not None:
+            continue
+        options = ", ".join(groups[o.key_or_group])
+        if o.key_or_group in required:
+            raise GacError(f"{o.input_line}: every job needs a {o.key_or_group} config; pick one of {options} (the "
+                           f"default: {o.key_or_group}={required[o.key_or_group]})")
+        raise GacError(f"{o.input_line}: {o.key_or_group} is unset unless given; leave the override out, or pick "
+                       f"one of {options}")
 
 
 def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
