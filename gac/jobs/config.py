@@ -78,8 +78,12 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if device.split(":")[0] not in DEVICES:
         raise GacError(f"config: gpu.device must be one of {DEVICES} (or cuda:N), got {device!r}")
     profile = str(_get(cfg, "gpu.profile", "none"))
-    if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
-        raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
+    p = Path(profile).expanduser()
+    if profile not in PROFILE_MODES and not (p / "profile.json").is_file():
+        what = ("which does not exist" if not p.exists() else "a directory without profile.json" if p.is_dir()
+                else "a file")
+        raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or a profile directory (with profile.json, "
+                       f"as gac profile writes it), got {profile!r}, {what}")
     ev = _eval_spec(cfg)
     device_map, max_memory = _placement(cfg)
     options = dict(_get(cfg, "compressor.options", {}) or {})
