@@ -9,6 +9,7 @@ printed as one line on stderr, exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import pkgutil
@@ -27,8 +28,24 @@ def _command_modules():
     return mods
 
 
+class _UsageError(Exception):
+    """An argument argparse refuses (a missing one, ``--seed 1e20`` for an integer): one line, not the usage."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors raised (one line and exit code 2 in :func:`main`) instead of printed with the usage;
+    sub-command parsers are of the same class."""
+
+    def error(self, message):
+        raise _UsageError(self.prog, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gac", description="GPU-Aligned Compression: aligned dimensions under an exact parameter budget."
     )
     parser.add_argument("--version", action="version", version=f"gac {__version__}")
@@ -53,17 +70,39 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``gac ARGV``. Bad input: one line ``gac CMD: error: ...`` on stderr, exit code 2. Ctrl-C (at any point,
     start-up included): one line ``gac CMD: interrupted; ...``, exit code 130, never a traceback."""
     prog = "gac"
+    saved = sys.stdout
+    guard = guard_closed_pipe()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except _UsageError as e:
+            where = e.prog
+            if where == parser.prog:  # unrecognized arguments are the top parser's to report: name the command
+                with contextlib.suppress(_UsageError):
+                    where = getattr(parser.parse_known_args(argv)[0], "_prog", where)
+            print(f"{where}: error: {e}; see {where} --help", file=sys.stderr)
+            return 2
         prog = getattr(args, "_prog", prog)
-        return _run(parser, args, sys.argv[1:] if argv is None else list(argv))
+        if guard is not None:
+            guard.prog = prog
+        rc = _run(parser, args, sys.argv[1:] if argv is None else list(argv))
+        if guard is not None:
+            guard.flush()  # the output still buffered: a full disk says so now, not at exit with a traceback
+            if guard.failed:
+                return 2
+            if guard.closed:
+                return 141
+        return rc
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted_message(prog)}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `gac align x.json | head`: the reader left; nothing more to say
         _silence_stdout()
         return 141
+    finally:
+        if guard is not None:
+            sys.stdout = saved
 
 
 def interrupted_message(prog: str) -> str:
@@ -85,34 +124,52 @@ def _silence_stdout() -> None:
 
 
 class _ClosedPipeSafe:
-    """``sys.stdout`` for entry points that cannot stop at the first closed pipe (Hydra's, whose own error handler
-    would print the traceback): once the reader has gone, output goes to /dev/null and the run goes on, its record
-    written, instead of ending in a BrokenPipeError traceback."""
+    """``sys.stdout`` that survives where its output cannot go: once the reader of a pipe has gone, output goes to
+    /dev/null quietly and the run goes on (its record written) instead of ending in a BrokenPipeError traceback; when
+    stdout cannot be written (a full disk, a quota, an I/O error), one line says so on stderr, once, the rest of
+    the output is dropped and :attr:`failed` holds why (``gac`` then exits 2; a job's record is written either
+    way)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, prog: str = "gac"):
         self._stream = stream
+        self.prog = prog
+        self.failed: str | None = None
+        self.closed = False  # the reader of a pipe left
+
+    def _lost(self, e: OSError) -> None:
+        self.closed = self.closed or isinstance(e, BrokenPipeError)
+        if not isinstance(e, BrokenPipeError) and self.failed is None:
+            self.failed = e.strerror or str(e)
+            print(f"{self.prog}: error: cannot write the output to stdout ({self.failed}); free space where it goes "
+                  f"or send it elsewhere", file=sys.stderr)
+        _silence_stdout()
 
     def write(self, text):
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            _silence_stdout()
+        except OSError as e:
+            self._lost(e)
             return len(text)
 
     def flush(self):
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            _silence_stdout()
+        except OSError as e:
+            self._lost(e)
+            with contextlib.suppress(OSError, ValueError):  # what is still buffered goes to /dev/null, not a traceback
+                self._stream.flush()
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
 
 
-def guard_closed_pipe() -> None:
-    """Make ``python experiments/run.py ... | head`` end quietly (see :class:`_ClosedPipeSafe`)."""
-    if not isinstance(sys.stdout, _ClosedPipeSafe) and sys.stdout is not None:
-        sys.stdout = _ClosedPipeSafe(sys.stdout)
+def guard_closed_pipe(prog: str = "gac") -> _ClosedPipeSafe | None:
+    """Make ``... | head`` end quietly and stdout on a full disk one line (see :class:`_ClosedPipeSafe`); returns
+    the guard now in ``sys.stdout`` (None when there is no stdout), or None when one was already there."""
+    if isinstance(sys.stdout, _ClosedPipeSafe) or sys.stdout is None:
+        return None
+    sys.stdout = _ClosedPipeSafe(sys.stdout, prog)
+    return sys.stdout
 
 
 def repeated_option(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
@@ -165,6 +222,9 @@ def _run(parser, args, argv: list[str] | None = None) -> int:
         twice = repeated_option(parser, argv or [])
         if twice:
             raise GacError(twice)
+        from gac.checks import check_environment
+
+        check_environment()  # GAC_LOCK_STALE_S=abc: one line now, not a traceback where it is first read
         with quiet_scope(quiet):
             quiet_libraries(verbose=args.verbose)
             return int(args._run(args) or 0)

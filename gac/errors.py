@@ -15,7 +15,13 @@ class GacError(Exception):
     """A problem with the user's input, reported with a message that says how to fix it."""
 
 
-class InfeasibleBudgetError(GacError):
+class ConfigRefused(GacError):
+    """The job's config asks for what cannot be done, found only once the work it needs has run (a budget no plan
+    reaches, known from the calibration or the latency table): not a failure of the job, so no failure record is
+    left; the config has to change."""
+
+
+class InfeasibleBudgetError(ConfigRefused):
     """No plan in the candidate sets fits the parameter budget."""
 
     def __init__(self, budget: int, min_budget: int, detail: str = ""):

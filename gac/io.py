@@ -33,7 +33,6 @@ from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
-TEMP_STALE_S = float(os.environ.get("GAC_TEMP_STALE_S", 6 * 3600))  # a temp file this old has no live writer
 _TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.(?P<rand>[0-9a-f]{8})\.tmp$")
 _LEGACY_RE = re.compile(r"^\..+(\.[A-Za-z0-9_]{8}\.tmp|\.tmp\d+|\.tmp-\d+)$")  # gac <= 0.2 (mkstemp, .tmp<pid>)
 
@@ -546,9 +545,12 @@ def _pid_alive(pid: int) -> bool:
 
 def temp_writer_gone(path: str | os.PathLike, max_age_s: float | None = None, now: float | None = None) -> bool:
     """Is ``path`` a gac temp file whose writer is gone (this machine and the pid is dead), or one older than
-    ``max_age_s`` (default :data:`TEMP_STALE_S`; legacy names without a pid only by age)?"""
+    ``max_age_s`` (default ``GAC_TEMP_STALE_S``, 6 h; legacy names without a pid only by age)?"""
     p = Path(path)
-    max_age_s = TEMP_STALE_S if max_age_s is None else max_age_s
+    if max_age_s is None:
+        from gac.checks import env_number
+
+        max_age_s = env_number("GAC_TEMP_STALE_S")
     try:
         age = (now or time.time()) - p.lstat().st_mtime
     except FileNotFoundError:

@@ -66,10 +66,9 @@ def is_quiet() -> bool:
 
 def interval_s() -> float:
     """Seconds between two periodic lines off a terminal (``GAC_PROGRESS_INTERVAL``, default 10)."""
-    try:
-        return max(0.0, float(os.environ.get("GAC_PROGRESS_INTERVAL", "10")))
-    except ValueError:
-        return 10.0
+    from gac.checks import env_number
+
+    return env_number("GAC_PROGRESS_INTERVAL")
 
 
 def format_duration(seconds: float) -> str:

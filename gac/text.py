@@ -155,6 +155,23 @@ def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) ->
     return None
 
 
+def check_hub_model(repo: str) -> None:
+    """Before anything asks the hub for the model ``repo`` (its config, its weights): in the local cache, or the hub
+    answers and this machine's token may read it; else one line at once (a hub client would retry for half a minute
+    behind a closed proxy, then fail with a traceback). The one fast path of every command that takes a hub id."""
+    if hub_repo_cached(str(repo), "model"):
+        return
+    why = hub_unreachable()
+    if why is not None:
+        raise GacError(f"{repo!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the model is "
+                       f"not in the local cache; download it where the hub is reachable (`hf download {repo} "
+                       f"--local-dir DIR`; `huggingface-cli download` before huggingface_hub 1.0) and pass DIR, or use "
+                       f"'tiny' (offline)")
+    problem = hub_access_problem(str(repo), "model")  # a gated model without a granted token: now, not at load
+    if problem is not None:
+        raise GacError(problem)
+
+
 def hub_dataset_cached(path: str) -> bool:
     """Whether the hub dataset ``path`` (``org/name``) is in the local Hugging Face caches (hub or datasets)."""
     return hub_repo_cached(path, "dataset") or (datasets_cache_dir() / path.replace("/", "___")).is_dir()

@@ -71,6 +71,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_writes import writes_files
 
     writes_files(T)  # the "Fourth catalogue: writes, checkpoints and messages" rows
+    from tests.bad_input_fixtures_axes import axes_files
+
+    axes_files(T)  # the "Fourth catalogue: axes, numbers and crashes" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

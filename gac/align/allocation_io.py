@@ -136,6 +136,8 @@ def parse_allocation(data: object, source: str = "allocation") -> Allocation:
     return Allocation(targets, budget, unit, window, *_latency(data, latency, targets, source))
 
 
+
+
 def _latency(data: dict, latency: dict, targets: list[Target], source: str):
     """The latency keys: all targets with ``latency_ms`` or none; the budget and the fixed part as numbers."""
     opts = {}

@@ -26,7 +26,6 @@ option. Costs are Python/NumPy integers (no overflow below 2**63).
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -177,21 +176,13 @@ def _reduce(ext, red, red_max, gap, tol, lb_choice, slack):
 
 
 DP_LIMIT_ENV = "GAC_SOLVER_MAX_MB"
-_DP_LIMIT_MB = 1024
 
 
 def dp_limit_bytes() -> int:
     """The most memory the exact DP may take (its choice table): 1 GiB, or ``GAC_SOLVER_MAX_MB``."""
-    raw = os.environ.get(DP_LIMIT_ENV, "").strip()
-    if not raw:
-        return _DP_LIMIT_MB * 2**20
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = float("nan")
-    if not math.isfinite(mb) or mb <= 0:
-        raise GacError(f"{DP_LIMIT_ENV}={raw!r} must be a positive number of MiB (the exact solver's memory limit)")
-    return int(mb * 2**20)
+    from gac.checks import env_number
+
+    return int(env_number(DP_LIMIT_ENV) * 2**20)
 
 
 def _size(n: int) -> str:

@@ -33,7 +33,7 @@ def run() -> None:
     from gac.jobs.experiment import check_command_line, interrupted
     from gac.jobs.schema import register
 
-    guard_closed_pipe()  # `... --cfg job | head`: quiet, no BrokenPipeError traceback
+    guard_closed_pipe("experiments/run.py")  # `... --cfg job | head`: quiet, no BrokenPipeError traceback
     register()  # the typed schema (gac_schema) that conf/config.yaml composes first
     try:
         check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
@@ -52,7 +52,7 @@ def bench() -> None:
     """Side-by-side latency of a store's records in one process on one device (``gac bench`` as a Hydra app,
     ``conf/bench.yaml``: a Slurm launcher measures a stored sweep on a GPU node)."""
 
-    guard_closed_pipe()
+    guard_closed_pipe("experiments/bench.py")
     try:
         _hydra_main("bench", _bench_task)()
     except KeyboardInterrupt:  # one line and exit code 130, not a traceback
@@ -64,9 +64,20 @@ def bench() -> None:
 def _profile_task(cfg) -> None:
     from omegaconf import OmegaConf
 
+    from gac.errors import GacError
+
+    try:
+        _profile(OmegaConf.to_container(cfg, resolve=True))
+    except GacError as e:  # bad input: one line and exit code 2, not Hydra's traceback
+        print(f"experiments/profile_device.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _profile(c: dict) -> None:
+    from gac.checks import check_environment
     from gac.profiling import profile_device
 
-    c = OmegaConf.to_container(cfg, resolve=True)
+    check_environment()
     profile_device(
         out_dir=c["out_dir"],
         device=c["device"],
@@ -86,5 +97,5 @@ def _profile_task(cfg) -> None:
 def profile_device() -> None:
     """Kernel dimension sweeps on this machine -> a HardwareProfile directory (``conf/profile.yaml``)."""
 
-    guard_closed_pipe()
+    guard_closed_pipe("experiments/profile_device.py")
     _hydra_main("profile", _profile_task)()

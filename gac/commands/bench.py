@@ -35,6 +35,8 @@ def _point(text: str) -> tuple[int, int]:
 
 
 def add_arguments(p):
+    from gac.checks import arg_type, check_seed, check_threads
+
     p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?", help="the results store the sweep wrote to")
     p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                    help="keep records whose job field (model, compressor, proxy, strategy, ratio, unit, gpu, seq_len, "
@@ -57,8 +59,9 @@ def add_arguments(p):
     p.add_argument("--iters", type=int, help="timed calls per visit (default: 20 on CUDA, 5 on CPU)")
     p.add_argument("--decode-tokens", type=int, default=0, help="also decode ms/token over N new tokens (default off)")
     p.add_argument("--decode-prompt", type=int, default=128, help="prompt length before decoding (default 128)")
-    p.add_argument("--threads", type=int, help="CPU torch threads during the bench (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the visiting order and the bootstrap (default 0)")
+    p.add_argument("--threads", type=arg_type(check_threads), help="CPU torch threads during the bench (default 1)")
+    p.add_argument("--seed", type=arg_type(check_seed), default=0,
+                   help="seed of the visiting order and the bootstrap (default 0)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--memory", choices=("auto", "resident", "swap"), default="auto",
                    help="keep all variants on the device, or move each there for its visit (default: auto)")

@@ -8,6 +8,7 @@ HELP = "compress a model (ASVD, SVD-LLM, LLM-Pruner, PaLU) with aligned dimensio
 
 def add_arguments(p):
     from gac import registry
+    from gac.checks import arg_type, check_seed
 
     p.add_argument("model", help="'tiny', 'smollm2', a Hugging Face hub id or a local HF model directory")
     p.add_argument("--compressor", required=True, help=registry.COMPRESSORS.listing())
@@ -30,7 +31,7 @@ def add_arguments(p):
     p.add_argument("--calib-seq-len", type=int, default=None,
                    help="tokens per calibration sample (default: 256 for tiny, 512 for smollm2, else 2048, the "
                         "ASVD/SVD-LLM default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=arg_type(check_seed), default=0, help="calibration sampling seed (default 0)")
     p.add_argument("--layers", default=None, help="layer range, e.g. '3:' (python slice); default: the compressor's")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a compressor option (repeatable), e.g. group_size=2, decomposition=svd, rank_cap=break_even")
@@ -66,6 +67,7 @@ def validate(args) -> None:
         check_window(args.window)
     except GacError as e:
         raise GacError(f"--unit/--window: {e}") from None
+    given = _given(args)  # before the defaults below are filled in
     opts = parse_options(args.option)
     if args.layers:
         opts["layers"] = args.layers
@@ -84,6 +86,7 @@ def validate(args) -> None:
     if allocation == "sensitivity" and not comp.supports_sensitivity:
         raise GacError(f"--allocation sensitivity is not available for {comp.name}; use proportional or uniform")
     check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
+    _check_axes(args, opts, allocation, given)
     args.knapsack_score = registry.KNAPSACK_SCORES.resolve(args.knapsack_score, "(--knapsack-score)")
     from gac.fixtures import default_data
     from gac.models import base_model_of
@@ -110,7 +113,7 @@ def validate(args) -> None:
     resolve_dtype(args.dtype)
     check_output_dir(args.output, overwrite=args.force, inputs=[args.model])
     from gac.jobs.loading import model_max_positions
-    from gac.jobs.preflight import check_model_here
+    from gac.jobs.preflight import check_layers_here, check_model_here
     from gac.text import check_source
 
     check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
@@ -118,10 +121,42 @@ def validate(args) -> None:
 
     check_model_files(args.model)  # weights that match their config (a tied weight stored twice, ...), as evaluate
     check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading
+    check_layers_here(comp, args.model, "--layers")  # a selection of no layer, or beyond the model: before loading
     limit = model_max_positions(args.model)
     if limit is not None and args.calib_seq_len > limit:
         raise GacError(f"--calib-seq-len {args.calib_seq_len} is above the model's maximum sequence length ({limit}, "
                        f"max_position_embeddings); use at most {limit}")
+
+
+#: flag -> the job setting it gives (gac.jobs.axes: which setting matters under which choice)
+_FLAG_KEYS = {"window": "align.window", "knapsack_score": "align.knapsack_score", "proxy": "proxy",
+              "calib": "calibration", "calib_samples": "calibration", "calib_seq_len": "calibration",
+              "seed": "calibration", "sensitivity_limit": "sensitivity_limit"}
+
+
+def _given(args) -> dict[str, str]:
+    """``{job setting: the flag as given}`` for each flag of :data:`_FLAG_KEYS` away from its default, and each
+    ``--option``."""
+    from gac.jobs.axes import flags_given
+
+    out = flags_given(args, add_arguments, _FLAG_KEYS)
+    for item in args.option or ():
+        k = str(item).partition("=")[0].strip()
+        out.setdefault(f"compressor.options.{k}", f"--option {item}")
+    return out
+
+
+def _check_axes(args, opts: dict, allocation: str, given: dict) -> None:
+    """A flag this compression cannot use (``--window`` with authors_dp, ``--proxy`` with stable_rank_svd,
+    ``--calib-samples`` for a data-free one): refused before the model is loaded, by the jobs' own table."""
+    from gac.jobs.axes import check_given
+    from gac.jobs.spec import EvalSpec, JobSpec
+
+    spec = JobSpec(model_name=str(args.model), model_spec=str(args.model), compressor=args.compressor,
+                   strategy=args.strategy, ratio=args.ratio, unit=args.unit, window=args.window, use_profile=False,
+                   knapsack_score=args.knapsack_score, proxy=args.proxy, compressor_options=opts,
+                   allocation=allocation, eval=EvalSpec(ppl=False, tasks=(), latency=False))
+    check_given(spec, {}, given)
 
 
 def run(args) -> int:

@@ -14,12 +14,13 @@ aligned fraction, the Eq. 4 objective and solve time. Shapes are real; scores ar
 def add_arguments(p):
     from gac.align.candidates import DEFAULT_WINDOW
     from gac.align.synthetic import SHAPES
+    from gac.checks import arg_type, check_seed
 
     p.add_argument("--shape", default="llama3_8b", choices=SHAPES)
     p.add_argument("--ratio", type=float, default=0.15, help="compression ratio rho (default 0.15, as Table 5)")
     p.add_argument("--unit", type=int, default=8)
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=arg_type(check_seed), default=0, help="seed of the synthetic scores (default 0)")
     p.add_argument("--save-allocation", metavar="PATH", help="also write the allocation JSON (input of `gac align`)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --save-allocation file")
 
@@ -30,14 +31,11 @@ def run(args) -> int:
     from gac.align.synthetic import lowrank_problem
     from gac.align.targets import check_ratio
     from gac.commands.align import format_comparison
-    from gac.errors import GacError
     from gac.io import check_output_file, write_output
 
     check_ratio(args.ratio)  # before any work: a bad value would otherwise print an error on every row, exit 0
     check_unit(args.unit)
     check_window(args.window)
-    if args.seed < 0:
-        raise GacError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.save_allocation:
         check_output_file(args.save_allocation, "--save-allocation", args.force)
     prob = lowrank_problem(args.shape, args.ratio, seed=args.seed)

@@ -75,6 +75,24 @@ def _task_files(items: list[str]) -> dict[str, str]:
     return out
 
 
+#: flag -> the evaluation setting it gives (gac.jobs.axes: which setting matters under which choice)
+_FLAG_KEYS = {"ppl_data": "model.ppl_source", "limit": "eval.limit", "batch_size": "eval.batch_size",
+              "latency_batch": "eval.latency_batch", "decode_tokens": "eval.decode_tokens",
+              "decode_prompt": "eval.decode_tokens", "warmup": "eval.warmup", "iters": "eval.iters",
+              "trials": "eval.trials"}
+
+
+def _check_axes(args, tasks: list[str]) -> None:
+    """A flag for a measurement this command does not make (``--limit`` without --tasks, ``--decode-tokens``
+    without --latency): refused before the model is loaded, by the jobs' own table."""
+    from gac.jobs.axes import check_given, flags_given
+    from gac.jobs.spec import BASELINE, EvalSpec, JobSpec
+
+    spec = JobSpec(model_name=str(args.model), model_spec=str(args.model), compressor=BASELINE, ppl_source="given",
+                   eval=EvalSpec(ppl=bool(args.ppl), tasks=tuple(tasks), latency=bool(args.latency)))
+    check_given(spec, {}, flags_given(args, add_arguments, _FLAG_KEYS))
+
+
 def run(args) -> int:
     import json
 
@@ -97,6 +115,7 @@ def run(args) -> int:
     if args.ppl_windows is not None and not args.ppl:
         raise GacError("--ppl-windows caps perplexity windows, but --ppl is not given; add --ppl")
     inputs = [args.model, args.ppl_data, *files.values()]
+    _check_axes(args, tasks)
     if args.json:
         check_output_file(args.json, "--json", args.force, inputs=inputs)
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),

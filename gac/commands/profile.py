@@ -36,9 +36,9 @@ def run(args) -> int:
 
     if not (math.isfinite(args.tolerance) and 0 <= args.tolerance < 1):
         raise GacError(f"--tolerance must be a fraction in [0, 1) (the default 0.05 is 5%), got {args.tolerance}")
-    if args.horizon < 1:
-        raise GacError(f"--horizon must be a positive number of dims (how far above d a faster dim may lie; default "
-                       f"64), got {args.horizon}")
+    if not 1 <= args.horizon < 2**31:  # past 2**31 it overflows the table's integers: no kernel is that wide
+        raise GacError(f"--horizon must be a positive number of dims below 2**31 (how far above d a faster dim may "
+                       f"lie; default 64), got {args.horizon}")
     prof = HardwareProfile.load(args.profile_dir)
     if args.action == "figures":
         from gac.io import check_writable, owned_directory

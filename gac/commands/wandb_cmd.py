@@ -37,10 +37,11 @@ def add_arguments(p):
 def run(args) -> int:
     import os
 
-    from gac.jobs.tracking import backfill_wandb
+    from gac.jobs.tracking import backfill_wandb, check_wandb_names
     from gac.results import ResultsStore
     from gac.results.query import parse_where, select_records
 
+    check_wandb_names(args.project, args.entity, args.tag, "--")  # before the store is read
     store = ResultsStore(args.results_dir).require()
     records = select_records(list(store.iter_records()), parse_where(args.where), args.sweep, args.experiment)
     os.environ.setdefault("WANDB_SILENT", "true")

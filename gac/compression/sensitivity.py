@@ -53,7 +53,7 @@ from torch import nn
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
 from gac.compression.layouts import transform_logits
 from gac.compression.swap import replace_module
-from gac.errors import GacError
+from gac.errors import ConfigRefused, GacError
 from gac.faults import fault_point
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ def check_cost(estimate: dict, units: list, grid, limit_s: float | None, compres
             f"{estimate['forward_s']:.3g} s)")
     if limit_s is not None and estimate["seconds"] > limit_s:
         allow = f"{max(1, math.ceil(estimate['seconds'] / 3600 * 1.2))}h"
-        raise GacError(
+        raise ConfigRefused(
             f"{line}, above the limit of {format_duration(limit_s)}; make it cheaper with the {compressor} options "
             f"sensitivity_samples=N (probe on N of the {estimate.get('calibration_samples', estimate['samples'])} "
             f"calibration samples; now {estimate['samples']}), a shorter sensitivity_grid "

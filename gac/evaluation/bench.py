@@ -49,6 +49,7 @@ DEFAULTS = {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1
             "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}}
 MEMORY_MODES = ("auto", "resident", "swap")
 TIMERS = ("auto", "wall", "cpu")
+MAX_BOOTSTRAP = 1_000_000  # paired bootstrap resamples: its table holds resamples x rounds numbers
 MEMORY_FRACTION = 0.8  # variants stay resident when their estimate fits in this share of the free device memory
 
 
@@ -84,6 +85,8 @@ class Protocol:
     timer: str = "auto"  # auto: CUDA events on a GPU; on a CPU thread CPU time with 1 thread, else wall clock
 
     def resolved(self, device_type: str) -> dict:
+        from gac.checks import check_seed, check_threads
+
         d = DEFAULTS["cuda" if device_type == "cuda" else "cpu"]
         out = {k: (getattr(self, k) if getattr(self, k) is not None else d[k])
                for k in ("rounds", "warmup", "iters", "decode_warmup", "decode_iters", "threads")}
@@ -99,11 +102,13 @@ class Protocol:
                 points.append((b, s))
         if not points:
             raise GacError("the bench needs at least one (batch, seq_len) point")
-        for k, lo in (("rounds", 2), ("warmup", 0), ("iters", 1), ("decode_warmup", 0), ("decode_iters", 1)):
-            if isinstance(out[k], bool) or not isinstance(out[k], int) or out[k] < lo:
-                raise GacError(f"bench {k} must be an integer >= {lo}, got {out[k]!r}")
-        if out["threads"] is not None and (not isinstance(out["threads"], int) or out["threads"] < 1):
-            raise GacError(f"bench threads must be a positive integer or null, got {out['threads']!r}")
+        given = {**out, "decode_tokens": self.decode_tokens, "decode_prompt": self.decode_prompt}
+        for k, lo in (("rounds", 2), ("warmup", 0), ("iters", 1), ("decode_warmup", 0), ("decode_iters", 1),
+                      ("decode_tokens", 0), ("decode_prompt", 1)):
+            if isinstance(given[k], bool) or not isinstance(given[k], int) or given[k] < lo:
+                raise GacError(f"bench {k} must be an integer >= {lo}, got {given[k]!r}")
+        if out["threads"] is not None:
+            out["threads"] = check_threads(out["threads"], "bench threads")
         if self.timer not in TIMERS:
             raise GacError(f"bench timer {self.timer!r} is not one of {', '.join(TIMERS)}")
         timer = self.timer
@@ -121,12 +126,13 @@ class Protocol:
             timer = "perf_counter"
         if self.memory not in MEMORY_MODES:
             raise GacError(f"bench memory mode {self.memory!r} is not one of {', '.join(MEMORY_MODES)}")
-        if int(self.bootstrap) < 100:
-            raise GacError(f"bench bootstrap needs at least 100 resamples, got {self.bootstrap}")
-        if int(self.decode_tokens) < 0 or int(self.decode_prompt) < 1:
-            raise GacError("bench decode_tokens must be >= 0 and decode_prompt >= 1")
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or not (
+                100 <= self.bootstrap <= MAX_BOOTSTRAP):
+            raise GacError(f"bench bootstrap must be a whole number of resamples from 100 to {MAX_BOOTSTRAP:,} (its "
+                           f"table is resamples x rounds numbers), got {self.bootstrap!r}")
         return {**out, "points": points, "timer": timer, "decode_tokens": int(self.decode_tokens),
-                "decode_prompt": int(self.decode_prompt), "seed": int(self.seed), "bootstrap": int(self.bootstrap),
+                "decode_prompt": int(self.decode_prompt), "seed": check_seed(self.seed, "bench seed"),
+                "bootstrap": int(self.bootstrap),
                 "memory": self.memory, "profile": bool(self.profile), "top": int(self.top)}
 
 

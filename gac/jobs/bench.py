@@ -221,8 +221,10 @@ def bench_from_config(cfg: dict) -> dict:
     extra = sorted(set(cfg) - known - {"hydra"})
     if extra:
         raise GacError(f"bench config: unknown key(s) {extra}; known: {sorted(known)}")
+    from gac.checks import check_environment
     from gac.progress import quiet_libraries, set_quiet
 
+    check_environment()
     if cfg.get("quiet") is not None:
         set_quiet(bool(cfg["quiet"]))
     quiet_libraries(verbose=bool(cfg.get("verbose", False)))
@@ -231,14 +233,20 @@ def bench_from_config(cfg: dict) -> dict:
         keys=cfg.get("keys") or None, plans=cfg.get("plans") or (), model=cfg.get("model"),
         compressor=cfg.get("compressor"), options=cfg.get("options"), device=cfg.get("device"),
         dtype=cfg.get("dtype"), points=cfg.get("points"), rounds=cfg.get("rounds"), warmup=cfg.get("warmup"),
-        iters=cfg.get("iters"), decode_tokens=int(cfg.get("decode_tokens") or 0),
-        decode_prompt=int(cfg.get("decode_prompt") or 128), threads=cfg.get("threads"), seed=int(cfg.get("seed") or 0),
-        bootstrap=int(cfg.get("bootstrap") or 2000), memory=str(cfg.get("memory") or "auto"),
+        iters=cfg.get("iters"), decode_tokens=_given(cfg, "decode_tokens", 0),
+        decode_prompt=_given(cfg, "decode_prompt", 128), threads=cfg.get("threads"), seed=_given(cfg, "seed", 0),
+        bootstrap=_given(cfg, "bootstrap", 2000), memory=str(cfg.get("memory") or "auto"),
         timer=str(cfg.get("timer") or "auto"),
         profile=bool(cfg.get("profile", True)), force=bool(cfg.get("force", False)), json_out=cfg.get("json"),
         json_force=bool(cfg.get("force", False)), predict=cfg.get("predict"))
     print(describe(doc))
     return doc
+
+
+def _given(cfg: dict, key: str, default):
+    """``cfg[key]`` as given (null: ``default``), checked by the protocol with the rest, never converted here."""
+    v = cfg.get(key)
+    return default if v is None else v
 
 
 def describe(doc: dict) -> str:

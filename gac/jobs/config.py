@@ -57,6 +57,9 @@ def spec_from_config(cfg: dict) -> JobSpec:
         proxy = registry.PROXIES.resolve(str(proxy), "(config proxy=...)")
     ratio = _require(cfg, "ratio")
     check_ratio(ratio)
+    from gac.checks import check_seed
+
+    seed = check_seed(cfg.get("seed", 0), "config: seed")
     allocation = registry.ALLOCATIONS.resolve(str(cfg.get("allocation", "default")), "(config allocation=...)")
     for k in ("align.unit", "align.window", "seq_len"):
         v = _require(cfg, k)
@@ -75,18 +78,28 @@ def spec_from_config(cfg: dict) -> JobSpec:
     if device.split(":")[0] not in DEVICES:
         raise GacError(f"config: gpu.device must be one of {DEVICES} (or cuda:N), got {device!r}")
     profile = str(_get(cfg, "gpu.profile", "none"))
-    if profile not in PROFILE_MODES and not Path(profile).expanduser().exists():
-        raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or an existing profile directory, got {profile!r}")
+    p = Path(profile).expanduser()
+    if profile not in PROFILE_MODES and not (p / "profile.json").is_file():
+        what = ("which does not exist" if not p.exists() else "a directory without profile.json" if p.is_dir()
+                else "a file")
+        raise GacError(f"config: gpu.profile must be one of {PROFILE_MODES} or a profile directory (with profile.json, "
+                       f"as gac profile writes it), got {profile!r}, {what}")
     ev = _eval_spec(cfg)
     device_map, max_memory = _placement(cfg)
     options = dict(_get(cfg, "compressor.options", {}) or {})
     calibration = dict(_get(cfg, "calibration", {}) or {})
     if calibration.get("seed") is None:
-        calibration["seed"] = cfg.get("seed", 0)
+        calibration["seed"] = seed
+    calibration["seed"] = check_seed(calibration["seed"], "config: calibration.seed")
     if comp != BASELINE:
         allocation = _check_compression(comp, options, allocation, float(ratio), calibration)
     latency = latency_settings(cfg, strategy, str(_get(cfg, "gpu.name", "cpu")))
-    return JobSpec(
+    wandb = _get(cfg, "logger.wandb")
+    if isinstance(wandb, dict):  # the job's logger, checked with its config (not once it has run)
+        from gac.jobs.tracking import check_wandb_names
+
+        check_wandb_names(wandb.get("project"), wandb.get("entity"), wandb.get("tags") or ())
+    spec = JobSpec(
         model_name=model_label(_require(cfg, "model.name"), _require(cfg, "model.spec")),
         model_spec=str(_require(cfg, "model.spec")),
         compressor=comp,
@@ -111,7 +124,7 @@ def spec_from_config(cfg: dict) -> JobSpec:
         allow_profile_mismatch=bool(_get(cfg, "gpu.allow_profile_mismatch", False)),
         eval=ev,
         seq_len=int(cfg["seq_len"]),
-        seed=int(cfg.get("seed", 0)),
+        seed=seed,
         device_map=device_map,
         max_memory=max_memory,
         offload_dir=_get(cfg, "model.offload_dir"),
@@ -119,6 +132,28 @@ def spec_from_config(cfg: dict) -> JobSpec:
         sweep=cfg.get("sweep"),
         latency=None if comp == BASELINE else latency,
     )
+    _check_random_weights(spec)
+    return spec
+
+
+def _check_random_weights(spec: JobSpec) -> None:
+    """A model built with random weights has no tokenizer: perplexity, tasks and calibration from text cannot run
+    on it (they were refused after loading, or after compressing)."""
+    if not spec.random_weights:
+        return
+    fix = "model.random_weights=true builds a model without a tokenizer (for latency studies)"
+    if spec.eval.ppl and spec.ppl_source:
+        raise GacError(f"config: {fix}, so eval.ppl cannot run on it; set eval.ppl=false (or eval=none)")
+    if spec.eval.tasks:
+        raise GacError(f"config: {fix}, so eval.tasks cannot run on it; set eval.tasks=[] (or eval=none)")
+    if not spec.is_baseline and spec.calibration.get("source") != "random":
+        from gac.jobs.axes import AXES, why_unused
+
+        calibration = next(a for a in AXES if a.keys[0] == "calibration")
+        if why_unused(calibration, spec, {}) is None:
+            raise GacError(f"config: {fix}, so its calibration cannot be read from text ("
+                           f"calibration.source={spec.calibration.get('source')}); set calibration.source=random "
+                           f"(random tokens)")
 
 
 def _placement(cfg: dict) -> tuple[str, dict | None]:
@@ -131,6 +166,12 @@ def _placement(cfg: dict) -> tuple[str, dict | None]:
         raise GacError("config: model.max_memory applies to a model spread over devices; set model.device_map=auto "
                        "with it, or drop it")
     parse_max_memory(max_memory)
+    offload = _get(cfg, "model.offload_dir")
+    if offload is not None:
+        p = Path(str(offload)).expanduser()
+        if (p.exists() or p.is_symlink()) and not p.is_dir():
+            raise GacError(f"config: model.offload_dir={offload} is not a directory (a file, a dangling link or a "
+                           f"device); give a directory for the weights placed on disk (it is made if missing)")
     return device_map, None if max_memory is None else {str(k): v for k, v in dict(max_memory).items()}
 
 

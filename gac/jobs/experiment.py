@@ -24,16 +24,22 @@ _FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that
 
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
+    from gac.checks import check_environment
     from gac.jobs.config import resolve_model_data, spec_from_config
     from gac.jobs.pipeline import run_job
     from gac.jobs.tracking import build_loggers
     from gac.progress import quiet_libraries, set_quiet
     from gac.results import ResultsStore
 
+    check_environment()  # the environment of the node the job runs on, before any work
     if cfg.get("quiet") is not None:
         set_quiet(bool(cfg["quiet"]))
     quiet_libraries(verbose=bool(cfg.get("verbose", False)))
     spec = spec_from_config(cfg)
+    if overrides and sweep_dir is None:  # a sweep's points were checked together when it started (SweepCallback)
+        from gac.jobs.axes import check_overrides
+
+        check_overrides(spec, cfg, overrides)  # a setting this job cannot use: refused before any work
     cfg = resolve_model_data(cfg)  # the record's config says what ran: the model's label and its data, not "auto"
     if spec.sweep is None and sweep_dir is not None:
         spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
@@ -144,6 +150,7 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     d = str(Path(config_dir or CONF_DIR).resolve())
     parsed = parse_overrides(overrides)
     _check_experiment_override(parsed)
+    _check_required_groups(parsed, d)
     try:
         return compose("config", overrides, config_dir=d, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as e:
@@ -185,6 +192,29 @@ def _check_experiment_override(parsed) -> None:
         if o.key_or_group == "experiment" and o.is_add():
             raise GacError(f"write experiment={o.value()} without '+': experiment is a config group with a default "
                            f"in conf/config.yaml, which '+experiment=' clashes with")
+
+
+def _check_required_groups(parsed, conf_dir: str) -> None:
+    """A config group set to null fails inside Hydra with a ValueError traceback: say what to give instead (one of
+    its options; for a group every job needs, model, compressor, align, ..., its default)."""
+    import yaml
+
+    try:
+        defaults = (yaml.safe_load((Path(conf_dir) / "config.yaml").read_text()) or {}).get("defaults") or []
+    except (OSError, yaml.YAMLError):
+        return
+    required = {k: v for d in defaults if isinstance(d, dict) for k, v in d.items()
+                if v is not None and not str(k).startswith(("optional", "override"))}
+    groups = _group_options(conf_dir)
+    for o in parsed:
+        if o.key_or_group not in groups or o.is_delete() or o.is_sweep_override() or o.value() is not None:
+            continue
+        options = ", ".join(groups[o.key_or_group])
+        if o.key_or_group in required:
+            raise GacError(f"{o.input_line}: every job needs a {o.key_or_group} config; pick one of {options} (the "
+                           f"default: {o.key_or_group}={required[o.key_or_group]})")
+        raise GacError(f"{o.input_line}: {o.key_or_group} is unset unless given; leave the override out, or pick "
+                       f"one of {options}")
 
 
 def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
@@ -310,6 +340,9 @@ def check_command_line(argv: Sequence[str]) -> None:
             raise GacError(f"{launcher[-1]} applies to multiruns only: without -m this job would run here, on this "
                            f"machine; add -m to submit it (python experiments/run.py -m {' '.join(overrides)})")
         _check_given_once(argv)
+        from gac.checks import check_environment
+
+        check_environment()
         cfg = compose_config(overrides)
         _check_resolves(cfg)
         _check_hydra_dirs(overrides)
@@ -443,6 +476,7 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
     they are read from the config the non-swept overrides compose to."""
     from omegaconf import OmegaConf
 
+    from gac.jobs.axes import check_sweep
     from gac.jobs.config import spec_from_config
 
     if sweeper_params is None:
@@ -458,33 +492,8 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
         except GacError as e:
             raise GacError(f"sweep point [{' '.join(job)}]: {e}") from None
         points.append({"overrides": job, "config": container, "spec": spec, "key": spec.key})
-    check_proxy_axis(points)
+    check_sweep(points, config_dir)  # an axis a point cannot use (gac.jobs.axes)
     return points
-
-
-def check_proxy_axis(points: list[dict]) -> None:
-    """A sweep over ``proxy`` must be able to change what it compares: refuse it (before any work) when a point's
-    allocation never reads the proxy, naming the setting that makes it count."""
-    from gac.compression.allocation import PROXY_FREE, STABLE_RANK, resolve_allocation
-    from gac.compression.compressors import COMPRESSORS, canonical_name
-
-    specs = [p["spec"] for p in points if not p["spec"].is_baseline]
-    if len({s.proxy for s in specs}) < 2:
-        return
-    for p in points:
-        s = p["spec"]
-        if s.is_baseline:
-            continue
-        allocation = resolve_allocation(s.allocation, COMPRESSORS[canonical_name(s.compressor)])
-        if allocation == STABLE_RANK:
-            raise GacError(f"sweep point [{' '.join(p['overrides'])}]: proxy is swept, but compressor={s.compressor} "
-                           f"allocates by the weights' stable rank alone and never reads the proxy, so every proxy "
-                           f"would give the same d* and plans; sweep proxy with another compressor")
-        if allocation in PROXY_FREE:
-            own = " (its default)" if s.allocation in (None, "default") else ""
-            raise GacError(f"sweep point [{' '.join(p['overrides'])}]: proxy is swept, but compressor={s.compressor} "
-                           f"with allocation={allocation}{own} never reads the proxy, so every proxy would give the "
-                           f"same d* and plans; add allocation=proportional (Eq. 2), which allocates by the proxy")
 
 
 def _sweeper_params(cfg) -> dict:

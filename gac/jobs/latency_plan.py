@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from gac.errors import GacError
+from gac.errors import ConfigRefused
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def latency_plan(spec, model, targets, param_budget: int, candidate_filter, cach
         if budget_ms < fastest:
             asked = (f"align.latency_budget_ms={lat['budget_ms']:g}" if lat["budget_ms"] is not None else
                      f"align.latency_budget={lat['budget']:g} ({budget_ms:.4g} ms)")
-            raise GacError(f"infeasible latency budget: {asked} is below the fastest plan the candidates allow, "
+            raise ConfigRefused(f"infeasible latency budget: {asked} is below the fastest plan the candidates allow, "
                            f"{fastest:.4g} ms by the {tabs.source} table on {tabs.device} (align.latency_budget="
                            f"{fastest / reference:.3f} of the {ref_name} plan's {reference:.4g} ms); give at least that")
         plan = align_latency(targets, table, budget_ms, param_budget, spec.unit, spec.window, candidate_filter,

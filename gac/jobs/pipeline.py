@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from gac.errors import GacError
+from gac.errors import ConfigRefused, GacError
 from gac.jobs.attempts import Attempt
 from gac.jobs.config import ON_BUSY
 from gac.jobs.fits import check_job_fits, is_out_of_memory, out_of_memory
@@ -183,6 +183,9 @@ def _record_failure(e: BaseException, spec, store, key, base, attempt: Attempt, 
     error = f"{type(e).__name__}: {e}"
     attempt.fail(error, interrupted=isinstance(e, KeyboardInterrupt))
     if isinstance(e, KeyboardInterrupt):
+        return e
+    if isinstance(e, ConfigRefused):  # the config must change: nothing failed, no failure record
+        log.info("job %s refused its config after %s: %s", key, attempt.stage, e)
         return e
     try:
         store.write_failure(key, {**base, "error": error, "traceback": traceback.format_exc(),

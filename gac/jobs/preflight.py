@@ -58,6 +58,11 @@ def check_job_here(spec: JobSpec) -> None:
             raise GacError(f"config: model.spec: {e}") from None
     from gac.text import check_source
 
+    if not spec.is_baseline:
+        from gac.compression.compressors import get_compressor
+
+        check_layers_here(get_compressor(spec.compressor, **spec.compressor_options), spec.model_spec,
+                          "config: compressor.options.layers", spec.arch)
     if not spec.is_baseline and spec.calibration.get("source") != "random":
         check_source(str(spec.calibration.get("source")), "train", "calibration.source")
     if spec.eval.ppl and spec.ppl_source:
@@ -90,6 +95,20 @@ def check_job_here(spec: JobSpec) -> None:
         check_hub_tasks([t for t in spec.eval.tasks if t not in local], via="config")
 
 
+def check_layers_here(compressor, model_spec: str, where: str, arch: dict | None = None) -> None:
+    """The compressor's layer selection picks layers this model has (from its config alone; nothing when the config
+    cannot be had offline: loading reports that itself)."""
+    from gac.jobs.loading import model_config_offline
+
+    config = model_config_offline(model_spec, arch)
+    n = getattr(config, "num_hidden_layers", None)
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        try:
+            compressor.layer_indices(n)
+        except GacError as e:
+            raise GacError(f"{where}: {e}") from None
+
+
 def cuda_device_name(device) -> str:
     """The CUDA device's name as the driver reports it (``NVIDIA H100 80GB HBM3``)."""
     import torch
@@ -115,7 +134,7 @@ def check_model_here(model_spec: str) -> None:
     hub answers (otherwise loading retries for a minute before it fails) and this machine's token may read it (a
     gated model otherwise fails at load, after the queue)."""
     from gac.models import model_kind
-    from gac.text import hub_access_problem, hub_repo_cached, hub_unreachable
+    from gac.text import check_hub_model
     from gac.untrusted import refuse_pickled_weights, refuse_remote_code
 
     kind = model_kind(model_spec)
@@ -124,17 +143,7 @@ def check_model_here(model_spec: str) -> None:
         if kind == "local":
             refuse_pickled_weights(model_spec)  # weights that are a pickle are never unpickled
         return
-    if hub_repo_cached(str(model_spec), "model"):
-        return
-    why = hub_unreachable()
-    if why is not None:
-        raise GacError(f"{model_spec!r} is a Hugging Face hub id, but the hub is not reachable here ({why}) and the "
-                       f"model is not in the local cache; download it where the hub is reachable (`hf download "
-                       f"{model_spec} --local-dir DIR`; `huggingface-cli download` before huggingface_hub 1.0) "
-                       f"and pass DIR, or use 'tiny' (offline)")
-    problem = hub_access_problem(str(model_spec), "model")  # a gated model without a granted token: now, not at load
-    if problem is not None:
-        raise GacError(problem)
+    check_hub_model(str(model_spec))
 
 
 def _max_positions(spec: JobSpec) -> int | None:

@@ -180,6 +180,7 @@ class WandbLogger:
             import wandb  # noqa: F401
         except ImportError:
             raise GacError("logger=wandb needs the wandb package: pip install wandb") from None
+        check_wandb_names(project, entity, tags)
         if mode == "online":
             _check_wandb_online()  # before the job: not a traceback (or a hang) once it holds its lock
         self.dir = Path(results_dir)
@@ -254,6 +255,30 @@ class WandbLogger:
             self.run.finish(exit_code=1 if self.failed else 0)
             self.run = None
         self.key = None
+
+
+WANDB_FORBIDDEN = '/\\#?%:'  # W&B refuses these in a project or entity name (and they would make paths of it)
+WANDB_NAME_MAX, WANDB_TAG_MAX = 128, 64
+
+
+def check_wandb_names(project, entity=None, tags=(), flag: str = "logger.wandb.") -> None:
+    """A project and entity W&B accepts (1-128 characters, none of ``/ \\ # ? % :``, not a path) and tags of at
+    most 64 characters: refused here in one line, not by W&B after the job ran."""
+    sep = " " if flag == "--" else "="
+    for key, value in (("project", project), ("entity", entity)):
+        if value is None and key == "entity":
+            continue
+        v = str(value) if value is not None else ""
+        bad = sorted({c for c in v if c in WANDB_FORBIDDEN or not c.isprintable()})
+        if not v.strip() or len(v) > WANDB_NAME_MAX or bad or v.strip(".") == "":
+            why = (f"has {' '.join(repr(c) for c in bad)}" if bad else "is empty" if not v.strip() else
+                   f"is {len(v)} characters" if len(v) > WANDB_NAME_MAX else "is only dots")
+            raise GacError(f"{flag}{key}{sep}{value!r} is not a W&B {key} name ({why}); give 1 to {WANDB_NAME_MAX} "
+                           f"characters without {' '.join(WANDB_FORBIDDEN)}, e.g. {flag}{key}{sep}gac")
+    for t in tags or ():
+        if not str(t).strip() or len(str(t)) > WANDB_TAG_MAX:
+            raise GacError(f"{flag}{'tag' if flag == '--' else 'tags'}: {t!r} is not a W&B tag; give 1 to "
+                           f"{WANDB_TAG_MAX} characters")
 
 
 def build_loggers(results_dir: str | os.PathLike, wandb_cfg: dict | None) -> list:
@@ -354,6 +379,7 @@ def backfill_wandb(results_dir: str | os.PathLike, records: list[dict], project:
     from gac.results import ResultsStore
     from gac.results.lock import FileLock, describe_holder
 
+    check_wandb_names(project, entity, tags, "--")
     store = ResultsStore(results_dir)
     rows = []
     logger = None if dry_run else WandbLogger(results_dir, project=project, entity=entity, mode=mode, tags=tags)

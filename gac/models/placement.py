@@ -26,6 +26,7 @@ records its quality metrics with a note instead of a latency.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +47,10 @@ def parse_size(value, key: str = "model.max_memory") -> int:
     """Bytes of ``value``: an integer (bytes) or a string such as ``"70GiB"``, ``"500MB"``, ``"2.5 TiB"``."""
     if isinstance(value, bool):
         raise GacError(f"config: {key}: {value!r} is not a size; write e.g. 70GiB, 500MB or a number of bytes")
-    if isinstance(value, (int, float)) and value >= 0:
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
         return int(value)
+    if isinstance(value, (int, float)):
+        raise GacError(f"config: {key}: {value!r} is not a size; write a finite number of bytes >= 0, or e.g. 70GiB")
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b|b)?\s*", str(value), re.IGNORECASE)
     if m is None:
         raise GacError(f"config: {key}: {value!r} is not a size; write e.g. 70GiB, 500MB or a number of bytes")

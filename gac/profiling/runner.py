@@ -61,9 +61,9 @@ def profile_device(
         num_threads = 1
     before = torch.get_num_threads()
     if num_threads is not None:
-        if not isinstance(num_threads, int) or num_threads < 1:
-            raise GacError(f"num_threads must be a positive integer or null, got {num_threads!r}")
-        torch.set_num_threads(num_threads)
+        from gac.checks import check_threads
+
+        torch.set_num_threads(check_threads(num_threads, "threads"))
     try:
         profile = run_sweeps(dev, dtype, plan, protocol)
     finally:

@@ -30,13 +30,12 @@ import threading
 import time
 from pathlib import Path
 
+from gac.checks import env_number
 from gac.errors import GacError
 from gac.io import create_new, hostname, machine_id
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = float(os.environ.get("GAC_LOCK_HEARTBEAT_S", 30))
-STALE_S = float(os.environ.get("GAC_LOCK_STALE_S", 300))
 GUARD_STALE_S = 60.0
 
 
@@ -119,7 +118,7 @@ def stale_reason(info: dict | None, stale_s: float | None = None, now: float | N
     """Why the holder of a lock is gone, or None when it may still be alive (see the module docstring)."""
     if info is None:
         return "no lock"
-    stale_s = STALE_S if stale_s is None else stale_s
+    stale_s = env_number("GAC_LOCK_STALE_S") if stale_s is None else stale_s
     now = time.time() if now is None else now
     age = now - float(info.get("heartbeat", now))
     pid = info.get("pid")
@@ -143,8 +142,8 @@ class FileLock:
                  stale_s: float | None = None):
         self.path = Path(path)
         self.what = what or self.path.stem
-        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else float(heartbeat_s)
-        self.stale_s = STALE_S if stale_s is None else float(stale_s)
+        self.heartbeat_s = env_number("GAC_LOCK_HEARTBEAT_S") if heartbeat_s is None else float(heartbeat_s)
+        self.stale_s = env_number("GAC_LOCK_STALE_S") if stale_s is None else float(stale_s)
         self.info: dict | None = None
         self.lost = False
         self._stop = threading.Event()

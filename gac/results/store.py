@@ -124,10 +124,33 @@ def _utc_stamp() -> str:
 def results_root(path: str | os.PathLike) -> Path:
     """``path`` (a ``results_dir``) made absolute with links resolved; a looping link is a one-line :class:`GacError`."""
     try:
-        return Path(os.path.expanduser(str(path))).resolve()
+        root = Path(os.path.expanduser(str(path))).resolve()
     except (RuntimeError, OSError) as e:  # Python < 3.13 raises RuntimeError for a link loop
         raise GacError(f"results directory {str(path)!r} cannot be resolved ({e}): a looping symbolic link? point "
                        f"results_dir / --results-dir at a real directory") from None
+    check_path_length(root, "results directory", room=ROOM_IN_STORE)
+    return root
+
+
+#: the longest path a store adds under its root (``work/<key>/<stage>.json``, a re-run record's time-stamped name)
+ROOM_IN_STORE = 96
+
+
+def check_path_length(path: Path, what: str, room: int = 0) -> None:
+    """``path`` (and ``room`` more characters under it) within the file system's limits on a name and a path
+    (255 and 4096 bytes on Linux): else one line, not an ``OSError: File name too long`` once the work is done."""
+    try:
+        name_max = os.pathconf("/", "PC_NAME_MAX")
+        path_max = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max, path_max = 255, 4096
+    long = next((p for p in path.parts if len(os.fsencode(p)) > name_max), None)
+    size = len(os.fsencode(str(path))) + room
+    if long is not None or size > path_max:
+        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...{str(path)[-16:]}"
+        why = (f"a name of {len(os.fsencode(long))} bytes, the file system's limit is {name_max}" if long is not None
+               else f"{size} bytes with what gac writes under it, the limit is {path_max}")
+        raise GacError(f"{what} {shown!r} is too long for this file system ({why}); choose a shorter path")
 
 
 class CorruptRecord(GacError):

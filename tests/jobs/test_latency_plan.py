@@ -39,7 +39,7 @@ def test_latency_settings_reach_the_spec_and_leave_other_keys_alone(make_cfg):
     assert gac.latency is None and "latency" not in gac.identity()
     lat = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency"))
     assert lat.strategy == "gac_latency"
-    assert lat.latency == {"budget_kind": "latency", "budget_ms": None, "budget": 0.9, "source": "measured",
+    assert lat.latency == {"budget_kind": "latency", "budget_ms": None, "budget": 1.0, "source": "measured",
                            "reference": "unaligned"}
     at_gac = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency_at_gac"))
     assert at_gac.latency["reference"] == "gac" and at_gac.latency["budget"] == 1.0

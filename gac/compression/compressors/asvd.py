@@ -15,7 +15,6 @@ from gac.compression.compressors.base import (
     Unit,
     lowrank_spec,
     lowrank_unit,
-    parse_layers,
     part_specs,
     projection_unit,
     unit_projection,
@@ -62,7 +61,7 @@ class LowRankCompressor(Compressor):
         return ROLES if self.projections is None else tuple(role_of(str(p)) for p in self.projections)
 
     def units(self, model, layout: ModelLayout) -> list[Unit]:
-        idx = parse_layers(self.layers, layout.num_layers)
+        idx = self.layer_indices(layout.num_layers)
         out = []
         for p in layout.projections_of(self.roles(), idx):
             if not is_dense(model, p):

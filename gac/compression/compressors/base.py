@@ -133,19 +133,28 @@ def part_specs(model: nn.Module, changed: dict) -> dict[str, dict]:
 
 
 def parse_layers(layers, n_layers: int, default: range | None = None) -> list[int]:
-    """``None`` -> default (all layers); ``"3:"``/``"3:31"`` (python slice, end exclusive); ``(start, end)``; a list of indices."""
+    """``None`` -> default (all layers); ``"3:"``/``"3:31"``/``"0::2"`` (python slice, end exclusive) or ``"5"``;
+    ``(start, end)``; a list of indices. Anything else, a step of 0 or a selection of no layer: :class:`GacError`."""
+    form = "give a python slice such as '3:' or '3:31' (end exclusive), one index, or a list of indices"
     if layers is None:
         idx = list(default if default is not None else range(n_layers))
     elif isinstance(layers, str):
         try:
             parts = [int(p) if p.strip() else None for p in layers.split(":")]
         except ValueError:
-            raise GacError(f"layer range {layers!r} is not 'start:end' (e.g. '3:' or '3:31')") from None
+            raise GacError(f"layer range {layers!r} is not a layer selection; {form}") from None
+        if len(parts) > 3 or (len(parts) == 1 and parts[0] is None):
+            raise GacError(f"layer range {layers!r} is not a layer selection; {form}")
+        if len(parts) == 3 and parts[2] == 0:
+            raise GacError(f"layer range {layers!r} has a step of 0; {form}")
         idx = list(range(n_layers)[slice(*parts)]) if len(parts) in (2, 3) else [parts[0]]
-    elif isinstance(layers, tuple) and len(layers) == 2 and all(x is None or isinstance(x, int) for x in layers):
+    elif isinstance(layers, tuple) and len(layers) == 2 and all(
+            x is None or (isinstance(x, int) and not isinstance(x, bool)) for x in layers):
         idx = list(range(n_layers)[slice(*layers)])
+    elif isinstance(layers, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+        idx = list(layers)
     else:
-        idx = [int(i) for i in layers]
+        raise GacError(f"layer selection {layers!r} is not a layer selection; {form}")
     bad = [i for i in idx if not 0 <= i < n_layers]
     if bad or not idx:
         raise GacError(f"layer selection {layers!r} gives {idx}; the model has layers 0..{n_layers - 1}")
@@ -154,6 +163,11 @@ def parse_layers(layers, n_layers: int, default: range | None = None) -> list[in
 
 class Compressor:
     """Base class; subclasses set the class attributes and implement the four lifecycle methods."""
+
+    def layer_indices(self, n_layers: int) -> list[int]:
+        """The decoder layers this compressor touches in an ``n_layers``-deep model (its ``layers`` option);
+        :class:`GacError` for a selection of no layer or of layers the model lacks, checkable before loading."""
+        return parse_layers(getattr(self, "layers", None), n_layers)
 
     name: str = ""
     default_proxy: str = "magnitude"

@@ -62,12 +62,13 @@ class LLMPruner(Compressor):
             raise unknown_name("LLM-Pruner layers (a preset, or a slice such as '3:31')", layers, LAYER_PRESETS)
         self.layers = layers
 
-    def units(self, model, layout: ModelLayout) -> list[Unit]:
-        L = layout.num_layers
+    def layer_indices(self, n_layers: int) -> list[int]:
         if self.layers is None or self.layers in LAYER_PRESETS:
-            idx = parse_layers(None, L, default=layer_range(self.layers or "reference", L))
-        else:
-            idx = parse_layers(self.layers, L)
+            return parse_layers(None, n_layers, default=layer_range(self.layers or "reference", n_layers))
+        return parse_layers(self.layers, n_layers)
+
+    def units(self, model, layout: ModelLayout) -> list[Unit]:
+        idx = self.layer_indices(layout.num_layers)
         out = []
         for i in idx:
             block = layout.experts_of(i)

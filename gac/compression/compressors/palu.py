@@ -54,7 +54,6 @@ from gac.compression.compressors.base import (
     Compressor,
     Unit,
     lowrank_unit,
-    parse_layers,
     part_specs,
     unit_projection,
 )
@@ -123,7 +122,7 @@ class PaLU(Compressor):
         n_kv, hd = layout.num_kv_heads, layout.head_dim
         gs = self.heads_per_group(n_kv)
         out = []
-        for i in parse_layers(self.layers, layout.num_layers):
+        for i in self.layer_indices(layout.num_layers):
             for p in layout.projections_of(self.projections, [i]):
                 if not is_dense(model, p):
                     raise GacError(f"{p.name} is not a dense Linear; it is already compressed")
