@@ -53,6 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ratio", type=float, default=0.15)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up calls per visit (default: the bench's)")
+    ap.add_argument("--iters", type=int, default=None, help="timed calls per visit (default: the bench's)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--calib", default="8x256", help="calibration samples x tokens (random ids)")
@@ -89,7 +91,8 @@ def main(argv=None) -> int:
         del model
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        doc = run_bench(variants, Protocol(points=((1, args.seq_len),), rounds=args.rounds), args.device)
+        doc = run_bench(variants, Protocol(points=((1, args.seq_len),), rounds=args.rounds, warmup=args.warmup,
+                                           iters=args.iters), args.device)
         doc["model"] = {"name": name, "layers": args.layers, "dtype": args.dtype}
         print(f"\n## {name} ({args.layers} layers, {args.dtype}, S={args.seq_len}, ratio {args.ratio})")
         for v in variants[1:]:
