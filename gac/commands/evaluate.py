@@ -97,7 +97,8 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.evaluation.report import evaluate, format_table, provenance
+    from gac.evaluation.report import format_table, provenance
+    from gac.evaluation.suite import evaluate
     from gac.evaluation.tasks import parse_tasks
     from gac.fixtures import default_data
     from gac.io import check_output_file, write_output
@@ -181,13 +182,14 @@ def run(args) -> int:
                            f"with the checkpoint, or run only --latency")
         info = describe(model)
         stage = "evaluate"
+        point = (args.latency_batch, args.seq_len or _default_latency_len(model))
         report = evaluate(
-            model, tokenizer, ppl_source=ppl_source if args.ppl else None, seq_len=args.seq_len,
-            ppl_batch_size=args.batch_size or 1, ppl_max_windows=args.ppl_windows, tasks=tasks, limit=args.limit, task_files=files,
-            task_batch_size=args.batch_size or 16, latency=args.latency, latency_batch=args.latency_batch,
-            latency_seq_len=args.seq_len, decode_prompt_len=args.decode_prompt, decode_tokens=args.decode_tokens,
-            warmup=args.warmup, iters=args.iters, trials=args.trials,
-        )
+            model, tokenizer, ppl_source=ppl_source if args.ppl else None, ppl_seq_len=args.seq_len,
+            ppl_batch_size=args.batch_size or 1, ppl_max_windows=args.ppl_windows, tasks=tasks, limit=args.limit,
+            task_files=files, task_batch_size=args.batch_size or 16,
+            latency_points=[point] if args.latency else [], decode_tokens=args.decode_tokens if args.latency else 0,
+            decode_prompt=args.decode_prompt, decode_batch=args.latency_batch, warmup=args.warmup, iters=args.iters,
+            trials=args.trials)
     except Exception as e:
         if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
             raise out_of_memory(e, stage, args, fp) from None
@@ -217,3 +219,11 @@ def run(args) -> int:
         write_output(args.json, json.loads(json.dumps(doc, default=str)), "--json", args.force, inputs=inputs)
         print(f"wrote {args.json}")
     return 0
+
+
+def _default_latency_len(model) -> int:
+    """The prefill length without ``--seq-len``: 1024, capped at the model's maximum."""
+    from gac.evaluation.perplexity import model_max_length
+
+    limit = model_max_length(model)
+    return 1024 if limit is None else min(1024, limit)

@@ -8,7 +8,7 @@ import os
 import platform
 import socket
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -66,60 +66,6 @@ def git_dirty(repo: str | os.PathLike) -> bool | None:
         return None
 
 
-def evaluate(model, tokenizer, *, ppl_source: str | os.PathLike | None = None, seq_len: int | None = None,
-             ppl_batch_size: int = 1, ppl_max_windows: int | None = None, tasks: Iterable[str] | None = None, limit: int | None = 200,
-             task_files: Mapping[str, str | os.PathLike] | None = None, task_batch_size: int = 16,
-             latency: bool = False, latency_batch: int = 1, latency_seq_len: int | None = None,
-             decode_prompt_len: int = 128, decode_tokens: int = 128, warmup: int | None = None,
-             iters: int | None = None, trials: int | None = None, decode_warmup: int | None = None,
-             decode_iters: int | None = None) -> dict:
-    """Run perplexity (if ``ppl_source``), lm-eval tasks (if ``tasks``) and latency (if ``latency``).
-
-    ``warmup/iters/trials`` are the prefill protocol (None: 50/200/3 on CUDA, fewer on CPU); ``decode_warmup`` and
-    ``decode_iters`` count whole generations of ``decode_tokens`` tokens (trials shared). ``ppl_max_windows``
-    scores only the first windows of the perplexity text (None: all of it).
-    Returns ``{"perplexity", "tasks", "lm_eval", "latency", "metrics"}`` where ``metrics`` is flat, with the names
-    the results store uses (:mod:`gac.metrics`: ``ppl_<dataset>``, ``piqa_acc``, ``piqa_acc_norm``, ...,
-    ``prefill_ms``, ``decode_ms_per_token``) and ``lm_eval`` is lm-eval's own results layout.
-    """
-    from gac.evaluation.latency import decode_latency, prefill_latency
-    from gac.evaluation.perplexity import model_max_length, perplexity
-    from gac.evaluation.tasks import evaluate_tasks, parse_tasks
-    from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric
-
-    out: dict = {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {}}
-    names = parse_tasks(tasks) if tasks else []
-    if names and task_files:  # an item longer than the context: now, not after the perplexity and the other items
-        from gac.evaluation.tasks import check_item_lengths
-
-        for t in names:
-            if t in task_files:
-                check_item_lengths(t, task_files[t], tokenizer, model_max_length(model), limit)
-    if ppl_source is not None:
-        out["perplexity"] = perplexity(model, tokenizer, ppl_source, seq_len=seq_len, batch_size=ppl_batch_size,
-                                       max_windows=ppl_max_windows)
-        out["metrics"][ppl_metric(out["perplexity"]["source"])] = out["perplexity"]["ppl"]
-    if names:
-        res = evaluate_tasks(model, tokenizer, names, limit=limit, local_files=task_files, batch_size=task_batch_size,
-                             layout=True)
-        out["tasks"], out["lm_eval"] = res["tasks"], res["lm_eval"]
-        out["metrics"].update(res["metrics"])
-    if latency:
-        s = latency_seq_len
-        if s is None:
-            limit_len = model_max_length(model)
-            s = 1024 if limit_len is None else min(1024, limit_len)
-        pre = prefill_latency(model, batch=latency_batch, seq_len=s, warmup=warmup, iters=iters, trials=trials)
-        dec = decode_latency(model, batch=latency_batch, prompt_len=decode_prompt_len, new_tokens=decode_tokens,
-                             warmup=decode_warmup, iters=decode_iters, trials=trials)
-        out["latency"] = {"prefill": pre, "decode": dec}
-        out["metrics"][PREFILL] = pre["median_ms"]
-        if pre.get("trials", 1) > 1 and pre.get("spread_pct") is not None:
-            out["metrics"][PREFILL_SPREAD] = pre["spread_pct"]
-        out["metrics"][DECODE] = dec["median_ms"]
-    return out
-
-
 def spread_note(r: dict) -> str:
     """``"trials 3, spread 4.1% across trials"``, or ``"n=1 trial (no spread)"`` from a single trial."""
     if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
@@ -129,7 +75,7 @@ def spread_note(r: dict) -> str:
 
 def format_table(report: dict, model_info: dict | None = None,
                  task_data: str | Mapping[str, str] | None = None) -> str:
-    """A plain-text table of a report from :func:`evaluate`; rows are named as the records name metrics.
+    """A plain-text table of a report from :func:`gac.evaluation.suite.evaluate`; rows are named as the records name metrics.
     ``task_data``: what the tasks were scored on (:func:`gac.metrics.task_data`; one value, or ``{task:
     data}``): after the task rows, one line per look-alike set says what its items are (``piqa_acc`` on
     ``enwiki`` scored PiQA-format items made from Wikipedia articles, not PiQA); one per local file names
@@ -167,13 +113,20 @@ def format_table(report: dict, model_info: dict | None = None,
     for t, d in data.items():
         if d == OWN_TASK_FILES and tasks[t].get("source") not in (None, "hub"):
             lines.append(f"  {t}: items from the local file {tasks[t]['source']}")
-    lat = report.get("latency")
-    if lat:
-        pre, dec = lat["prefill"], lat["decode"]
-        lines.append(f"{PREFILL:<34} {pre['median_ms']:>12.3f} {'':>9} {pre['n_samples']:>8}")
+    lat = report.get("latency") or {}
+    pres = [(k, r) for k, r in lat.items() if k not in ("decode", "skipped")]
+    for i, (name, pre) in enumerate(pres):  # the first point is the main one (prefill_ms)
+        lines.append(f"{PREFILL if i == 0 else name:<34} {pre['median_ms']:>12.3f} {'':>9} {pre['n_samples']:>8}")
+    dec = lat.get("decode")
+    if dec:
         lines.append(f"{DECODE:<34} {dec['median_ms']:>12.3f} {'':>9} {dec['n_samples']:>8}")
-        lines.append(f"  prefill at batch {pre['batch']}, S={pre['seq_len']}; decode {dec['new_tokens']} new tokens")
+    if pres:
+        pre = pres[0][1]
+        lines.append(f"  prefill at batch {pre['batch']}, S={pre['seq_len']}"
+                     + (f"; decode {dec['new_tokens']} new tokens" if dec else ""))
         lines.append(f"  latency on {pre['device_name']} ({pre['device']}), {pre['dtype']}, attention "
                      f"{pre['attn_implementation']}, SDPA backend {', '.join(pre['sdpa_backend'] or ['?'])}; "
                      f"{pre['timer']}, warm-up {pre['warmup']}, iters {pre['iters']}, {spread_note(pre)}")
+    if lat.get("skipped"):
+        lines.append(f"  latency: {lat['skipped']}")
     return "\n".join(lines)

@@ -7,7 +7,6 @@ output a later attempt resumes from.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +16,10 @@ from gac.jobs import loading
 from gac.jobs.attempts import Attempt
 from gac.jobs.config import PROFILE_MODES
 from gac.jobs.spec import JobSpec, task_files_of
-from gac.metrics import DECODE, PREFILL, PREFILL_SPREAD, ppl_metric, prefill_point
-from gac.progress import progress, stage_done
+from gac.progress import stage_done
 
 log = logging.getLogger(__name__)
 
-STAGE_NAMES = {"tasks": "lm-eval tasks"}
 PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s")
 
 
@@ -188,133 +185,27 @@ def candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
     return filt, profile
 
 
-def run_stage(attempt: Attempt, name: str, compute, hook=None) -> dict:
-    """A stage's output from the work dir if a previous attempt finished it, else computed (timed in this attempt's
-    ``timings`` as ``<name>_s``) and saved. A resumed stage adds no timing: an attempt reports only what it ran."""
-    work, timings = attempt.outputs, attempt.timings
-    got = work.get(name)
-    if got is not None:
-        attempt.resumed.append(name)
-        return got
-    if hook is not None:
-        hook(name)
-    t0 = time.perf_counter()
-    got = compute()
-    got["seconds"] = time.perf_counter() - t0
-    timings[f"{name}_s"] = got["seconds"]
-    if name in STAGE_NAMES:  # perplexity's own progress already closed with its time
-        stage_done(STAGE_NAMES[name], got["seconds"])
-    work.put(name, got)
-    return got
-
-
-def _results_of(res: dict) -> dict:
-    """:func:`evaluate_tasks` with ``layout=True`` as the tasks stage stores it."""
-    return {"results": res["tasks"], "metrics": res["metrics"], "lm_eval": res["lm_eval"]}
-
-
 def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter=None) -> dict:
-    """The metric groups the spec asks for, each resumed from an earlier attempt's stage output or measured now:
-    ``{"metrics": flat metrics of the record, "details": each group's full output}``."""
-    import contextlib
+    """The metric groups the spec asks for, through the one evaluation (:func:`gac.evaluation.suite.evaluate`), each
+    resumed from an earlier attempt's stage output or measured now: ``{"metrics": flat metrics of the record,
+    "details": each group's full output}``."""
+    from gac.evaluation.suite import evaluate as evaluate_model
 
-    from gac.evaluation import evaluate_tasks, perplexity
-
-    def measured(name, sample=True):
-        return meter.stage(name, sample=sample) if meter is not None else contextlib.nullcontext()
-
-    work = attempt.outputs
     ev = spec.eval
-    metrics: dict = {}
-    details: dict = {}
-    if ev.ppl and spec.ppl_source:
-        if tokenizer is None and work.get("ppl") is None:
-            raise GacError("perplexity needs a tokenizer; a random-weights model has none: set eval.ppl=false")
-        with measured("ppl"):
-            got = run_stage(attempt, "ppl", lambda: perplexity(
-                model, tokenizer, spec.ppl_source, seq_len=ev.ppl_seq_len, batch_size=ev.batch_size,
-                max_windows=ev.ppl_max_windows, stride=ev.ppl_stride), hook)
-        metrics[ppl_metric(got.get("source") or spec.ppl_source, got.get("stride"))] = got["ppl"]
-        details["perplexity"] = got
-    if ev.tasks:
-        if tokenizer is None and work.get("tasks") is None:
-            raise GacError("lm-eval tasks need a tokenizer; a random-weights model has none: set eval.tasks=[]")
-        with measured("tasks"):
-            got = run_stage(attempt, "tasks", lambda: _results_of(evaluate_tasks(
-                model, tokenizer, ev.tasks, limit=ev.limit, local_files=task_files_of(spec.task_files),
-                batch_size=ev.batch_size, layout=True)), hook)
-        metrics.update(got["metrics"])
-        details["tasks"] = got["results"]
-        if got.get("lm_eval") is not None:
-            details["lm_eval"] = got["lm_eval"]
-    if ev.latency and _spread(model):  # a single-GPU measurement: a model over several devices has none
-        from gac.models.placement import latency_note
-
-        note = latency_note(model)
-        log.warning("%s", note)
-        details["latency"] = {"skipped": note}
-    elif ev.latency:
-        with measured("latency", sample=False):  # no sampler thread while latency is timed
-            lat = latency(spec, model, attempt, hook)
-        metrics.update(latency_metrics(spec, lat))
-        details["latency"] = lat
-    for k, v in metrics.items():
-        if v is not None and isinstance(v, float) and not math.isfinite(v):
-            raise GacError(f"metric {k} is {v}: the compressed model produced non-finite outputs")
-    return {"metrics": metrics, "details": details}
-
-
-def _spread(model) -> bool:
-    from gac.models.placement import spans_devices
-
-    return spans_devices(model)
-
-
-def latency(spec: JobSpec, model, attempt: Attempt, hook=None) -> dict:
-    """Prefill latency at each of the spec's points (and decode latency when asked), each point saved as soon as it
-    is measured: a requeued job measures only the points it lacks. ``{point name: timing}``."""
-    from gac.evaluation import decode_latency, prefill_latency
-
-    ev, work = spec.eval, attempt.outputs
-    lat = work.get("latency") or {}
-    attempt.resumed.extend(f"latency:{k}" for k in lat)
-    t0 = time.perf_counter()
-    points = [(ev.latency_batch, s) for s in ev.latency_seq_lens] + list(ev.latency_batches)
-    todo = [(b, s) for b, s in points if prefill_point(b, s) not in lat]
-    if (todo or (ev.decode_tokens > 0 and "decode" not in lat)) and hook is not None:
-        hook("latency")
-    with progress(len(todo), "latency", unit="points") as bar:
-        for b, s in points:
-            name = prefill_point(b, s)
-            if name not in lat:
-                lat[name] = prefill_latency(model, batch=b, seq_len=s, warmup=ev.warmup, iters=ev.iters,
-                                            trials=ev.trials, seed=spec.seed)
-                work.put("latency", lat)
-                bar.update()
-    if ev.decode_tokens > 0 and "decode" not in lat:
-        lat["decode"] = decode_latency(model, batch=ev.latency_batch, new_tokens=ev.decode_tokens,
-                                       trials=ev.trials, seed=spec.seed)
-        work.put("latency", lat)
-    if todo or (ev.decode_tokens > 0 and "decode" in lat and "latency:decode" not in attempt.resumed):
-        attempt.timings["latency_s"] = time.perf_counter() - t0
-    return lat
-
-
-def latency_metrics(spec: JobSpec, lat: dict) -> dict:
-    """The record's latency metrics: the job's own point as ``prefill_ms`` (with its spread over trials), decode
-    as ``decode_ms_per_token``, every other point under its own name."""
-    main = prefill_point(spec.eval.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
-    metrics = {}
-    for name, r in lat.items():
-        if name == "decode":
-            metrics[DECODE] = r["median_ms"]
-        elif name == main:
-            metrics[PREFILL] = r["median_ms"]
-            if (r.get("trials") or 0) > 1 and r.get("spread_pct") is not None:
-                metrics[PREFILL_SPREAD] = r["spread_pct"]
-        else:
-            metrics[name] = r["median_ms"]
-    return metrics
+    main = (ev.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
+    points = ([(ev.latency_batch, s) for s in ev.latency_seq_lens] + [tuple(p) for p in ev.latency_batches]
+              if ev.latency else [])
+    out = evaluate_model(
+        model, tokenizer, ppl_source=spec.ppl_source if ev.ppl and spec.ppl_source else None,
+        ppl_seq_len=ev.ppl_seq_len, ppl_batch_size=ev.batch_size, ppl_max_windows=ev.ppl_max_windows,
+        ppl_stride=ev.ppl_stride, tasks=ev.tasks, limit=ev.limit, task_files=task_files_of(spec.task_files),
+        task_batch_size=ev.batch_size, latency_points=points, main_point=main,
+        decode_tokens=ev.decode_tokens if ev.latency else 0, decode_batch=ev.latency_batch, warmup=ev.warmup,
+        iters=ev.iters, trials=ev.trials, seed=spec.seed, outputs=attempt.outputs, timings=attempt.timings,
+        resumed=attempt.resumed, on_stage=hook,
+        measure=None if meter is None else (lambda name, sample: meter.stage(name, sample=sample)))
+    details = {k: out[k] for k in ("perplexity", "tasks", "lm_eval", "latency") if out[k] is not None}
+    return {"metrics": out["metrics"], "details": details}
 
 
 def resources(meter, sub_memory: dict, spec: JobSpec) -> dict:

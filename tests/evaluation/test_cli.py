@@ -73,8 +73,10 @@ def test_gac_evaluate_latency(tmp_path, capsys):
     rc = main(["evaluate", "tiny", "--latency", "--seq-len", "64", "--warmup", "1", "--iters", "2", "--trials", "1",
                "--decode-tokens", "4", "--decode-prompt", "8", "--json", str(out)])
     assert rc == 0
-    lat = json.loads(out.read_text())["latency"]
-    assert lat["prefill"]["seq_len"] == 64 and lat["prefill"]["median_ms"] > 0
+    doc = json.loads(out.read_text())
+    lat = doc["latency"]  # the job's shape: {point name: timing, "decode": timing}
+    assert lat["prefill_ms@64"]["seq_len"] == 64 and lat["prefill_ms@64"]["median_ms"] > 0
+    assert doc["metrics"]["prefill_ms"] == lat["prefill_ms@64"]["median_ms"]
     assert lat["decode"]["new_tokens"] == 4 and lat["decode"]["median_ms"] > 0
     assert "SDPA backend" in capsys.readouterr().out
 
