@@ -32,7 +32,7 @@ def keep_torch_threads():
 
 
 def test_every_benchmark_is_covered():
-    covered = {"solver", "compressors", "parity", "parity_prune", "predict_paper", "scale"}
+    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale"}
     assert {p.stem for p in BENCH.glob("*.py")} == covered  # a new script gets a --quick run here
 
 
@@ -49,6 +49,8 @@ def test_solver_quick():
     ("parity", ["--quick", "--compressors", "asvd", "svd_llm"], "| asvd | 0.30 |"),
     ("parity_prune", ["--quick"], "llm_pruner"),
     ("predict_paper", ["--quick"], "median |error|"),
+    ("families", ["--models", "tiny", "--device", "cpu", "--dtype", "float32", "--seq-len", "16", "--rounds", "2",
+                  "--warmup", "1", "--iters", "1", "--calib", "1x16", "--compressors", "llm_pruner"], "llm_pruner gac"),
 ])
 def test_benchmark_quick(name, argv, expect, keep_torch_threads, capsys):
     assert _module(name).main(argv) == 0

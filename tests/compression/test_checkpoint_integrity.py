@@ -174,7 +174,7 @@ def test_compress_validates_everything_before_loading(tmp_path, capsys, monkeypa
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
 
 
-def test_compress_calibrates_tiny_on_its_own_text_by_default(tmp_path):
+def test_compress_calibrates_tiny_on_its_own_text_by_default(ckpt, tmp_path):
     """`gac compress tiny` without --calib must not go to the hub for WikiText-2 (30 s of retries offline, then exit 2):
     tiny and checkpoints built from it calibrate on tiny's training text, 256-token samples; other models keep the
     papers' WikiText-2 x 2048."""
@@ -187,11 +187,13 @@ def test_compress_calibrates_tiny_on_its_own_text_by_default(tmp_path):
     args = p.parse_args(["tiny", "--compressor", "asvd", "--ratio", "0.2", "-o", str(tmp_path / "a")])
     C.validate(args)
     assert (args.calib, args.calib_seq_len) == ("tiny", 256)
-    ck = tmp_path / "ck"
-    ck.mkdir()
-    from gac.compression.checkpoint import FORMAT
+    from gac.compression.checkpoint import meta_sha256
 
-    (ck / "gac_checkpoint.json").write_text(json.dumps({"format": FORMAT, "format_version": 1, "base_model": "tiny"}))
+    ck = ckpt  # a real checkpoint, recorded as built from tiny
+    meta = json.loads((ck / META_FILE).read_text())
+    meta["base_model"] = "tiny"
+    meta["meta_sha256"] = meta_sha256(meta)
+    (ck / META_FILE).write_text(json.dumps(meta))
     args = p.parse_args([str(ck), "--compressor", "asvd", "--ratio", "0.2", "-o", str(tmp_path / "b")])
     C.validate(args)
     assert args.calib == "tiny"

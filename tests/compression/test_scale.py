@@ -77,7 +77,7 @@ def test_streamed_statistics_equal_a_plain_forward(small):
             for mine, theirs in ((w.xtx, r["xtx"]), (w.act_sq, r["sq"]), (w.act_abs, r["abs"]), (w.yty, r["yty"])):
                 torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6 * float(theirs.abs().max()))
         # projections fed the same input share one set of sums (computed once)
-        q, k = st[lay.layers[li].name("q_proj")], st[lay.layers[li].name("k_proj")]
+        q, k = st[lay.projection(li, "q_proj").name], st[lay.projection(li, "k_proj").name]
         assert q.xtx is k.xtx and q.act_sq is k.act_sq
     assert seen_layers == list(range(lay.num_layers))
 
@@ -86,7 +86,7 @@ def test_only_needed_layers_run_and_selected_grams():
     model = small_model(num_hidden_layers=3)
     lay = discover(model)
     ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
-    name = lay.layers[1].name("down_proj")
+    name = lay.projection(1, "down_proj").name
     got = list(iter_activation_stats(model, lay, ids, [name], xtx=False, yty=[name]))
     assert [li for li, _ in got] == [1]
     st = got[0][1][name]
@@ -246,7 +246,7 @@ def test_gradient_checkpointing_gives_the_same_statistics():
     model = small_model(num_hidden_layers=3)
     lay = discover(model)
     ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))
-    names = [lay.layers[i].name(p) for i in range(3) for p in ("gate_proj", "down_proj")]
+    names = [lay.projection(i, p).name for i in range(3) for p in ("gate_proj", "down_proj")]
     a = collect_gradient_stats(model, ids, names, elementwise=ELEMENTWISE)
     b = collect_gradient_stats(model, ids, names, elementwise=ELEMENTWISE, checkpoint=True, layout=lay)
     for n in names:
@@ -260,7 +260,7 @@ def test_gradient_checkpointing_gives_the_same_statistics():
 def test_merge_keeps_output_grams_and_every_gradient_statistic(small):
     model, calib = small
     lay = discover(model)
-    n = lay.layers[0].name("gate_proj")
+    n = lay.projection(0, "gate_proj").name
     (_, act), *_ = iter_activation_stats(model, lay, calib, [n], xtx=False, yty=[n])
     grad = collect_gradient_stats(model, calib, [n], elementwise=ELEMENTWISE)[n]
     st = WeightStats()

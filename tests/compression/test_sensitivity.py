@@ -296,5 +296,5 @@ def test_cli_and_config_reject_a_ratio_the_grid_cannot_reach(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "smallest kept ratio is 0.4" in err and err.count("\n") == 1
     assert main(["compress", "tiny", "--compressor", "asvd", "--ratio", "0.7", "--allocation", "proportional",
-                 "--option", "sensitivity_grid=[0.5]", "--calib-samples", "0", "-o", str(tmp_path / "o2")]) == 2
+                 "--calib-samples", "0", "-o", str(tmp_path / "o2")]) == 2
     assert "--calib-samples" in capsys.readouterr().err  # proportional: the grid does not limit the ratio

@@ -47,7 +47,7 @@ LEGACY_ROPE_KEYS = {"rope_theta", "rope_scaling", "rope_local_base_freq", "parti
 
 
 def _spec(name):
-    cfg = compose_config([f"model={name}", "model.random_weights=true", "gpu=cpu"])
+    cfg = compose_config([f"model={name}", "model.random_weights=true", "gpu=cpu", "eval=none", "calibration.source=random"])
     return spec_from_config(OmegaConf.to_container(cfg, resolve=True))
 
 
