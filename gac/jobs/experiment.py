@@ -506,8 +506,10 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
+            from gac.jobs.site import check_slurm
+
             try:
-                check_slurm(_launcher_settings(config))
+                check_slurm(_launcher_settings(config), gpu=(config.get("gpu") or {}).get("name"))
             except GacError as e:
                 print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
@@ -552,37 +554,6 @@ def _launcher_settings(config) -> dict:
         return OmegaConf.to_container(config.hydra.launcher, resolve=True)
     except Exception:  # noqa: BLE001 - an interpolation only a running job can resolve
         return OmegaConf.to_container(config.hydra.launcher, resolve=False)
-
-
-def check_slurm(launcher=None) -> None:
-    """Before a Slurm launch: ``sbatch`` exists, Slurm answers (``sinfo``: a missing or wrong ``SLURM_CONF`` fails
-    here with one line, not in submitit's traceback), and every site setting of ``launcher`` (hydra.launcher: a
-    mapping, or just a partition name) is one the cluster has (:func:`gac.jobs.site.check_site`: partition,
-    constraint, GPUs, memory, CPUs, time limit, account, QOS)."""
-    import shutil
-    import subprocess
-
-    from gac.jobs.site import SINFO_FORMAT, check_slurm_site, parse_sinfo
-
-    if not isinstance(launcher, Mapping):
-        launcher = {"partition": launcher}
-    if shutil.which("sbatch") is None:
-        raise GacError("a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm here); use "
-                       "hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start")
-    sinfo = shutil.which("sinfo")
-    if sinfo is None:
-        return
-    try:
-        r = subprocess.run([sinfo, "-h", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as e:
-        r = subprocess.CompletedProcess([sinfo], 1, "", f"{type(e).__name__}: {e}")
-    if r.returncode != 0:
-        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or [f"exit code {r.returncode}"]
-        conf = os.environ.get("SLURM_CONF")
-        raise GacError(f"Slurm does not answer here (sinfo: {lines[-1].removeprefix('sinfo: ')}); SLURM_CONF is "
-                       f"{repr(conf) if conf else 'unset'}: export SLURM_CONF=<your cluster's slurm.conf> (the loopback "
-                       f"cluster: `python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local")
-    check_slurm_site(launcher, parse_sinfo(r.stdout))
 
 
 def _bench_after_sweep(config) -> None:
