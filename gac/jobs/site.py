@@ -212,13 +212,14 @@ def _check_nodes(launcher: Mapping, rows: Sequence[NodeGroup], where: str) -> li
     # each request is met by some node, but no node meets them all: the first requests that no node meets together,
     # and what the nodes meeting all but the last of them have
     order = [need for need in ("constraint", "gpus", "mem", "cpus") if any(not f[need] for _, f in fits)]
-    have = [(g, f) for g, f in fits]
-    for i, need in enumerate(order):
+    have, asked = list(fits), []
+    for need in order:
+        asked.append(need)
         left = [(g, f) for g, f in have if f[need]]
         if not left:
             break
         have = left
-    asked, last, nodes = order[:i + 1], need, [g for g, _ in have]
+    last, nodes = asked[-1], [g for g, _ in have]
     words = {"constraint": f"constraint={constraint}", "gpus": f"gpus_per_node={n}" + (f" of gpu:{kind}" if kind else ""),
              "mem": f"mem_gb={launcher.get('mem_gb')}", "cpus": f"cpus_per_task={launcher.get('cpus_per_task')}"}
     if last == "gpus":

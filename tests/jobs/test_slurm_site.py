@@ -97,16 +97,18 @@ def test_the_launchers_default_the_constraint_to_null():
         assert cfg.hydra.launcher.constraint is None
 
 
-def test_the_launchers_pass_the_caches_through(monkeypatch):
+def test_the_launchers_pass_the_caches_token_proxy_and_offline_mode_through():
+    """The variables travel through gac's launcher (a private file, tests/launch/test_slurm_launcher.py), never as
+    lines of the job script."""
     from omegaconf import OmegaConf
 
-    monkeypatch.setenv("HF_HOME", "/scratch/me/hf")
-    monkeypatch.delenv("GAC_CACHE", raising=False)
-    cfg = compose_config(["hydra/launcher=slurm_h100"], return_hydra_config=True)
-    setup = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)["setup"]
-    script = "\n".join(setup) + "\necho \"$HF_HOME|${GAC_CACHE-unset}\"\n"
-    out = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
-    assert out.stdout.strip() == "/scratch/me/hf|unset"  # set where launched: exported; unset: left unset
+    for launcher in ("slurm_a100", "slurm_h100", "slurm_local"):
+        cfg = compose_config([f"hydra/launcher={launcher}"], return_hydra_config=True)
+        settings = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        assert settings["_target_"] == "hydra_plugins.gac_launcher.gac_launcher.GacSlurmLauncher"
+        assert {"HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "GAC_CACHE", "HF_TOKEN", "HF_ENDPOINT",
+                "HF_HUB_OFFLINE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy"} <= set(settings["env"])
+        assert settings["setup"] == [] and settings["wait"] is True
 
 
 def _fake_slurm(tmp_path, sinfo_out):
