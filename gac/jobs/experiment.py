@@ -507,10 +507,12 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
+            from gac.jobs.inputs import check_sweep_offline
             from gac.jobs.site import check_slurm
 
             try:
                 check_slurm(_launcher_settings(config), gpu=(config.get("gpu") or {}).get("name"))
+                check_sweep_offline([p["spec"] for p in points], list(config.hydra.overrides.task))
             except GacError as e:
                 print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
