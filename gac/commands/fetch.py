@@ -24,10 +24,11 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.jobs.inputs import caches, fetch_command, sweep_inputs
+    from gac.jobs.experiment import sweep_points
+    from gac.jobs.inputs import caches, fetch_command, inputs_of
     from gac.text import hub_access_problem, hub_unreachable
 
-    inputs = sweep_inputs(args.overrides)
+    inputs = inputs_of(p["spec"] for p in sweep_points(list(args.overrides)))
     where = ", ".join(f"{k}={v}" for k, v in caches().items())
     rows = [{"input": i.label(), "kind": i.kind, "name": i.name, "missing": i.missing()} for i in inputs]
     todo = [(i, r) for i, r in zip(inputs, rows, strict=True) if r["missing"]]

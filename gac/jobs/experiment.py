@@ -527,10 +527,13 @@ class SweepCallback(_Callback):
 
         plan = submitted(config.hydra.sweep.dir)
         if plan is not None:  # a Slurm sweep: its end-of-sweep job did (or will do) the bench, table and report
+            if plan.get("end_failed"):  # said by the launcher, with the job's log
+                sys.exit(1)
             report = plan.get("report")
             if report and report.get("failed"):
-                n = len(report["failed"])
-                print(f"experiments/run.py: error: {n} point(s) of the sweep did not finish (named above, and in "
+                n, first = len(report["failed"]), report["failed"][0]
+                print(f"experiments/run.py: error: {n} point(s) of the sweep did not finish, the first "
+                      f"[{' '.join(first['overrides'])}]: {first['detail']} (each is named above and in "
                       f"{report.get('report')}); the table holds the others. Fix them and re-launch: finished points "
                       f"are skipped", file=sys.stderr)
                 sys.exit(1)

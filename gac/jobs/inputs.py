@@ -3,7 +3,7 @@
 Many clusters' compute nodes cannot reach the Hugging Face hub (or PyPI). A job reads: its model (config, tokenizer,
 safetensors weights: ``HF_HUB_CACHE``), WikiText-2 for calibration and perplexity (``HF_DATASETS_CACHE``), the lm-eval
 tasks' datasets (the same), and gac's fixture builds (``smollm2``, ``enwiki``: ``GAC_CACHE``, built from pinned PyPI
-wheels). :func:`job_inputs` lists them for one job, :func:`sweep_inputs` for every point of a sweep;
+wheels). :func:`job_inputs` lists them for one job, :func:`inputs_of` for several (a sweep's points);
 :meth:`Input.missing` tells from the files alone (no network, no heavy import) what of one is not here, and
 :meth:`Input.fetch` downloads it the way the job will read it.
 
@@ -206,11 +206,9 @@ def job_inputs(spec) -> list[Input]:
     return list(dict.fromkeys(out))
 
 
-def sweep_inputs(overrides: Sequence[str]) -> list[Input]:
-    """What every point of the sweep ``overrides`` describes reads (each input once)."""
-    from gac.jobs.experiment import sweep_points
-
-    found = dict.fromkeys(i for p in sweep_points(list(overrides)) for i in job_inputs(p["spec"]))
+def inputs_of(specs: Iterable) -> list[Input]:
+    """What the jobs ``specs`` read, each input once, models first, then datasets, tasks and fixtures."""
+    found = dict.fromkeys(i for s in specs for i in job_inputs(s))
     order = {"model": 0, "dataset": 1, "task": 2, "fixture": 3}
     return sorted(found, key=lambda i: (order[i.kind], i.name, i.config or "", i.split or ""))
 
@@ -268,7 +266,7 @@ def check_sweep_offline(specs: Iterable, overrides: Sequence[str]) -> None:
                if os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")]
     if not offline:
         return
-    missing = missing_inputs(dict.fromkeys(i for s in specs for i in job_inputs(s)))
+    missing = missing_inputs(inputs_of(specs))
     if missing:
         raise GacError(f"{offline[0]} is set, so the jobs will read only the caches, which lack: "
                        f"{describe_missing(missing)}; fetch them first, where the hub is reachable and without "

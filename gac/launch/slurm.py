@@ -53,7 +53,7 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         from gac.jobs.site import check_slurm
 
         config = self.config
-        prog = "experiments/run.py" if _is_run_app(config) else "gac"
+        prog = _PROGS.get(OmegaConf.select(config, "hydra.job.config_name", default=None), "gac")
         try:
             params = check_slurm(self.params, gpu=OmegaConf.select(config, "gpu.name", default=None))
         except GacError as e:
@@ -77,7 +77,12 @@ class SlurmLauncher(_SubmititSlurmLauncher):
             idx = initial_job_idx + idx
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             job_params.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-        jobs = executor.map_array(self, *zip(*job_params, strict=True))
+        try:
+            jobs = executor.map_array(self, *zip(*job_params, strict=True))
+        except Exception as e:  # noqa: BLE001 - sbatch refused the array: a site setting, said in one line
+            if env_file is not None:
+                env_file.unlink(missing_ok=True)
+            _refused(prog, "the array", e)
         if not _is_run_app(config):  # another app's sweep (experiments/bench.py -m): its jobs are the whole of it
             return self._collect(jobs, job_overrides, env_file)
         from gac.jobs import sweep_end
@@ -87,7 +92,11 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         plan.update(array_job=array, submitit_folder=str(params["submitit_folder"]),
                     env_file=str(env_file) if env_file else None,
                     report_path=str(Path(plan["sweep_dir"]) / f"{sweep_end.REPORT}.md"))
-        end = _executor(params, end_of=array).submit(sweep_end.end_job, plan)
+        try:
+            end = _executor(params, end_of=array).submit(sweep_end.end_job, plan)
+        except Exception as e:  # noqa: BLE001 - the array runs; without its end, `gac report` makes the table
+            _refused(prog, f"the end-of-sweep job (array job {array} was submitted and runs; `gac report "
+                           f"{plan['results_dir']}` makes the table once it has ended)", e)
         plan["end_job"] = str(end.job_id)
         _record(plan)
         sweep_end.note_submitted(plan)
@@ -106,6 +115,7 @@ class SlurmLauncher(_SubmititSlurmLauncher):
             print(f"{prog}: the end-of-sweep job {end.job_id} did not finish ({type(e).__name__}: "
                   f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}); its log: {end.paths.stderr}; the "
                   f"points' records are in {plan['results_dir']}: `gac report {plan['results_dir']}`", file=sys.stderr)
+            plan["end_failed"] = True
             report = None
         if report is not None:
             print("\n" + report.get("text", ""))
@@ -129,6 +139,18 @@ class SlurmLauncher(_SubmititSlurmLauncher):
             if env_file is not None:  # no end-of-sweep job to remove it
                 env_file.unlink(missing_ok=True)
         return out
+
+
+_PROGS = {"config": "experiments/run.py", "bench": "experiments/bench.py", "profile": "experiments/profile_device.py"}
+
+
+def _refused(prog: str, what: str, e: Exception) -> None:
+    """sbatch refused a submission: one line with its reason, exit code 2 (a site setting, most often)."""
+    why = str(e).strip().splitlines()
+    why = next((ln.strip() for ln in reversed(why) if "error" in ln.lower()), why[-1].strip() if why else "")
+    print(f"{prog}: error: Slurm refused {what}: {type(e).__name__}: {why[:300]}; check the site settings "
+          f"(hydra.launcher.partition, account, qos, ...)", file=sys.stderr)
+    sys.exit(2)
 
 
 def _is_run_app(config) -> bool:

@@ -68,3 +68,29 @@ def test_hydra_finds_the_launcher_in_its_plugin_namespace():
     assert Plugins.instance().is_in_toplevel_plugins_module(f"{GacSlurmLauncher.__module__}.GacSlurmLauncher")
     launcher = GacSlurmLauncher(wait=False, env=["HF_TOKEN"], submitit_folder="/tmp/x/%j", timeout_min=5)
     assert launcher.wait is False and launcher.env == ["HF_TOKEN"] and "wait" not in launcher.params
+
+
+def test_an_array_sbatch_refuses_is_one_line_not_a_traceback(tmp_path):
+    """Through experiments/run.py with a fake Slurm whose sbatch refuses (an account the site does not know): the
+    launcher (found by Hydra's plugin discovery) says so in one line, exit code 2, and leaves no env file behind."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refuse = ("echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
+              "specified' >&2; exit 1")
+    for name, body in (("sbatch", refuse), ("srun", "exit 1"), ("sinfo", "echo 'debug*|(null)|(null)|4096|2|infinite'")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "PYTHONPATH": str(root), "HF_TOKEN": "hf_x"}
+    r = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local",
+                        "eval=none", f"results_dir={tmp_path}/res", f"hydra.sweep.dir={tmp_path}/multirun"],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("experiments/run.py: error: Slurm refused the array: ") and "Traceback" not in r.stderr
+    assert "Invalid account or account/partition combination specified" in lines[-1]
+    assert not list((tmp_path / "multirun").glob(".gac-env-*"))
