@@ -125,7 +125,7 @@ def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path)
     ppl_mtime = ppl[0].stat().st_mtime_ns
     rq = subprocess.run(["scontrol", "requeue", str(job_id)], env=cluster.env, capture_output=True, text=True)
     assert rq.returncode == 0, rq.stderr
-    out, _ = proc.communicate(timeout=600)
+    out, _ = proc.communicate(timeout=900)  # the requeued job, then the end-of-sweep job after it
     assert proc.returncode == 0, out
     records = list(ResultsStore(results).iter_records())
     assert len(records) == 1

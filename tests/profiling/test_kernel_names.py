@@ -160,19 +160,30 @@ def test_gemm_alignment_is_16_bytes_of_k_and_n():
     assert not gemm_aligned(4097, 4096) and not gemm_aligned(4096, 4098) and not gemm_aligned(6, 4, itemsize=4)
 
 
-# what ran on a real H200 (torch 2.11+cu130, gac doctor): each keeps the classification it had there
-H200_DOCTOR = [
-    ("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT", 4096, "native"),
+# what ran on a real H200 (torch 2.11+cu130): gac doctor's GEMM at K=4096/4097, then torch.profiler over F.linear at
+# M in 1..4096, N in (4096, 11008), K in 4096..4104, fp16 and bf16 (180 shapes, no name unplaced; no sm80 kernel
+# for these shapes there); each keeps its classification: (name, N, K, tier)
+H200_GEMMS = [
+    ("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT", 4096, 4096, "native"),
     ("void cutlass::Kernel2<cutlass_75_tensorop_f16_s1688gemm_f16_256x128_nn_align1>(cutlass_75_tensorop_f16_s1688"
-     "gemm_f16_256x128_nn_align1::Params)", 4097, "align1"),
+     "gemm_f16_256x128_nn_align1::Params)", 4096, 4097, "align1"),
+    ("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT", 4096, 4096, "native"),  # bf16, M=1
+    ("void cutlass::Kernel2<cutlass_75_wmma_tensorop_f16_s161616gemm_f16_32x32_128x1_tn_align1>(cutlass_75_wmma_"
+     "tensorop_f16_s161616gemm_f16_32x32_128x1_tn_align1::Params)", 11008, 4097, "align1"),  # fp16, M=4
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align2>(cutlass_80_wmma_"
+     "tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align2::Params)", 4096, 4098, "align2"),  # bf16, M=4
+    ("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, cublasGemvTensorStridedBatched<__nv_bfloat16 const>, "
+     "cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16> >("
+     "cublasGemmSmallNParams<cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<"
+     "__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16>, float>)", 4096, 4097, "gemv"),  # M=4
 ]
 
 
-@pytest.mark.parametrize(("name", "k", "tier"), H200_DOCTOR, ids=["K=4096", "K=4097"])
-def test_the_h200_doctors_gemm_kernels_keep_their_tiers(name, k, tier):
+@pytest.mark.parametrize(("name", "n", "k", "tier"), H200_GEMMS, ids=[f"{n[:24]}-K{k}" for n, _, k, _ in H200_GEMMS])
+def test_the_h200s_gemm_kernels_keep_their_tiers(name, n, k, tier):
     from gac.profiling.kernels import gemm_aligned
 
-    assert kernel_tier(name, "9.0", gemm_aligned(k, 4096)) == tier
+    assert kernel_tier(name, "9.0", gemm_aligned(k, n)) == tier
 
 
 def test_fallback_ranks_below_native():
