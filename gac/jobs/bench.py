@@ -217,6 +217,13 @@ def _provenance(dev) -> dict:
 # ---------------------------------------------------------------------------------------------- config / Hydra
 def bench_from_config(cfg: dict) -> dict:
     """Run :func:`bench_store` from a plain config (``conf/bench.yaml`` resolved); print the table; return the doc."""
+    doc = bench_of_config(cfg)
+    print(describe(doc))
+    return doc
+
+
+def bench_of_config(cfg: dict) -> dict:
+    """:func:`bench_store` from a plain config (``conf/bench.yaml`` resolved): the bench document, nothing printed."""
     known = {"results_dir", "where", "sweep", "experiment", "keys", "plans", "model", "compressor", "options", "device",
              "dtype", "points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt", "threads", "seed",
              "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose", "predict"}
@@ -239,7 +246,6 @@ def bench_from_config(cfg: dict) -> dict:
         timer=str(cfg.get("timer") or "auto"),
         profile=bool(cfg.get("profile", True)), force=bool(cfg.get("force", False)), json_out=cfg.get("json"),
         json_force=bool(cfg.get("force", False)), predict=cfg.get("predict"))
-    print(describe(doc))
     return doc
 
 
@@ -313,7 +319,7 @@ def bench_after_sweep(results_dir: str | os.PathLike, keys: Sequence[str], overr
         log.warning("after-sweep bench: no compressed record to bench")
         return None
     cfg = compose_bench([f"results_dir={results_dir}", f"keys=[{','.join(done)}]", *[str(o) for o in overrides]])
-    return bench_from_config(cfg)
+    return bench_of_config(cfg)  # the end of the sweep prints it with its report
 
 
 def _is_baseline_key(store: ResultsStore, key: str) -> bool:

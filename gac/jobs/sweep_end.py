@@ -158,7 +158,7 @@ def finish_sweep(plan: Mapping, errors: Mapping[frozenset, str] | None = None) -
     points = outcomes(plan, store, errors)
     done = sorted({p["key"] for p in points if p["state"] == "done"})
     bad = [p for p in points if p["state"] != "done" and "same job as an earlier point" not in (p["detail"] or "")]
-    bench = _bench(plan, done) if (plan.get("bench") or {}).get("after_sweep") else None
+    bench, bench_text = _bench(plan, done) if (plan.get("bench") or {}).get("after_sweep") else (None, None)
     table = _table(plan, store, done)
     n = len({p["key"] for p in points})
     lines = [f"# Sweep {plan['sweep_dir']}", "",
@@ -167,7 +167,7 @@ def finish_sweep(plan: Mapping, errors: Mapping[frozenset, str] | None = None) -
     lines += [f"- {p['state']:<7} {' '.join(shown(p['overrides'])) or '(no overrides)'}  [{p['key']}]: {p['detail']}"
               for p in points]
     if bench is not None:
-        lines += ["", f"Bench: {bench}"]
+        lines += ["", bench_text or f"Bench: {bench}"]
     if table:
         lines += ["", table]
     elif done:
@@ -194,21 +194,22 @@ def _varying(overrides: Sequence[Sequence[str]]):
     return lambda o: [x for x in o if x not in common]
 
 
-def _bench(plan: Mapping, done: Sequence[str]) -> str:
-    """The after-sweep bench over the done points, here; what it did, in one line. A failed bench is said, never
-    turned into a failed end of sweep (the records are safe; ``gac bench`` re-runs it)."""
-    from gac.jobs.bench import bench_after_sweep
+def _bench(plan: Mapping, done: Sequence[str]) -> tuple[str, str | None]:
+    """The after-sweep bench over the done points, here: its record's path (or what went wrong, in one line) and its
+    table. A failed bench is said, never turned into a failed end of sweep (the records are safe; ``gac bench``
+    re-runs it)."""
+    from gac.jobs.bench import bench_after_sweep, describe
 
     try:
         doc = bench_after_sweep(plan["results_dir"], done, plan["bench"].get("overrides") or [])
     except GacError as e:
-        return f"did not run: {e}"
+        return f"did not run: {e}", None
     except Exception as e:  # noqa: BLE001 - the sweep's records are safe; say what went wrong and how to re-run it
         log.exception("the after-sweep bench failed")
-        return f"failed ({type(e).__name__}: {e}); re-run it with `gac bench {plan['results_dir']}`"
+        return f"failed ({type(e).__name__}: {e}); re-run it with `gac bench {plan['results_dir']}`", None
     if doc is None:
-        return "nothing to bench (no compressed point is done)"
-    return str(doc.get("_path") or doc.get("key"))
+        return "nothing to bench (no compressed point is done)", None
+    return str(doc.get("_path") or doc.get("key")), describe(doc)
 
 
 def _table(plan: Mapping, store: ResultsStore, done: Sequence[str]) -> str | None:
