@@ -288,7 +288,7 @@ def file_problem(path: str | os.PathLike) -> str | None:
 
 #: Where a results store keeps its own files (gac.results.store): nothing but a job or a bench writes there.
 STORE_MARKER = ".gac-store.json"
-STORE_OWN_DIRS = ("records", "failures", "runs", "work", "locks", "cache", "bench")
+STORE_OWN_DIRS = ("records", "failures", "runs", "work", "locks", "cache", "bench", "sweeps")
 _WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 

@@ -22,12 +22,13 @@ TINY_JOB = ["model=tiny", "compressor=llm_pruner", "calibration.n_samples=4", "c
 
 
 def _sources(dst: Path) -> None:
-    """What a build reads (pyproject.toml, README.md, gac/, conf/), copied so the build leaves the checkout alone."""
+    """What a build reads (pyproject.toml, README.md, gac/, conf/, hydra_plugins/), copied so the build leaves the checkout alone."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dst / name)
     shutil.copytree(ROOT / "gac", dst / "gac", ignore=ignore)
     shutil.copytree(ROOT / "conf", dst / "conf", ignore=ignore)
+    shutil.copytree(ROOT / "hydra_plugins", dst / "hydra_plugins", ignore=ignore)
 
 
 def _run(args, cwd, env, timeout=300):
@@ -57,7 +58,7 @@ def wheel_env(tmp_path_factory):
 
 def test_wheel_holds_every_module_config_and_data_file(wheel_env):
     names = set(zipfile.ZipFile(wheel_env["wheel"]).namelist())
-    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gac").rglob("*.py")}
+    modules = {p.relative_to(ROOT).as_posix() for d in ("gac", "hydra_plugins") for p in (ROOT / d).rglob("*.py")}
     configs = {"gac/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "conf").rglob("*.yaml")
                if p.parent.name != "local"}
     data = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gac" / "data").rglob("*")

@@ -52,7 +52,10 @@ def bench() -> None:
     """Side-by-side latency of a store's records in one process on one device (``gac bench`` as a Hydra app,
     ``conf/bench.yaml``: a Slurm launcher measures a stored sweep on a GPU node)."""
 
+    from gac.jobs.schema import register
+
     guard_closed_pipe("experiments/bench.py")
+    register()  # the Slurm launchers' settings (gac_slurm)
     try:
         _hydra_main("bench", _bench_task)()
     except KeyboardInterrupt:  # one line and exit code 130, not a traceback
@@ -96,6 +99,8 @@ def _profile(c: dict) -> None:
 
 def profile_device() -> None:
     """Kernel dimension sweeps on this machine -> a HardwareProfile directory (``conf/profile.yaml``)."""
+    from gac.jobs.schema import register
 
     guard_closed_pipe("experiments/profile_device.py")
+    register()  # the Slurm launchers' settings (gac_slurm), for a profile submitted with -m hydra/launcher=slurm_*
     _hydra_main("profile", _profile_task)()

@@ -7,7 +7,9 @@ HELP = "sweep status (done / failed / running / pending) and the local Slurm clu
 DESCRIPTION = """\
 gac launch status [--results-dir DIR] OVERRIDES...   every point of the sweep the overrides describe (the same
                                                      overrides as `experiments/run.py -m ...`), with its state
-                                                     and its Slurm job as squeue shows it (1_0: array 1, task 0)
+                                                     and its Slurm job as squeue shows it (1_0: array 1, task 0);
+                                                     for a Slurm sweep, where its end-of-sweep job is (waiting for
+                                                     the array, running, or done: the report with the table)
 gac launch cluster start|stop [--dir D]              the loopback single-node Slurm cluster (root)
 """
 
@@ -31,12 +33,13 @@ def run(args) -> int:
         return local_cluster.main(argv)
     import json
 
-    from gac.launch.status import sweep_status
+    from gac.launch.status import sweep_end_status, sweep_status
 
     rows = sweep_status(args.overrides, results_dir=args.results_dir)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    end = sweep_end_status(rows)
     counts: dict[str, int] = {}
     width = max([len(" ".join(r["overrides"])) for r in rows] + [9])
     jw = max([len(r.get("slurm_job") or "") for r in rows] + [0])
@@ -47,4 +50,6 @@ def run(args) -> int:
         job = f"{r.get('slurm_job') or '':<{jw}}  " if jw else ""
         print(f"{r['state']:<8} {r['key']:<16}  {job}{' '.join(r['overrides']):<{width}}  {r.get('detail') or ''}")
     print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" (of {len(rows)})")
+    if end is not None:
+        print(f"end of sweep: Slurm job {end['end_job']} {end['state']}: {end['detail']}")
     return 0

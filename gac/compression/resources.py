@@ -301,8 +301,11 @@ def cgroup_memory(proc: str | os.PathLike = "/proc", cgroup: str | os.PathLike =
     The process's own cgroup comes from ``/proc/self/cgroup`` (cgroup v2's ``0::PATH`` line, or v1's ``memory``
     controller line), since a Slurm job's limit is set on its job cgroup, not on the root. Every cgroup from that one
     up to the mount's root can hold a limit; the tightest wins: the smallest ``memory.max`` (v1:
-    ``memory.limit_in_bytes``) and the smallest limit minus usage. ``proc`` and ``cgroup``: the roots of /proc and the
-    cgroup mount."""
+    ``memory.limit_in_bytes``) and the smallest limit minus usage. Usage counts the page cache of files the job read
+    (a model's weights just loaded: gigabytes), which the kernel reclaims before it kills anything in the cgroup, so
+    the file pages on its LRU lists (``memory.stat``'s ``active_file`` + ``inactive_file``; v1's ``total_*``) are
+    taken off usage, as the host's MemAvailable takes off the page cache. tmpfs and shared memory are not on those
+    lists and stay counted. ``proc`` and ``cgroup``: the roots of /proc and the cgroup mount."""
     limit = left = None
     for d, v2 in _cgroup_dirs(Path(proc), Path(cgroup)):
         if v2:
@@ -314,9 +317,28 @@ def cgroup_memory(proc: str | os.PathLike = "/proc", cgroup: str | os.PathLike =
         if lim is None:
             continue
         limit = lim if limit is None else min(limit, lim)
-        rest = max(lim - (used or 0), 0)
+        used = max((used or 0) - _page_cache(d, v2), 0)
+        rest = max(lim - used, 0)
         left = rest if left is None else min(left, rest)
     return limit, left
+
+
+def _page_cache(d: Path, v2: bool) -> int:
+    """The reclaimable file pages a cgroup's usage includes (0 when its ``memory.stat`` cannot be read)."""
+    try:
+        stat = dict(ln.split()[:2] for ln in (d / "memory.stat").read_text().splitlines() if len(ln.split()) >= 2)
+    except (OSError, ValueError):
+        return 0
+    names = ("active_file", "inactive_file") if v2 else ("total_active_file", "total_inactive_file")
+    if not v2 and not any(n in stat for n in names):  # a v1 kernel without the hierarchical counters
+        names = ("active_file", "inactive_file")
+    total = 0
+    for n in names:
+        try:
+            total += int(stat.get(n, 0))
+        except ValueError:
+            continue
+    return total
 
 
 def _cgroup_dirs(proc: Path, cgroup: Path) -> list[tuple[Path, bool]]:

@@ -165,14 +165,13 @@ def memory_estimate(variants: Sequence[Variant], points) -> dict:
 
 
 def _host_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+    """Bytes this process may still take on the host: MemAvailable, bounded by the job's own cgroup limit (a Slurm
+    job's ``--mem``: the node's free memory is not the job's), page cache counted as free
+    (:func:`gac.compression.resources.device_memory`)."""
+    from gac.compression.resources import device_memory
+
+    avail = device_memory("cpu")["available_mb"]
+    return None if avail is None else int(avail * 2**20)
 
 
 def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
@@ -184,8 +183,8 @@ def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
     if dev.type == "cpu":
         avail = _host_available()
         if avail is not None and need > avail:
-            raise GacError(f"the {len(variants)} variants need about {gb(need)} but the host has {gb(avail)} available; "
-                           f"bench fewer variants at a time (--where ...)")
+            raise GacError(f"the {len(variants)} variants need about {gb(need)} but the host has {gb(avail)} available "
+                           f"to this job (its memory limit included); bench fewer variants at a time (--where ...)")
         return "resident", f"cpu: all {len(variants)} variants in host memory ({gb(need)} estimated)", est
     from gac.compression.resources import device_memory
 
@@ -198,7 +197,8 @@ def plan_memory(variants, points, dev, mode: str) -> tuple[str, str, dict]:
     avail = _host_available()
     if avail is not None and est["weights"] > avail:
         raise GacError(f"the variants need about {gb(est['weights'])} on the host to take turns on {dev}, but the host "
-                       f"has {gb(avail)} available; bench fewer variants at a time (--where ...)")
+                       f"has {gb(avail)} available to this job (its memory limit included); bench fewer variants at a "
+                       f"time (--where ...)")
     one = est["largest_model"] + est["activations"]
     if one > free:
         raise GacError(f"one variant needs about {gb(one)} on {dev} but only {gb(free)} is free, and latency is a "

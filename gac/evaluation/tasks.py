@@ -66,6 +66,11 @@ def _registry():
     return TaskManager(include_defaults=True)
 
 
+def task_manager():
+    """lm-eval's task manager as gac builds it (every built-in task, group and tag), one per process."""
+    return _registry()
+
+
 def registry_names() -> list[str]:
     """Every name lm-eval's registry knows (tasks, groups, tags)."""
     return list(_registry().all_tasks)
@@ -261,7 +266,7 @@ def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0, via: str = "cli"
     why = hub_unreachable(timeout)
     if why is None:
         return
-    missing = [t for t in tasks if _dataset_cached(t) is False]
+    missing = [t for t in tasks if task_dataset_cached(t) is False]
     if missing:
         shipped = set(missing) <= {"piqa", "hellaswag"}  # tiny's (and enwiki's) offline files hold these two
         if via == "config":
@@ -277,7 +282,7 @@ def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0, via: str = "cli"
         )
 
 
-def _dataset_cached(task: str) -> bool | None:
+def task_dataset_cached(task: str) -> bool | None:
     """Whether ``task``'s dataset is in the local Hugging Face caches (None: its dataset cannot be told)."""
     try:
         if task in TASKS:

@@ -8,7 +8,7 @@ is a hash of the measured record keys (and plan contents), the device, the point
 same bench again returns the stored one (``force`` measures again, beside it). Nothing is written on bad input.
 
 :func:`bench_from_config` is the same from a plain config dict (``conf/bench.yaml``); :func:`bench_after_sweep`
-runs it when a multirun ends (in this process for a local launcher, as one more Slurm job for a Slurm launcher).
+runs it when a multirun ends, where the end of the sweep runs (:mod:`gac.jobs.sweep_end`).
 """
 
 from __future__ import annotations
@@ -215,6 +215,13 @@ def _provenance(dev) -> dict:
 # ---------------------------------------------------------------------------------------------- config / Hydra
 def bench_from_config(cfg: dict) -> dict:
     """Run :func:`bench_store` from a plain config (``conf/bench.yaml`` resolved); print the table; return the doc."""
+    doc = bench_of_config(cfg)
+    print(describe(doc))
+    return doc
+
+
+def bench_of_config(cfg: dict) -> dict:
+    """:func:`bench_store` from a plain config (``conf/bench.yaml`` resolved): the bench document, nothing printed."""
     known = {"results_dir", "where", "sweep", "experiment", "keys", "plans", "model", "compressor", "options", "device",
              "dtype", "points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt", "threads", "seed",
              "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose", "predict"}
@@ -239,7 +246,6 @@ def bench_from_config(cfg: dict) -> dict:
         timer=str(cfg.get("timer") or "auto"),
         profile=bool(cfg.get("profile", True)), force=bool(cfg.get("force", False)), json_out=cfg.get("json"),
         json_force=bool(cfg.get("force", False)), predict=cfg.get("predict"))
-    print(describe(doc))
     return doc
 
 
@@ -306,58 +312,23 @@ def bench_from_hydra(cfg) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------------- after a sweep
-def bench_after_sweep(config, keys: Sequence[str]) -> dict | None:
-    """The bench a multirun asks for (``bench.after_sweep: true``) over its points' ``keys``, once every job ended.
-
-    A local launcher runs it here; a Slurm launcher (submitit) submits it as one more job with the launcher's own
-    settings (partition, GPUs, time) and waits for it. Returns the bench document, or None when nothing was done.
-    """
-    from omegaconf import OmegaConf
-
-    results_dir = str(Path(str(config.get("results_dir", "results"))).expanduser().resolve())
+def bench_after_sweep(results_dir: str | os.PathLike, keys: Sequence[str], overrides: Sequence[str] = ()
+                      ) -> dict | None:
+    """The bench a multirun asks for (``bench.after_sweep: true``) over its done points' ``keys``, measured here
+    (:mod:`gac.jobs.sweep_end` runs it where the end of the sweep runs: the launching process of a local sweep, the
+    end-of-sweep Slurm job of a Slurm one). ``overrides``: ``bench.overrides`` (``conf/bench.yaml`` settings).
+    Returns the bench document, or None when no compressed point is done."""
+    results_dir = str(Path(results_dir).expanduser().resolve())
     store = ResultsStore(results_dir)
-    done = [k for k in keys if store.is_done(k)]
-    missing = len(set(keys)) - len(set(done))
-    if missing:
-        log.warning("after-sweep bench: %d of the sweep's points have no record (failed or skipped); benching the rest",
-                    missing)
+    done = sorted({k for k in keys if store.is_done(k)})
     if not [k for k in done if not _is_baseline_key(store, k)]:
         log.warning("after-sweep bench: no compressed record to bench")
         return None
-    bench = OmegaConf.to_container(config.bench, resolve=True) if config.get("bench") else {}
-    overrides = [f"results_dir={results_dir}", f"keys=[{','.join(sorted(set(done)))}]",
-                 *[str(o) for o in (bench.get("overrides") or [])]]
-    cfg = compose_bench(overrides)
-    launcher = OmegaConf.to_container(config.hydra.launcher, resolve=True)
-    target = str(launcher.get("_target_", ""))
-    if target.endswith("SlurmLauncher"):
-        job = _submit(launcher, cfg, Path(str(config.hydra.sweep.dir)))
-        print(f"after-sweep bench: submitted Slurm job {job.job_id}; waiting for it")
-        doc = job.result()
-        print(describe(doc))
-        return doc
-    return bench_from_config(cfg)
+    cfg = compose_bench([f"results_dir={results_dir}", f"keys=[{','.join(done)}]", *[str(o) for o in overrides]])
+    return bench_of_config(cfg)  # the end of the sweep prints it with its report
 
 
 def _is_baseline_key(store: ResultsStore, key: str) -> bool:
     from gac.io import read_json
 
     return is_baseline_record(read_json(store.record_path(key), "result record"))
-
-
-def _submit(launcher: dict, cfg: dict, sweep_dir: Path):
-    """Submit :func:`bench_from_config` as one Slurm job with the sweep launcher's settings (hydra-submitit's mapping)."""
-    import submitit
-
-    params = {k: v for k, v in launcher.items() if k != "_target_"}
-    folder = str(sweep_dir / ".submitit" / "bench-%j")
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm",
-                                     slurm_max_num_timeout=int(params.pop("max_num_timeout", 0) or 0))
-    params.pop("submitit_folder", None)
-    base = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name",
-            "stderr_to_stdout"}
-    params = {(k if k in base else f"slurm_{k}"): v for k, v in params.items() if v is not None}
-    params.pop("slurm_array_parallelism", None)
-    params["name"] = "gac-bench"
-    executor.update_parameters(**params)
-    return executor.submit(bench_from_config, cfg)

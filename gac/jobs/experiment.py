@@ -3,7 +3,7 @@
 ``experiments/run.py`` calls :func:`run_from_hydra`; tests and notebooks call :func:`run_config` with a plain dict
 (for instance from :func:`compose_config`). :class:`SweepCallback` (enabled in ``conf/config.yaml``) checks every
 point of a multirun before anything is launched — an invalid value anywhere fails the whole sweep up front — and
-prints the sweep's table when it ends.
+ends it with its report (:mod:`gac.jobs.sweep_end`: each point's outcome, the bench, the table).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
@@ -19,7 +19,7 @@ from gac.jobs.compose import CONF_DIR, compose
 
 log = logging.getLogger(__name__)
 
-_FAILED_POINTS: list[tuple[str, str]] = []  # points of an in-process sweep that failed on bad input
+_FAILED_POINTS: list[tuple[list[str], str]] = []  # (overrides, error) of in-process sweep points refused on bad input
 
 
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
@@ -74,7 +74,7 @@ def run_from_hydra(cfg) -> dict | None:
         # in-process sweep: one line now, the other points still run, exit code 2 at the end (SweepCallback)
         point = " ".join(hc.overrides.task)
         print(f"experiments/run.py: error: [{point}]: {e}", file=sys.stderr)
-        _FAILED_POINTS.append((point, str(e)))
+        _FAILED_POINTS.append((list(hc.overrides.task), str(e)))
         return None
     except KeyboardInterrupt:
         raise SystemExit(interrupted()) from None
@@ -509,7 +509,8 @@ except ImportError:  # pragma: no cover
 
 
 class SweepCallback(_Callback):
-    """Checks a multirun's every point before launch; prints its results when it ends."""
+    """Checks a multirun's every point before launch; ends it with its report (:mod:`gac.jobs.sweep_end`): here for
+    an in-process sweep, from the end-of-sweep Slurm job's report for a Slurm one."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
@@ -522,41 +523,46 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
+            from gac.jobs.inputs import check_sweep_offline
+            from gac.jobs.site import check_slurm
+
             try:
-                check_slurm(_launcher_settings(config))
+                check_slurm(_launcher_settings(config), gpu=(config.get("gpu") or {}).get("name"))
+                check_sweep_offline([p["spec"] for p in points], list(config.hydra.overrides.task))
             except GacError as e:
                 print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
         log.info("sweep checked: %d points", len(points))
-        self._keys = {str(p["key"]) for p in points}  # the sweep's own records: its table holds only those
+        from gac.jobs.sweep_end import note_points
+
+        self._points = [{"overrides": p["overrides"], "key": p["key"]} for p in points]
+        note_points(config.hydra.sweep.dir, self._points)  # for the Slurm launcher's end-of-sweep job
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        if (config.get("bench") or {}).get("after_sweep"):
-            _bench_after_sweep(config)  # before the table, which takes its latency from the bench
-        self._print_table(config, getattr(self, "_keys", None))
+        from gac.jobs.sweep_end import finish_sweep, submitted, sweep_plan
+
+        plan = submitted(config.hydra.sweep.dir)
+        if plan is not None:  # a Slurm sweep: its end-of-sweep job did (or will do) the bench, table and report
+            if plan.get("end_failed"):  # said by the launcher, with the job's log
+                sys.exit(1)
+            report = plan.get("report")
+            if report and report.get("failed"):
+                n, first = len(report["failed"]), report["failed"][0]
+                print(f"experiments/run.py: error: {n} point(s) of the sweep did not finish, the first "
+                      f"[{' '.join(first['overrides'])}]: {first['detail']} (each is named above and in "
+                      f"{report.get('report')}); the table holds the others. Fix them and re-launch: finished points "
+                      f"are skipped", file=sys.stderr)
+                sys.exit(1)
+            return
+        errors = {frozenset(point): e for point, e in _FAILED_POINTS}
+        report = finish_sweep(sweep_plan(config, getattr(self, "_points", [])), errors)
+        print("\n" + report["text"])
         if _FAILED_POINTS:
             n = len(_FAILED_POINTS)
             _FAILED_POINTS.clear()
             print(f"experiments/run.py: error: {n} point(s) of the sweep failed (each named above); the other points "
                   f"ran. Fix them and re-launch: finished points are skipped", file=sys.stderr)
             sys.exit(2)
-
-    @staticmethod
-    def _print_table(config, keys=None) -> None:
-        try:
-            from gac.analysis import format_table, load_results, table5
-        except ImportError:
-            return
-        results_dir = Path(str(config.get("results_dir", "results"))).resolve()
-        try:
-            df = load_results(results_dir)
-            if keys:  # other jobs in the same store (other settings) never join this sweep's table
-                df = df[df["key"].astype(str).isin(keys)]
-            if config.get("experiment_name") in ("table5", "table5_authors", "table5_both") and len(df):
-                t = table5(df)
-                print("\n" + format_table(t, fmt="markdown", caption=t.attrs.get("caption")))
-        except Exception as e:  # a report must never turn a finished sweep into a failure
-            log.warning("could not print the sweep's table: %s", e)
 
 
 def _launcher_settings(config) -> dict:
@@ -568,50 +574,3 @@ def _launcher_settings(config) -> dict:
         return OmegaConf.to_container(config.hydra.launcher, resolve=True)
     except Exception:  # noqa: BLE001 - an interpolation only a running job can resolve
         return OmegaConf.to_container(config.hydra.launcher, resolve=False)
-
-
-def check_slurm(launcher=None) -> None:
-    """Before a Slurm launch: ``sbatch`` exists, Slurm answers (``sinfo``: a missing or wrong ``SLURM_CONF`` fails
-    here with one line, not in submitit's traceback), and every site setting of ``launcher`` (hydra.launcher: a
-    mapping, or just a partition name) is one the cluster has (:func:`gac.jobs.site.check_site`: partition,
-    constraint, GPUs, memory, CPUs, time limit, account, QOS)."""
-    import shutil
-    import subprocess
-
-    from gac.jobs.site import SINFO_FORMAT, check_slurm_site, parse_sinfo
-
-    if not isinstance(launcher, Mapping):
-        launcher = {"partition": launcher}
-    if shutil.which("sbatch") is None:
-        raise GacError("a Slurm launcher was chosen but `sbatch` is not on PATH (no Slurm here); use "
-                       "hydra/launcher=local, or start a cluster: python -m gac.launch.local_cluster start")
-    sinfo = shutil.which("sinfo")
-    if sinfo is None:
-        return
-    try:
-        r = subprocess.run([sinfo, "-h", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as e:
-        r = subprocess.CompletedProcess([sinfo], 1, "", f"{type(e).__name__}: {e}")
-    if r.returncode != 0:
-        lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()] or [f"exit code {r.returncode}"]
-        conf = os.environ.get("SLURM_CONF")
-        raise GacError(f"Slurm does not answer here (sinfo: {lines[-1].removeprefix('sinfo: ')}); SLURM_CONF is "
-                       f"{repr(conf) if conf else 'unset'}: export SLURM_CONF=<your cluster's slurm.conf> (the loopback "
-                       f"cluster: `python -m gac.launch.local_cluster start` prints it), or use hydra/launcher=local")
-    check_slurm_site(launcher, parse_sinfo(r.stdout))
-
-
-def _bench_after_sweep(config) -> None:
-    """``bench.after_sweep: true``: measure the sweep's points side by side now that every job has ended
-    (:func:`gac.jobs.bench.bench_after_sweep`). A failed bench is reported, never turned into a failed sweep."""
-    from gac.jobs.bench import bench_after_sweep
-
-    try:
-        keys = [p["key"] for p in sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))]
-        bench_after_sweep(config, keys)
-    except GacError as e:
-        print(f"experiments/run.py: the after-sweep bench did not run: {e}", file=sys.stderr)
-    except Exception as e:  # the sweep's records are safe; say what went wrong and how to re-run it
-        log.exception("the after-sweep bench failed")
-        print(f"experiments/run.py: the after-sweep bench failed ({type(e).__name__}: {e}); re-run it with "
-              f"`gac bench {config.get('results_dir', 'results')}`", file=sys.stderr)

@@ -48,7 +48,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, over
         raise GacError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
     key = spec.key
     checkout_at_start()  # the commit this process's code came from, before a long job lets the checkout move
-    preflight(spec, store, save_model, force)
+    preflight(spec, store, save_model, force, overrides)
     lock = store.lock(key)
     if store.is_done(key) and not force:
         log.info("job %s is done (%s); skipping (force=true re-runs it)", key, store.record_path(key))

@@ -3,6 +3,8 @@ compute and before the store is touched."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gac.errors import GacError
 from gac.jobs.loading import job_model_config, model_max_positions
 from gac.jobs.spec import JobSpec, task_files_of
@@ -13,12 +15,14 @@ from gac.results import ResultsStore
 SAVE_MODEL_REPLACE = "experiments/run.py never replaces one: move it aside (mv DIR DIR.old)"
 
 
-def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False) -> None:
+def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force: bool = False,
+              overrides: Sequence[str] = ()) -> None:
     """Everything that can fail on bad input or a bad disk, checked before a second of compute (and before the store
     is touched): the job's device, model and sequence lengths (check_job_here), the model's files match their config,
     the store is writable with room to spare and its entries for this key are what gac makes, the task files match
-    their task's schema, the checkpoint path is free."""
-    check_job_here(spec)
+    their task's schema, the checkpoint path is free. ``overrides``: the job's, for the fetch command an offline node
+    names (:func:`gac.jobs.inputs.check_offline`)."""
+    check_job_here(spec, overrides)
     if not spec.random_weights and (force or not store.is_done(spec.key)):  # a done point needs no model
         from gac.models import check_model_files
 
@@ -38,9 +42,11 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
                 check_local_file(t, files[t])
 
 
-def check_job_here(spec: JobSpec) -> None:
+def check_job_here(spec: JobSpec, overrides: Sequence[str] = ()) -> None:
     """What only the machine that runs the job can check, before anything is written or loaded: the job's device is
-    there, its sequence lengths fit the model's positions, and tasks that need the hub can reach it."""
+    there, what it reads from the hub is in the caches or the hub answers (every missing input named at once, with
+    the `gac fetch` command), its sequence lengths fit the model's positions, and tasks that need the hub can reach
+    it."""
     if spec.device.startswith("cuda"):
         import torch
 
@@ -51,11 +57,14 @@ def check_job_here(spec: JobSpec) -> None:
             raise GacError(f"this job runs on {spec.device} (gpu={spec.gpu}), but this machine has {have}; run it on a "
                            f"GPU node (e.g. hydra/launcher=slurm_h100), or use gpu=cpu here")
         check_gpu_name(spec.gpu, spec.device, cuda_device_name(torch.device("cuda", index)))
-    if not spec.random_weights:
-        try:
-            check_model_here(spec.model_spec)  # a missing directory, a file, the hub offline: now
-        except GacError as e:
-            raise GacError(f"config: model.spec: {e}") from None
+    from gac.jobs.inputs import check_offline, is_hub_model
+
+    hub = is_hub_model(spec.model_spec)
+    if not spec.random_weights and not hub:
+        _check_model(spec)  # a missing directory, a file that is no model: first, whatever else is missing
+    check_offline(spec, overrides)  # an offline node: every missing input named at once, not one per queue wait
+    if not spec.random_weights and hub:
+        _check_model(spec)  # a gated model without a granted token, the hub offline and the model not cached
     from gac.text import check_source
 
     if not spec.is_baseline:
@@ -107,6 +116,13 @@ def check_layers_here(compressor, model_spec: str, where: str, arch: dict | None
             compressor.layer_indices(n)
         except GacError as e:
             raise GacError(f"{where}: {e}") from None
+
+
+def _check_model(spec: JobSpec) -> None:
+    try:
+        check_model_here(spec.model_spec)
+    except GacError as e:
+        raise GacError(f"config: model.spec: {e}") from None
 
 
 def cuda_device_name(device) -> str:

@@ -124,11 +124,38 @@ class GacConfig:
     bench: BenchConfig = field(default_factory=BenchConfig)
 
 
+SLURM_LAUNCHER = "gac_slurm"
+#: what a Slurm job gets from the launching shell (when set there), through a file only the user reads
+#: (gac.launch.slurm): the caches, the hub token and endpoint, offline mode, the proxies
+JOB_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "GAC_CACHE", "HF_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT",
+           "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY",
+           "https_proxy", "http_proxy", "no_proxy", "all_proxy")
+
+try:  # hydra-submitit-launcher is a dependency; without it there are no Slurm launchers to type
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf as _SlurmQueueConf
+except ImportError:  # pragma: no cover
+    _SlurmQueueConf = None
+
+if _SlurmQueueConf is not None:
+    @dataclass
+    class GacSlurmConf(_SlurmQueueConf):
+        """gac's Slurm launcher settings (``hydra/launcher: gac_slurm``, which ``conf/hydra/launcher/slurm_*.yaml``
+        extend): hydra-submitit's ``submitit_slurm`` plus ``wait`` (the launching process waits for the end-of-sweep
+        job and prints its report; false: it returns once submitted) and ``env`` (:data:`JOB_ENV`)."""
+
+        _target_: str = "hydra_plugins.gac_launcher.gac_launcher.GacSlurmLauncher"  # gac.launch.slurm.SlurmLauncher
+        wait: bool = True
+        env: List[str] = field(default_factory=lambda: list(JOB_ENV))  # noqa: UP006
+
+
 def register() -> None:
-    """Put the schema in Hydra's ConfigStore (idempotent); ``conf/config.yaml`` composes it first."""
+    """Put the schema in Hydra's ConfigStore (idempotent); ``conf/config.yaml`` composes it first. Also gac's Slurm
+    launcher settings (:class:`GacSlurmConf`)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=GacConfig)
+    if _SlurmQueueConf is not None:
+        ConfigStore.instance().store(group="hydra/launcher", name=SLURM_LAUNCHER, node=GacSlurmConf, provider="gac")
 
 
 def schema():

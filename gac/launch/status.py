@@ -14,6 +14,9 @@ pending        nothing ran yet
 =============  =====================================================================================================
 
 A ``--results-dir`` that is not a store (a typo) is an error, not a sweep of pending points.
+
+:func:`sweep_end_status` says where a Slurm sweep's end-of-sweep job is (:mod:`gac.jobs.sweep_end`): waiting for the
+array, running, or done with its report (how many points finished, which did not, where the table is).
 """
 
 from __future__ import annotations
@@ -168,6 +171,43 @@ def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> li
             detail = "same job as an earlier point (shares its record)"
         seen.add(key)
         rows.append({"overrides": pt["overrides"], "key": key, "state": st["state"], "detail": detail,
-                     "stage": st.get("stage"), "slurm_job": st.get("slurm_job")})
+                     "stage": st.get("stage"), "slurm_job": st.get("slurm_job"), "results_dir": str(root)})
     return rows
 
+
+
+def sweep_end_status(rows: Sequence[dict], slurm: _Slurm | None = None) -> dict | None:
+    """The newest Slurm launch of the sweep whose points are ``rows`` (:func:`sweep_status`), from the launches its
+    store recorded: ``{"end_job", "array_job", "state", "detail", "report"}``, or None when this sweep was never
+    launched on Slurm."""
+    from gac.jobs.sweep_end import read_report
+
+    keys = {r["key"] for r in rows}
+    slurm = slurm or _Slurm()
+    for root in sorted({r["results_dir"] for r in rows}):
+        store = ResultsStore(root)
+        if not store.root.is_dir():
+            continue
+        for plan in store.iter_sweeps():
+            if {str(p.get("key")) for p in plan.get("points") or []} != keys:
+                continue
+            end, array = plan.get("end_job"), plan.get("array_job")
+            report = read_report(plan.get("sweep_dir") or "")
+            if report is not None and end and report.get("slurm_job_id") == end:
+                failed = report.get("failed") or []
+                detail = (f"{len(report.get('done') or [])} point(s) done" + (f", {len(failed)} not" if failed else "")
+                          + f"; report: {report.get('report')}")
+                return {"end_job": end, "array_job": array, "state": "done", "detail": detail,
+                        "report": report.get("report")}
+            st = slurm.state(str(end)) if end else None
+            if st is None:
+                detail = "Slurm cannot be asked from here"
+            elif st == "PENDING":
+                detail = f"waits for array job {array} (afterany): it starts when every point has ended"
+            elif st in SLURM_ALIVE:
+                detail = "running: the bench, the table and the report"
+            else:
+                detail = f"ended ({st.lower()}) without a report; its log: {plan.get('sweep_dir')}/.submitit/{end}"
+            return {"end_job": end, "array_job": array, "state": (st or "unknown").lower(), "detail": detail,
+                    "report": plan.get("report_path")}
+    return None

@@ -187,14 +187,17 @@ def _capability(cc) -> int | None:
     return int(cc)
 
 
-def kernel_tier(name: str | None, capability=None) -> str:
+def kernel_tier(name: str | None, capability=None, aligned: bool | None = None) -> str:
     """Classify a GEMM/GEMV kernel name (paper Table 3), as ``torch.profiler`` or Nsight report it.
 
     ``capability``: the compute capability of the device the kernel ran on (``(9, 0)``, ``"9.0"`` or ``90``; None:
-    unknown). A cuBLAS kernel of an older GPU generation than the device's (``sm80_xmma_...`` or ``ampere_...`` on
-    an H100) is then ``fallback``, not ``native``: cuBLAS picks one when the generation's own kernels (``nvjet``,
-    ``sm90_xmma``) do not take the shape, and it runs without that generation's Tensor Core instructions. Kernels of
-    the same generation (sm80 kernels on an sm86 GPU) stay ``native``.
+    unknown). ``aligned``: whether the GEMM's K and N are multiples of 16 bytes (8 fp16 elements; None: unknown).
+    A cuBLAS kernel of an older GPU generation than the device's (``sm80_xmma_...`` or ``ampere_...`` on an H100) is
+    ``fallback`` only for a misaligned GEMM (``aligned=False``): cuBLAS took it because the generation's own kernels
+    (``nvjet``, ``sm90_xmma``) refused the shape. On an aligned or unknown shape it stays ``native``: cuBLAS picks
+    sm80 HMMA kernels on Hopper for skinny aligned GEMMs because they are the fastest there (Table 3's tier 1:
+    cuBLAS-native, mma.m16n8k16), not because anything refused the shape. :func:`kernel_arch` says which generation
+    a kernel was built for.
 
     * ``alignN``: a CUTLASS kernel whose name carries its vector width (``cutlass_80_tensorop_..._align2``,
       ``cutlass_75_tensorop_..._align1``, CUTLASS 3's ``cutlass3x_sm90_tensorop_gemm_..._align8``): align8 moves
@@ -206,8 +209,8 @@ def kernel_tier(name: str | None, capability=None) -> str:
       ``sm90_xmma_gemm_...`` and, on Hopper and newer, cuBLASLt's ``nvjet_*`` kernels (``nvjet_hsh_...`` for fp16,
       ``nvjet_tst_...`` for bf16, ``nvjet_sm90_...`` with CUDA 13). Their names carry no vector width: on Hopper
       the tier tells the kernel family and the latency tells the cost of a misaligned K or N;
-    * ``fallback``: one of those cuBLAS kernels built for an older GPU generation than the device's (only when
-      ``capability`` is given);
+    * ``fallback``: one of those cuBLAS kernels built for an older GPU generation than the device's, run for a
+      misaligned GEMM (only when ``capability`` and ``aligned=False`` are given);
     * ``cutlass``: a CUTLASS 3 kernel named by its template (``cutlass::device_kernel<...GemmUniversal<...>>``)
       or a ``cutlass3x`` name without ``alignN``: a CUTLASS kernel whose alignment the name does not say;
     * ``gemm``: another GEMM; ``cpu``: an ATen op on CPU; ``unknown`` otherwise (None, empty, not a GEMM).
@@ -225,7 +228,7 @@ def kernel_tier(name: str | None, capability=None) -> str:
     if low.startswith("nvjet_") or "xmma" in low or "cublas" in low or re.search(
             r"(ampere|volta|turing|hopper|sm\d\d)_.*gemm", low):
         device, arch = _capability(capability), kernel_arch(name)
-        if device is not None and arch is not None and arch // 10 < device // 10:
+        if aligned is False and device is not None and arch is not None and arch // 10 < device // 10:
             return "fallback"
         return "native"
     if "cutlass3x" in low or ("device_kernel<" in low and "gemm" in low):
@@ -233,6 +236,12 @@ def kernel_tier(name: str | None, capability=None) -> str:
     if "gemm" in low or "cutlass" in low:
         return "gemm"
     return "unknown"
+
+
+def gemm_aligned(k: int, n: int, itemsize: int = 2) -> bool:
+    """Whether a GEMM's K and N rows start on 16-byte boundaries (8 fp16/bf16 or 4 fp32 elements): the condition of
+    Table 3's tier 1 and of cuBLAS's vectorised kernels."""
+    return (int(k) * int(itemsize)) % 16 == 0 and (int(n) * int(itemsize)) % 16 == 0
 
 
 # lower is better: a native kernel or a full-width CUTLASS one, then the narrower vector loads
@@ -244,17 +253,31 @@ def attention_backend(name: str | None) -> str | None:
 
     ``flash``: PyTorch's FlashAttention-2 port (``pytorch_flash::flash_fwd_kernel<...>``,
     ``flash_fwd_splitkv_kernel``); ``efficient``: the memory-efficient (xFormers CUTLASS) kernels
-    (``fmha_cutlassF_f16_aligned_64x128_rf_sm80``); ``cudnn``: cuDNN's generated SDPA kernels
-    (``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_...``). The math backend runs plain GEMMs and a softmax,
-    so it has no kernel of its own: a trace with attention but none of these kernels ran math.
+    (``fmha_cutlassF_f16_aligned_64x128_rf_sm80``); ``cudnn``: cuDNN's SDPA kernels, generated
+    (``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_...``, ``cudnn_generated_fort_native_sdpa_sm90_knob_7_...``)
+    or named otherwise by other cuDNN releases: any kernel whose name says cuDNN and attention, or uses cuDNN's
+    words for an attention forward pass (``flash_fprop``, ``sdpa`` with ``fprop``). The math backend runs plain
+    GEMMs and a softmax, so it has no kernel of its own (:func:`is_math_attention_kernel`).
     """
     if not name:
         return None
     low = name.lower()
-    if "cudnn_generated" in low and "sdpa" in low:
+    attention = any(w in low for w in ("sdpa", "fmha", "mha", "attention", "attn"))
+    if ("cudnn" in low and attention) or "flash_fprop" in low or ("sdpa" in low and "fprop" in low):
         return "cudnn"
     if "fmha_cutlass" in low or "memeffattention" in low or "attentionkernel<" in low:
         return "efficient"
     if "flash_fwd" in low or "pytorch_flash::" in low:
         return "flash"
     return None
+
+
+def is_math_attention_kernel(name: str | None) -> bool:
+    """Whether ``name`` is a kernel the math SDPA backend runs: a GEMM (``bmm``'s cuBLAS/CUTLASS kernels), a
+    softmax, or an elementwise/reduction kernel of ATen. An attention kernel of no known backend is not."""
+    if not name:
+        return False
+    if kernel_tier(name) != "unknown":
+        return True
+    low = name.lower()
+    return any(w in low for w in ("softmax", "at::native::", "elementwise", "reduce_kernel"))

@@ -44,6 +44,7 @@ from gac.errors import GacError
 from gac.profiling.device import device_info, resolve_device
 from gac.profiling.kernels import (
     available_sdpa_backends,
+    gemm_aligned,
     kernel_tier,
     main_kernel,
     sdpa_with_backend,
@@ -212,7 +213,8 @@ def _capture_pending(ctx: _Ctx) -> None:
     for (row, spec), name in zip(ctx.pending, names, strict=True):
         row["kernel"] = name or ""
         if spec["op"] != "sdpa":  # an SDPA row's tier is the backend the dispatcher picked
-            row["tier"] = kernel_tier(name, cc)  # an older generation's kernel on this GPU: "fallback"
+            aligned = gemm_aligned(spec["K"], spec["N"], ctx.dtype.itemsize) if "K" in spec and "N" in spec else None
+            row["tier"] = kernel_tier(name, cc, aligned)  # an older generation's kernel on a misaligned GEMM: "fallback"
     log.info("kernel names of %d shapes captured after timing (%s)", len(specs),
              "in a child process" if ctx.kernel_names == "process" else "in this process")
     ctx.pending.clear()

@@ -237,7 +237,7 @@ class ResultsStore:
         """The store's directories (and, for ``key``, its event log) are what gac makes them, not a file or a link
         out of the store put there by hand: else one line naming the entry and what to move."""
         for d in STORE_OWN_DIRS:
-            self._require_dir(self.root / d, contained=d in ("records", "bench"))
+            self._require_dir(self.root / d, contained=d in ("records", "bench", "sweeps"))
         if key is not None:
             log = self.root / "runs" / f"{key}.jsonl"
             if log.is_symlink() or (log.exists() and not log.is_file()):
@@ -401,6 +401,33 @@ class ResultsStore:
             raise GacError(f"{str(d)!r} is not a directory of this store (a file, or a link that is broken or leaves the "
                            f"store, where gac keeps {d.name}/); move it aside (mv {d} {d}.bak) and re-run, or choose "
                            f"another results_dir")
+
+    # ------------------------------------------------------------------------------------------ sweep launches
+    @property
+    def sweeps_dir(self) -> Path:
+        return self.root / "sweeps"
+
+    def write_sweep(self, name: str, doc: dict) -> Path:
+        """Record a Slurm sweep's launch (its points, array job and end-of-sweep job: ``gac launch status`` reads
+        it) as ``sweeps/<name>.json``; never replaces one."""
+        self._require_dir(self.sweeps_dir, contained=True)
+        return write_json_atomic(self.sweeps_dir / f"{name}.json", doc)
+
+    def iter_sweeps(self) -> Iterator[dict]:
+        """The recorded sweep launches, newest first, each with ``_path``; an unreadable one is skipped (it only
+        tells where a launch's jobs are)."""
+        self._require_dir(self.sweeps_dir, contained=True)
+        paths = sorted(self.sweeps_dir.glob("*.json"), reverse=True) if self.sweeps_dir.is_dir() else []
+        for p in paths:
+            if p.is_symlink() or not p.is_file():
+                continue
+            try:
+                doc = read_json(p, "sweep launch", max_bytes=MAX_RECORD_BYTES)
+            except GacError:
+                continue
+            if isinstance(doc, dict) and doc.get("kind") == "gac-sweep":
+                doc["_path"] = str(p)
+                yield doc
 
     # ------------------------------------------------------------------------------------------ bench records
     @property

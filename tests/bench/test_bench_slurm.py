@@ -1,9 +1,11 @@
-"""The bench on a REAL loopback Slurm cluster (started and stopped here): a sweep that asks for a bench gets it as
-one more Slurm job after its jobs, and ``experiments/bench.py -m`` with the Slurm launcher measures a stored sweep.
+"""The bench on a REAL loopback Slurm cluster (started and stopped here): a sweep that asks for a bench gets it in its
+end-of-sweep Slurm job, after its jobs, and ``experiments/bench.py -m`` with the Slurm launcher measures a stored
+sweep.
 
 Opt in: ``python -m pytest -m slurm`` (run under ``flock /tmp/gac-slurm.lock``: the cluster uses fixed ports).
 """
 
+import json
 import shutil
 import subprocess
 import sys
@@ -57,8 +59,9 @@ def test_a_slurm_sweep_ends_with_one_bench_job(cluster, tmp_path):
     assert doc["baseline_record"] in {x["key"] for x in records}
     bench_job = doc["provenance"]["slurm_job_id"]
     assert bench_job and bench_job not in job_ids  # measured in its own Slurm job, after the sweep's
-    assert "submitted Slurm job" in r.stdout and "ASVD (GAC)" in r.stdout
-    assert list((tmp_path / "multirun" / ".submitit").glob("bench-*"))
+    report = json.loads((tmp_path / "multirun" / "sweep-end.json").read_text())
+    assert report["slurm_job_id"] == bench_job and report["bench"] == doc["_path"]  # the end-of-sweep job's
+    assert "the end-of-sweep job" in r.stdout and "ASVD (GAC)" in r.stdout
 
     # a second command: the Hydra bench app through the Slurm launcher, over the stored sweep
     r = _run(cluster, "bench.py", ["-m", "hydra/launcher=slurm_local", f"results_dir={results}",

@@ -5,6 +5,7 @@ Opt in: ``python -m pytest -m slurm`` (root, with slurm-wlm, munge, slurmdbd and
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -37,9 +38,14 @@ def cluster(tmp_path_factory):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _quick(overrides):
+    """QUICK without the keys ``overrides`` set (a key given twice is refused: the test's own value wins)."""
+    mine = {o.lstrip("+").split("=", 1)[0] for o in overrides}
+    return [o for o in QUICK if o.split("=", 1)[0] not in mine]
+
+
 def _multirun(cluster, tmp, overrides, timeout=600, background=False, env=None):
-    mine = {o.split("=", 1)[0] for o in overrides}  # a key given twice is refused: the test's own value wins
-    quick = [o for o in QUICK if o.split("=", 1)[0] not in mine]
+    quick = _quick(overrides)
     args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local", *quick,
             f"results_dir={tmp}/results", f"hydra.sweep.dir={tmp}/multirun", *overrides]
     env = {**cluster.env, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -80,9 +86,10 @@ def test_2x2_sweep_lands_4_records(cluster, tmp_path):
 
 
 def test_failing_job_is_recorded_and_reported(cluster, tmp_path):
-    # a bad model path is refused before anything is launched (one line, nothing submitted) ...
+    # a bad model path is refused by each job's preflight, before the store is touched (no failure record); the
+    # end-of-sweep job names the refusal each job returned ...
     bad = _multirun(cluster, tmp_path, ["compressor=asvd", "align=unaligned,gac", "model.spec=/nonexistent/model"])
-    assert bad.returncode != 0 and "/nonexistent/model" in bad.stderr
+    assert bad.returncode == 1 and "config: model.spec: " in bad.stderr and "/nonexistent/model" in bad.stderr
     results = tmp_path / "results"
     assert not results.exists() or not list(ResultsStore(results).iter_records(include_failures=True))
     # ... so a job that fails on the node is made by an error inside it (gac.faults: raised during calibration)
@@ -118,7 +125,7 @@ def test_requeued_job_resumes_without_redoing_finished_stages(cluster, tmp_path)
     ppl_mtime = ppl[0].stat().st_mtime_ns
     rq = subprocess.run(["scontrol", "requeue", str(job_id)], env=cluster.env, capture_output=True, text=True)
     assert rq.returncode == 0, rq.stderr
-    out, _ = proc.communicate(timeout=600)
+    out, _ = proc.communicate(timeout=900)  # the requeued job, then the end-of-sweep job after it
     assert proc.returncode == 0, out
     records = list(ResultsStore(results).iter_records())
     assert len(records) == 1
@@ -141,3 +148,107 @@ def test_site_settings_the_cluster_lacks_stop_the_launch(cluster, tmp_path):
         assert r.returncode == 2, r.stdout + r.stderr
         assert msg in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "multirun" / ".submitit").exists()  # nothing was submitted
+
+
+def _status_text(cluster, tmp, overrides):
+    r = subprocess.run([sys.executable, "-m", "gac.cli", "launch", "status", "--results-dir", f"{tmp}/results",
+                        *_quick(overrides), *overrides], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=cluster.env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_points_that_die_leave_the_end_of_sweep_job_to_write_the_table_of_the_others(cluster, tmp_path):
+    """Table 5 with its ASVD points killed (SIGKILL at the first row of ASVD's sensitivity table: what an OOM killer
+    does): the end-of-sweep job (afterany on the array) still benches and tabulates baseline and LLM-Pruner."""
+    sweep = ["experiment=table5", 'bench.overrides=["rounds=2","warmup=0","iters=1"]']
+    r = _multirun(cluster, tmp_path, sweep, timeout=1500, env={"GAC_FAULT": "sensitivity_row:kill"})
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 point(s) of the sweep did not finish, the first [compressor=asvd align=unaligned " in r.stderr
+    assert "Traceback" not in r.stderr
+    report = json.loads((tmp_path / "multirun" / "sweep-end.json").read_text())
+    text = (tmp_path / "multirun" / "sweep-end.md").read_text()
+    assert "3 of 5 point(s) done, 2 not: the table holds the others" in text and text in r.stdout
+    gone = {tuple(o for o in f["overrides"] if o.startswith(("compressor=", "align="))): f["state"]
+            for f in report["failed"]}
+    assert gone == {("compressor=asvd", "align=unaligned"): "missing", ("compressor=asvd", "align=gac"): "missing"}
+    assert all("killed, out of memory or time" in f["detail"] and "_log.err" in f["detail"] for f in report["failed"])
+    for row in ("| Baseline ", "| LLM-Pruner ", "| LLM-Pruner (GAC) "):
+        assert row in report["table"]
+    assert "ASVD" not in report["table"] and "side-by-side bench" in report["table"]
+    records = list(ResultsStore(tmp_path / "results").iter_records())
+    arrays = {x["provenance"]["slurm_array_job_id"] for x in records}
+    assert len(records) == 3 and len(arrays) == 1 and report["slurm_job_id"] not in arrays
+    (bench,) = ResultsStore(tmp_path / "results").iter_bench()
+    assert bench["provenance"]["slurm_job_id"] == report["slurm_job_id"]  # measured by the end-of-sweep job
+    names = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "JobName", "-j", report["slurm_job_id"]], env=cluster.env,
+                           capture_output=True, text=True, timeout=60)
+    assert names.stdout.split() == ["gac-table5-end"], names.stdout + names.stderr
+    status = _status_text(cluster, tmp_path, sweep)
+    assert f"end of sweep: Slurm job {report['slurm_job_id']} done: 3 point(s) done, 2 not; report: " in status
+
+
+def test_submit_log_off_and_come_back_on_an_export_none_site(cluster, tmp_path):
+    """wait=false returns once submitted; the site submits with --export=NONE, yet the jobs get the caches and the
+    token through the launcher's private file (never the job script), which the end-of-sweep job removes."""
+    sweep = ["compressor=none", "align=unaligned,gac", "eval=none", "hydra.launcher.wait=false",
+             "+hydra.launcher.additional_parameters.export=NONE"]
+    secret = "hf_not_a_real_token_0123456789"
+    r = _multirun(cluster, tmp_path, sweep, timeout=300,
+                  env={"HF_TOKEN": secret, "HF_HOME": str(tmp_path / "hf"), "GAC_CACHE": str(tmp_path / "gac")})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "submitted as array job" in r.stdout and "Logging off is safe" in r.stdout
+    scripts = list((tmp_path / "multirun" / ".submitit").rglob("*_submission.sh"))
+    assert scripts and all(secret not in p.read_text() for p in scripts)
+    assert all("--export=NONE" in p.read_text() for p in scripts)
+    report_path = tmp_path / "multirun" / "sweep-end.json"
+    envs = list((tmp_path / "multirun").glob(".gac-env-*.sh"))
+    assert report_path.exists() or (len(envs) == 1 and (envs[0].stat().st_mode & 0o777) == 0o600)
+    deadline = time.time() + 600
+    while not report_path.exists() and time.time() < deadline:
+        time.sleep(2)
+    report = json.loads(report_path.read_text())
+    assert len(report["done"]) == 1 and not report["failed"], report
+    assert not list((tmp_path / "multirun").glob(".gac-env-*.sh"))  # removed once every job had ended
+    status = _status_text(cluster, tmp_path, sweep[:3])
+    assert f"end of sweep: Slurm job {report['slurm_job_id']} done: 1 point(s) done; report: " in status
+
+
+def test_the_launchers_environment_file_reaches_the_task_under_export_none(cluster, tmp_path):
+    """sbatch --export=NONE hands NONE on to srun: without the file's SLURM_EXPORT_ENV=ALL the task sees none of the
+    exports (submitit's own included); with it, the exact values."""
+    import submitit
+
+    from gac.launch.slurm import ENV_FILE_LINE, write_env_file
+
+    values = {"HF_TOKEN": "hf_a'b c$x", "HTTPS_PROXY": "http://u:p@proxy:3128", "HF_HUB_OFFLINE": "1"}
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        env_file = write_env_file(tmp_path, list(values))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    ex = submitit.AutoExecutor(folder=str(tmp_path / "%j"), cluster="slurm")
+    ex.update_parameters(timeout_min=5, slurm_partition="debug", cpus_per_task=1, mem_gb=1,
+                         slurm_setup=[ENV_FILE_LINE.format(path=env_file)],
+                         slurm_additional_parameters={"export": "NONE"})
+
+    def environment(names):  # a local function: pickled by value, whatever the job's sys.path
+        import os
+
+        return {n: os.environ.get(n) for n in names}
+
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        job = ex.submit(environment, list(values))
+        assert job.result() == values
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved

@@ -15,7 +15,7 @@ from gac.jobs.preflight import check_job_here
 
 def _check(overrides):
     spec = spec_from_config(OmegaConf.to_container(compose_config(list(overrides)), resolve=True))
-    check_job_here(spec)
+    check_job_here(spec, list(overrides))
     return spec
 
 
@@ -52,7 +52,10 @@ def test_text_sources_are_read_before_any_work(tmp_path, monkeypatch):
         _check([f"model.ppl_source={tmp_path / 'bin.txt'}"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    with pytest.raises(GacError, match="'wikitext2' is WikiText-2 from the Hugging Face hub, which is not reachable"):
+    # offline and not cached: named with what else is missing and the command that fetches it (gac.jobs.inputs)
+    with pytest.raises(GacError, match=r"the hub is not reachable here \(HF_HUB_OFFLINE is set\) and the caches lack "
+                                       r"what this job reads: dataset Salesforce/wikitext \(wikitext-2-raw-v1, train\): "
+                                       r"not in the datasets cache; .*: gac fetch calibration.source=wikitext2$"):
         _check(["calibration.source=wikitext2"])
     # the baseline does not calibrate: its calibration source is not read
     _check(["compressor=none", f"calibration.source={tmp_path / 'bin.txt'}", "eval.tasks=[]"])

@@ -181,7 +181,7 @@ def test_sweep_expansion_uses_no_private_hydra():
 def _fake_slurm(tmp_path, sinfo_body):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in (("sbatch", "exit 1"), ("sinfo", sinfo_body)):
+    for name, body in (("sbatch", "exit 1"), ("srun", "exit 1"), ("sinfo", sinfo_body)):
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
     return {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
@@ -201,7 +201,7 @@ def test_slurm_without_a_configuration_says_so_in_one_line(tmp_path):
 
 
 def test_slurm_unknown_partition_is_named(tmp_path):
-    env = _fake_slurm(tmp_path, "echo 'debug*'")
+    env = _fake_slurm(tmp_path, "echo 'debug*|(null)|(null)|4096|2|infinite'")
     r = _run(["-m", "hydra/launcher=slurm_h100", "eval=none", f"results_dir={tmp_path}/res",
               f"hydra.sweep.dir={tmp_path}/multirun"], env=env)
     assert r.returncode == 2

@@ -103,7 +103,36 @@ def test_gemm_check_tiers_by_the_devices_capability():
     doctor._finish_gemm(c, {"4096": "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNN",
                             "4097": "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x128x32_stage4_kernel"})
     assert c.status == "PASS" and c.data["points"]["4096"]["tier"] == "native"
-    assert c.data["points"]["4097"]["tier"] == "fallback"  # an A100 kernel on an H100
+    assert c.data["points"]["4097"]["tier"] == "fallback"  # an A100 kernel on an H100, for the misaligned K
+    # the same sm80 HMMA kernel on the aligned K is cuBLAS's own pick (tier 1), not a fallback
+    a = doctor.Check("gemm K=4096/4097", "PASS", "", {"points": {"4096": {"ms": 1.0}, "4097": {"ms": 1.6}},
+                                                       "capability": "9.0", "N": 4096, "dtype": "float16"})
+    sm80 = "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x64x64_stage4_warpsize2x2x1_tensor16x8x16_kernel"
+    doctor._finish_gemm(a, {"4096": sm80, "4097": "void cutlass::Kernel2<cutlass_75_tensorop_f16_s1688gemm_f16_256x"
+                                                    "128_nn_align1>"})
+    assert a.status == "PASS" and a.data["points"]["4096"]["tier"] == "native"
+    assert a.data["points"]["4097"]["tier"] == "align1"
+
+
+H200_SDPA = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0"
+
+
+def test_sdpa_check_passes_on_the_h200s_cudnn_kernel_and_on_a_cudnn_name_without_cudnn_generated():
+    for kernel in (H200_SDPA, "sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0"):
+        c = _sdpa_check(128, "cudnn", ["flash", "efficient", "cudnn", "math"])
+        doctor._finish_sdpa(c, kernel, cuda=True)
+        assert c.status == "PASS" and c.data["ran"] == "cudnn", c.detail
+
+
+def test_sdpa_check_never_fails_on_an_attention_kernel_gac_does_not_name():
+    c = _sdpa_check(128, "cudnn", ["flash", "efficient", "cudnn", "math"])
+    doctor._finish_sdpa(c, "sm100_fort_sdpa_fwd_kernel_v2<half>", cuda=True)  # a made-up future name
+    assert c.status == "INFO" and c.data["ran"] == "unknown"
+    assert "not one gac names" in c.detail and "sm100_fort_sdpa_fwd_kernel_v2" in c.detail
+    # but a GEMM where the dispatcher picked cudnn is the math backend: a real mismatch, still a FAIL
+    m = _sdpa_check(128, "cudnn", ["flash", "efficient", "cudnn", "math"])
+    doctor._finish_sdpa(m, "ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn", cuda=True)
+    assert m.status == "FAIL" and "picks cudnn but the kernel that ran is math's" in m.detail
 
 
 def test_the_source_rules_are_what_the_readme_says():

