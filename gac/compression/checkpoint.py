@@ -44,6 +44,7 @@ from torch import nn
 
 from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.io import file_sha256, read_json, write_json_atomic
 from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
@@ -197,7 +198,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
                                f"free space there or choose another output directory") from None
             honour_umask(tmp / BUFFERS_FILE)
             buffers_digest = file_sha256(tmp / BUFFERS_FILE)
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        dtype = dtype_str(next(model.parameters()).dtype)
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -328,7 +329,7 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
         skeleton = build_skeleton(meta, meta_device=True)
     except GacError as e:
         raise GacError(f"{where}: {META_FILE} describes no model gac can rebuild ({e}); {_COPY}") from None
-    expected = {k: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for k, t in skeleton.state_dict().items()}
+    expected = {k: (tuple(t.shape), dtype_str(t.dtype)) for k, t in skeleton.state_dict().items()}
     stored: dict = {}
     try:
         with safe_open(str(wfile), framework="pt") as h:
@@ -419,7 +420,7 @@ def _dtype(d):
     if isinstance(d, torch.dtype):
         return d
     try:
-        dt = getattr(torch, str(d).replace("torch.", ""))
+        dt = getattr(torch, dtype_str(d))
     except AttributeError:
         dt = None
     if not isinstance(dt, torch.dtype):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 
@@ -530,8 +531,8 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
                     _check_finite(getattr(st, what), f"gradient statistics ({what})", n)
         if report is not None:
             total = float(seen)
-            report.update(dtype=str(run_dtype).removeprefix("torch."), model_dtype=str(model_dtype).removeprefix(
-                "torch."), loss_scale=scale if scaled else None, overflow_reruns=reruns, gradients=int(total),
+            report.update(dtype=dtype_str(run_dtype), model_dtype=dtype_str(model_dtype),
+                loss_scale=scale if scaled else None, overflow_reruns=reruns, gradients=int(total),
                 zero_fraction=float(zeros) / total if total else 0.0)
     finally:
         restore()

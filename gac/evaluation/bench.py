@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.evaluation.bench_device import check_device, device_info
 from gac.evaluation.bench_stats import round_orders, summarise
@@ -294,7 +295,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     doc = summarise(variants, p, samples, decode, kernels, wall)
     doc.update(
         device=info,
-        dtype=str(base.dtype).removeprefix("torch."),
+        dtype=dtype_str(base.dtype),
         architecture={k: getattr(base.config, k, None) for k in (
             "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
             "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},

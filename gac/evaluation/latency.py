@@ -24,6 +24,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
@@ -280,7 +281,7 @@ def _context(model, device) -> dict:
     return {
         "device": str(device),
         "device_name": device_name(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_str(dtype),
         "attn_implementation": getattr(cfg, "_attn_implementation", None),
         "torch": torch.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,

@@ -24,13 +24,15 @@ import os
 import sys
 import time
 
+# LOSS_CHUNK_BYTES: float32 logits scored at once (their log-softmax and gradient-free temporaries beside), defined
+# with the job's memory estimate, which counts it
+from gac.compression.footprint import LOSS_CHUNK_BYTES
 from gac.errors import GacError
 from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEQ_LEN = 2048
-LOSS_CHUNK_BYTES = 2**30  # float32 logits scored at once (their log-softmax and gradient-free temporaries beside)
 # model types whose logits are exactly lm_head(decoder(...).last_hidden_state) (no scaling or soft-capping)
 PLAIN_HEAD_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe")
 

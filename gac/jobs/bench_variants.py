@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.registry import BASELINE_LABEL, BASELINE_STRATEGY, is_baseline
 from gac.results.query import MISSING, config_value
 
 
@@ -42,7 +43,7 @@ def record_dtype(rec: dict) -> str:
 
 def is_baseline_record(rec: dict) -> bool:
     job = rec.get("job") or {}
-    return job.get("compressor") == "none" or job.get("strategy") == "baseline"
+    return is_baseline(job.get("compressor"), job.get("strategy"))
 
 
 def _options(rec: dict) -> dict:
@@ -114,8 +115,8 @@ def build_variants(selected: list[dict], all_records: list[dict], dtype: str | N
     for r, lab in zip(comp, labels):
         if (r.get("job") or {}).get("strategy") == "unaligned":
             by_id.setdefault(_sibling_id(r), lab)
-    variants = [Variant("Baseline", Structure(config, dtype), key=base_rec.get("key") if base_rec else None,
-                        info={"model": ident["name"], "strategy": "baseline"})]
+    variants = [Variant(BASELINE_LABEL, Structure(config, dtype), key=base_rec.get("key") if base_rec else None,
+                        info={"model": ident["name"], "strategy": BASELINE_STRATEGY})]
     order = sorted(range(len(comp)), key=lambda i: _order(comp[i]))
     for i in order:
         r, s, lab = comp[i], structures[i], labels[i]
@@ -160,7 +161,7 @@ def plan_variants(plans: Sequence[str], model: str, compressor: str, options: di
                        "--compressor (the compressor whose modules the plan sizes)")
     config = architecture(model)
     dtype = dtype or "float32"
-    variants = [Variant("Baseline", Structure(config, dtype), info={"model": model, "strategy": "baseline"})]
+    variants = [Variant(BASELINE_LABEL, Structure(config, dtype), info={"model": model, "strategy": BASELINE_STRATEGY})]
     digests = []
     for f in plans:
         doc = read_json(f, "plan file")

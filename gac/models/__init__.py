@@ -18,7 +18,7 @@ import logging
 import os
 from pathlib import Path
 
-from gac.dtypes import resolve_dtype
+from gac.dtypes import dtype_str, resolve_dtype
 from gac.errors import GacError
 from gac.untrusted import (
     NO_REMOTE_CODE,
@@ -194,7 +194,7 @@ def _check_header_dtypes(path: Path, header: dict) -> None:
     another width (float32 norms beside float16 weights) is a real upcast and passes."""
     raw = raw_config(path) or {}
     name = raw.get("dtype") or raw.get("torch_dtype")
-    want = _HEADER_DTYPE.get(str(name).removeprefix("torch."))
+    want = _HEADER_DTYPE.get(dtype_str(name))
     if want is None:
         return
     for k, (_, got) in header.items():
@@ -400,7 +400,7 @@ def describe(model) -> dict:
         "name": getattr(cfg, "name_or_path", None) or type(model).__name__,
         "architecture": type(model).__name__,
         "params": int(params),
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": dtype_str(next(model.parameters()).dtype),
         "max_position_embeddings": getattr(cfg, "max_position_embeddings", None),
         "attn_implementation": getattr(cfg, "_attn_implementation", None),
     }

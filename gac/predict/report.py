@@ -11,6 +11,7 @@ import yaml
 from gac.errors import GacError
 from gac.io import conf_dir
 from gac.predict.predictor import KIND_LABELS, KINDS, Predictor
+from gac.registry import BASELINE_LABEL
 
 CONF_MODEL_DIR = conf_dir() / "model"
 LABEL = "predicted, {gpu}, from published kernel data"
@@ -97,7 +98,7 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
         raise GacError(f"--batch {batch} at --seq-len {max(seq_lens)}: the prefill's logits alone ({batch} x "
                        f"{max(seq_lens)} tokens x {vocab} fp16) take {logits_gib:,.0f} GiB, more than an 80 GiB "
                        f"A100/H100 holds; predict a batch that runs (at most {_max_batch(max(seq_lens), vocab)})")
-    variants = [("Baseline", Structure(config, "float16"), None)]
+    variants = [(BASELINE_LABEL, Structure(config, "float16"), None)]
     for f in plans:
         dims, comp = load_plan(f, compressor)
         try:
@@ -138,7 +139,7 @@ def format_prediction(doc: dict) -> str:
     for r in doc["rows"]:
         lines.append([r["variant"], str(r["seq_len"])] + [f"{r['by_kind_ms'][k]:.2f}" for k in KINDS]
                      + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}",
-                        "" if r["variant"] == "Baseline" else f"{100 * r['vs_baseline']:+.1f}%"])
+                        "" if r["variant"] == BASELINE_LABEL else f"{100 * r['vs_baseline']:+.1f}%"])
     widths = [max(len(c), *(len(x[i]) for x in lines)) for i, c in enumerate(cols)]
     out = [head, "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))),
            "  ".join("-" * w for w in widths)]

@@ -33,6 +33,8 @@ class LowRankCompressor(Compressor):
     """Shared by the per-projection low-rank compressors (ASVD, SVD-LLM): one unit per Linear, each of which may
     stay dense (plan dimension ``min(out, in)``: the Linear is left as it is)."""
 
+    low_rank = True
+
     def __init__(self, projections=PROJECTIONS, layers=None, svd: str = DEFAULT_SVD):
         bad = [p for p in projections if p not in PROJECTIONS]
         if bad or not projections:
