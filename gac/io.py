@@ -86,6 +86,19 @@ def machine_id() -> str:
     return f"{hostname()}-{ns}" if ns else hostname()
 
 
+#: hex digits of a key gac derives from content (record and bench keys, cache names, recipe hashes): 64 bits
+KEY_DIGITS = 16
+
+
+def digest(data: str | bytes, digits: int | None = KEY_DIGITS, algorithm: str = "sha256") -> str:
+    """The hex digest of ``data`` (text as UTF-8) cut to its first ``digits`` hex digits (None: all of them): the one
+    hash behind every key, cache name and fingerprint gac derives. What is hashed (a canonical JSON, say) is each
+    key's own definition; a name already stored keeps the length and algorithm it was written with, so it is
+    still found (the kernel-table caches: sha1, 10 digits)."""
+    h = hashlib.new(algorithm, data.encode() if isinstance(data, str) else data)
+    return h.hexdigest() if digits is None else h.hexdigest()[:digits]
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """The sha256 of a file, read in 8 MiB chunks (weights files do not fit in memory twice)."""
     h = hashlib.sha256()

@@ -25,6 +25,8 @@ _CONFIG_FILES = ("config.json", "tokenizer_config.json", "processor_config.json"
                  "feature_extractor_config.json", "generation_config.json")
 
 
+#: the file that makes a directory a gac compressed checkpoint (:mod:`gac.compression.checkpoint` writes it)
+CHECKPOINT_FILE = "gac_checkpoint.json"
 #: the files of a model directory a tokenizer loader reads
 _TOKENIZER_FILES = ("tokenizer.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
                     "tokenizer.model", "chat_template.jinja", "chat_template.json")

@@ -28,7 +28,6 @@ is still an error. Files are created with mode 0666 minus the umask.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import platform
@@ -46,14 +45,14 @@ from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.io import file_sha256, read_json, write_json_atomic
-from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
+from gac.io import digest, file_sha256, read_json, write_json_atomic
+from gac.untrusted import CHECKPOINT_FILE, NO_REMOTE_CODE, refuse_remote_code
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gac-checkpoint"
 FORMAT_VERSION = 2  # 2: the config's own sha256 and the weights' sha256 are always written, and required on load
-META_FILE = "gac_checkpoint.json"
+META_FILE = CHECKPOINT_FILE  # the checkpoint's config (gac.untrusted names it for every reader of a model dir)
 WEIGHTS_FILE = "gac_model.safetensors"
 BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
 
@@ -185,7 +184,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             raise GacError(f"cannot write the checkpoint weights to {str(out)!r}: {str(e).splitlines()[0][:200]}; free "
                            f"space there or choose another output directory") from None
         honour_umask(tmp / WEIGHTS_FILE)
-        digest = file_sha256(tmp / WEIGHTS_FILE)
+        weights_digest = file_sha256(tmp / WEIGHTS_FILE)
         buffers = _nonpersistent_buffers(model)
         buffers_digest = None
         if buffers:
@@ -210,7 +209,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "base_model": getattr(model, "_gac_base_model", None),  # tiny, a hub id or a directory (None: unknown)
             "recipe": recipe,
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
-            "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None,
+            "weights": {"file": WEIGHTS_FILE, "sha256": weights_digest, "buffers": BUFFERS_FILE if buffers else None,
                         "buffers_sha256": buffers_digest},
             "provenance": provenance(),
         }
@@ -262,7 +261,7 @@ def meta_sha256(meta: dict) -> str:
     import json
 
     body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()).hexdigest()
+    return digest(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False), None)
 
 
 def _inside(p: Path, name, what: str) -> Path:
@@ -452,16 +451,16 @@ def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None
     meta = meta or read_meta(p)
     check_hashes_present(p, meta)
     w = meta.get("weights") or {}
-    for file, digest in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
-        if not file or not digest:
+    for file, recorded in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
+        if not file or not recorded:
             continue
         f = _inside(p, file, "weights file")
         if not f.is_file():
             raise GacError(f"checkpoint {str(p)!r} lacks its file {file!r}; copy the whole checkpoint directory")
         got = _verified_sha256(f)
-        if got != digest:
+        if got != recorded:
             raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
-                           f"file was damaged or changed: {got[:12]}... != {digest[:12]}...); copy the checkpoint again "
+                           f"file was damaged or changed: {got[:12]}... != {recorded[:12]}...); copy the checkpoint again "
                            f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
 
 

@@ -229,16 +229,15 @@ def code_fingerprint() -> str:
 
     Caches keyed by it are invalidated by any code change there, released or not (a fix of a scoring bug must
     never keep serving the old scores)."""
-    import hashlib
+    from gac.io import digest
 
     global _code_fingerprint
     if _code_fingerprint is None:
         root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
+        blob = []
         for part in _CODE_PARTS:
             p = root / part
             for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
-                h.update(str(f.relative_to(root)).encode())
-                h.update(f.read_bytes())
-        _code_fingerprint = h.hexdigest()[:16]
+                blob += [str(f.relative_to(root)).encode(), f.read_bytes()]
+        _code_fingerprint = digest(b"".join(blob))
     return _code_fingerprint

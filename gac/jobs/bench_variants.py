@@ -7,12 +7,12 @@ GAC variant names its unaligned sibling (the same job but for the strategy) so t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.io import digest
 from gac.registry import BASELINE_LABEL, BASELINE_STRATEGY, is_baseline
 from gac.results.query import MISSING, config_value
 
@@ -177,7 +177,7 @@ def plan_variants(plans: Sequence[str], model: str, compressor: str, options: di
             label = f"{label} ({len(variants)})"
         variants.append(Variant(label, s, info={"model": model, "strategy": doc.get("strategy"), "plan_file": str(f),
                                                 "plan_params": doc.get("params")}))
-        digests.append(hashlib.sha256(json.dumps(dims, sort_keys=True).encode()).hexdigest()[:16])
+        digests.append(digest(json.dumps(dims, sort_keys=True)))
     by_strategy = {v.info.get("strategy"): v.label for v in variants[1:]}
     for v in variants[1:]:
         if v.info.get("strategy") not in (None, "unaligned") and "unaligned" in by_strategy:

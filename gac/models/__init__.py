@@ -20,6 +20,8 @@ from pathlib import Path
 
 from gac.dtypes import dtype_str, resolve_dtype
 from gac.errors import GacError
+from gac.registry import NAMED_MODELS as BUILTIN
+from gac.untrusted import CHECKPOINT_FILE as CHECKPOINT_MARKER
 from gac.untrusted import (
     NO_REMOTE_CODE,
     config_field_problem,
@@ -33,8 +35,6 @@ from gac.untrusted import (
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_MARKER = "gac_checkpoint.json"
-BUILTIN = ("tiny", "tiny-untrained", "smollm2")  # gac.fixtures.NAMED_MODELS
 
 
 def _check_device(device) -> str:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import yaml
 
 from gac.errors import GacError
-from gac.io import conf_dir
+from gac.io import conf_dir, digest
 from gac.predict.predictor import KIND_LABELS, KINDS, Predictor
-from gac.registry import BASELINE_LABEL
+from gac.registry import BASELINE_LABEL, NAMED_MODELS
 
 CONF_MODEL_DIR = conf_dir() / "model"
 LABEL = "predicted, {gpu}, from published kernel data"
@@ -42,7 +41,7 @@ def resolve_model(model: str):
     if path.suffix in (".yaml", ".yml"):
         raise GacError(f"model config {m!r} does not exist")
     known = sorted(p.stem for p in CONF_MODEL_DIR.glob("*.yaml")) if CONF_MODEL_DIR.is_dir() else []
-    if not path.exists() and "/" not in m and m not in ("tiny", "tiny-untrained"):
+    if not path.exists() and "/" not in m and m not in NAMED_MODELS:
         from gac.errors import unknown_name
 
         raise unknown_name("model config (a conf/model name, a YAML file, a model directory or a hub id)", m, known)
@@ -109,7 +108,7 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
         if any(v[0] == label for v in variants):
             label = f"{label} ({len(variants)})"
         variants.append((label, s, {"plan_file": str(f), "compressor": comp,
-                                    "dims_sha256": hashlib.sha256(json.dumps(dims, sort_keys=True).encode()).hexdigest()}))
+                                    "dims_sha256": digest(json.dumps(dims, sort_keys=True), None)}))
     pred = predictor or Predictor(gpu)  # after every input is checked: the calibration takes a second
     rows = []
     for s in seq_lens:

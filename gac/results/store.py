@@ -59,7 +59,6 @@ Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -68,8 +67,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import check_writable, clean_temp_files, read_json, write_json_atomic
+from gac.io import check_writable, clean_temp_files, digest, read_json, write_json_atomic
 from gac.metrics import upgrade_record
+from gac.untrusted import CHECKPOINT_FILE
 
 SCHEMA_VERSION = 1
 MARKER = ".gac-store.json"
@@ -104,8 +104,7 @@ def _canonical(obj):
 def config_key(config: dict, ignore: frozenset[str] = NON_SEMANTIC_KEYS) -> str:
     """A stable 16-hex-digit key of a resolved config (top-level non-semantic keys ignored)."""
     payload = {k: v for k, v in config.items() if k not in ignore}
-    text = json.dumps(_canonical(payload), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return digest(json.dumps(_canonical(payload), sort_keys=True, separators=(",", ":"), default=str))
 
 
 def _utc_stamp() -> str:
@@ -182,7 +181,7 @@ class ResultsStore:
                            f"directory (a new one is made)")
         self._check_marker()
         if self.root.is_dir() and not self.exists():
-            model = [n for n in ("config.json", "gac_checkpoint.json", "model.safetensors",
+            model = [n for n in ("config.json", CHECKPOINT_FILE, "model.safetensors",
                                  "model.safetensors.index.json") if (self.root / n).exists()]
             if model:
                 raise GacError(f"results directory {str(self.root)!r} holds a model ({model[0]}), not results; point "
