@@ -34,7 +34,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.io import digest, file_sha256, read_json, write_json_atomic
+from gac.io import digest, file_sha256, read_json, utc_stamp, write_json_atomic
 from gac.untrusted import CHECKPOINT_FILE, NO_REMOTE_CODE, refuse_remote_code
 
 log = logging.getLogger(__name__)
@@ -111,7 +110,7 @@ def provenance() -> dict:
         "transformers": transformers.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_stamp(),
     }
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import digest, file_sha256, read_json, write_json_atomic
+from gac.io import digest, file_sha256, read_json, utc_stamp, write_json_atomic
 from gac.metrics import DECODE, PREFILL
 from gac.results import ResultsStore
 
@@ -233,7 +232,7 @@ class Attempt:
 
     def end(self, outcome: str, error: str | None = None) -> None:
         """How the attempt ended (``completed``, ``failed`` or ``interrupted``), with its timings and resumed stages."""
-        self.entry.update(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), outcome=outcome,
+        self.entry.update(ended=utc_stamp(), outcome=outcome,
                           timings=dict(self.timings), resumed=list(self.resumed))
         if error:
             self.entry["error"] = error

@@ -38,16 +38,11 @@ log = logging.getLogger(__name__)
 
 
 def _check_device(device) -> str:
-    import torch
+    """``device`` as given, once :func:`gac.devices.check_device` finds it here (a CUDA index included)."""
+    from gac.devices import check_device
 
-    device = str(device)
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise GacError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise GacError(f"device {device!r} requested but CUDA is not available here; use --device cpu")
-    return device
+    check_device(device, "model loading", types=None)
+    return str(device)
 
 
 def model_kind(spec: str | os.PathLike) -> str:

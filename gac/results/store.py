@@ -67,8 +67,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import check_writable, clean_temp_files, digest, read_json, write_json_atomic
+from gac.io import (
+    check_writable,
+    clean_temp_files,
+    digest,
+    parse_stamp,
+    read_json,
+    utc_stamp,
+    write_json_atomic,
+)
 from gac.metrics import upgrade_record
+from gac.registry import BASELINE
 from gac.untrusted import CHECKPOINT_FILE
 
 SCHEMA_VERSION = 1
@@ -320,7 +329,7 @@ class ResultsStore:
         record; otherwise an existing record (written meanwhile by an identical job) is kept and its path
         returned, so a key never gets two records by accident."""
         record = {"schema": SCHEMA_VERSION, "key": key, "status": "completed",
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+                  "created": utc_stamp(), **record}
         path = self.record_path(key)
         if path.exists():
             if not rerun:
@@ -338,7 +347,7 @@ class ResultsStore:
 
     def write_failure(self, key: str, record: dict) -> Path:
         record = {"schema": SCHEMA_VERSION, "key": key, "status": "failed",
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+                  "created": utc_stamp(), **record}
         return write_json_atomic(self.failures_dir / key / f"{_utc_stamp()}.json", record)
 
     def iter_records(self, include_failures: bool = False) -> Iterator[dict]:
@@ -377,7 +386,7 @@ class ResultsStore:
 
     def write_bench(self, key: str, doc: dict) -> Path:
         """Write a bench record atomically; never replaces one (a forced re-measure goes beside it)."""
-        doc = {**doc, "key": key, "created": doc.get("created") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        doc = {**doc, "key": key, "created": doc.get("created") or utc_stamp()}
         doc.pop("_path", None)
         doc.pop("skipped", None)
         path = self.bench_path(key)
@@ -468,7 +477,7 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if job.get(f) is not None and not isinstance(job.get(f), str):
             return f"has job.{f} {job.get(f)!r}, not a name"
     ratio = job.get("ratio")
-    if ratio is not None and not (_is_num(ratio) and (0 < ratio < 1 or ratio == 0 and job["compressor"] == "none")):
+    if ratio is not None and not (_is_num(ratio) and (0 < ratio < 1 or ratio == 0 and job["compressor"] == BASELINE)):
         return f"has job.ratio {ratio!r}, not a number in (0, 1)"  # 0: a baseline as older gac wrote it
     for f in ("unit", "seq_len"):
         v = job.get(f)
@@ -517,24 +526,13 @@ MAX_CLOCK_AHEAD_S = 86400  # clocks on a cluster differ by seconds; a time zone 
 def _is_time_stamp(text: str) -> bool:
     """An ISO 8601 date and time, as gac writes ``created`` (``2025-01-01T00:00:00Z``): queries and "the latest
     record wins" compare them as text, which a free-form string would silently reorder."""
-    import datetime
-
-    try:
-        datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return False
-    return len(text) >= 19 and text[10] == "T"
+    return parse_stamp(text) is not None
 
 
 def _seconds_ahead(created: str) -> float | None:
     """How far the record time ``created`` (``2025-01-03T00:00:00Z``) lies after now; None when it is no such time."""
-    import calendar
-
-    try:
-        t = calendar.timegm(time.strptime(created[:19], "%Y-%m-%dT%H:%M:%S"))
-    except (ValueError, OverflowError):
-        return None
-    return t - time.time()
+    t = parse_stamp(created)
+    return None if t is None else t - time.time()
 
 
 def bench_problem(doc, key: str) -> str | None:
