@@ -19,7 +19,8 @@ def check_device(device, what: str = "this command", types: tuple[str, ...] | No
     else:
         name = str(device).strip()
         if auto and name.lower() == "auto":
-            return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+            return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
+                torch.device("cpu")
         try:
             dev = torch.device(name.lower())
         except RuntimeError:

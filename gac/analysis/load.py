@@ -48,7 +48,7 @@ import pandas as pd
 from gac.errors import GacError
 from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
 from gac.registry import gpu_of_device
-from gac.results.query import JOB_FIELDS
+from gac.results.query import JOB_FIELDS, number_of
 
 log = logging.getLogger(__name__)
 
@@ -503,13 +503,6 @@ def _looks_like_metric(name: str) -> bool:
 
 
 def _is_number(v) -> bool:
-    if isinstance(v, bool) or v is None:
-        return False
-    if isinstance(v, (int, float)):
-        return not math.isnan(v)
-    if isinstance(v, str):
-        try:
-            return not math.isnan(float(v))
-        except ValueError:
-            return False
-    return False
+    """A W&B value that is a number (or text that reads as one), NaN excepted (:func:`gac.results.query.number_of`)."""
+    n = number_of(v)
+    return n is not None and not math.isnan(n)

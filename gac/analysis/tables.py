@@ -500,7 +500,8 @@ def latency_vs_seq_len(
                 continue
             rows.append({"method": method_label(rec["compressor"], rec["strategy"]),
                          "compressor": rec["compressor"],
-                         "strategy": BASELINE_STRATEGY if is_baseline(rec["compressor"], rec["strategy"]) else rec["strategy"],
+                         "strategy": (BASELINE_STRATEGY if is_baseline(rec["compressor"], rec["strategy"])
+                                      else rec["strategy"]),
                          "batch": batch, "seq_len": seq, "latency_ms": float(v),
                          "_ratio": math.nan if source is None or var.get("ratio") is None else float(var["ratio"]),
                          "change_lo": math.nan if lo is None else 100.0 * (lo - 1.0),

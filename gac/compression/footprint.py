@@ -22,8 +22,8 @@ job's device (and on the host, where the factors are kept):
 * **evaluation** (with ``evaluation=EvalLoad(...)``, what a job evaluates after compressing, or the whole work of
   the uncompressed baseline, ``compressor="none"``): the largest of perplexity (one batch of windows through a
   layer, the decoder's last hidden states, the chunked loss: :data:`LOSS_CHUNK_BYTES` of float32 logits, which
-  :mod:`gac.evaluation.perplexity` scores at once), the lm-eval tasks (a batch of requests' full logits and their log-softmax)
-  and the prefill latency (one forward at its largest point, full logits).
+  :mod:`gac.evaluation.perplexity` scores at once), the lm-eval tasks (a batch of requests' full logits and their
+  log-softmax) and the prefill latency (one forward at its largest point, full logits).
 
 The activation terms use per-token element counts of a Llama decoder layer's saved tensors
 (:data:`ACT_PER_TOKEN_H`, :data:`ACT_PER_TOKEN_I`); ``benchmarks/scale.py`` prints each run's estimate beside the

@@ -43,7 +43,8 @@ def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> N
     t = time.time()
     from gac.io import host, utc_stamp
 
-    ev = {"event": kind, "time": utc_stamp(t), "t": t, "host": host(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    ev = {"event": kind, "time": utc_stamp(t), "t": t, "host": host(), "pid": os.getpid(),
+          "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
           "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
           "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **kw}
     try:

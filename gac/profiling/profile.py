@@ -210,7 +210,8 @@ class HardwareProfile:
             rows=len(self.table),
             columns=list(COLUMNS),
         )
-        write_text_atomic(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n", overwrite=True)
+        text = json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"
+        write_text_atomic(out / META_FILE, text, overwrite=True)
         self.meta = {k: v for k, v in meta.items() if k not in _FILE_KEYS}
         log.info("saved hardware profile (%d rows, %s) to %s", len(self.table), self.device_name, out)
         return out

@@ -124,11 +124,14 @@ def _is_none(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+def is_number(v, finite: bool = False) -> bool:
+    """Whether ``v`` is a number: a real number that is not a bool (numpy scalars included); with ``finite``, NaN
+    and the infinities are not. The one rule of the store's checks, the filters and the frame's readers."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and (not finite or math.isfinite(v))
 
 
-def _number(v) -> float | None:
+def number_of(v) -> float | None:
+    """``v`` as a float when it is a number (:func:`is_number`) or text that reads as one; else None."""
     if is_number(v):
         return float(v)
     if isinstance(v, str):
@@ -178,7 +181,7 @@ def matches(value, want) -> bool:
         w = str(int(want)) if isinstance(want, bool) else str(want).strip().lower()
         return w in (str(value).lower(), str(int(value)))
     if is_number(value):
-        n = _number(want)
+        n = number_of(want)
         return n is not None and same_number(value, n)
     if isinstance(value, (list, tuple)):
         items = _items(want)
@@ -194,7 +197,7 @@ def matches(value, want) -> bool:
         w = {str(k): x for k, x in want.items()}
         return set(w) == {str(k) for k in value} and all(matches(x, w[str(k)]) for k, x in value.items())
     if is_number(want):  # a text value against a typed number: compare as numbers when the text is one
-        n = _number(value)
+        n = number_of(value)
         return n is not None and same_number(n, want)
     if isinstance(want, bool):
         return str(value).strip().lower() in (str(want).lower(), str(int(want)))

@@ -78,6 +78,7 @@ from gac.io import (
 )
 from gac.metrics import upgrade_record
 from gac.registry import BASELINE
+from gac.results.query import is_number
 from gac.untrusted import CHECKPOINT_FILE
 
 SCHEMA_VERSION = 1
@@ -447,10 +448,6 @@ def _fix(p: Path) -> str:
     return f"move it aside (mv {p} {p}.corrupt) and re-run the point, or restore it from a backup"
 
 
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
 
@@ -477,7 +474,8 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if job.get(f) is not None and not isinstance(job.get(f), str):
             return f"has job.{f} {job.get(f)!r}, not a name"
     ratio = job.get("ratio")
-    if ratio is not None and not (_is_num(ratio) and (0 < ratio < 1 or ratio == 0 and job["compressor"] == BASELINE)):
+    if ratio is not None and not (is_number(ratio, finite=True)
+                                  and (0 < ratio < 1 or ratio == 0 and job["compressor"] == BASELINE)):
         return f"has job.ratio {ratio!r}, not a number in (0, 1)"  # 0: a baseline as older gac wrote it
     for f in ("unit", "seq_len"):
         v = job.get(f)
@@ -495,7 +493,7 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if why:
             return f"has metric {k!r} that {why}"
     af = rec.get("aligned_fraction")
-    if af is not None and not (_is_num(af) and 0 <= af <= 1):
+    if af is not None and not (is_number(af, finite=True) and 0 <= af <= 1):
         return f"has aligned_fraction {af!r}, not a number in [0, 1]"
     for f in ("params", "budget"):
         v = rec.get(f)
@@ -506,7 +504,7 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if not isinstance(timings, dict):
             return f"has 'timings' of type {type(timings).__name__}, not an object"
         for k, v in timings.items():
-            if not (_is_num(v) and v >= 0):
+            if not (is_number(v, finite=True) and v >= 0):
                 return f"has timing {k!r} {v!r}, not a number of seconds >= 0"
     for f in ("plan", "config", "provenance", "evaluation", "stages"):
         if rec.get(f) is not None and not isinstance(rec.get(f), dict):
@@ -553,7 +551,7 @@ def bench_problem(doc, key: str) -> str | None:
             if not isinstance(e, dict):
                 return f"has point {name!r} of a variant that is not an object"
             ms = e.get("median_ms")
-            if not (_is_num(ms) and ms > 0):
+            if not (is_number(ms, finite=True) and ms > 0):
                 return f"has a median latency {ms!r} at {name!r}, not a number of ms > 0"
             why = _bench_numbers_problem(e, f" at {name!r}")
             if why:
@@ -561,10 +559,10 @@ def bench_problem(doc, key: str) -> str | None:
         why = _bench_numbers_problem(v, f" of variant {v.get('label')!r}")
         if why:
             return why
-        if v.get("median_ms") is not None and not (_is_num(v["median_ms"]) and v["median_ms"] > 0):
+        if v.get("median_ms") is not None and not (is_number(v["median_ms"], finite=True) and v["median_ms"] > 0):
             return f"has a median latency {v['median_ms']!r} of variant {v.get('label')!r}, not a number of ms > 0"
         dec = v.get("decode")
-        if dec is not None and not (isinstance(dec, dict) and _is_num(dec.get("ms_per_token"))
+        if dec is not None and not (isinstance(dec, dict) and is_number(dec.get("ms_per_token"), finite=True)
                                     and dec["ms_per_token"] > 0 and not _bench_numbers_problem(dec, "")):
             return f"has a decode entry of variant {v.get('label')!r} without a positive ms_per_token and ratio"
     # what `gac bench` shows of a stored record: every variant measured at every point, the device and protocol
@@ -590,10 +588,11 @@ def _bench_numbers_problem(e: dict, where: str) -> str | None:
     """What is wrong with the ratios and intervals of one bench entry (a point, a variant or its decode), if
     anything: each present ratio a positive finite number, each interval two finite numbers."""
     for f in _BENCH_RATIOS:
-        if e.get(f) is not None and not (_is_num(e[f]) and e[f] > 0):
+        if e.get(f) is not None and not (is_number(e[f], finite=True) and e[f] > 0):
             return f"has {f} {e[f]!r}{where}, not a positive number"
     for f in ("ratio_ci95", "ratio_to_unaligned_ci95"):
         ci = e.get(f)
-        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2
+                                   and all(is_number(x, finite=True) for x in ci)):
             return f"has {f} {ci!r}{where}, not two numbers"
     return None
