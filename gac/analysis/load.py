@@ -86,11 +86,11 @@ def load_results(source, include_failures: bool = False, allow_empty: bool = Fal
     Raises :class:`GacError` for a missing directory, a corrupt or non-gac record, and (unless
     ``allow_empty``) a store without records.
     """
-    from gac.results.store import ResultsStore
+    from gac.results.store import ResultsStore, results_path
 
     store = source if isinstance(source, ResultsStore) else None
     if store is None:
-        root = Path(source)
+        root = results_path(source)
         if not root.exists():
             if root.is_symlink():
                 raise GacError(f"results directory {str(root)!r} is a broken or looping symbolic link; point it at the "

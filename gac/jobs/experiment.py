@@ -531,8 +531,10 @@ class SweepCallback(_Callback):
             from gac.analysis import format_table, load_results, table5
         except ImportError:
             return
-        results_dir = Path(str(config.get("results_dir", "results"))).resolve()
+        from gac.results.store import results_root
+
         try:
+            results_dir = results_root(config.get("results_dir", "results"))
             df = load_results(results_dir)
             if keys:  # other jobs in the same store (other settings) never join this sweep's table
                 df = df[df["key"].astype(str).isin(keys)]

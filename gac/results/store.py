@@ -122,10 +122,17 @@ def _utc_stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
 
 
+def results_path(path: str | os.PathLike) -> Path:
+    """``path`` (a ``results_dir``, ``--results-dir``, a report's store) with ``~`` expanded, as every reader and
+    writer of a store takes it."""
+    return Path(os.path.expanduser(str(path)))
+
+
 def results_root(path: str | os.PathLike) -> Path:
-    """``path`` (a ``results_dir``) made absolute with links resolved; a looping link is a one-line :class:`GacError`."""
+    """``path`` (a ``results_dir``) made absolute with links resolved (:func:`results_path` first); a looping link is
+    a one-line :class:`GacError`."""
     try:
-        return Path(os.path.expanduser(str(path))).resolve()
+        return results_path(path).resolve()
     except (RuntimeError, OSError) as e:  # Python < 3.13 raises RuntimeError for a link loop
         raise GacError(f"results directory {str(path)!r} cannot be resolved ({e}): a looping symbolic link? point "
                        f"results_dir / --results-dir at a real directory") from None
@@ -137,7 +144,7 @@ class CorruptRecord(GacError):
 
 class ResultsStore:
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
+        self.root = results_path(root)
 
     # ------------------------------------------------------------------------------------------------ the store
     def exists(self) -> bool:
