@@ -13,8 +13,8 @@ from pathlib import Path
 
 from gac.errors import GacError
 from gac.io import digest
-from gac.registry import BASELINE_LABEL, BASELINE_STRATEGY, is_baseline
-from gac.results.query import MISSING, config_value
+from gac.registry import BASELINE_LABEL, BASELINE_STRATEGY
+from gac.results.query import MISSING, config_value, is_baseline_record
 
 
 def config_of(rec: dict, path: str, default=None):
@@ -39,11 +39,6 @@ def record_dtype(rec: dict) -> str:
     from gac.dtypes import job_dtype
 
     return job_dtype(config_of(rec, "gpu.dtype"), config_of(rec, "model.dtype"), config_of(rec, "gpu.device") or "cpu")
-
-
-def is_baseline_record(rec: dict) -> bool:
-    job = rec.get("job") or {}
-    return is_baseline(job.get("compressor"), job.get("strategy"))
 
 
 def _options(rec: dict) -> dict:
