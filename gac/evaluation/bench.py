@@ -40,14 +40,15 @@ from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.evaluation.bench_device import check_device, device_info
 from gac.evaluation.bench_stats import round_orders, summarise
+from gac.evaluation.latency import DEFAULTS as TIMING_DEFAULTS
+from gac.evaluation.latency import timer_for
 from gac.metrics import prefill_point
 from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
-#: device type -> protocol defaults (rounds, warm-up calls per visit, timed calls per visit)
-DEFAULTS = {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1, "decode_iters": 3, "threads": None},
-            "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}}
+#: device type -> protocol defaults (rounds, warm-up calls per visit, timed calls per visit): the timing table's
+DEFAULTS = TIMING_DEFAULTS["bench"]
 MEMORY_MODES = ("auto", "resident", "swap")
 TIMERS = ("auto", "wall", "cpu")
 MEMORY_FRACTION = 0.8  # variants stay resident when their estimate fits in this share of the free device memory
@@ -113,7 +114,7 @@ class Protocol:
                 raise GacError("timer=cpu measures CPU work; on a GPU the bench times with CUDA events (timer=auto)")
             timer = "cuda_events"
         elif timer == "auto":
-            timer = "thread_time" if out["threads"] == 1 else "perf_counter"
+            timer = timer_for(device_type, out["threads"])
         elif timer == "cpu":
             if out["threads"] != 1:
                 raise GacError("timer=cpu (thread CPU time) needs threads=1: with more threads it would sum their work")
@@ -319,9 +320,9 @@ def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list, w
     """One visit: (swap in), per point warm-up + timed calls -> the median, (decode), (swap out)."""
     import torch
 
-    from gac.evaluation.latency import decode_step, time_calls
+    from gac.evaluation.latency import CPU_CLOCKS, decode_step, time_calls
 
-    clock = time.thread_time if p["timer"] == "thread_time" else None
+    clock = CPU_CLOCKS.get(p["timer"])  # the protocol's own (timer=wall/cpu may differ from the rule's default)
 
     if mode == "swap":
         model.to(dev)
