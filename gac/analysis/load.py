@@ -5,7 +5,7 @@ Columns of the frame :func:`load_results` returns (any column may hold NaN/None 
 ``key, status, created, path``
     the record's identity (``path`` is its file; empty for W&B runs)
 ``model, compressor, proxy, strategy, ratio, unit, gpu, seq_len, experiment, sweep``
-    the record's ``job`` fields, flat (``compressor == "none"`` / ``strategy == "baseline"`` for the original model)
+    the record's ``job`` fields, flat (the original model's: :func:`gac.registry.is_baseline`)
 ``aligned_fraction, params, budget``
     the record's top-level numbers
 ``<metric>``
@@ -477,7 +477,7 @@ def _wandb_row(config: dict, summary: dict, meta: dict) -> dict:
     taken = {f"job.{f}" for f in JOB_FIELDS} | {f"job/{f}" for f in JOB_FIELDS} | set(JOB_FIELDS) | set(TOP_FIELDS)
     mixed = config is summary  # a CSV export: config and summary columns side by side
     for k, v in summary.items():
-        if k in taken or k.startswith("_") or not _is_number(v):
+        if k in taken or k.startswith("_") or not _reads_as_number(v):
             continue
         if k.startswith(("metrics/", "metrics.")):
             name = k[len("metrics/"):]
@@ -502,7 +502,7 @@ def _looks_like_metric(name: str) -> bool:
     return bool(_METRIC_HINT.search(name)) and "." not in name.split("@")[0]
 
 
-def _is_number(v) -> bool:
+def _reads_as_number(v) -> bool:
     """A W&B value that is a number (or text that reads as one), NaN excepted (:func:`gac.results.query.number_of`)."""
     n = number_of(v)
     return n is not None and not math.isnan(n)

@@ -92,7 +92,7 @@ def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **est
     if config is None:
         return None
     own = str(getattr(config, "dtype", None) or "float32")  # (transformers >= 5 reads a config's torch_dtype as dtype)
-    dt = dtype_name(dtype, device) or dtype_name(own.removeprefix("torch."), device)
+    dt = dtype_name(dtype, device) or dtype_name(own, device)
     from gac.models import BUILTIN
 
     if model_spec in BUILTIN and dtype is None:
