@@ -158,7 +158,8 @@ def test_one_rule_decides_what_is_a_number(value, number, finite):
     assert is_number(value) is number and is_number(value, finite=True) is finite
     rec = {"key": "k", "status": "completed", "created": "2025-01-01T00:00:00Z", "metrics": {},
            "job": {"model": "m", "compressor": "asvd", "strategy": "gac"}, "aligned_fraction": value}
-    assert (record_problem(rec, "k") is None) is (finite and 0 <= float(value) <= 1)  # the store's check: finite
+    # the store's check: a finite number in [0, 1] (None: not measured)
+    assert (record_problem(rec, "k") is None) is (value is None or finite and 0 <= float(value) <= 1)
     assert number_of("1.5") == 1.5 and number_of(True) is None and number_of("x") is None
 
 
