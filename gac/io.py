@@ -90,6 +90,7 @@ def hold_cpu_lock(enabled: bool = True) -> None:
                                            file=sys.stderr, flush=True))
     _held_cpu_lock.append(fd)  # kept open on purpose: closing it releases the lock
 
+
 def host() -> str:
     """This machine's name as records, provenance, profiles and event logs write it."""
     return socket.gethostname() or "localhost"
