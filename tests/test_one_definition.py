@@ -3,6 +3,7 @@
 disagree (the default window, a baseline's pass through ``--where``, the clock of a CPU timing, "is a number")."""
 
 import ast
+import functools
 import math
 import os
 import re
@@ -18,12 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 GAC = ROOT / "gac"
 
 
-def _sources():
-    for path in sorted(GAC.rglob("*.py")):
-        yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+@functools.cache
+def _sources() -> tuple[tuple[str, str], ...]:
+    return tuple((path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
+                 for path in sorted(GAC.rglob("*.py")))
 
 
-def _strings(text: str):
+@functools.cache
+def _strings(text: str) -> tuple[tuple[int, str], ...]:
     """The string constants of a module's code (docstrings excluded: prose may name what the code spells once)."""
     tree = ast.parse(text)
     docs = set()
@@ -32,9 +35,8 @@ def _strings(text: str):
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docs.add(id(first.value))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            yield node.lineno, node.value
+    return tuple((node.lineno, node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs)
 
 
 def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> list[str]:
