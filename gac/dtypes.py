@@ -33,12 +33,18 @@ def auto_dtype(device) -> str:
     return AUTO.get(_device_type(device), "float32")
 
 
+def dtype_str(dtype) -> str:
+    """The name gac writes for any dtype: ``torch.float16`` (or ``"torch.float16"``) -> ``"float16"``, ``torch.int64``
+    -> ``"int64"``; unlike :func:`dtype_name` it resolves no alias and refuses no name."""
+    return str(dtype).removeprefix("torch.")
+
+
 def dtype_name(dtype, device="cpu") -> str | None:
     """The canonical name (``float16``, ``bfloat16``, ``float32``) of a name, alias, ``torch.dtype`` or ``"auto"``
     (resolved for ``device``); None stays None. An unknown name is a :class:`GacError` with suggestions."""
     if dtype is None:
         return None
-    s = str(dtype).removeprefix("torch.").strip().lower()
+    s = dtype_str(dtype).strip().lower()
     if s == "auto":
         return auto_dtype(device)
     if s not in ALIASES:

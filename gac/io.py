@@ -59,25 +59,74 @@ CPU_LOCK = os.environ.get("GAC_CPU_LOCK", "/tmp/gac-cpu.lock")
 _held_cpu_lock: list = []  # the open lock file: the lock lasts as long as this process
 
 
-def hold_cpu_lock(enabled: bool = True) -> None:
-    """Take :data:`CPU_LOCK` for the rest of this process (the kernel releases it when the process ends, however it
-    ends), saying so on stderr while another holder makes it wait. ``enabled=False`` or already held: nothing.
-    A child process must not call it while its parent holds the lock (it would wait for its parent)."""
-    if not enabled or _held_cpu_lock:
-        return
+def host_lock(path: str | os.PathLike, on_wait=None) -> int:
+    """An exclusive ``flock`` on ``path`` (created if needed), waiting while another process holds it (``on_wait()``
+    is called once when it must wait); returns the open descriptor that holds it: closing it releases the lock, and
+    the kernel releases it when the process ends, however it ends (SIGKILL included).
+
+    This is the lock of one machine (the CPU lock, a fixture build): ``flock`` is not reliable between hosts on every
+    network file system, so what several hosts share (a results store) is locked by :class:`gac.results.lock.FileLock`
+    instead, a lock file with its holder and a heartbeat."""
     import fcntl
 
-    f = open(CPU_LOCK, "a")  # noqa: SIM115 (kept open on purpose: closing it releases the lock)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"waiting for the CPU lock {CPU_LOCK} (another measurement holds it)", file=sys.stderr, flush=True)
-        fcntl.flock(f, fcntl.LOCK_EX)
-    _held_cpu_lock.append(f)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def hold_cpu_lock(enabled: bool = True) -> None:
+    """Take :data:`CPU_LOCK` for the rest of this process (:func:`host_lock`), saying so on stderr while another
+    holder makes it wait. ``enabled=False`` or already held: nothing. A child process must not call it while its
+    parent holds the lock (it would wait for its parent)."""
+    if not enabled or _held_cpu_lock:
+        return
+    fd = host_lock(CPU_LOCK, lambda: print(f"waiting for the CPU lock {CPU_LOCK} (another measurement holds it)",
+                                           file=sys.stderr, flush=True))
+    _held_cpu_lock.append(fd)  # kept open on purpose: closing it releases the lock
+
+
+def host() -> str:
+    """This machine's name as records, provenance, profiles and event logs write it."""
+    return socket.gethostname() or "localhost"
+
 
 def hostname() -> str:
-    """This machine's name as temp files and locks record it (dots removed: they separate name fields)."""
-    return socket.gethostname().split(".")[0] or "localhost"
+    """This machine's name as temp files and locks record it: :func:`host` up to its first dot (dots separate the
+    fields of a temp file's name)."""
+    return host().split(".")[0] or "localhost"
+
+
+#: how gac writes a time (``created``, provenance ``date``, ``started``...): UTC, to the second, ISO 8601 with ``Z``;
+#: text in this form sorts as time does, which "the latest record wins" relies on
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def utc_stamp(t: float | None = None) -> str:
+    """The time ``t`` (seconds since the epoch; None: now) as gac writes it (:data:`TIME_FORMAT`)."""
+    return time.strftime(TIME_FORMAT, time.gmtime(time.time() if t is None else t))
+
+
+def parse_stamp(text) -> float | None:
+    """Seconds since the epoch of an ISO 8601 date and time (``2025-01-01T00:00:00Z``, ``...+00:00``, no zone: UTC),
+    or None when ``text`` is not one. Python 3.10's ``fromisoformat`` refuses the ``Z`` gac writes: read here."""
+    import datetime
+
+    if not isinstance(text, str) or len(text) < 19 or text[10] != "T":
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)).timestamp()
 
 
 def machine_id() -> str:
@@ -87,6 +136,24 @@ def machine_id() -> str:
     except OSError:
         ns = ""
     return f"{hostname()}-{ns}" if ns else hostname()
+
+
+#: hex digits of a key gac derives from content (record and bench keys, cache names, recipe hashes): 64 bits
+KEY_DIGITS = 16
+
+
+def digest(data: str | bytes, digits: int | None = KEY_DIGITS, algorithm: str = "sha256") -> str:
+    """The hex digest of ``data`` (text as UTF-8) cut to its first ``digits`` hex digits (None: all of them): the one
+    hash behind every key, cache name and fingerprint gac derives. What is hashed (a canonical JSON, say) is each
+    key's own definition; a name already stored keeps the length and algorithm it was written with, so it is
+    still found (the kernel-table caches: sha1, 10 digits)."""
+    h = hashlib.new(algorithm, data.encode() if isinstance(data, str) else data)
+    return h.hexdigest() if digits is None else h.hexdigest()[:digits]
+
+
+def hasher(algorithm: str = "sha256"):
+    """A running hash (``update`` / ``hexdigest``) for data read in pieces (a file joined from chunks)."""
+    return hashlib.new(algorithm)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -288,6 +355,8 @@ def file_problem(path: str | os.PathLike) -> str | None:
 
 #: Where a results store keeps its own files (gac.results.store): nothing but a job or a bench writes there.
 STORE_MARKER = ".gac-store.json"
+#: the file that makes a directory a gac compressed checkpoint (:mod:`gac.compression.checkpoint` writes it)
+CHECKPOINT_FILE = "gac_checkpoint.json"
 STORE_OWN_DIRS = ("records", "failures", "runs", "work", "locks", "cache", "bench", "sweeps")
 _WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
@@ -300,8 +369,8 @@ def _is_store(d: Path) -> bool:
 
 def _is_model_dir(d: Path) -> str | None:
     """The file that makes ``d`` a model directory (a gac checkpoint's config, or config.json beside weights)."""
-    if (d / "gac_checkpoint.json").is_file():
-        return "gac_checkpoint.json"
+    if (d / CHECKPOINT_FILE).is_file():
+        return CHECKPOINT_FILE
     if (d / "config.json").is_file() and (any((d / n).exists() for n in _WEIGHT_NAMES)
                                           or any(d.glob("*.safetensors"))):
         return "config.json"
@@ -533,31 +602,65 @@ def replace_file(path: str | os.PathLike, write) -> Path:
     return p
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux), to tell a reused pid from the process meant."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _started_at(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (Linux), or None where it cannot be read."""
+    ticks = pid_start(pid)
+    try:
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(ticks) / os.sysconf("SC_CLK_TCK") if ticks is not None else None
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
+def pid_alive(pid: int, start: str | None = None, running_at: float | None = None) -> bool:
+    """Whether the process ``pid`` of this machine (and PID namespace) is alive and is the one meant: with ``start``
+    (its :func:`pid_start`, as a lock records it) the same start time, with ``running_at`` (a time it is known to
+    have been running, e.g. the mtime of a file it wrote) a start before then. A pid reused by another process is
+    not alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
-        return True
+        pass
+    if start is not None:
+        now = pid_start(pid)
+        if now is not None and now != start:
+            return False
+    if running_at is not None:
+        began = _started_at(pid)
+        if began is not None and began > running_at + 2.0:  # btime has whole seconds; a little clock slack
+            return False
     return True
 
 
 def temp_writer_gone(path: str | os.PathLike, max_age_s: float | None = None, now: float | None = None) -> bool:
-    """Is ``path`` a gac temp file whose writer is gone (this machine and the pid is dead), or one older than
-    ``max_age_s`` (default ``GAC_TEMP_STALE_S``, 6 h; legacy names without a pid only by age)?"""
+    """Is ``path`` a gac temp file whose writer is gone (this machine and the pid is dead, or now another process
+    that started after the file was written), or one older than ``max_age_s`` (default ``GAC_TEMP_STALE_S``, 6 h;
+    legacy names without a pid only by age)?"""
     p = Path(path)
     if max_age_s is None:
         from gac.checks import env_number
 
         max_age_s = env_number("GAC_TEMP_STALE_S")
     try:
-        age = (now or time.time()) - p.lstat().st_mtime
+        mtime = p.lstat().st_mtime
     except FileNotFoundError:
         return False
+    age = (now or time.time()) - mtime
     m = _TEMP_RE.match(p.name)
     if m:
-        if m["host"] == machine_id() and not _pid_alive(int(m["pid"])):
+        if m["host"] == machine_id() and not pid_alive(int(m["pid"]), running_at=mtime):
             return True
         return age > max_age_s
     return bool(_LEGACY_RE.match(p.name)) and age > max_age_s

@@ -77,6 +77,21 @@ ALLOCATIONS = Names("allocation", ("default", "proportional", "uniform", "sensit
                                    "stable_rank"))
 KNAPSACK_SCORES = Names("knapsack score", ("proxy", "marginal"))
 
+#: the model specs that name a fixture model (not a path, not a hub id): gac.fixtures builds and loads them
+NAMED_MODELS = ("tiny", "tiny-untrained", "smollm2", "gemma3")
+
+#: the uncompressed model's job: its compressor name (a config's ``compressor=none``, a record's ``job.compressor``),
+#: the strategy its record carries, and its label in tables, figures and benches
+BASELINE = "none"
+BASELINE_STRATEGY = "baseline"
+BASELINE_LABEL = "Baseline"
+
+
+def is_baseline(compressor, strategy=None) -> bool:
+    """Whether a job of ``compressor`` (and ``strategy``, as a record holds them) is the uncompressed baseline."""
+    return str(compressor) == BASELINE or str(strategy) == BASELINE_STRATEGY
+
+
 REGISTRIES = {"compressor": COMPRESSORS, "strategy": STRATEGIES, "proxy": PROXIES, "allocation": ALLOCATIONS,
               "knapsack_score": KNAPSACK_SCORES}
 

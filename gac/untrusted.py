@@ -68,12 +68,12 @@ def check_model_dir_files(path: str | os.PathLike) -> None:
 def check_model_path(spec: str | os.PathLike) -> None:
     """A model given by a path that is a looping or dangling link, a named pipe, a device or a socket: one line that
     says what it is (not "does not exist", and never read). Nothing for anything else (a hub id, a directory)."""
-    from gac.io import path_kind
+    from gac.io import CHECKPOINT_FILE, path_kind
 
     kind = path_kind(spec)
     if kind:
         raise GacError(f"model path {str(spec)!r} is {kind}; pass a model directory (config.json or "
-                       f"gac_checkpoint.json), a hub id or 'tiny'")
+                       f"{CHECKPOINT_FILE}), a hub id or 'tiny'")
 
 
 def require_regular(f: Path, fix: str) -> None:

@@ -10,7 +10,10 @@ ROOT = Path(__file__).resolve().parents[1] / "gac"
 # (find and load them, build what needs no evaluation) sit below the text sources that name their files, both below
 # compression; models (any model or a gac checkpoint) above it; training (tiny from its recipe) evaluates what it
 # trains, so it sits above evaluation.
-BASE = {"errors", "io", "faults", "metrics", "progress", "dtypes", "registry", "untrusted", "stats", "checks", "(gac)"}  # checks: seeds, threads, numbers from the environment; metrics: names; progress: bars/lines; dtypes: the "auto" rule; registry: names; untrusted: no code from data; stats: the bench's paired interval
+# checks: seeds, threads, numbers from the environment; metrics: names; progress: bars/lines; dtypes: the "auto" rule;
+# devices: the device check; registry: names; untrusted: no code from data; stats: the bench's paired interval
+BASE = {"errors", "io", "faults", "metrics", "progress", "dtypes", "devices", "registry", "untrusted", "stats", "checks",
+        "(gac)"}
 ALLOWED = {
     "align": BASE,
     "results": BASE,

@@ -2,9 +2,13 @@
 directory run ``gac demo``, ``gac predict``, one tiny job through the installed ``gac-run`` and a researcher's own
 config directory on top of the packaged configs.
 
-The virtual environment sees the shared site-packages (torch, transformers, ... are not installed again) and gets
-the wheel alone (``--no-deps``); every command runs without ``PYTHONPATH`` from a directory outside the checkout,
-so ``import gac`` finds the installed wheel and nothing else.
+The virtual environment gets the wheel alone (``--no-deps``) and sees the site-packages of the Python that runs the
+tests (torch, transformers, ... are not installed again), whatever that Python is: a virtual environment, conda or
+a system Python. ``venv --system-site-packages`` would not do: inside a virtual environment it sees the base
+interpreter's packages, not the environment's. A ``.pth`` file in the new environment names those directories
+instead, as plain paths: their own ``.pth`` files (an editable install of the checkout among them) are not run.
+Every command runs without ``PYTHONPATH`` from a directory outside the checkout, so ``import gac`` finds the
+installed wheel and nothing else.
 """
 
 import os
@@ -31,6 +35,16 @@ def _sources(dst: Path) -> None:
     shutil.copytree(ROOT / "hydra_plugins", dst / "hydra_plugins", ignore=ignore)
 
 
+def _site_dirs() -> list[str]:
+    """Where the running Python's packages are: its site-packages (a virtual environment's, a conda environment's or
+    the system's, and the base interpreter's where a virtual environment includes them) and the user's."""
+    import site
+
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    dirs += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir() and Path(d).resolve() != ROOT]
+
+
 def _run(args, cwd, env, timeout=300):
     r = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
@@ -48,9 +62,11 @@ def wheel_env(tmp_path_factory):
     env["OMP_NUM_THREADS"] = "1"  # shared CI cores: no OpenMP oversubscription
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, src], tmp, env)
     (wheel,) = dist.glob("gac-*.whl")
-    # the shared environment's pip installs into the venv (sys.prefix), no ensurepip needed
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], tmp, env)
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], tmp, env)
     python = venv / "bin" / "python"
+    purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env).strip())
+    (purelib / "_gac_test_packages.pth").write_text("".join(f"{d}\n" for d in _site_dirs()))
+    # the running Python's pip (seen through the .pth) installs into the venv (sys.prefix): no ensurepip needed
     _run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", wheel], work, env)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return {"wheel": wheel, "venv": venv, "work": work, "env": env, "python": python}

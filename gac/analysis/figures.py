@@ -47,6 +47,7 @@ from gac.profiling.figures import (
     series_style,
     staircase_figures,
 )
+from gac.registry import BASELINE, BASELINE_LABEL, BASELINE_STRATEGY
 
 __all__ = ["FA2_TEMPLATES", "figure_title", "kernel_staircase", "method_styles", "plot_bench_ratios",
            "plot_dim_residues", "plot_dstar_vs_dim", "plot_latency_vs_seq_len", "plot_proxy_comparison",
@@ -63,7 +64,7 @@ def method_styles(methods: Sequence[str]) -> dict[str, dict]:
     and marker (the same for Table 5's methods in every figure)."""
     out = {}
     for m in methods:
-        if m == "Baseline":
+        if m == BASELINE_LABEL:
             out[m] = {"color": OKABE_ITO["black"], "marker": "*"}
         elif m in _FIXED[:4]:
             out[m] = series_style(_FIXED.index(m))
@@ -94,7 +95,7 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
     at its highest ratios would flatten every other point)."""
     if sweep.empty:
         raise ValueError("empty ratio sweep: nothing to plot")
-    comps = [c for c in dict.fromkeys(sweep["compressor"]) if c != "none"]
+    comps = [c for c in dict.fromkeys(sweep["compressor"]) if c != BASELINE]
     if not comps:
         raise ValueError("ratio sweep without compressed runs: nothing to plot")
     metrics = sorted(dict.fromkeys(sweep["metric"]), key=sweep_metric_rank)
@@ -110,9 +111,9 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
                 g = mine[mine["strategy"] == strat].sort_values("ratio")
                 label = g["method"].iloc[0]
                 ax.plot(g["ratio"], g["value"], label=label, markersize=6, **styles[label])
-            base = sel[sel["strategy"] == "baseline"]
+            base = sel[sel["strategy"] == BASELINE_STRATEGY]
             if len(base):
-                ax.axhline(float(base["value"].iloc[0]), label="Baseline", **BASELINE_STYLE)
+                ax.axhline(float(base["value"].iloc[0]), label=BASELINE_LABEL, **BASELINE_STYLE)
             chance = next((v for k, v in TASK_CHANCE.items() if str(m).startswith(k + "_acc")), None)
             if chance is not None:
                 ax.axhline(chance, color=OKABE_ITO["black"], linestyle=":", linewidth=1.0, alpha=0.6,
@@ -129,7 +130,7 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
             ax.set_title(compressor_label(comp) if i == 0 else "", fontsize=10)
             ax.grid(alpha=0.3)
             plain_ticks(ax)
-    legend_outside(fig, axes=[ax for row in axes for ax in row], last=("Baseline", "chance (tasks)"))
+    legend_outside(fig, axes=[ax for row in axes for ax in row], last=(BASELINE_LABEL, "chance (tasks)"))
     if title:
         fig.suptitle(title)
     return fig
@@ -203,7 +204,7 @@ def plot_latency_vs_seq_len(lat: pd.DataFrame, title: str | None = None) -> Figu
         for method, g in sel.groupby("method", sort=False):
             g = g.sort_values("seq_len")
             st = styles[method]
-            base_row = g["strategy"].iloc[0] == "baseline"
+            base_row = g["strategy"].iloc[0] == BASELINE_STRATEGY
             top.plot(g["seq_len"], g["latency_ms"], label=method, markersize=6,
                      **({**st, "linestyle": "--"} if base_row else st))
             if not base_row:
@@ -278,15 +279,15 @@ def plot_latency_pareto(frame: pd.DataFrame, title: str | None = None) -> Figure
     ratio, the side-by-side bench's 95% interval as a horizontal error bar, the baseline a star; a latency-budget
     plan's budget on the measured axis (its share of its reference plan's measured latency, or its absolute ms) a
     vertical tick at the same height. ``frame``: :func:`gac.analysis.pareto.latency_pareto`."""
-    comp = frame[frame["strategy"] != "baseline"]
+    comp = frame[frame["strategy"] != BASELINE_STRATEGY]
     if comp.empty or comp["latency_ms"].notna().sum() < 2:
         raise ValueError("latency Pareto with fewer than 2 measured points: nothing to plot")
     comps = [c for c in dict.fromkeys(comp["compressor"])]
     order = list(dict.fromkeys(comp.sort_values("strategy", key=lambda s: [method_order("", x) for x in s],
                                                 kind="stable")["method"]))
-    styles = method_styles(["Baseline", *order])
+    styles = method_styles([BASELINE_LABEL, *order])
     fig, axes = new_figure(1, len(comps), w=7.0, h=4.2)
-    base = frame[frame["strategy"] == "baseline"]
+    base = frame[frame["strategy"] == BASELINE_STRATEGY]
     quality = frame.attrs.get("quality", "ppl")
     bench = frame.attrs.get("device") is not None
     budget_label = "latency budget (share x its reference plan, measured)"

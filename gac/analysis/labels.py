@@ -21,11 +21,11 @@ from gac.metrics import (
     ppl_stride,
     task_data_note,
 )
-from gac.registry import PROXIES
+from gac.registry import BASELINE, BASELINE_LABEL, BASELINE_STRATEGY, PROXIES, is_baseline
 
 log = logging.getLogger(__name__)
 
-COMPRESSOR_LABELS = {"none": "Baseline", "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
+COMPRESSOR_LABELS = {BASELINE: BASELINE_LABEL, "asvd": "ASVD", "svd_llm": "SVD-LLM", "llm_pruner": "LLM-Pruner",
                      "palu": "PaLU", "stable_rank_svd": "Stable-rank SVD"}
 STRATEGY_LABELS = {"unaligned": "", "gac": "GAC", "round_nearest": "round-nearest", "round_up": "round-up",
                    "round_down": "round-down", "rebalance": "rebalance", "authors_dp": "GAC DP",
@@ -180,7 +180,7 @@ def method_label(compressor, strategy) -> str:
     the GAC authors' procedures say so: ``("stable_rank_svd", "authors_dp")`` -> ``"Stable-rank SVD (GAC DP, as the
     authors ran it)"``, ``("llm_pruner", "round_to")`` -> ``"LLM-Pruner (round_to, as the authors ran it)"``."""
     if is_baseline(compressor, strategy):
-        return "Baseline"
+        return BASELINE_LABEL
     s = STRATEGY_LABELS.get(str(strategy), str(strategy))
     parts = [s] if s else []
     if str(compressor) in AUTHORS_COMPRESSORS or str(strategy) in AUTHORS_STRATEGIES:
@@ -188,12 +188,9 @@ def method_label(compressor, strategy) -> str:
     return compressor_label(compressor) + (f" ({', '.join(parts)})" if parts else "")
 
 
-def is_baseline(compressor, strategy) -> bool:
-    return str(compressor) == "none" or str(strategy) == "baseline"
-
-
 def baseline_mask(df: pd.DataFrame) -> pd.Series:
-    return (df["compressor"].astype(str) == "none") | (df["strategy"].astype(str) == "baseline")
+    """:func:`gac.registry.is_baseline` of every row."""
+    return (df["compressor"].astype(str) == BASELINE) | (df["strategy"].astype(str) == BASELINE_STRATEGY)
 
 
 _PREFERRED = ("asvd", "stable_rank_svd", "svd_llm", "palu", "llm_pruner")

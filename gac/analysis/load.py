@@ -5,7 +5,7 @@ Columns of the frame :func:`load_results` returns (any column may hold NaN/None 
 ``key, status, created, path``
     the record's identity (``path`` is its file; empty for W&B runs)
 ``model, compressor, proxy, strategy, ratio, unit, gpu, seq_len, experiment, sweep``
-    the record's ``job`` fields, flat (``compressor == "none"`` / ``strategy == "baseline"`` for the original model)
+    the record's ``job`` fields, flat (the original model's: :func:`gac.registry.is_baseline`)
 ``aligned_fraction, params, budget``
     the record's top-level numbers
 ``<metric>``
@@ -49,7 +49,7 @@ from gac.errors import GacError
 from gac.io import file_problem
 from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
 from gac.registry import gpu_of_device
-from gac.results.query import JOB_FIELDS
+from gac.results.query import JOB_FIELDS, number_of
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +87,11 @@ def load_results(source, include_failures: bool = False, allow_empty: bool = Fal
     Raises :class:`GacError` for a missing directory, a corrupt or non-gac record, and (unless
     ``allow_empty``) a store without records.
     """
-    from gac.results.store import ResultsStore
+    from gac.results.store import ResultsStore, results_path
 
     store = source if isinstance(source, ResultsStore) else None
     if store is None:
-        root = Path(source)
+        root = results_path(source)
         if not root.exists():
             if root.is_symlink():
                 raise GacError(f"results directory {str(root)!r} is a broken or looping symbolic link; point it at the "
@@ -479,7 +479,7 @@ def _wandb_row(config: dict, summary: dict, meta: dict) -> dict:
     taken = {f"job.{f}" for f in JOB_FIELDS} | {f"job/{f}" for f in JOB_FIELDS} | set(JOB_FIELDS) | set(TOP_FIELDS)
     mixed = config is summary  # a CSV export: config and summary columns side by side
     for k, v in summary.items():
-        if k in taken or k.startswith("_") or not _is_number(v):
+        if k in taken or k.startswith("_") or not _reads_as_number(v):
             continue
         if k.startswith(("metrics/", "metrics.")):
             name = k[len("metrics/"):]
@@ -504,14 +504,7 @@ def _looks_like_metric(name: str) -> bool:
     return bool(_METRIC_HINT.search(name)) and "." not in name.split("@")[0]
 
 
-def _is_number(v) -> bool:
-    if isinstance(v, bool) or v is None:
-        return False
-    if isinstance(v, (int, float)):
-        return not math.isnan(v)
-    if isinstance(v, str):
-        try:
-            return not math.isnan(float(v))
-        except ValueError:
-            return False
-    return False
+def _reads_as_number(v) -> bool:
+    """A W&B value that is a number (or text that reads as one), NaN excepted (:func:`gac.results.query.number_of`)."""
+    n = number_of(v)
+    return n is not None and not math.isnan(n)

@@ -25,6 +25,7 @@ from gac.analysis.labels import (
 from gac.analysis.selection import completed, resolve
 from gac.analysis.tables import bench_source, pick_bench
 from gac.errors import GacError
+from gac.registry import BASELINE_STRATEGY
 
 PARETO_STRATEGIES = ("unaligned", "gac", "gac_latency")
 COLUMNS = ["method", "compressor", "strategy", "ratio", "key", "quality", "latency_ms", "lo_ms", "hi_ms",
@@ -55,7 +56,7 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
     for _, rec in rows.iterrows():
         base = is_baseline(rec["compressor"], rec["strategy"])
         r = {"method": pareto_label(rec), "compressor": str(rec["compressor"]),
-             "strategy": "baseline" if base else str(rec["strategy"]), "ratio": row_number(rec, "ratio"),
+             "strategy": BASELINE_STRATEGY if base else str(rec["strategy"]), "ratio": row_number(rec, "ratio"),
              "key": str(rec["key"]), "quality": row_number(rec, quality), "params": row_number(rec, "params"),
              "budget_ms": row_number(rec, "latency_budget_ms"), "table_ms": row_number(rec, "latency_table_ms"),
              "budget": budget_note(rec), "lo_ms": math.nan, "hi_ms": math.nan}

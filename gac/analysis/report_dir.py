@@ -42,6 +42,7 @@ import gac.analysis.tables as T
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
 from gac.io import owned_directory, write_text_atomic
+from gac.registry import BASELINE_STRATEGY
 from gac.results.query import MISSING, config_value
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="ra
         except GacError as e:
             rep.skipped.append(f"{name}: {e}")
             continue
-        per_comp = sw.loc[sw["strategy"] != "baseline"].groupby("compressor")["ratio"].nunique()
+        per_comp = sw.loc[sw["strategy"] != BASELINE_STRATEGY].groupby("compressor")["ratio"].nunique()
         if per_comp.empty or per_comp.max() < 2:  # a group may hold only a baseline (its setting differs from theirs)
             rep.skipped.append(f"{name}: fewer than 2 ratios per compressor in this setting group (a line needs 2)")
             continue

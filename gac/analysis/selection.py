@@ -18,7 +18,17 @@ import pandas as pd
 
 from gac.analysis.labels import compressor_label, is_baseline
 from gac.errors import GacError
-from gac.results.query import MISSING, AnyOf, config_value, is_number, matches, same_number
+from gac.results.query import (
+    COMPRESSION_SETTINGS,
+    METHOD_SETTINGS,
+    MISSING,
+    AnyOf,
+    config_value,
+    filter_keep,
+    is_number,
+    matches,
+    same_number,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +78,9 @@ def latest_per_key(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------- settings
-#: config keys (first component) that tell methods apart: they differ between a table's rows by design
-ROW_SETTINGS = ("compressor", "align", "proxy", "allocation", "model_compressor")
-#: settings the baseline (the uncompressed model) does not depend on: a baseline row fits any value of these
-#: (and of the labels ``sweep``/``experiment``: one baseline record serves every sweep of its model)
-COMPRESSION_SETTINGS = ROW_SETTINGS + ("ratio", "calibration")
+#: config keys (first component) that tell methods apart: they differ between a table's rows by design; a baseline
+#: row fits any value of :data:`~gac.results.query.COMPRESSION_SETTINGS` (one baseline serves every sweep of its model)
+ROW_SETTINGS = METHOD_SETTINGS
 _FRAME_FILTERS = ("sweep", "experiment", "key", "proxy", "strategy", "compressor", "ratio", "model", "gpu",
                   "seq_len", "unit")
 #: a latency-budget plan's budget (frame columns of its record's ``latency_budget`` block): part of every slot, so
@@ -198,34 +206,30 @@ def frame_value(row: Mapping, field: str, columns) -> object:
 
 def filter_settings(df: pd.DataFrame, where: Mapping[str, object] | None, what: str) -> pd.DataFrame:
     """Keep the records whose frame column or config setting ``field`` matches the value, for each item of
-    ``where`` (``{"sweep": "s1"}``, ``{"align.window": 8}``), by the rule of :func:`gac.results.query.matches`.
-    A baseline record passes on the settings it does not depend on (:data:`COMPRESSION_SETTINGS`, ``sweep``,
-    ``experiment``): one baseline serves every sweep."""
+    ``where`` (``{"sweep": "s1"}``, ``{"align.window": 8}``), by the one selection rule of
+    :func:`gac.results.query.filter_keep` (``gac bench`` and ``gac wandb backfill`` select by it too): a baseline
+    record passes on the settings it does not depend on when a compressed record of its model matches."""
     if not where:
         return df
-    keep = pd.Series(True, index=df.index)
+
+    def keep(frame: pd.DataFrame, field: str, value):
+        rows = frame.to_dict("records")
+        return filter_keep([frame_value(r, field, frame.columns) for r in rows],
+                           [is_baseline(r["compressor"], r["strategy"]) for r in rows], [r.get("model") for r in rows],
+                           field, value)
+
     known = {f for c in df["config"] if isinstance(c, Mapping) for f in c} if "config" in df.columns else set()
-    for field, value in where.items():
+    out = df
+    for field, value in where.items():  # one filter after the other, as gac.results.query.select_records applies them
         field = str(field)
         if field not in _FRAME_FILTERS and field not in df.columns and field.removeprefix("config.") not in known:
             raise GacError(f"{what}: no records have a setting {field!r}; filter by a config key such as "
                            f"{sorted(known)[:3]} or by {', '.join(_FRAME_FILTERS[:2])}")
-        column = field in df.columns and field != "config"
-        hit, real = [], 0
-        for r in df.to_dict("records"):
-            base = is_baseline(r["compressor"], r["strategy"])
-            match = matches(frame_value(r, field, df.columns), value)
-            if column:
-                free = base and field in ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")
-            else:
-                free = base and _top(field.removeprefix("config.")) in COMPRESSION_SETTINGS
-            real += bool(match)
-            hit.append(match or free)
-        if not real:  # only baselines passed (they fit any value of a compression setting): nothing matched
+        if keep(df, field, value) is None:  # only baselines would pass (they fit any value of a compression setting)
             raise GacError(f"{what}: no records match {field}={show_value(value)}; values in the records: "
                            f"{_values_of(df, field)}")
-        keep &= pd.Series(hit, index=df.index)
-    out = df[keep]
+        hit = keep(out, field, value) if len(out) else None
+        out = out[pd.Series(hit, index=out.index)] if hit is not None else out.iloc[:0]
     if out.empty:
         raise GacError(f"{what}: no records match {describe_setting(where)}; check the filter values")
     return out

@@ -47,7 +47,7 @@ from gac.analysis.selection import (
 )
 from gac.errors import GacError
 from gac.metrics import prefill_point
-from gac.registry import LATENCY_STRATEGIES
+from gac.registry import BASELINE, BASELINE_LABEL, BASELINE_STRATEGY, LATENCY_STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def table5(
         log.warning("Table 5: no baseline record for model %r; the baseline row and latency change stay blank", model)
 
     order = list(compressors) if compressors is not None else compressor_order(comp["compressor"].tolist())
-    rows: list[tuple[str, pd.Series | None]] = [("Baseline", base.iloc[0] if len(base) else None)]
+    rows: list[tuple[str, pd.Series | None]] = [(BASELINE_LABEL, base.iloc[0] if len(base) else None)]
     for c in order:
         for s in strategies:
             hit = comp[(comp["compressor"].astype(str) == str(c)) & (comp["strategy"].astype(str) == str(s))]
@@ -152,7 +152,7 @@ def table5(
 
     labels, task_data, task_note = task_metric_labels([r for _, r in rows], [m for _, m in TABLE5_METRICS])
     base_lat = lat(rows[0][1]) if not base.empty else math.nan
-    keys = [str(rec["key"]) for label, rec in rows if rec is not None and label != "Baseline"]
+    keys = [str(rec["key"]) for label, rec in rows if rec is not None and label != BASELINE_LABEL]
     hit = pick_bench(bench, keys, model, 1, seq_len) if latency == "prefill_ms" and seq_len is not None else None
     out = []
     for label, rec in rows:
@@ -162,7 +162,7 @@ def table5(
             r[labels.get(metric, col)] = row_number(rec, ppl if metric == PPL else metric)
         if hit is not None:
             pt = hit[1]
-            v = None if label == "Baseline" else pt["variants"][str(rec["key"])]
+            v = None if label == BASELINE_LABEL else pt["variants"][str(rec["key"])]
             r[LAT_COL] = pt["baseline_ms"] if v is None else v["ms"]
             r[DELTA_COL] = math.nan if v is None else 100.0 * (v["ratio"] - 1.0)
             r[CI_LO_COL] = math.nan if v is None or v["lo"] is None else 100.0 * (v["lo"] - 1.0)
@@ -172,7 +172,7 @@ def table5(
                 r[f"Prefill (ms), {pr['label']}"] = pr["baseline_ms"] if v is None else pr["by_key"].get(str(rec["key"]))
         else:
             r[LAT_COL] = lat(rec)
-            has_base = label != "Baseline" and base_lat and not math.isnan(base_lat)
+            has_base = label != BASELINE_LABEL and base_lat and not math.isnan(base_lat)
             r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
         out.append(r)
     cols = [ALIGN_COL] + [labels.get(m, c) for c, m in TABLE5_METRICS] + [LAT_COL, DELTA_COL]
@@ -296,7 +296,7 @@ def ratio_sweep(
                 continue
             base_row = is_baseline(rec["compressor"], rec["strategy"])
             rows.append({"model": model, "gpu": gpu, "compressor": rec["compressor"], "proxy": rec.get("proxy"),
-                         "strategy": "baseline" if base_row else rec["strategy"],
+                         "strategy": BASELINE_STRATEGY if base_row else rec["strategy"],
                          "method": method_label(rec["compressor"], rec["strategy"]),
                          "ratio": 0.0 if base_row else float(rec["ratio"]), "metric": m, "value": float(v),
                          "task_data": row_task_data(rec, task_of(m)) if task_of(m) else None})
@@ -309,7 +309,7 @@ def ratio_sweep(
 
 def ratio_sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
     """The long ratio sweep as a wide table: one row per (compressor, ratio), one column per (metric, strategy)."""
-    comp = sweep[sweep["strategy"] != "baseline"]
+    comp = sweep[sweep["strategy"] != BASELINE_STRATEGY]
     if comp.empty:
         return pd.DataFrame()
     wide = comp.pivot_table(index=["compressor", "ratio"], columns=["metric", "strategy"], values="value",
@@ -395,7 +395,7 @@ def proxy_quality(
                    seq_len=seq_len, compressors=[compressor], proxy=str(proxy), baseline_row=False)
         formats.update(t.attrs["formats"])
         notes.append((t.attrs.get("task_note") or "", t.attrs.get("task_columns") or []))
-        t = t.drop(index="Baseline", errors="ignore")
+        t = t.drop(index=BASELINE_LABEL, errors="ignore")
         t.index = pd.MultiIndex.from_tuples([(str(proxy), m) for m in t.index], names=["Proxy", "Method"])
         parts.append(t)
     if not parts:
@@ -483,7 +483,7 @@ def latency_vs_seq_len(
             source = max(hits, key=lambda b: (str(b.get("created") or ""), str(b.get("path") or "")))
             cols = {n: ("prefill_ms", int(p["batch"]), int(p["seq_len"])) for n, p in source["points"].items()}
     if source is not None:  # the bench's own baseline (a baseline record is not needed)
-        recs = [{"compressor": "none", "strategy": "baseline", "key": None}] + \
+        recs = [{"compressor": BASELINE, "strategy": BASELINE_STRATEGY, "key": None}] + \
             [r for r in recs if not is_baseline(r["compressor"], r["strategy"])]
     for rec in recs:
         for c, (_, batch, seq) in cols.items():
@@ -500,15 +500,16 @@ def latency_vs_seq_len(
                 continue
             rows.append({"method": method_label(rec["compressor"], rec["strategy"]),
                          "compressor": rec["compressor"],
-                         "strategy": "baseline" if is_baseline(rec["compressor"], rec["strategy"]) else rec["strategy"],
+                         "strategy": (BASELINE_STRATEGY if is_baseline(rec["compressor"], rec["strategy"])
+                                      else rec["strategy"]),
                          "batch": batch, "seq_len": seq, "latency_ms": float(v),
                          "_ratio": math.nan if source is None or var.get("ratio") is None else float(var["ratio"]),
                          "change_lo": math.nan if lo is None else 100.0 * (lo - 1.0),
                          "change_hi": math.nan if hi is None else 100.0 * (hi - 1.0)})
     out = pd.DataFrame(rows, columns=["method", "compressor", "strategy", "batch", "seq_len", "latency_ms",
                                       "_ratio", "change_lo", "change_hi"])
-    b = out[out["strategy"] == "baseline"].set_index(["batch", "seq_len"])["latency_ms"]
-    out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != "baseline" else math.nan
+    b = out[out["strategy"] == BASELINE_STRATEGY].set_index(["batch", "seq_len"])["latency_ms"]
+    out["change_pct"] = [100.0 * (v / b[(bt, s)] - 1.0) if (bt, s) in b.index and st != BASELINE_STRATEGY else math.nan
                          for bt, s, v, st in zip(out["batch"], out["seq_len"], out["latency_ms"], out["strategy"])]
     paired = out["_ratio"].notna()  # from a bench: its own paired ratio (what the interval is about)
     out.loc[paired, "change_pct"] = 100.0 * (out.loc[paired, "_ratio"] - 1.0)

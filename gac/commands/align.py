@@ -22,7 +22,10 @@ def add_arguments(p):
     p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac); "
                    f"{', '.join(LATENCY_STRATEGIES)} with a latency budget and per-target latencies in the file")
     p.add_argument("--unit", type=int, default=None, help="alignment unit (overrides the file's; default 8)")
-    p.add_argument("--window", type=int, default=None, help="candidate window in units (default: the file's, else 1 = the two aligned dims bracketing d*)")
+    from gac.align.candidates import DEFAULT_WINDOW
+
+    p.add_argument("--window", type=int, default=None, help=f"candidate window in units (default: the file's, else "
+                   f"{DEFAULT_WINDOW} = the two aligned dims bracketing d*)")
     p.add_argument("--compare", action="store_true", help="also print a table of every strategy on stderr")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 

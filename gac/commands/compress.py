@@ -20,9 +20,12 @@ def add_arguments(p):
                         "PaLU fisher_uniform, stable_rank_svd stable_rank), proportional (gac's Eq. 2 rule), uniform, "
                         "sensitivity, fisher_uniform, stable_rank (the GAC authors' search; stable_rank_svd only); "
                         "ASVD's sensitivity grid is --option sensitivity_grid=0.4,0.5,0.6,0.7,0.8,0.9")
-    p.add_argument("--unit", type=int, default=8, help="alignment unit (default 8)")
-    p.add_argument("--window", type=int, default=1,
-                   help="candidate window in alignment units around d* (default 1: the aligned dims bracketing d*)")
+    from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
+
+    p.add_argument("--unit", type=int, default=DEFAULT_UNIT, help=f"alignment unit (default {DEFAULT_UNIT})")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"candidate window in alignment units around d* (default {DEFAULT_WINDOW}: the aligned dims "
+                        f"bracketing d*)")
     p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
     p.add_argument("--calib", default=None,
                    help="calibration text: wikitext2, tiny or a local file (default: the named model's own text for "

@@ -30,6 +30,7 @@ from torch import nn
 
 from gac.compression.modules import get_module, module_spec
 from gac.errors import GacError
+from gac.io import CHECKPOINT_FILE
 from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 
 AUDIT_UNITS = (8, 16, 32)
@@ -162,15 +163,10 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
     import torch
 
     from gac.compression.checkpoint import build_skeleton, is_checkpoint, read_meta
+    from gac.fixtures import is_named, named_config
 
-    if str(spec) in ("tiny", "tiny-untrained"):
-        from gac.fixtures import load_tiny
-
-        return load_tiny(trained=str(spec) == "tiny")[0]
-    if str(spec) in ("smollm2", "gemma3"):  # their pinned architectures: audits without building the weights
+    if is_named(spec):  # its pinned architecture: audits without building (or reading) the weights
         from transformers import AutoModelForCausalLM
-
-        from gac.fixtures import named_config
 
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(named_config(str(spec)))
@@ -178,7 +174,7 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
     if p is not None and is_checkpoint(p):
         return build_skeleton(read_meta(p), meta_device=True)
     if p is not None and not (p / "config.json").is_file():
-        raise GacError(f"{str(spec)!r} is a directory but neither a gac checkpoint (gac_checkpoint.json) nor a Hugging "
+        raise GacError(f"{str(spec)!r} is a directory but neither a gac checkpoint ({CHECKPOINT_FILE}) nor a Hugging "
                        f"Face model (config.json); point at the directory that holds one of them")
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -291,8 +287,9 @@ def audit_checkpoint(path: str | os.PathLike) -> dict:
 
 def audit(spec: str | os.PathLike) -> dict:
     from gac.compression.checkpoint import is_checkpoint
+    from gac.fixtures import is_named
 
-    if str(spec) not in ("tiny", "tiny-untrained", "smollm2", "gemma3"):
+    if not is_named(spec):
         p = _local_or_hub(spec)
         if p is not None and is_checkpoint(p):
             return audit_checkpoint(p)
@@ -309,7 +306,7 @@ def mismatch_message(rep: dict) -> str | None:
         return "no weights" if spec is None else " ".join(f"{k}={v}" for k, v in _dims(spec).items())
 
     first = bad[0]
-    return (f"{rep['source']}: gac_checkpoint.json disagrees with the weights for {len(bad)} module(s), e.g. "
+    return (f"{rep['source']}: {CHECKPOINT_FILE} disagrees with the weights for {len(bad)} module(s), e.g. "
             f"{first['name']}: json {dims(first['json'])}, weights {dims(first['weights'])}; the audit above is read "
             f"from the weights. The checkpoint will not load: re-save it from the model (or restore its JSON)")
 

@@ -29,14 +29,12 @@ is still an error. Files are created with mode 0666 minus the umask.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -45,15 +43,29 @@ from torch import nn
 
 from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
+from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.io import file_sha256, missing_reason, read_json, write_json_atomic
-from gac.untrusted import NO_REMOTE_CODE, config_field_problem, differing_tied_copies, refuse_remote_code
+from gac.io import (
+    CHECKPOINT_FILE,
+    digest,
+    file_sha256,
+    missing_reason,
+    read_json,
+    utc_stamp,
+    write_json_atomic,
+)
+from gac.untrusted import (
+    NO_REMOTE_CODE,
+    config_field_problem,
+    differing_tied_copies,
+    refuse_remote_code,
+)
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gac-checkpoint"
 FORMAT_VERSION = 3  # 2: the config's own sha256 and the weights' sha256, required on load; 3: the tokenizer files' too
-META_FILE = "gac_checkpoint.json"
+META_FILE = CHECKPOINT_FILE  # the checkpoint's config (gac.io names it for every reader of a model dir)
 WEIGHTS_FILE = "gac_model.safetensors"
 BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
 
@@ -112,7 +124,7 @@ def provenance() -> dict:
         "transformers": transformers.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created": utc_stamp(),
     }
 
 
@@ -244,7 +256,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             raise GacError(f"cannot write the checkpoint weights to {str(out)!r}: {str(e).splitlines()[0][:200]}; free "
                            f"space there or choose another output directory") from None
         honour_umask(tmp / WEIGHTS_FILE)
-        digest = file_sha256(tmp / WEIGHTS_FILE)
+        weights_digest = file_sha256(tmp / WEIGHTS_FILE)
         buffers = _nonpersistent_buffers(model)
         buffers_digest = None
         if buffers:
@@ -266,7 +278,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
         if merge and not replacing and out.is_dir():  # a tokenizer saved there first is the checkpoint's too
             tokenizer_files.update({f.name: file_sha256(f) for f in sorted(out.iterdir())
                                     if is_tokenizer_file(f.name) and f.is_file() and f.name not in tokenizer_files})
-        dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        dtype = dtype_str(next(model.parameters()).dtype)
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -278,7 +290,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "base_model": getattr(model, "_gac_base_model", None),  # tiny, a hub id or a directory (None: unknown)
             "recipe": recipe,
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,
-            "weights": {"file": WEIGHTS_FILE, "sha256": digest, "buffers": BUFFERS_FILE if buffers else None,
+            "weights": {"file": WEIGHTS_FILE, "sha256": weights_digest, "buffers": BUFFERS_FILE if buffers else None,
                         "buffers_sha256": buffers_digest},
             "tokenizer_files": tokenizer_files,  # name -> sha256: a swapped tokenizer scores another text
             "provenance": provenance(),
@@ -332,7 +344,7 @@ def meta_sha256(meta: dict) -> str:
     import json
 
     body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()).hexdigest()
+    return digest(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False), None)
 
 
 def _inside(p: Path, name, what: str) -> Path:
@@ -403,7 +415,7 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
         skeleton = build_skeleton(meta, meta_device=True)
     except GacError as e:
         raise GacError(f"{where}: {META_FILE} describes no model gac can rebuild ({e}); {_COPY}") from None
-    expected = {k: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for k, t in skeleton.state_dict().items()}
+    expected = {k: (tuple(t.shape), dtype_str(t.dtype)) for k, t in skeleton.state_dict().items()}
     stored: dict = {}
     try:
         with safe_open(str(wfile), framework="pt") as h:
@@ -500,7 +512,7 @@ def _dtype(d):
     if isinstance(d, torch.dtype):
         return d
     try:
-        dt = getattr(torch, str(d).replace("torch.", ""))
+        dt = getattr(torch, dtype_str(d))
     except AttributeError:
         dt = None
     if not isinstance(dt, torch.dtype):
@@ -542,21 +554,21 @@ def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None
     meta = meta or read_meta(p)
     check_hashes_present(p, meta)
     w = meta.get("weights") or {}
-    for file, digest in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
-        if not file or not digest:
+    for file, recorded in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
+        if not file or not recorded:
             continue
         f = _inside(p, file, "weights file")
         if not f.is_file():
             raise GacError(f"checkpoint {str(p)!r}: its file {file!r} {missing_reason(f)}; copy the whole checkpoint "
                            f"directory")
-        _check_sha256(p, f, file, digest)
+        _check_sha256(p, f, file, recorded)
     toks = meta.get("tokenizer_files") if isinstance(meta.get("tokenizer_files"), dict) else {}
-    for file, digest in toks.items():
+    for file, recorded in toks.items():
         f = _inside(p, file, "tokenizer file")
         if not f.is_file():
             raise GacError(f"checkpoint {str(p)!r} lacks its tokenizer file {file!r} ({missing_reason(f)}); copy the "
                            f"whole checkpoint directory")
-        _check_sha256(p, f, file, digest)
+        _check_sha256(p, f, file, recorded)
     if meta.get("format_version", 0) >= 3:
         foreign = sorted(f.name for f in p.iterdir() if is_tokenizer_file(f.name) and f.name not in toks)
         if foreign:
@@ -564,11 +576,11 @@ def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None
                            f"tokenizer would read it); remove it, or copy the checkpoint again from its source")
 
 
-def _check_sha256(p: Path, f: Path, file: str, digest: str) -> None:
+def _check_sha256(p: Path, f: Path, file: str, recorded: str) -> None:
     got = _verified_sha256(f)
-    if got != digest:
+    if got != recorded:
         raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
-                       f"file was damaged or changed: {got[:12]}... != {digest[:12]}...); copy the checkpoint again "
+                       f"file was damaged or changed: {got[:12]}... != {recorded[:12]}...); copy the checkpoint again "
                        f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
 
 

@@ -21,9 +21,9 @@ job's device (and on the host, where the factors are kept):
 * a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``);
 * **evaluation** (with ``evaluation=EvalLoad(...)``, what a job evaluates after compressing, or the whole work of
   the uncompressed baseline, ``compressor="none"``): the largest of perplexity (one batch of windows through a
-  layer, the decoder's last hidden states, the chunked loss: :data:`gac.evaluation.perplexity.LOSS_CHUNK_BYTES`
-  of float32 logits), the lm-eval tasks (a batch of requests' full logits and their log-softmax)
-  and the prefill latency (one forward at its largest point, full logits).
+  layer, the decoder's last hidden states, the chunked loss: :data:`LOSS_CHUNK_BYTES` of float32 logits, which
+  :mod:`gac.evaluation.perplexity` scores at once), the lm-eval tasks (a batch of requests' full logits and their
+  log-softmax) and the prefill latency (one forward at its largest point, full logits).
 
 The activation terms use per-token element counts of a Llama decoder layer's saved tensors
 (:data:`ACT_PER_TOKEN_H`, :data:`ACT_PER_TOKEN_I`); ``benchmarks/scale.py`` prints each run's estimate beside the
@@ -38,7 +38,9 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
+from gac.registry import BASELINE
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +55,9 @@ _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 # Inference (no autograd) transients per token of one decoder layer: residual, norm output, q/k/v, attention output
 # (~6 h); gate, up and their product (~3 I). The fused SDPA kernels hold no seq_len^2 scores.
 INF_PER_TOKEN_H, INF_PER_TOKEN_I = 6, 3
-LOSS_CHUNK_BYTES = 2**30  # = gac.evaluation.perplexity.LOSS_CHUNK_BYTES (evaluation may not be imported here)
+#: float32 logits the perplexity loss scores at once (gac.evaluation.perplexity reads it; its evaluation term here)
+LOSS_CHUNK_BYTES = 2**30
 TASK_TOKENS = 256  # tokens per lm-eval request assumed (PiQA / HellaSwag requests are shorter)
-BASELINE = "none"
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def _evaluation_parts(config, dtype: str, load: EvalLoad) -> list[tuple[int, int
     layer with the hidden states, and the logits with their loss."""
     s = _shapes(config)
     h, inter, V = s["h"], s["inter"], s["V"]
-    b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
+    b = _BYTES.get(dtype_str(dtype), 4)
     layer = INF_PER_TOKEN_H * h + INF_PER_TOKEN_I * inter
     out = []
     if load.ppl_batch:
@@ -206,7 +208,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     ev_layer, ev_head = (max(x) for x in zip(*ev_parts)) if ev_parts else (0, 0)
     if compressor == BASELINE:
         P = params if params is not None else count_params(config)
-        weights = P * _BYTES.get(str(dtype).removeprefix("torch."), 4)
+        weights = P * _BYTES.get(dtype_str(dtype), 4)
         base = int(BASE_MB * MB)
         on_gpu = str(device).startswith("cuda")
         device_bytes = weights + ev if on_gpu else base + weights + ev
@@ -215,13 +217,13 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
                          per_device=int(ev_layer), at_head=int(ev_head))
     comp = get_compressor(compressor, **(compressor_options or {}))
     prox = get_proxy(proxy or comp.default_proxy)
-    b = _BYTES.get(str(dtype).removeprefix("torch."), 4)
+    b = _BYTES.get(dtype_str(dtype), 4)
     s = _shapes(config)
     h, inter, L, V = s["h"], s["inter"], s["L"], s["V"]
     P = params if params is not None else count_params(config)
     lin = _linears(s)
     method = getattr(comp, "svd", DEFAULT_SVD)
-    lowrank = comp.name in ("asvd", "svd_llm", "palu")
+    lowrank = comp.low_rank  # the compressor's own kind: a new low-rank compressor is counted without a list here
 
     need_act = comp.needs_act or comp.needs_xtx or "act" in prox.needs
     need_grad = "grad" in prox.needs

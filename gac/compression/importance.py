@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 
@@ -578,9 +579,9 @@ def collect_gradient_stats(model: nn.Module, calib_ids: torch.Tensor, modules: l
         if report is not None:
             per_device = [c.cpu().tolist() for c in counts.values()]  # each device's two counts, added on the host
             zeros, total = sum(c[0] for c in per_device), sum(c[1] for c in per_device)
-            report.update(dtype=str(run_dtype).removeprefix("torch."), model_dtype=str(model_dtype).removeprefix(
-                "torch."), loss_scale=scale if scaled else None, overflow_reruns=reruns, gradients=int(total),
-                zero_fraction=zeros / total if total else 0.0)
+            report.update(dtype=dtype_str(run_dtype), model_dtype=dtype_str(model_dtype),
+                          loss_scale=scale if scaled else None, overflow_reruns=reruns, gradients=int(total),
+                          zero_fraction=zeros / total if total else 0.0)
     finally:
         restore()
         for layer in wrapped:

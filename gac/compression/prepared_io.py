@@ -70,14 +70,14 @@ def save_prepared(prepared, path: str | os.PathLike) -> Path:
     }
     text = json.dumps(state, allow_nan=False, default=_jsonable)
     from gac.faults import fault_point
-    from gac.io import honour_umask, os_error, temp_path
+    from gac.io import honour_umask, os_error, replace_file
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise os_error(e, "create the directory of", path) from None
-    tmp = temp_path(path)  # names its writer: gac.io.clean_temp_files removes it if this process is killed
-    try:
+
+    def write(tmp):  # a temp file that names its writer: gac.io.clean_temp_files removes it if this process is killed
         try:
             save_file(tensors, str(tmp), metadata={_META_KEY: text})
         except Exception as e:  # safetensors reports a full disk as its own error type
@@ -85,12 +85,8 @@ def save_prepared(prepared, path: str | os.PathLike) -> Path:
                            f"free space there or choose another results directory") from None
         honour_umask(tmp)  # safetensors creates 0600: colleagues sharing the results directory could not read it
         fault_point("prepared_write")
-        os.replace(tmp, path)
-    except OSError as e:
-        raise os_error(e, "write", path) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+
+    return replace_file(path, write)
 
 
 def _jsonable(o):
@@ -229,16 +225,15 @@ def code_fingerprint() -> str:
 
     Caches keyed by it are invalidated by any code change there, released or not (a fix of a scoring bug must
     never keep serving the old scores)."""
-    import hashlib
+    from gac.io import digest
 
     global _code_fingerprint
     if _code_fingerprint is None:
         root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
+        blob = []
         for part in _CODE_PARTS:
             p = root / part
             for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
-                h.update(str(f.relative_to(root)).encode())
-                h.update(f.read_bytes())
-        _code_fingerprint = h.hexdigest()[:16]
+                blob += [str(f.relative_to(root)).encode(), f.read_bytes()]
+        _code_fingerprint = digest(b"".join(blob))
     return _code_fingerprint

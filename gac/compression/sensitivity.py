@@ -53,6 +53,7 @@ from torch import nn
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
 from gac.compression.layouts import transform_logits
 from gac.compression.swap import replace_module
+from gac.dtypes import dtype_str
 from gac.errors import ConfigRefused, GacError
 from gac.faults import fault_point
 
@@ -482,7 +483,7 @@ def _check_cache(model, cache: _LayerCache, calib_ids: torch.Tensor, base_nll: t
     dtype = _model_dtype(model)
     tol = probe_tolerance(dtype)
     rel = abs(fast - full) / abs(full) if full else math.inf
-    return {"dtype": str(dtype).removeprefix("torch."), "check_samples": k, "cached_ppl": fast, "full_ppl": full,
+    return {"dtype": dtype_str(dtype), "check_samples": k, "cached_ppl": fast, "full_ppl": full,
             "rel_diff": rel, "tolerance": tol, "ok": bool(rel <= tol), "full_s": full_s}
 
 

@@ -32,6 +32,7 @@ from torch import nn
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
+from gac.io import CHECKPOINT_FILE
 from gac.untrusted import NO_REMOTE_CODE
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,8 @@ __all__ = ["Structure", "architecture"]
 def architecture(model_spec: str | os.PathLike, random_weights: bool = False, arch: dict | None = None):
     """The transformers config of a model spec, without reading any weight.
 
-    ``tiny``/``tiny-untrained``: the shipped ``config.json``; ``smollm2``, ``gemma3``: their pinned architectures
-    (no build needed); a gac checkpoint directory: its recorded base config
+    a named model (``tiny``, ``smollm2``, ``gemma3``: :func:`gac.fixtures.named_config`, no build needed); a gac
+    checkpoint directory: its recorded base config
     (the uncompressed architecture); a local Hugging Face directory: its ``config.json``; a hub id:
     ``AutoConfig.from_pretrained`` (the hub or the local HF cache); ``random_weights`` with an ``arch`` block (the
     job configs of ``model.random_weights=true``): that block.
@@ -78,20 +79,16 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
         except (ValueError, KeyError, TypeError) as e:
             raise GacError(f"the model's `arch` block does not make a transformers config ({e}); check model_type") from None
     s = str(model_spec)
-    if s in ("tiny", "tiny-untrained"):
-        from gac.fixtures import SHIPPED_DIR
+    from gac.fixtures import is_named, named_config
 
-        return AutoConfig.from_pretrained(str(SHIPPED_DIR), **NO_REMOTE_CODE)
-    if s in ("smollm2", "gemma3"):
-        from gac.fixtures import named_config
-
+    if is_named(s):
         return named_config(s)
     from gac.untrusted import check_model_path
 
     check_model_path(s)
     p = Path(s).expanduser()
     if p.is_dir():
-        if (p / "gac_checkpoint.json").is_file():
+        if (p / CHECKPOINT_FILE).is_file():
             from gac.compression.checkpoint import read_meta
 
             base = dict(read_meta(p)["base_config"])
@@ -100,7 +97,7 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
             from gac.untrusted import hf_config
 
             return hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
-        raise GacError(f"{s!r} is a directory without config.json or gac_checkpoint.json; point at a model directory")
+        raise GacError(f"{s!r} is a directory without config.json or {CHECKPOINT_FILE}; point at a model directory")
     if p.exists():
         raise GacError(f"{s!r} is a file, not a model directory; pass a model directory, a hub id or 'tiny'")
     if s.startswith((".", "/", "~")):

@@ -36,17 +36,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.evaluation.bench_device import check_device, device_info
 from gac.evaluation.bench_stats import round_orders, summarise
+from gac.evaluation.latency import DEFAULTS as TIMING_DEFAULTS
+from gac.evaluation.latency import timer_for
 from gac.metrics import prefill_point
 from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
-#: device type -> protocol defaults (rounds, warm-up calls per visit, timed calls per visit)
-DEFAULTS = {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1, "decode_iters": 3, "threads": None},
-            "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}}
+#: device type -> protocol defaults (rounds, warm-up calls per visit, timed calls per visit): the timing table's
+DEFAULTS = TIMING_DEFAULTS["bench"]
 MEMORY_MODES = ("auto", "resident", "swap")
 TIMERS = ("auto", "wall", "cpu")
 MAX_BOOTSTRAP = 1_000_000  # paired bootstrap resamples: its table holds resamples x rounds numbers
@@ -117,7 +119,7 @@ class Protocol:
                 raise GacError("timer=cpu measures CPU work; on a GPU the bench times with CUDA events (timer=auto)")
             timer = "cuda_events"
         elif timer == "auto":
-            timer = "thread_time" if out["threads"] == 1 else "perf_counter"
+            timer = timer_for(device_type, out["threads"])
         elif timer == "cpu":
             if out["threads"] != 1:
                 raise GacError("timer=cpu (thread CPU time) needs threads=1: with more threads it would sum their work")
@@ -300,7 +302,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     doc = summarise(variants, p, samples, decode, kernels, wall)
     doc.update(
         device=info,
-        dtype=str(base.dtype).removeprefix("torch."),
+        dtype=dtype_str(base.dtype),
         architecture={k: getattr(base.config, k, None) for k in (
             "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
             "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},
@@ -324,9 +326,9 @@ def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list, w
     """One visit: (swap in), per point warm-up + timed calls -> the median, (decode), (swap out)."""
     import torch
 
-    from gac.evaluation.latency import decode_step, time_calls
+    from gac.evaluation.latency import CPU_CLOCKS, decode_step, time_calls
 
-    clock = time.thread_time if p["timer"] == "thread_time" else None
+    clock = CPU_CLOCKS.get(p["timer"])  # the protocol's own (timer=wall/cpu may differ from the rule's default)
 
     if mode == "swap":
         model.to(dev)

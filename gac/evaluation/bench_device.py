@@ -8,30 +8,15 @@ import os
 import shutil
 import subprocess
 
-from gac.errors import GacError
-
 CPU_NOTE = ("this is a CPU: CPU latency says nothing about GPUs (no Tensor Cores, FlashAttention head-dim templates "
             "or cuBLAS tile choices here); any alignment effect, or its absence, is a CPU measurement only")
 
 
 def check_device(device):
-    import torch
+    """The bench's device (:func:`gac.devices.check_device`: cpu or an existing cuda:N)."""
+    from gac.devices import check_device as checked
 
-    try:
-        dev = torch.device(str(device))
-    except RuntimeError:
-        raise GacError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise GacError(f"device {device!r} is not there: CUDA is not available on this machine; run the bench on a "
-                           f"GPU node (e.g. experiments/bench.py with a Slurm launcher) or pass --device cpu")
-        idx = dev.index if dev.index is not None else torch.cuda.current_device()
-        if idx >= torch.cuda.device_count():
-            raise GacError(f"device {device!r} is not there: this machine has {torch.cuda.device_count()} GPU(s)")
-        dev = torch.device("cuda", idx)
-    elif dev.type != "cpu":
-        raise GacError(f"the bench runs on cpu or cuda, not {dev.type!r}")
-    return dev
+    return checked(str(device), "the bench")
 
 
 def _smi_id(props, index) -> str:

@@ -2,7 +2,10 @@
 
 Protocol (the paper's, on CUDA): CUDA events around every measured call, 50 warm-up calls, 200 measured calls,
 3 trials; the result is the median over trials of each trial's median, with the spread across trials. On CPU the
-same harness falls back to wall-clock (``time.perf_counter``) with fewer iterations (defaults below).
+same harness takes the clock of :func:`timer_for` with fewer iterations (defaults below).
+
+This module holds the timing rules every measurement of gac follows (a job's latency, the bench, a latency plan's
+tables and their kernels): :data:`DEFAULTS`, the warm-up and iteration counts, and :func:`timer_for`, the clock.
 
 * prefill: one forward pass over ``batch x seq_len`` random tokens (``model(input_ids, use_cache=False)``, full
   logits), default batch 1, S=1024.
@@ -24,15 +27,40 @@ import statistics
 import time
 from collections.abc import Callable
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
+#: how many calls every timing of gac makes by default, one table: kind -> device type -> (warm-up calls, timed calls,
+#: trials); the bench's entry holds its protocol's fields (gac.evaluation.bench.Protocol)
 DEFAULTS = {
-    # kind -> device type -> (warmup, iters, trials)
-    "prefill": {"cuda": (50, 200, 3), "cpu": (3, 10, 3)},
-    "decode": {"cuda": (5, 20, 3), "cpu": (1, 3, 3)},
+    "prefill": {"cuda": (50, 200, 3), "cpu": (3, 10, 3)},  # a job's prefill latency: the paper's protocol on CUDA
+    "decode": {"cuda": (5, 20, 3), "cpu": (1, 3, 3)},  # a job's decode latency (whole generations)
+    # a latency table's kernels (gac.profiling.timing.TimingProtocol: paper() on CUDA, quick() on a CPU)
+    "kernel": {"cuda": (50, 200, 3), "cpu": (3, 10, 3)},
+    # the uncompressed prefill a measured latency plan's fixed_ms comes from (gac.jobs.latency_plan): one trial
+    "plan_prefill": {"cuda": (3, 15, 1), "cpu": (3, 15, 1)},
+    # the bench's visits: rounds, warm-up and timed calls per visit, decode, torch threads on a CPU
+    "bench": {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1, "decode_iters": 3, "threads": None},
+              "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}},
 }
+#: the clocks of a CPU timing, by the name a result records (:func:`timer_for`)
+CPU_CLOCKS = {"thread_time": time.thread_time, "perf_counter": time.perf_counter}
+
+
+def timer_for(device, threads: int | None = None) -> str:
+    """The clock a timing on ``device`` uses, the one rule of gac: ``cuda_events`` on a GPU; on a CPU this thread's
+    CPU time (``thread_time``) when torch computes on one thread (``threads``, default torch's own count): all the
+    work is then this thread's, and a loaded, shared machine slows the wall clock but not the number; with more
+    threads their work is not this thread's, so the wall clock (``perf_counter``). A job's CPU latency thus counts
+    wall time at the job's thread count, a latency plan's tables (timed on one thread,
+    :func:`gac.profiling.timing.cpu_thread_clock`) and ``gac bench`` (one thread by default) thread CPU time."""
+    import torch
+
+    if str(getattr(device, "type", device)).split(":")[0] == "cuda":
+        return "cuda_events"
+    return "thread_time" if (torch.get_num_threads() if threads is None else threads) == 1 else "perf_counter"
 
 # profiler op name -> SDPA backend (first match in this order wins per call)
 _SDPA_OPS = (
@@ -207,9 +235,8 @@ def time_calls(step: Callable[[], Callable[[], object]], device, n: int, clock: 
     """``n`` timed calls (ms): ``step()`` does untimed setup and returns the callable to time.
 
     On CUDA every call sits between two CUDA events, read after one synchronize at the end (and one before the
-    first, so earlier queued work is not counted); on CPU each call is timed with ``clock`` (default
-    ``perf_counter``; ``time.thread_time`` counts only this thread's CPU time), and ``wall`` (a list) also receives
-    each call's ``perf_counter`` time.
+    first, so earlier queued work is not counted); on CPU each call is timed with ``clock`` (default: the clock of
+    :func:`timer_for`), and ``wall`` (a list) also receives each call's ``perf_counter`` time.
     """
     import torch
 
@@ -229,7 +256,7 @@ def time_calls(step: Callable[[], Callable[[], object]], device, n: int, clock: 
                 pairs.append((start, end))
             torch.cuda.synchronize(device)
             return [s.elapsed_time(e) for s, e in pairs]
-    clock = clock or time.perf_counter
+    clock = clock or CPU_CLOCKS[timer_for(device)]
     samples = []
     for _ in range(n):
         timed = step()
@@ -248,7 +275,6 @@ def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters
     Each trial: ``warmup`` untimed calls, then ``iters`` calls timed by :func:`time_calls`. Returns per-trial
     medians and all samples (ms).
     """
-    cuda = device.type == "cuda"
     trial_samples: list[list[float]] = []
     for _ in range(trials):
         for _ in range(warmup):
@@ -268,7 +294,7 @@ def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters
         "p25_ms": q[0],
         "p75_ms": q[2],
         "n_samples": len(flat),
-        "timer": "cuda_events" if cuda else "perf_counter",
+        "timer": timer_for(device),
     }
 
 
@@ -280,7 +306,7 @@ def _context(model, device) -> dict:
     return {
         "device": str(device),
         "device_name": device_name(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_str(dtype),
         "attn_implementation": getattr(cfg, "_attn_implementation", None),
         "torch": torch.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,

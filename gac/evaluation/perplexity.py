@@ -24,13 +24,15 @@ import os
 import sys
 import time
 
+# LOSS_CHUNK_BYTES: float32 logits scored at once (their log-softmax and gradient-free temporaries beside), defined
+# with the job's memory estimate, which counts it
+from gac.compression.footprint import LOSS_CHUNK_BYTES
 from gac.errors import GacError
 from gac.progress import progress
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEQ_LEN = 2048
-LOSS_CHUNK_BYTES = 2**30  # float32 logits scored at once (their log-softmax and gradient-free temporaries beside)
 
 
 def model_max_length(model) -> int | None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import platform
-import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+from gac.io import host, utc_stamp
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,9 @@ def provenance(device: str | None = None) -> dict:
         "git_dirty": dirty,
         "packages": pkgs,
         "python": platform.python_version(),
-        "hostname": socket.gethostname(),
+        "hostname": host(),
         "device": device,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_stamp(),
     }
 
 

@@ -70,7 +70,10 @@ def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: in
     ``main_point``) reported as ``prefill_ms``; ``decode_tokens`` > 0 also measures decode after a ``decode_prompt``
     prefill. ``warmup/iters/trials`` are the prefill protocol (None: the device's defaults,
     :mod:`gac.evaluation.latency`)."""
-    from gac.evaluation import evaluate_tasks, perplexity  # the package's names: what a test or a user patches
+    from gac.evaluation import (  # the package's names: what a test or a user patches
+        evaluate_tasks,
+        perplexity,
+    )
     from gac.evaluation.perplexity import model_max_length
     from gac.evaluation.tasks import parse_tasks
     from gac.metrics import ppl_metric

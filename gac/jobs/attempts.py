@@ -8,14 +8,12 @@ so that end can be written on a full disk.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import time
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import read_json, write_json_atomic
+from gac.io import digest, file_sha256, read_json, utc_stamp, write_json_atomic
 from gac.metrics import DECODE, PREFILL
 from gac.results import ResultsStore
 
@@ -96,7 +94,7 @@ class StageOutputs:
         except OSError as e:
             log.warning("cannot read the stage output %s (%s); the stage runs again", p, e.strerror or e)
             return None
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        if digest(data, None) != entry["sha256"]:
             log.warning("ignoring %s: it changed since attempt %s of job %s wrote it (sha256 differs); the stage runs "
                         "again", p, entry["attempt"], self.key)
             return None
@@ -115,7 +113,7 @@ class StageOutputs:
     def put(self, name: str, obj) -> None:
         doc = {"format": self.FILE_FORMAT, "key": self.key, "stage": name, "attempt": self.attempt_id, "output": obj}
         p = write_json_atomic(self.dir / f"{name}.json", doc, overwrite=True)
-        self.outputs[name] = {"attempt": self.attempt_id, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        self.outputs[name] = {"attempt": self.attempt_id, "sha256": file_sha256(p)}
         self.save()
 
 
@@ -234,7 +232,7 @@ class Attempt:
 
     def end(self, outcome: str, error: str | None = None) -> None:
         """How the attempt ended (``completed``, ``failed`` or ``interrupted``), with its timings and resumed stages."""
-        self.entry.update(ended=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), outcome=outcome,
+        self.entry.update(ended=utc_stamp(), outcome=outcome,
                           timings=dict(self.timings), resumed=list(self.resumed))
         if error:
             self.entry["error"] = error

@@ -7,13 +7,14 @@ GAC variant names its unaligned sibling (the same job but for the strategy) so t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.results.query import MISSING, config_value
+from gac.io import digest
+from gac.registry import BASELINE_LABEL, BASELINE_STRATEGY
+from gac.results.query import MISSING, config_value, is_baseline_record
 
 
 def config_of(rec: dict, path: str, default=None):
@@ -38,11 +39,6 @@ def record_dtype(rec: dict) -> str:
     from gac.dtypes import job_dtype
 
     return job_dtype(config_of(rec, "gpu.dtype"), config_of(rec, "model.dtype"), config_of(rec, "gpu.device") or "cpu")
-
-
-def is_baseline_record(rec: dict) -> bool:
-    job = rec.get("job") or {}
-    return job.get("compressor") == "none" or job.get("strategy") == "baseline"
 
 
 def _options(rec: dict) -> dict:
@@ -114,8 +110,8 @@ def build_variants(selected: list[dict], all_records: list[dict], dtype: str | N
     for r, lab in zip(comp, labels):
         if (r.get("job") or {}).get("strategy") == "unaligned":
             by_id.setdefault(_sibling_id(r), lab)
-    variants = [Variant("Baseline", Structure(config, dtype), key=base_rec.get("key") if base_rec else None,
-                        info={"model": ident["name"], "strategy": "baseline"})]
+    variants = [Variant(BASELINE_LABEL, Structure(config, dtype), key=base_rec.get("key") if base_rec else None,
+                        info={"model": ident["name"], "strategy": BASELINE_STRATEGY})]
     order = sorted(range(len(comp)), key=lambda i: _order(comp[i]))
     for i in order:
         r, s, lab = comp[i], structures[i], labels[i]
@@ -160,7 +156,7 @@ def plan_variants(plans: Sequence[str], model: str, compressor: str, options: di
                        "--compressor (the compressor whose modules the plan sizes)")
     config = architecture(model)
     dtype = dtype or "float32"
-    variants = [Variant("Baseline", Structure(config, dtype), info={"model": model, "strategy": "baseline"})]
+    variants = [Variant(BASELINE_LABEL, Structure(config, dtype), info={"model": model, "strategy": BASELINE_STRATEGY})]
     digests = []
     for f in plans:
         doc = read_json(f, "plan file")
@@ -176,7 +172,7 @@ def plan_variants(plans: Sequence[str], model: str, compressor: str, options: di
             label = f"{label} ({len(variants)})"
         variants.append(Variant(label, s, info={"model": model, "strategy": doc.get("strategy"), "plan_file": str(f),
                                                 "plan_params": doc.get("params")}))
-        digests.append(hashlib.sha256(json.dumps(dims, sort_keys=True).encode()).hexdigest()[:16])
+        digests.append(digest(json.dumps(dims, sort_keys=True)))
     by_strategy = {v.info.get("strategy"): v.label for v in variants[1:]}
     for v in variants[1:]:
         if v.info.get("strategy") not in (None, "unaligned") and "unaligned" in by_strategy:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.jobs.spec import BASELINE, EvalSpec, JobSpec, task_files_of
+from gac.jobs.spec import EvalSpec, JobSpec, task_files_of
+from gac.registry import BASELINE
 from gac.results.query import MISSING, config_value
 from gac.results.store import canonical_number
 

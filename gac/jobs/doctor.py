@@ -37,6 +37,7 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.jobs.doctor_check import Check
 from gac.jobs.doctor_check import guard as _guard
@@ -388,7 +389,7 @@ def gemm_check(dev, pending: list | None = None) -> Check:
     name = f"gemm K={K}/{K + 1}"
 
     def run():
-        data = {"M": M, "N": N, "dtype": str(dt).removeprefix("torch."), "points": {},
+        data = {"M": M, "N": N, "dtype": dtype_str(dt), "points": {},
                 "capability": ".".join(map(str, torch.cuda.get_device_capability(dev))) if cuda else None}
         check = Check(name, "PASS", "", data)
         with torch.inference_mode():

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from gac.jobs.doctor_check import Check
 from gac.jobs.doctor_check import guard as _guard
+from gac.registry import BASELINE_LABEL
 
 
 def smoke_check(dev, dtype: str | None = None, workdir: str | None = None) -> Check:
@@ -55,7 +56,7 @@ def smoke_check(dev, dtype: str | None = None, workdir: str | None = None) -> Ch
         times["evaluate_s"] = time.perf_counter() - t
         t = time.perf_counter()
         config = architecture("tiny")
-        variants = [Variant("Baseline", Structure(config, dt)), Variant("ASVD (GAC)", Structure(
+        variants = [Variant(BASELINE_LABEL, Structure(config, dt)), Variant("ASVD (GAC)", Structure(
             config, dt, "asvd", {}, {k: int(v) for k, v in plan.dims.items()}))]
         doc = run_bench(variants, Protocol(points=((1, 128),), rounds=3, warmup=1, iters=3, top=1), str(dev))
         times["bench_s"] = time.perf_counter() - t

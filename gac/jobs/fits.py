@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import os
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.jobs.loading import job_model_config, model_config_offline
-from gac.jobs.spec import BASELINE, JobSpec
+from gac.jobs.spec import JobSpec
+from gac.registry import BASELINE
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ def check_fits_before_loading(config, model_name: str, compressor: str, dtype, d
     from gac.compression.footprint import check_fits, estimate_footprint
     from gac.compression.resources import device_memory
 
-    fp = estimate_footprint(config, compressor, dtype=str(dtype).removeprefix("torch."), device=device, **estimate)
+    fp = estimate_footprint(config, compressor, dtype=dtype_str(dtype), device=device, **estimate)
     what = (f"{'the uncompressed model' if compressor == BASELINE else compressor} on {model_name} "
             f"({fp.params / 1e9:.2f}B parameters, {fp.dtype}, {device})")
     if max_memory is not False:
@@ -90,7 +92,7 @@ def check_model_fits(model_spec: str, compressor: str, dtype, device: str, **est
     if config is None:
         return None
     own = str(getattr(config, "dtype", None) or "float32")  # (transformers >= 5 reads a config's torch_dtype as dtype)
-    dt = dtype_name(dtype, device) or dtype_name(own.removeprefix("torch."), device)
+    dt = dtype_name(dtype, device) or dtype_name(own, device)
     from gac.models import BUILTIN
 
     if model_spec in BUILTIN and dtype is None:

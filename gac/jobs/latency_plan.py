@@ -25,7 +25,6 @@ import contextlib
 import copy
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -36,7 +35,6 @@ log = logging.getLogger(__name__)
 #: bootstrap replicates of the predictor's calibration for a predicted plan's interval (each one recalibrates)
 REPLICATES = 20
 INTERVAL = (5.0, 95.0)  # percentiles of the replicates: a 90% interval
-PREFILL_WARMUP, PREFILL_CALLS = 3, 15  # the uncompressed prefill's timing (for fixed_ms)
 
 
 @dataclass
@@ -136,13 +134,16 @@ def measured_tables(spec, model, targets, cands, unaligned, cache_dir) -> Tables
 
 
 def _prefill_ms(model, dev, batch: int, seq_len: int, seed: int) -> float:
-    """The uncompressed model's prefill (ms, median of :data:`PREFILL_CALLS` after a warm-up) with the clock the
-    tables were timed with (inside :func:`gac.profiling.timing.cpu_thread_clock` on a CPU: thread CPU time)."""
+    """The uncompressed model's prefill (ms, the median of the timed calls of ``DEFAULTS["plan_prefill"]`` after its
+    warm-up) with the clock the tables were timed with (:func:`gac.evaluation.latency.timer_for`: inside
+    :func:`gac.profiling.timing.cpu_thread_clock` on a CPU, thread CPU time)."""
     import statistics
 
     import torch
 
-    from gac.evaluation.latency import time_calls
+    from gac.evaluation.latency import DEFAULTS, time_calls
+
+    warmup, calls, _ = DEFAULTS["plan_prefill"]["cuda" if dev.type == "cuda" else "cpu"]
 
     vocab = int(getattr(model.config, "vocab_size", 1000))
     ids = torch.randint(0, vocab, (batch, seq_len), generator=torch.Generator().manual_seed(seed)).to(dev)
@@ -150,10 +151,9 @@ def _prefill_ms(model, dev, batch: int, seq_len: int, seed: int) -> float:
     def step():
         return lambda: model(input_ids=ids, use_cache=False)
 
-    for _ in range(PREFILL_WARMUP):
+    for _ in range(warmup):
         step()()
-    clock = time.thread_time if dev.type == "cpu" and torch.get_num_threads() == 1 else None
-    return float(statistics.median(time_calls(step, dev, PREFILL_CALLS, clock=clock)))
+    return float(statistics.median(time_calls(step, dev, calls)))
 
 
 def _fixed(whole: float, full: float, notes: list) -> float:

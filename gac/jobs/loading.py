@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.jobs.spec import JobSpec
 from gac.untrusted import NO_REMOTE_CODE
@@ -29,7 +30,7 @@ def load_job_model(spec: JobSpec, reserve=0):
         from gac.models.placement import place_model
 
         dtype = resolve_dtype(spec.dtype or "auto", spec.device)
-        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=str(dtype).removeprefix("torch.")))
+        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)))
         offload = spec.offload_dir
         if offload is None:  # the units on disk need their files while the process runs; removed when it ends
             import atexit

@@ -140,8 +140,10 @@ def _record(base: dict, spec: JobSpec, stages: JobStages, compressed, ev: dict, 
 
 
 def _latency_block(block: dict, ev: dict) -> dict:
-    """A latency-budget plan's block with the job's own prefill_ms beside its table latency (the evaluation's clock:
-    wall time on a CPU, where the table counts thread CPU time; `gac bench` measures in the table's units)."""
+    """A latency-budget plan's block with the job's own prefill_ms beside its table latency. Both follow the one clock
+    rule (:func:`gac.evaluation.latency.timer_for`) at their own thread counts: on a CPU the job's prefill at the job's
+    threads (wall time unless it runs one thread), the tables on one thread (thread CPU time); ``gac bench`` measures
+    in the tables' units."""
     from gac.metrics import PREFILL
 
     return {**block, "job_prefill_ms": ev["metrics"].get(PREFILL)}

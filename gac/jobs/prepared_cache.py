@@ -6,7 +6,6 @@ by the model, compressor, proxy, calibration and the code that computes them; ``
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -14,27 +13,22 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.io import digest
 from gac.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 def prepared_cache_key(spec: JobSpec) -> str:
     from gac.compression.prepared_io import code_fingerprint
+    from gac.fixtures import is_named, named_identity
 
     ident = {k: v for k, v in asdict(spec).items() if k in (
         "model_spec", "dtype", "random_weights", "arch", "compressor", "compressor_options", "proxy", "allocation",
         "calibration", "device", "seed")}
     ident["code"] = code_fingerprint()  # any change to the code that scores or factorises invalidates the cache
-    if spec.model_spec in ("tiny", "tiny-untrained"):
-        from gac.fixtures.tiny import recipe_hash
-
-        ident["tiny_recipe"] = recipe_hash()
-    elif spec.model_spec in ("smollm2", "gemma3"):
-        from gac.fixtures import named_identity
-
-        ident[f"{spec.model_spec}_recipe"] = named_identity(spec.model_spec)
-    text = json.dumps(ident, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    if is_named(spec.model_spec):  # a named model's weights change with its build recipe
+        ident["named_model"] = named_identity(spec.model_spec)
+    return digest(json.dumps(ident, sort_keys=True, default=str), )
 
 
 def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False, on_wait=None):

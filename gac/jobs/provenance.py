@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 
 from gac.jobs.spec import JobSpec
 
@@ -60,5 +59,6 @@ def safe_provenance(spec: JobSpec) -> dict:
 
 def attempt_info() -> dict:
     """Who runs this attempt: host, pid, Slurm ids and the start time."""
-    return {"host": os.uname().nodename, "pid": os.getpid(), **slurm_ids(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    from gac.io import host, utc_stamp
+
+    return {"host": host(), "pid": os.getpid(), **slurm_ids(), "started": utc_stamp()}

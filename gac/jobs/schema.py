@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional  # noqa: UP035 - OmegaConf reads th
 
 from omegaconf import MISSING
 
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
 from gac.errors import GacError
 from gac.jobs.spec import EvalSpec
 
@@ -51,8 +52,8 @@ class ProxyConfig:
 @dataclass
 class AlignConfig:
     strategy: str = "gac"
-    unit: int = 8
-    window: int = 8
+    unit: int = DEFAULT_UNIT
+    window: int = DEFAULT_WINDOW  # the conf/align files leave it to this default
     use_profile: bool = True
     knapsack_score: str = "marginal"
     # align=gac_latency only (conf/align/gac_latency.yaml; gac.jobs.latency_plan): null for every other strategy

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Tuple  # noqa: UP035 - OmegaConf reads these annotations at runtime
 
+from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
+from gac.registry import BASELINE, BASELINE_STRATEGY
 from gac.results import config_key
-
-BASELINE = "none"  # the compressor name of an uncompressed job
 
 
 @dataclass
@@ -43,8 +43,8 @@ class JobSpec:
     compressor: str
     strategy: str = "gac"
     ratio: float = 0.15
-    unit: int = 8
-    window: int = 8
+    unit: int = DEFAULT_UNIT
+    window: int = DEFAULT_WINDOW
     use_profile: bool = True
     knapsack_score: str = "marginal"  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
     proxy: str | None = None
@@ -103,7 +103,7 @@ class JobSpec:
         return {
             "model": self.model_name, "compressor": self.compressor,
             "proxy": None if self.is_baseline else (self.proxy or default_proxy(self.compressor)),
-            "strategy": "baseline" if self.is_baseline else self.strategy,
+            "strategy": BASELINE_STRATEGY if self.is_baseline else self.strategy,
             "ratio": None if self.is_baseline else self.ratio, "unit": None if self.is_baseline else self.unit,
             "gpu": self.gpu, "seq_len": self.seq_len, "experiment": self.experiment, "sweep": self.sweep,
         }

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.io import utc_stamp
 from gac.results import ResultsStore
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def sweep_plan(config, points: Sequence[Mapping]) -> dict:
             "bench": {"after_sweep": bool(bench.get("after_sweep")), "overrides": [str(o) for o in
                                                                                     bench.get("overrides") or []]},
             "points": [dict(p, overrides=list(p["overrides"]), key=str(p["key"])) for p in points],
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "created_ts": time.time()}
+            "created": utc_stamp(), "created_ts": time.time()}
 
 
 def _dir(sweep_dir) -> str:
@@ -179,7 +180,7 @@ def finish_sweep(plan: Mapping, errors: Mapping[frozenset, str] | None = None) -
               "failed": [{"overrides": p["overrides"], "key": p["key"], "state": p["state"], "detail": p["detail"]}
                          for p in bad],
               "bench": bench, "table": table, "text": text,
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "finished": utc_stamp(),
               "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
               "report": str(Path(plan["sweep_dir"]) / f"{REPORT}.md")}
     _write_report(Path(plan["sweep_dir"]), text, report)

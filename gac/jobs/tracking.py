@@ -41,8 +41,10 @@ def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> N
 
         raise os_error(e, "create the event log directory", d) from None
     t = time.time()
-    ev = {"event": kind, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "t": t,
-          "host": os.uname().nodename, "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    from gac.io import host, utc_stamp
+
+    ev = {"event": kind, "time": utc_stamp(t), "t": t, "host": host(), "pid": os.getpid(),
+          "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
           "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
           "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), **kw}
     try:

@@ -181,7 +181,9 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
                            f"the munge and mysql daemons cannot reach {d}: choose a directory under /tmp")
     for sub in ("state", "spool"):
         (d / sub).mkdir()
-    host = socket.gethostname().split(".")[0]
+    from gac.io import hostname
+
+    host = hostname()  # the short name Slurm knows this node by
     cpus = cpus or os.cpu_count() or 1
     conf = d / "slurm.conf"
     conf.write_text(_slurm_conf(d, host, cpus, mem_mb))

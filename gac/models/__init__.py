@@ -20,8 +20,10 @@ import logging
 import os
 from pathlib import Path
 
-from gac.dtypes import resolve_dtype
+from gac.dtypes import dtype_str, resolve_dtype
 from gac.errors import GacError
+from gac.io import CHECKPOINT_FILE as CHECKPOINT_MARKER
+from gac.registry import NAMED_MODELS as BUILTIN
 from gac.untrusted import (
     NO_REMOTE_CODE,
     check_model_path,
@@ -37,21 +39,14 @@ from gac.untrusted import (
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_MARKER = "gac_checkpoint.json"
-BUILTIN = ("tiny", "tiny-untrained", "smollm2", "gemma3")  # gac.fixtures.NAMED_MODELS
 
 
 def _check_device(device) -> str:
-    import torch
+    """``device`` as given, once :func:`gac.devices.check_device` finds it here (a CUDA index included)."""
+    from gac.devices import check_device
 
-    device = str(device)
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise GacError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise GacError(f"device {device!r} requested but CUDA is not available here; use --device cpu")
-    return device
+    check_device(device, "model loading", types=None)
+    return str(device)
 
 
 def model_kind(spec: str | os.PathLike) -> str:
@@ -199,7 +194,7 @@ def _check_header_dtypes(path: Path, header: dict) -> None:
     another width (float32 norms beside float16 weights) is a real upcast and passes."""
     raw = raw_config(path) or {}
     name = raw.get("dtype") or raw.get("torch_dtype")
-    want = _HEADER_DTYPE.get(str(name).removeprefix("torch."))
+    want = _HEADER_DTYPE.get(dtype_str(name))
     if want is None:
         return
     for k, (_, got) in header.items():
@@ -437,7 +432,7 @@ def describe(model) -> dict:
         "name": getattr(cfg, "name_or_path", None) or type(model).__name__,
         "architecture": type(model).__name__,
         "params": int(params),
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": dtype_str(next(model.parameters()).dtype),
         "max_position_embeddings": getattr(cfg, "max_position_embeddings", None),
         "attn_implementation": getattr(cfg, "_attn_implementation", None),
     }

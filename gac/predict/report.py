@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import yaml
 
 from gac.errors import GacError
-from gac.io import conf_dir
+from gac.io import conf_dir, digest
 from gac.predict.predictor import KIND_LABELS, KINDS, Predictor, check_llama_shaped
+from gac.registry import BASELINE_LABEL, NAMED_MODELS
 
 CONF_MODEL_DIR = conf_dir() / "model"
 LABEL = "predicted, {gpu}, from published kernel data"
@@ -41,7 +41,7 @@ def resolve_model(model: str):
     if path.suffix in (".yaml", ".yml"):
         raise GacError(f"model config {m!r} does not exist")
     known = sorted(p.stem for p in CONF_MODEL_DIR.glob("*.yaml")) if CONF_MODEL_DIR.is_dir() else []
-    if not path.exists() and "/" not in m and m not in ("tiny", "tiny-untrained"):
+    if not path.exists() and "/" not in m and m not in NAMED_MODELS:
         from gac.errors import unknown_name
 
         raise unknown_name("model config (a conf/model name, a YAML file, a model directory or a hub id)", m, known)
@@ -103,7 +103,7 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
                        f"{max(seq_lens)} tokens x {vocab} fp16) take {logits_gib:,.0f} GiB, more than an 80 GiB "
                        f"A100/H100 holds; predict a batch that runs (at most {_max_batch(max(seq_lens), vocab)})")
     check_llama_shaped(config)
-    variants = [("Baseline", Structure(config, "float16"), None)]
+    variants = [(BASELINE_LABEL, Structure(config, "float16"), None)]
     for f in plans:
         dims, comp = load_plan(f, compressor)
         try:
@@ -114,12 +114,12 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
         if any(v[0] == label for v in variants):
             label = f"{label} ({len(variants)})"
         variants.append((label, s, {"plan_file": str(f), "compressor": comp,
-                                    "dims_sha256": hashlib.sha256(json.dumps(dims, sort_keys=True).encode()).hexdigest()}))
+                                    "dims_sha256": digest(json.dumps(dims, sort_keys=True), None)}))
     # a model whose weights and logits exceed the GPU's memory does not run there: no latency is predicted for it
     memory = {label: weights_gib(st) for label, st, _ in variants}
     fits = {label: w + logits_gib <= GPU_MEMORY_GIB for label, w in memory.items()}
     if not any(fits.values()):
-        w = memory["Baseline"]
+        w = memory[BASELINE_LABEL]
         raise GacError(f"{name} does not fit one {GPU_MEMORY_GIB} GiB {str(gpu).upper()}: its fp16 weights take "
                        f"{w:,.1f} GiB" + (f" (the smallest plan's {min(memory.values()):,.1f} GiB)" if plans else "")
                        + ", so a prefill on one GPU cannot run and no latency is predicted; predict a smaller model "
@@ -133,7 +133,7 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
                    "fits_memory": fits[label]}
             if fits[label]:
                 p = pred.predict(st, batch, int(s))
-                if label == "Baseline":
+                if label == BASELINE_LABEL:
                     base = p.total_ms
                 row.update(p.to_json(), vs_baseline=None if base is None else p.total_ms / base - 1)
             else:
@@ -164,7 +164,7 @@ def format_prediction(doc: dict) -> str:
             notes.append(f"{r['variant']} at S={r['seq_len']}: does not fit one {doc['gpu'].upper()} "
                          f"({r['does_not_fit']}); it cannot run there, so no latency is predicted")
             continue
-        vs = "" if r["variant"] == "Baseline" or r["vs_baseline"] is None else f"{100 * r['vs_baseline']:+.1f}%"
+        vs = "" if r["variant"] == BASELINE_LABEL or r["vs_baseline"] is None else f"{100 * r['vs_baseline']:+.1f}%"
         lines.append([r["variant"], str(r["seq_len"])] + [f"{r['by_kind_ms'][k]:.2f}" for k in KINDS]
                      + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}", vs])
     widths = [max(len(c), *(len(x[i]) for x in lines)) for i, c in enumerate(cols)]

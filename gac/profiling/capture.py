@@ -19,6 +19,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gac.dtypes import dtype_str
+
 log = logging.getLogger(__name__)
 
 CHILD_TIMEOUT_S = 900
@@ -28,7 +30,7 @@ def capture_in_child(specs: Sequence[Mapping], device, dtype, timeout: float = C
     """The longest kernel of each op spec, measured by a child process on ``device``; ``None`` each on failure."""
     import torch
 
-    request = {"device": str(torch.device(device)), "dtype": str(dtype).removeprefix("torch."), "specs": list(specs)}
+    request = {"device": str(torch.device(device)), "dtype": dtype_str(dtype), "specs": list(specs)}
     root = str(Path(__file__).resolve().parents[2])  # the child imports this gac, not another one installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:

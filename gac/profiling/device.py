@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import platform
 import shutil
@@ -12,37 +11,16 @@ import subprocess
 import torch
 
 from gac import __version__
-from gac.errors import GacError
+from gac.io import host, utc_stamp
 
 log = logging.getLogger(__name__)
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` -> the current CUDA device if there is one, else CPU; ``"cuda"`` without CUDA is an error."""
-    if isinstance(device, torch.device):
-        dev = device
-    else:
-        name = str(device).strip().lower()
-        if name == "auto":
-            return (
-                torch.device("cuda", torch.cuda.current_device())
-                if torch.cuda.is_available()
-                else torch.device("cpu")
-            )
-        try:
-            dev = torch.device(name)
-        except RuntimeError as e:
-            raise GacError(f"unknown device {device!r} ({e}); use cpu, cuda, cuda:N or auto") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise GacError(
-                f"device {str(dev)!r} requested but CUDA is not available in this torch build/machine; "
-                f"run on a GPU node or use device=cpu"
-            )
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-    elif dev.type != "cpu":
-        raise GacError(f"device type {dev.type!r} is not supported for profiling; use cpu or cuda")
-    return dev
+    """``"auto"`` -> the current CUDA device if there is one, else CPU; otherwise :func:`gac.devices.check_device`
+    (``"cuda"`` without CUDA, or a GPU index that is not there, is an error)."""
+    from gac.devices import check_device
+
+    return check_device(device, "profiling", auto=True)
 
 
 def _cpu_name() -> str:
@@ -92,9 +70,9 @@ def device_info(device: torch.device) -> dict:
         "torch": torch.__version__,
         "gac": __version__,
         "python": platform.python_version(),
-        "host": platform.node(),
+        "host": host(),
         "num_threads": torch.get_num_threads(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_stamp(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -8,7 +8,6 @@ measured on another device, unless ``allow_device_mismatch``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -21,6 +20,7 @@ from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rank_candidates
 from gac.align.targets import Target
 from gac.dtypes import dtype_name, resolve_dtype
 from gac.errors import GacError
+from gac.io import digest
 from gac.profiling.device import device_info, resolve_device, stack_key
 from gac.profiling.profile import META_FILE, HardwareProfile, load_profile
 from gac.profiling.sweeps import context_key, measure_for_targets, target_shape
@@ -86,7 +86,7 @@ def find_profiles(
 def cache_name(info: dict, dtype: str) -> str:
     key = "|".join(str(x) for x in stack_key(info)) + f"|{dtype}"
     slug = re.sub(r"[^a-z0-9]+", "-", str(info.get("device_name", "device")).lower()).strip("-")[:40]
-    return f"{slug}-{dtype}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    return f"{slug}-{dtype}-{digest(key, 10, 'sha1')}"  # the length and algorithm cached tables were named with
 
 
 def dimension_sweep(

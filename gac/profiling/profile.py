@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from gac.errors import GacError
-from gac.io import file_problem, file_sha256, temp_path
+from gac.io import file_problem, file_sha256, replace_file, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -196,15 +196,11 @@ class HardwareProfile:
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
         table_file = out / f"table.{fmt}"
-        tmp = temp_path(table_file)  # unique per writer: two jobs caching one profile cannot mix their files
-        try:
-            if fmt == "parquet":
-                self.table.to_parquet(tmp, index=False)
-            else:
-                self.table.to_csv(tmp, index=False)
-            os.replace(tmp, table_file)
-        finally:
-            tmp.unlink(missing_ok=True)
+        # each file through a temp file of its own writer: two jobs caching one profile cannot mix their files
+        if fmt == "parquet":
+            replace_file(table_file, lambda tmp: self.table.to_parquet(tmp, index=False))
+        else:
+            replace_file(table_file, lambda tmp: self.table.to_csv(tmp, index=False))
         meta = dict(
             self.meta,
             format=FORMAT,
@@ -214,12 +210,8 @@ class HardwareProfile:
             rows=len(self.table),
             columns=list(COLUMNS),
         )
-        tmp = temp_path(out / META_FILE)
-        try:
-            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-            os.replace(tmp, out / META_FILE)
-        finally:
-            tmp.unlink(missing_ok=True)
+        text = json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"
+        write_text_atomic(out / META_FILE, text, overwrite=True)
         self.meta = {k: v for k, v in meta.items() if k not in _FILE_KEYS}
         log.info("saved hardware profile (%d rows, %s) to %s", len(self.table), self.device_name, out)
         return out

@@ -2,8 +2,9 @@
 
 Every measurement cycles through a pool of *rotating input buffers* whose total size exceeds the
 last-level cache (the GPU's L2, the CPU's L3) so that small shapes measure the kernel, not a warm cache.
-On CUDA the time between two CUDA events around each trial's loop is used; elsewhere a
-``time.perf_counter_ns`` fallback lets the same code run in tests and CI at small sizes.
+On CUDA the time between two CUDA events around each trial's loop is used; on a CPU the clock of gac's one rule
+(:func:`gac.evaluation.latency.timer_for`: thread CPU time on one torch thread, else the wall clock), so the same
+code runs in tests and CI at small sizes. The iteration counts are :data:`gac.evaluation.latency.DEFAULTS`'.
 """
 
 from __future__ import annotations
@@ -19,27 +20,28 @@ from dataclasses import asdict, dataclass
 import torch
 
 from gac.errors import GacError
+from gac.evaluation.latency import DEFAULTS, timer_for
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_CPU_CACHE = 32 * 2**20
 
 
-#: the clock of a CPU timing (ns): wall time unless :func:`cpu_thread_clock` is active
-_CPU_CLOCK = [time.perf_counter_ns]
+#: the CPU clocks (ns) by the name :func:`gac.evaluation.latency.timer_for` gives
+_CPU_CLOCKS_NS = {"thread_time": time.thread_time_ns, "perf_counter": time.perf_counter_ns}
+_KERNEL = DEFAULTS["kernel"]
 
 
 @contextlib.contextmanager
 def cpu_thread_clock():
-    """Inside: CPU timings count this thread's CPU time on one torch thread, as ``gac bench`` times a CPU (its
-    ``thread_time`` timer): a shared, loaded machine then slows the wall clock, not the numbers."""
+    """Inside: torch computes on one thread, so CPU timings count this thread's CPU time (the clock rule of
+    :func:`gac.evaluation.latency.timer_for`), as ``gac bench`` times a CPU: a shared, loaded machine then slows the
+    wall clock, not the numbers."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    _CPU_CLOCK[0] = time.thread_time_ns
     try:
         yield
     finally:
-        _CPU_CLOCK[0] = time.perf_counter_ns
         torch.set_num_threads(threads)
 
 
@@ -55,9 +57,9 @@ class TimingProtocol:
         max_buffers: at most this many input sets rotate (bounds memory for tiny shapes).
     """
 
-    warmup: int = 50
-    iters: int = 200
-    trials: int = 3
+    warmup: int = _KERNEL["cuda"][0]
+    iters: int = _KERNEL["cuda"][1]
+    trials: int = _KERNEL["cuda"][2]
     flush_bytes: int | None = None
     max_buffers: int = 64
 
@@ -80,7 +82,8 @@ class TimingProtocol:
     @classmethod
     def quick(cls) -> TimingProtocol:
         """A few iterations and a small buffer pool: for CPU smoke runs and tests, not for numbers."""
-        return cls(warmup=3, iters=10, trials=3, flush_bytes=8 * 2**20, max_buffers=8)
+        warmup, iters, trials = _KERNEL["cpu"]
+        return cls(warmup=warmup, iters=iters, trials=trials, flush_bytes=8 * 2**20, max_buffers=8)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -173,7 +176,7 @@ def _time_op(make_inputs, fn, device: torch.device, protocol: TimingProtocol) ->
             total_ms = start.elapsed_time(end)
         else:
             synchronize(device)
-            clock = _CPU_CLOCK[0]
+            clock = _CPU_CLOCKS_NS[timer_for(device)]
             t0 = clock()
             for _ in range(protocol.iters):
                 fn(*sets[k % n])

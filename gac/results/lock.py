@@ -32,34 +32,11 @@ from pathlib import Path
 
 from gac.checks import env_number
 from gac.errors import GacError
-from gac.io import create_new, hostname, machine_id
+from gac.io import create_new, hostname, machine_id, pid_alive, pid_start, utc_stamp
 
 log = logging.getLogger(__name__)
 
 GUARD_STALE_S = 60.0
-
-
-def _pid_start(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), to tell a reused pid from the holder."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _pid_alive(pid: int, start: str | None = None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if start is not None:
-        now = _pid_start(pid)
-        if now is not None and now != start:
-            return False  # the pid was reused by another process
-    return True
 
 
 def same_machine(info: dict) -> bool:
@@ -72,12 +49,12 @@ def holder_info(what: str = "") -> dict:
     pid = os.getpid()
     t = time.time()
     return {
-        "what": what, "host": hostname(), "pid": pid, "pid_start": _pid_start(pid), "machine": machine_id(),
+        "what": what, "host": hostname(), "pid": pid, "pid_start": pid_start(pid), "machine": machine_id(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
         "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
         "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
-        "started": t, "started_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)),
+        "started": t, "started_iso": utc_stamp(t),
         "token": secrets.token_hex(8),
     }
 
@@ -123,7 +100,7 @@ def stale_reason(info: dict | None, stale_s: float | None = None, now: float | N
     age = now - float(info.get("heartbeat", now))
     pid = info.get("pid")
     if same_machine(info):
-        if not _pid_alive(pid, info.get("pid_start")):
+        if not pid_alive(pid, info.get("pid_start")):
             return f"process {pid} on {info['host']} is gone"
         return None  # alive on this host: its heartbeat may lag, the process is the truth
     job = os.environ.get("SLURM_JOB_ID")

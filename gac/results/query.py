@@ -17,6 +17,11 @@ provenance field. A record's value matches ``wanted`` (:func:`matches`) when
 
 A field given twice (:class:`AnyOf`, built by :func:`add_filter`) keeps either value (OR); different fields must
 all match (AND).
+
+A baseline record (the uncompressed model) passes a filter on what it does not depend on (:func:`baseline_passes`:
+the compression settings, the sweep and experiment labels) when a compressed record of its model matches: one
+baseline serves every sweep, ratio and method of its model. ``gac report``, ``gac bench`` and ``gac wandb
+backfill`` all select by this rule (:func:`filter_keep`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numbers
 from collections.abc import Iterable, Mapping, Sequence
 
 from gac.errors import GacError
+from gac.registry import is_baseline
 
 #: the record's ``job`` fields (what a sweep point is): filters on them read ``record["job"]``
 JOB_FIELDS = ("model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu", "seq_len", "experiment", "sweep")
@@ -34,6 +40,12 @@ JOB_FIELDS = ("model", "compressor", "proxy", "strategy", "ratio", "unit", "gpu"
 RECORD_FIELDS = ("aligned_fraction", "params", "budget", "status", "created")
 #: relative tolerance of a numeric match (see the module docstring)
 REL_TOL = 1e-9
+#: config keys (first component) that tell methods apart: a table's rows differ in them by design
+METHOD_SETTINGS = ("compressor", "align", "proxy", "allocation", "model_compressor")
+#: config keys (first component) the baseline does not depend on: a baseline fits any value of these
+COMPRESSION_SETTINGS = METHOD_SETTINGS + ("ratio", "calibration")
+#: job fields and labels the baseline does not depend on (``sweep``/``experiment``: one baseline serves every sweep)
+BASELINE_FREE_FIELDS = ("sweep", "experiment", "key", "proxy", "strategy", "ratio", "unit")
 #: a record without the field (unlike None, which is a value: ``--where proxy=none``)
 MISSING = object()
 _NONE_WORDS = ("none", "null", "")
@@ -124,11 +136,14 @@ def _is_none(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+def is_number(v, finite: bool = False) -> bool:
+    """Whether ``v`` is a number: a real number that is not a bool (numpy scalars included); with ``finite``, NaN
+    and the infinities are not. The one rule of the store's checks, the filters and the frame's readers."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and (not finite or math.isfinite(v))
 
 
-def _number(v) -> float | None:
+def number_of(v) -> float | None:
+    """``v`` as a float when it is a number (:func:`is_number`) or text that reads as one; else None."""
     if is_number(v):
         return float(v)
     if isinstance(v, str):
@@ -178,7 +193,7 @@ def matches(value, want) -> bool:
         w = str(int(want)) if isinstance(want, bool) else str(want).strip().lower()
         return w in (str(value).lower(), str(int(value)))
     if is_number(value):
-        n = _number(want)
+        n = number_of(want)
         return n is not None and same_number(value, n)
     if isinstance(value, (list, tuple)):
         items = _items(want)
@@ -194,11 +209,40 @@ def matches(value, want) -> bool:
         w = {str(k): x for k, x in want.items()}
         return set(w) == {str(k) for k in value} and all(matches(x, w[str(k)]) for k, x in value.items())
     if is_number(want):  # a text value against a typed number: compare as numbers when the text is one
-        n = _number(value)
+        n = number_of(value)
         return n is not None and same_number(n, want)
     if isinstance(want, bool):
         return str(value).strip().lower() in (str(want).lower(), str(int(want)))
     return str(value) == str(want)
+
+
+def baseline_passes(field: str) -> bool:
+    """Whether a baseline record passes a filter on ``field`` whatever its value (the module docstring): a job field
+    or label in :data:`BASELINE_FREE_FIELDS`, a config path under :data:`COMPRESSION_SETTINGS`."""
+    f = str(field).removeprefix("config.")
+    if f in JOB_FIELDS or f in RECORD_FIELDS or f == "key":
+        return f in BASELINE_FREE_FIELDS
+    return f.split(".", 1)[0] in COMPRESSION_SETTINGS
+
+
+def filter_keep(values: Sequence, baselines: Sequence[bool], models: Sequence, field: str, want) -> list[bool] | None:
+    """Which records pass the filter ``field=want``, given each record's value of ``field``, whether it is a
+    baseline and its model: those whose value :func:`matches`, and a baseline on a field it does not depend on
+    (:func:`baseline_passes`) when a compressed record of its model matches. None when no record matches (a
+    baseline passing on such a field alone is no match)."""
+    hits = [matches(v, want) for v in values]
+    if not any(hits):
+        return None
+    if not baseline_passes(field):
+        return hits
+    matched = {str(m) for m, h, b in zip(models, hits, baselines) if h and not b}
+    return [h or (b and str(m) in matched) for h, b, m in zip(hits, baselines, models)]
+
+
+def is_baseline_record(rec: Mapping) -> bool:
+    """Whether a store record is the uncompressed baseline (:func:`gac.registry.is_baseline` of its job)."""
+    job = rec.get("job") or {}
+    return is_baseline(job.get("compressor"), job.get("strategy"))
 
 
 def describe_where(where: Mapping) -> str:
@@ -238,7 +282,9 @@ def select_records(records: Iterable[Mapping], where: Mapping | None = None, swe
         wanted = set(keys)
         out = [r for r in out if r.get("key") in wanted]
     for k, v in filters.items():
-        out = [r for r in out if matches(lookup(r, k), v)]
+        keep = filter_keep([lookup(r, k) for r in out], [is_baseline_record(r) for r in out],
+                           [lookup(r, "model") for r in out], k, v)
+        out = [r for r, kept in zip(out, keep or ()) if kept]
     if not out:
         avail = {k: sorted({str(lookup(r, k)) for r in records if lookup(r, k) is not MISSING})[:12] for k in filters}
         what = describe_where(filters) or (f"{len(keys)} record keys" if keys else "no filter")

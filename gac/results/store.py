@@ -59,7 +59,6 @@ Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -69,15 +68,21 @@ from pathlib import Path
 
 from gac.errors import GacError
 from gac.io import (
+    CHECKPOINT_FILE,
     STORE_MARKER,
     STORE_OWN_DIRS,
     check_writable,
     clean_temp_files,
+    digest,
     owned_directory,
+    parse_stamp,
     read_json,
+    utc_stamp,
     write_json_atomic,
 )
 from gac.metrics import upgrade_record
+from gac.registry import BASELINE
+from gac.results.query import is_number
 
 SCHEMA_VERSION = 1
 MARKER = STORE_MARKER  # gac.io knows a store by it (no command writes an output into a store's own directories)
@@ -112,8 +117,7 @@ def _canonical(obj):
 def config_key(config: dict, ignore: frozenset[str] = NON_SEMANTIC_KEYS) -> str:
     """A stable 16-hex-digit key of a resolved config (top-level non-semantic keys ignored)."""
     payload = {k: v for k, v in config.items() if k not in ignore}
-    text = json.dumps(_canonical(payload), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return digest(json.dumps(_canonical(payload), sort_keys=True, separators=(",", ":"), default=str))
 
 
 def _utc_stamp() -> str:
@@ -121,10 +125,17 @@ def _utc_stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
 
 
+def results_path(path: str | os.PathLike) -> Path:
+    """``path`` (a ``results_dir``, ``--results-dir``, a report's store) with ``~`` expanded, as every reader and
+    writer of a store takes it."""
+    return Path(os.path.expanduser(str(path)))
+
+
 def results_root(path: str | os.PathLike) -> Path:
-    """``path`` (a ``results_dir``) made absolute with links resolved; a looping link is a one-line :class:`GacError`."""
+    """``path`` (a ``results_dir``) made absolute with links resolved (:func:`results_path` first); a looping link is
+    a one-line :class:`GacError`."""
     try:
-        root = Path(os.path.expanduser(str(path))).resolve()
+        root = results_path(path).resolve()
     except (RuntimeError, OSError) as e:  # Python < 3.13 raises RuntimeError for a link loop
         raise GacError(f"results directory {str(path)!r} cannot be resolved ({e}): a looping symbolic link? point "
                        f"results_dir / --results-dir at a real directory") from None
@@ -159,7 +170,7 @@ class CorruptRecord(GacError):
 
 class ResultsStore:
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
+        self.root = results_path(root)
 
     # ------------------------------------------------------------------------------------------------ the store
     def exists(self) -> bool:
@@ -216,7 +227,7 @@ class ResultsStore:
         if owner:
             raise GacError(f"results directory {str(self.root)!r} {owner}; point results_dir at a directory of its own")
         if self.root.is_dir() and not self.exists():
-            model = [n for n in ("config.json", "gac_checkpoint.json", "model.safetensors",
+            model = [n for n in ("config.json", CHECKPOINT_FILE, "model.safetensors",
                                  "model.safetensors.index.json") if (self.root / n).exists()]
             if model:
                 raise GacError(f"results directory {str(self.root)!r} holds a model ({model[0]}), not results; point "
@@ -355,7 +366,7 @@ class ResultsStore:
         record; otherwise an existing record (written meanwhile by an identical job) is kept and its path
         returned, so a key never gets two records by accident."""
         record = {"schema": SCHEMA_VERSION, "key": key, "status": "completed",
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+                  "created": utc_stamp(), **record}
         path = self.record_path(key)
         if path.exists():
             if not rerun:
@@ -373,7 +384,7 @@ class ResultsStore:
 
     def write_failure(self, key: str, record: dict) -> Path:
         record = {"schema": SCHEMA_VERSION, "key": key, "status": "failed",
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record}
+                  "created": utc_stamp(), **record}
         return write_json_atomic(self.failures_dir / key / f"{_utc_stamp()}.json", record)
 
     def iter_records(self, include_failures: bool = False) -> Iterator[dict]:
@@ -439,7 +450,7 @@ class ResultsStore:
 
     def write_bench(self, key: str, doc: dict) -> Path:
         """Write a bench record atomically; never replaces one (a forced re-measure goes beside it)."""
-        doc = {**doc, "key": key, "created": doc.get("created") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        doc = {**doc, "key": key, "created": doc.get("created") or utc_stamp()}
         doc.pop("_path", None)
         doc.pop("skipped", None)
         path = self.bench_path(key)
@@ -500,10 +511,6 @@ def _fix(p: Path) -> str:
     return f"move it aside (mv {p} {p}.corrupt) and re-run the point, or restore it from a backup"
 
 
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer()
 
@@ -530,7 +537,8 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if job.get(f) is not None and not isinstance(job.get(f), str):
             return f"has job.{f} {job.get(f)!r}, not a name"
     ratio = job.get("ratio")
-    if ratio is not None and not (_is_num(ratio) and (0 < ratio < 1 or ratio == 0 and job["compressor"] == "none")):
+    if ratio is not None and not (is_number(ratio, finite=True)
+                                  and (0 < ratio < 1 or ratio == 0 and job["compressor"] == BASELINE)):
         return f"has job.ratio {ratio!r}, not a number in (0, 1)"  # 0: a baseline as older gac wrote it
     for f in ("unit", "seq_len"):
         v = job.get(f)
@@ -548,7 +556,7 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if why:
             return f"has metric {k!r} that {why}"
     af = rec.get("aligned_fraction")
-    if af is not None and not (_is_num(af) and 0 <= af <= 1):
+    if af is not None and not (is_number(af, finite=True) and 0 <= af <= 1):
         return f"has aligned_fraction {af!r}, not a number in [0, 1]"
     for f in ("params", "budget"):
         v = rec.get(f)
@@ -559,7 +567,7 @@ def record_problem(rec, key: str, status: str = "completed") -> str | None:
         if not isinstance(timings, dict):
             return f"has 'timings' of type {type(timings).__name__}, not an object"
         for k, v in timings.items():
-            if not (_is_num(v) and v >= 0):
+            if not (is_number(v, finite=True) and v >= 0):
                 return f"has timing {k!r} {v!r}, not a number of seconds >= 0"
     for f in ("plan", "config", "provenance", "evaluation", "stages"):
         if rec.get(f) is not None and not isinstance(rec.get(f), dict):
@@ -579,24 +587,13 @@ MAX_CLOCK_AHEAD_S = 86400  # clocks on a cluster differ by seconds; a time zone 
 def _is_time_stamp(text: str) -> bool:
     """An ISO 8601 date and time, as gac writes ``created`` (``2025-01-01T00:00:00Z``): queries and "the latest
     record wins" compare them as text, which a free-form string would silently reorder."""
-    import datetime
-
-    try:
-        datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return False
-    return len(text) >= 19 and text[10] == "T"
+    return parse_stamp(text) is not None
 
 
 def _seconds_ahead(created: str) -> float | None:
     """How far the record time ``created`` (``2025-01-03T00:00:00Z``) lies after now; None when it is no such time."""
-    import calendar
-
-    try:
-        t = calendar.timegm(time.strptime(created[:19], "%Y-%m-%dT%H:%M:%S"))
-    except (ValueError, OverflowError):
-        return None
-    return t - time.time()
+    t = parse_stamp(created)
+    return None if t is None else t - time.time()
 
 
 def bench_problem(doc, key: str) -> str | None:
@@ -617,7 +614,7 @@ def bench_problem(doc, key: str) -> str | None:
             if not isinstance(e, dict):
                 return f"has point {name!r} of a variant that is not an object"
             ms = e.get("median_ms")
-            if not (_is_num(ms) and ms > 0):
+            if not (is_number(ms, finite=True) and ms > 0):
                 return f"has a median latency {ms!r} at {name!r}, not a number of ms > 0"
             why = _bench_numbers_problem(e, f" at {name!r}")
             if why:
@@ -625,10 +622,10 @@ def bench_problem(doc, key: str) -> str | None:
         why = _bench_numbers_problem(v, f" of variant {v.get('label')!r}")
         if why:
             return why
-        if v.get("median_ms") is not None and not (_is_num(v["median_ms"]) and v["median_ms"] > 0):
+        if v.get("median_ms") is not None and not (is_number(v["median_ms"], finite=True) and v["median_ms"] > 0):
             return f"has a median latency {v['median_ms']!r} of variant {v.get('label')!r}, not a number of ms > 0"
         dec = v.get("decode")
-        if dec is not None and not (isinstance(dec, dict) and _is_num(dec.get("ms_per_token"))
+        if dec is not None and not (isinstance(dec, dict) and is_number(dec.get("ms_per_token"), finite=True)
                                     and dec["ms_per_token"] > 0 and not _bench_numbers_problem(dec, "")):
             return f"has a decode entry of variant {v.get('label')!r} without a positive ms_per_token and ratio"
     # what `gac bench` shows of a stored record: every variant measured at every point, the device and protocol
@@ -654,10 +651,11 @@ def _bench_numbers_problem(e: dict, where: str) -> str | None:
     """What is wrong with the ratios and intervals of one bench entry (a point, a variant or its decode), if
     anything: each present ratio a positive finite number, each interval two finite numbers."""
     for f in _BENCH_RATIOS:
-        if e.get(f) is not None and not (_is_num(e[f]) and e[f] > 0):
+        if e.get(f) is not None and not (is_number(e[f], finite=True) and e[f] > 0):
             return f"has {f} {e[f]!r}{where}, not a positive number"
     for f in ("ratio_ci95", "ratio_to_unaligned_ci95"):
         ci = e.get(f)
-        if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(x) for x in ci)):
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2
+                                   and all(is_number(x, finite=True) for x in ci)):
             return f"has {f} {ci!r}{where}, not two numbers"
     return None

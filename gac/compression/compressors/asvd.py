@@ -43,6 +43,8 @@ class LowRankCompressor(Compressor):
     weight is left as it is). ``projections``: the roles to compress (None: every role the model's layout has;
     Llama's names ``q_proj`` ... are accepted too)."""
 
+    low_rank = True
+
     def __init__(self, projections=None, layers=None, svd: str = DEFAULT_SVD):
         if projections is not None:
             if isinstance(projections, str) or not projections:

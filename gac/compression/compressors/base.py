@@ -173,6 +173,7 @@ class Compressor:
     default_proxy: str = "magnitude"
     needs_act: bool = False  # factorisation needs per-channel activation statistics
     needs_xtx: bool = False  # factorisation needs X^T X
+    low_rank: bool = False  # its units are low-rank factorisations (the memory estimate counts them: footprint.py)
     supports_sensitivity: bool = True
     # the d* rule that reproduces the method's reference implementation (gac.compression.allocation.ALLOCATIONS)
     default_allocation: str = "proportional"

@@ -83,6 +83,7 @@ class PaLU(Compressor):
     default_proxy = "fisher_rms"
     default_allocation = "fisher_uniform"
     supports_sensitivity = False
+    low_rank = True
 
     def __init__(self, layers=None, group_size: int | None = None, projections=("k_proj", "v_proj"),
                  decomposition: str = "whiten", rank_cap: str = "full", svd: str = DEFAULT_SVD,

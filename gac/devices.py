@@ -1,0 +1,40 @@
+"""A device a command or job names, checked once before anything is built: ``cpu``, ``cuda`` or ``cuda:N`` (that GPU
+is there), and ``auto`` where the caller takes it (the current GPU if there is one, else the CPU). Model loading,
+the bench and the profiler all check a device here; ``gac doctor`` reports the same facts as checks instead."""
+
+from __future__ import annotations
+
+from gac.errors import GacError
+
+
+def check_device(device, what: str = "this command", types: tuple[str, ...] | None = ("cpu", "cuda"),
+                 auto: bool = False):
+    """``device`` as a ``torch.device`` (``cuda`` resolved to the current GPU's index), or a one-line
+    :class:`~gac.errors.GacError`: an unknown name, CUDA asked for where there is none, a GPU index this machine does
+    not have, or a device type outside ``types`` (None: any type torch knows). ``auto``: accept ``"auto"``."""
+    import torch
+
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        name = str(device).strip()
+        if auto and name.lower() == "auto":
+            return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
+                torch.device("cpu")
+        try:
+            dev = torch.device(name.lower())
+        except RuntimeError:
+            raise GacError(f"unknown device {device!r}; use cpu, cuda or cuda:N{' or auto' if auto else ''}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise GacError(f"device {str(device)!r} is not there: CUDA is not available on this machine (torch "
+                           f"{torch.__version__}, CUDA {torch.version.cuda or 'none'}); run on a GPU node or use cpu")
+        n = torch.cuda.device_count()
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        if idx >= n:
+            raise GacError(f"device {str(device)!r} is not there: this machine has {n} GPU(s) (cuda:0..cuda:{n - 1}); "
+                           f"check CUDA_VISIBLE_DEVICES or the index")
+        return torch.device("cuda", idx)
+    if types is not None and dev.type not in types:
+        raise GacError(f"{what} runs on {' or '.join(types)}, not {dev.type!r}")
+    return dev

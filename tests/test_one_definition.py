@@ -1,0 +1,260 @@
+"""Each concept of gac has one definition, and everything reads it: the tests below fail when a copy comes back
+(a literal, a re-declared constant, a hand-written helper beside gac's own) or when two readers of a concept
+disagree (the default window, a baseline's pass through ``--where``, the clock of a CPU timing, "is a number")."""
+
+import ast
+import functools
+import math
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GAC = ROOT / "gac"
+
+
+@functools.cache
+def _sources() -> tuple[tuple[str, str], ...]:
+    return tuple((path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
+                 for path in sorted(GAC.rglob("*.py")))
+
+
+@functools.cache
+def _strings(text: str) -> tuple[tuple[int, str], ...]:
+    """The string constants of a module's code (docstrings excluded: prose may name what the code spells once)."""
+    tree = ast.parse(text)
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    return tuple((node.lineno, node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs)
+
+
+def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> list[str]:
+    """``file:line`` of every match of ``pattern`` outside the ``allowed`` files (and folders ending in ``/``):
+    in the code's string constants with ``strings``, else in the source text."""
+    rx = re.compile(pattern)
+    hits = []
+    for rel, text in _sources():
+        if rel in allowed or any(rel.startswith(a) for a in allowed if a.endswith("/")):
+            continue
+        if strings:
+            hits += [f"{rel}:{line}" for line, s in _strings(text) if rx.search(s)]
+        else:
+            hits += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}" for m in rx.finditer(text)]
+    return hits
+
+
+@pytest.mark.parametrize("pattern,home,strings,what", [
+    (r'removeprefix\("torch\."\)|replace\("torch\.", ""\)', ("gac/dtypes.py",), False,
+     "a dtype's name: gac.dtypes.dtype_str"),
+    (r"gac_checkpoint\.json", ("gac/io.py",), True,
+     "the checkpoint's file: gac.io.CHECKPOINT_FILE"),
+    (r"^tiny-untrained$", ("gac/registry.py", "gac/fixtures/"), True, "the named models: gac.registry.NAMED_MODELS"),
+    (r"^Baseline$", ("gac/registry.py",), True, "the baseline's label: gac.registry.BASELINE_LABEL"),
+    (r"\bhashlib\b", ("gac/io.py",), False, "hashing: gac.io.digest (file_sha256 for a file)"),
+    (r"\bfcntl\b", ("gac/io.py",), False, "a lock of this machine: gac.io.host_lock"),
+    (r"def _?pid_alive|def _?pid_start", ("gac/io.py",), False, "process liveness: gac.io.pid_alive"),
+    (r"gethostname|platform\.node\(|uname\(\)\.nodename", ("gac/io.py",), False, "the host: gac.io.host/hostname"),
+    (r"%Y-%m-%dT|isoformat\(timespec", ("gac/io.py",), False, "a time stamp: gac.io.utc_stamp"),
+    (r"(?m)^LOSS_CHUNK_BYTES\s*=", ("gac/compression/footprint.py",), False, "the loss's chunk: footprint's"),
+    (r"(?m)^\s*BASELINE\s*=|compressor\"?\]?\)? ?[!=]= \"none\"", ("gac/registry.py",), False,
+     "the baseline's name: gac.registry.BASELINE"),
+    (r"(?m)^def (is_baseline|_?is_num)", ("gac/registry.py", "gac/results/query.py"), False,
+     "is it the baseline / a number: gac.registry.is_baseline, gac.results.query.is_number"),
+    (r"thread_time\b", ("gac/evaluation/latency.py", "gac/profiling/timing.py", "gac/evaluation/bench.py",
+                        "gac/evaluation/bench_format.py", "gac/evaluation/bench_stats.py"), False,
+     "the CPU clock rule: gac.evaluation.latency.timer_for"),
+])
+def test_no_copy_outside_its_one_definition(pattern, home, strings, what):
+    hits = _where(pattern, home, strings)
+    assert not hits, f"{what} is written out again at: {', '.join(hits)}"
+
+
+def test_atomic_writes_go_through_gac_io():
+    """A file published by rename outside gac.io is a hand-written atomic write; the renames left are of whole
+    directories (a fixture build, a checkpoint, an offline W&B run moved aside) or of files built as a set in a
+    temp directory (tiny's task files)."""
+    publishes = {"gac/fixtures/_build.py": "publish", "gac/compression/checkpoint.py": "save_checkpoint",
+                 "gac/jobs/tracking.py": "_drop_partial_offline_runs", "gac/fixtures/tiny.py": "remake_task_files"}
+    bad = []
+    for rel, text in _sources():
+        if rel == "gac/io.py":
+            continue
+        tree = ast.parse(text)
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+                name, base = call.func.attr, call.func.value
+                moves = (name in ("replace", "rename") and isinstance(base, ast.Name) and base.id == "os") or (
+                    name == "rename" and not call.keywords and len(call.args) == 1)  # os.replace, Path.rename
+                if moves and publishes.get(rel) != fn.name:
+                    bad.append(f"{rel}:{call.lineno} ({fn.name})")
+    assert not bad, f"publish files with gac.io.write_text_atomic / write_json_atomic / replace_file: {bad}"
+
+
+# ---------------------------------------------------------------------------------------------- the window
+def test_one_default_window_for_the_library_the_configs_and_the_job():
+    from dataclasses import fields
+
+    from gac.align.candidates import DEFAULT_WINDOW
+    from gac.cli import build_parser
+    from gac.jobs.compose import compose
+    from gac.jobs.schema import AlignConfig, register
+    from gac.jobs.spec import JobSpec
+
+    spec_default = next(f.default for f in fields(JobSpec) if f.name == "window")
+    assert AlignConfig().window == spec_default == DEFAULT_WINDOW == 1  # the paper's configs: the bracketing dims
+    for path in sorted((ROOT / "conf" / "align").glob("*.yaml")):
+        assert "window" not in (yaml.safe_load(path.read_text()) or {}), f"{path.name} sets its own window"
+    register()
+    for path in sorted((ROOT / "conf" / "align").glob("*.yaml")):
+        assert compose("config", [f"align={path.stem}"]).align.window == DEFAULT_WINDOW, path.stem
+    args = build_parser().parse_args(["compress", "tiny", "--compressor", "asvd", "--ratio", "0.1", "-o", "x"])
+    assert args.window == DEFAULT_WINDOW
+
+
+# ---------------------------------------------------------------------------------------------- low rank
+def test_a_compressors_low_rank_kind_is_its_units_kind():
+    """The memory estimate reads ``low_rank`` from the compressor class; it must say what its units are."""
+    from gac.compression.compressors import COMPRESSORS
+    from gac.compression.discovery import discover
+    from gac.models import load_model
+
+    model, _ = load_model("tiny", dtype=torch.float32)
+    layout = discover(model)
+    for name, cls in COMPRESSORS.items():
+        kinds = {u.kind for u in cls().units(model, layout)}
+        assert cls.low_rank == ("lowrank" in kinds), (name, kinds)
+
+
+def test_stable_rank_svd_memory_estimate_counts_its_factorisation():
+    from gac.compression.footprint import estimate_footprint
+    from gac.fixtures import named_config
+
+    config = named_config("tiny")
+    srs = estimate_footprint(config, "stable_rank_svd", seq_len=256, params=1000)
+    asvd = estimate_footprint(config, "asvd", seq_len=256, params=1000, compressor_options={"svd": "exact"})
+    assert srs.factorization > 0 and srs.factors > 0
+    assert (srs.factorization, srs.factors) == (asvd.factorization, asvd.factors)  # the same exact SVD per weight
+    assert estimate_footprint(config, "llm_pruner", seq_len=256, params=1000).factors == 0
+
+
+# ---------------------------------------------------------------------------------------------- numbers, keys, time
+@pytest.mark.parametrize("value,number,finite", [
+    (1, True, True), (1.5, True, True), (np.float32(2.0), True, True), (np.int64(3), True, True),
+    (True, False, False), (math.nan, True, False), (math.inf, True, False), ("1.5", False, False), (None, False, False),
+])
+def test_one_rule_decides_what_is_a_number(value, number, finite):
+    from gac.results.query import is_number, number_of
+    from gac.results.store import record_problem
+
+    assert is_number(value) is number and is_number(value, finite=True) is finite
+    rec = {"key": "k", "status": "completed", "created": "2025-01-01T00:00:00Z", "metrics": {},
+           "job": {"model": "m", "compressor": "asvd", "strategy": "gac"}, "aligned_fraction": value}
+    # the store's check: a finite number in [0, 1] (None: not measured)
+    assert (record_problem(rec, "k") is None) is (value is None or finite and 0 <= float(value) <= 1)
+    assert number_of("1.5") == 1.5 and number_of(True) is None and number_of("x") is None
+
+
+def test_keys_and_names_stored_yesterday_are_still_found():
+    """The one hashing helper gives every stored name the digits it had (values computed before it existed)."""
+    from gac.fixtures.tiny import recipe_hash
+    from gac.profiling.job import cache_name
+    from gac.results.store import config_key
+
+    assert config_key({"a": 1, "b": [1.5, "x"], "c": {"d": None}}) == "dcbeae96628dbd6a"
+    assert cache_name({"device_name": "NVIDIA H100", "x": 1}, "float16") == "nvidia-h100-float16-cd643c274b"
+    assert len(recipe_hash()) == 16
+
+
+def test_times_and_hosts_are_written_one_way():
+    from gac.evaluation.report import provenance
+    from gac.io import TIME_FORMAT, host, parse_stamp, utc_stamp
+    from gac.jobs.provenance import attempt_info
+    from gac.profiling.device import device_info
+
+    prov, dev = provenance(), device_info(torch.device("cpu"))
+    for stamp in (prov["date"], dev["date"], attempt_info()["started"], utc_stamp()):
+        assert time.strftime(TIME_FORMAT, time.gmtime(parse_stamp(stamp))) == stamp
+    assert prov["hostname"] == dev["host"] == attempt_info()["host"] == host()
+    assert parse_stamp("2025-01-01T00:00:00Z") == parse_stamp("2025-01-01T00:00:00+00:00") == 1735689600.0
+    assert parse_stamp("yesterday") is None
+
+
+# ---------------------------------------------------------------------------------------------- processes, devices
+def test_a_temp_file_whose_pid_now_belongs_to_a_later_process_is_a_leftover(tmp_path):
+    """The writer of a temp file named with this process's pid, written before this process started, is gone (the
+    pid was reused), as a lock's holder is."""
+    from gac.io import clean_temp_files, pid_alive, pid_start, temp_path
+
+    old = temp_path(tmp_path / "record.json")
+    old.write_text("{}")
+    os.utime(old, (time.time() - 10 * 86400, time.time() - 10 * 86400))  # long before this process started
+    mine = temp_path(tmp_path / "other.json")
+    mine.write_text("{}")
+    assert pid_alive(os.getpid(), pid_start(os.getpid())) and not pid_alive(os.getpid(), "1")
+    assert clean_temp_files(tmp_path, max_age_s=1e9) == [old] and mine.exists()
+
+
+def test_model_loading_checks_a_cuda_index_as_the_bench_does(monkeypatch):
+    from gac.errors import GacError
+    from gac.evaluation.bench_device import check_device
+    from gac.models import _check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for check in (_check_device, check_device):
+        with pytest.raises(GacError, match=r"'cuda:3' is not there: this machine has 1 GPU"):
+            check("cuda:3")
+    assert _check_device("cuda") == "cuda" and str(check_device("cuda")) == "cuda:0"
+
+
+# ---------------------------------------------------------------------------------------------- results_dir, clocks
+def test_a_results_dir_under_home_is_read_as_the_job_wrote_it(tmp_path, monkeypatch):
+    import shutil
+
+    from gac.analysis import load_results
+    from gac.results import ResultsStore
+    from gac.results.store import results_root
+    from tests.analysis.conftest import FIXTURES
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(FIXTURES / "store_mixed", tmp_path / "res")
+    assert ResultsStore("~/res").root == tmp_path / "res" and results_root("~/res") == (tmp_path / "res").resolve()
+    assert len(load_results("~/res")) == len(list(ResultsStore(tmp_path / "res").iter_records()))
+
+
+def test_one_clock_rule_for_every_cpu_timing():
+    """Thread CPU time on one torch thread (a sleep is not counted), the wall clock with more (it is)."""
+    from gac.evaluation.bench import Protocol
+    from gac.evaluation.latency import DEFAULTS, time_calls, timer_for
+    from gac.profiling.timing import TimingProtocol, cpu_thread_clock
+
+    def nap():
+        return lambda: time.sleep(0.05)
+
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert timer_for(cpu) == "perf_counter" and min(time_calls(nap, cpu, 2)) >= 45
+        with cpu_thread_clock():
+            assert timer_for(cpu) == "thread_time" and max(time_calls(nap, cpu, 2)) < 20
+    finally:
+        torch.set_num_threads(threads)
+    assert timer_for("cuda") == "cuda_events"
+    assert Protocol().resolved("cpu")["timer"] == timer_for("cpu", 1) == "thread_time"  # the bench: one thread
+    assert (TimingProtocol.paper().warmup, TimingProtocol.paper().iters, TimingProtocol.paper().trials) == \
+        DEFAULTS["kernel"]["cuda"]
+    assert (TimingProtocol.quick().warmup, TimingProtocol.quick().iters, TimingProtocol.quick().trials) == \
+        DEFAULTS["kernel"]["cpu"]
