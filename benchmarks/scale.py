@@ -84,7 +84,7 @@ def one_job(args) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config import job_from_config
     from gac.jobs.fits import check_job_fits
     from gac.jobs.pipeline import run_job
     from gac.results import ResultsStore
@@ -99,10 +99,10 @@ def one_job(args) -> int:
            "eval": {"ppl": False, "tasks": [], "latency": False}}
     if args.compressor == "palu" and args.svd:
         cfg["compressor"]["options"] = {}
-    spec = spec_from_config(cfg)
+    spec, cfg = job_from_config(cfg)
     fp = check_job_fits(spec)
     with tempfile.TemporaryDirectory() as d:
-        rec = run_job(spec, ResultsStore(d))
+        rec = run_job(spec, ResultsStore(d), cfg)
     row = {"kind": "job", "shape": args.shape, "compressor": args.compressor, "threads": args.threads,
            "allocation": args.allocation,
            "svd": args.svd, "samples": args.samples, "calib_len": args.calib_len, "arch": arch,

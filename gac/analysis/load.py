@@ -241,8 +241,8 @@ def config_fields(config) -> dict:
     return dict(sorted(out.items()))
 
 
-#: where a config holds the task files: a job's resolved config, then a bare JobSpec's (run_job without one)
-_TASK_FILES = ("model.task_files", "task_files")
+#: where a record's config (the job's resolved config, the one shape every entry point writes) holds the task files
+_TASK_FILES = "model.task_files"
 
 
 def config_task_data(flat: Mapping, task: str | None = None) -> str | None:
@@ -251,13 +251,10 @@ def config_task_data(flat: Mapping, task: str | None = None) -> str | None:
     without it)."""
     if not isinstance(flat, Mapping):
         return None
-    for key in _TASK_FILES:
-        if key in flat:
-            return task_data(flat[key], task)
-        own = {k[len(key) + 1:]: v for k, v in flat.items() if str(k).startswith(key + ".")}
-        if own:
-            return task_data(own, task)
-    return None
+    if _TASK_FILES in flat:
+        return task_data(flat[_TASK_FILES], task)
+    own = {k[len(_TASK_FILES) + 1:]: v for k, v in flat.items() if str(k).startswith(_TASK_FILES + ".")}
+    return task_data(own, task) if own else None
 
 
 def row_task_data(row, task: str | None = None) -> str | None:

@@ -1,4 +1,4 @@
-"""Config -> job: :func:`spec_from_config` turns a resolved config (a plain dict: a composed Hydra config, or one
+"""Config -> job: :func:`job_from_config` (:func:`spec_from_config` for the spec alone) turns a resolved config (a plain dict: a composed Hydra config, or one
 typed by hand) into a :class:`~gac.jobs.spec.JobSpec`, checked once before any heavy work.
 
 The types and keys are the schema's (:mod:`gac.jobs.schema`, applied first); the names (compressor, strategy,
@@ -36,15 +36,28 @@ def _require(d: dict, path: str):
 _MISSING = object()
 
 
+def job_from_config(cfg: dict) -> tuple[JobSpec, dict]:
+    """The job of a resolved config (plain dict) and the config its record keeps, from one reading: the model's
+    label and data resolved once (:func:`resolve_model_data`: the record says what ran, not ``auto``), then
+    checked against the schema's types and keys and the registry's names. Every error names the key and the fix."""
+    from gac.jobs.schema import validate_config
+
+    resolved = resolve_model_data(cfg)
+    return _build_spec(validate_config(resolved)), resolved
+
+
 def spec_from_config(cfg: dict) -> JobSpec:
-    """Validate a resolved config (plain dict) and build the job. Every error names the key and the fix."""
+    """The job of a resolved config (:func:`job_from_config` without the record's config)."""
+    return job_from_config(cfg)[0]
+
+
+def _build_spec(cfg: dict) -> JobSpec:
+    """The :class:`JobSpec` of a config already resolved and checked against the schema."""
     from gac import registry
     from gac.align.targets import check_ratio
     from gac.dtypes import job_dtype
-    from gac.jobs.schema import validate_config
     from gac.models import model_label
 
-    cfg = resolve_model_data(validate_config(cfg))  # types and keys (gac.jobs.schema); the model's label and data
     comp = str(_require(cfg, "compressor.name"))
     if comp != BASELINE:
         comp = registry.COMPRESSORS.resolve(comp, "(config compressor=...)", extra=[BASELINE])

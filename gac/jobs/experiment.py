@@ -25,7 +25,7 @@ _FAILED_POINTS: list[tuple[list[str], str]] = []  # (overrides, error) of in-pro
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
     from gac.checks import check_environment
-    from gac.jobs.config import resolve_model_data, spec_from_config
+    from gac.jobs.config import job_from_config
     from gac.jobs.pipeline import run_job
     from gac.jobs.tracking import build_loggers
     from gac.progress import quiet_libraries, set_quiet
@@ -35,12 +35,12 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
     if cfg.get("quiet") is not None:
         set_quiet(bool(cfg["quiet"]))
     quiet_libraries(verbose=bool(cfg.get("verbose", False)))
-    spec = spec_from_config(cfg)
+    spec, resolved = job_from_config(cfg)  # the config read once: the job, and what its record says ran
     if overrides and sweep_dir is None:  # a sweep's points were checked together when it started (SweepCallback)
         from gac.jobs.axes import check_overrides
 
         check_overrides(spec, cfg, overrides)  # a setting this job cannot use: refused before any work
-    cfg = resolve_model_data(cfg)  # the record's config says what ran: the model's label and its data, not "auto"
+    cfg = resolved
     if spec.sweep is None and sweep_dir is not None:
         spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
     from gac.results.store import results_root

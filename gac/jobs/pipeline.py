@@ -16,7 +16,6 @@ import logging
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from gac.errors import ConfigRefused, GacError
@@ -32,10 +31,13 @@ from gac.results import ResultsStore
 log = logging.getLogger(__name__)
 
 
-def run_job(spec: JobSpec, store: ResultsStore, config: dict | None = None, overrides: Sequence[str] = (),
+def run_job(spec: JobSpec, store: ResultsStore, config: dict, overrides: Sequence[str] = (),
             force: bool = False, loggers: Sequence = (), save_model: str | None = None, on_busy: str = "wait",
             lock_timeout: float | None = None) -> dict:
     """Run one job end to end and write its record. Returns the record (or the existing one if done).
+
+    ``config`` is what the record keeps as the job's config: the resolved config ``spec`` was built from
+    (:func:`gac.jobs.config.job_from_config` gives both), one shape for every entry point.
 
     The job holds the store's lock for its key while it runs (:mod:`gac.results.lock`): an identical job started
     meanwhile waits for it (``on_busy="wait"``, then returns its record marked ``skipped``) or returns at once
@@ -88,7 +90,7 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
     """The job under its lock: one attempt through the stages, then its record (or its failure record)."""
     from gac.jobs.tracking import append_event
 
-    base = {"job": spec.job_fields(), "config": config or asdict(spec), "overrides": list(overrides)}
+    base = {"job": spec.job_fields(), "config": config, "overrides": list(overrides)}
     with Attempt(store, key, fresh=force) as attempt, _finishing(loggers, key):
         stages = JobStages(spec, store, attempt, loggers)
         estimate = None  # the memory estimate, named by an out-of-memory error

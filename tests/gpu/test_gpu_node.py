@@ -185,7 +185,7 @@ def test_model_latency_reports_a_real_sdpa_backend_and_times_the_work(measured):
 def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
     from omegaconf import OmegaConf
 
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config import job_from_config
     from gac.jobs.experiment import compose_config
     from gac.jobs.fits import check_job_fits
     from gac.jobs.pipeline import run_job
@@ -195,9 +195,9 @@ def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
         "model=tiny", "gpu=auto", "model.dtype=float16", "gpu.profile=measure", "eval=quick", "eval.limit=20",
         "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "calibration.n_samples=4", "calibration.seq_len=128",
         "seq_len=256", "eval.latency_seq_lens=[256]", f"results_dir={tmp_path / 'r'}"]), resolve=True)
-    spec = spec_from_config(cfg)
+    spec, cfg = job_from_config(cfg)
     fp = check_job_fits(spec)
-    rec = run_job(spec, ResultsStore(tmp_path / "r"))
+    rec = run_job(spec, ResultsStore(tmp_path / "r"), cfg)
     stages = rec["memory"]["stages"]
     assert rec["memory"]["gpu_peak_mb"] > 0 and all(v["gpu_peak_mb"] >= 0 for v in stages.values())
     # what the estimate covers (the model, compression and evaluation; the dimension sweep's rotating input pool,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.jobs.config import spec_from_config
+from gac.jobs.config import job_from_config, spec_from_config
 from gac.jobs.pipeline import run_job
 from gac.results import ResultsStore
 
@@ -55,7 +55,8 @@ def test_a_profiled_job_opens_no_profiler_session_and_pauses_the_sampler_while_t
     cfg = make_cfg("gpu.profile=measure", "align.window=1", "align=round_up", "eval.ppl=false", "eval.tasks=[]",
                    "ratio=0.15",
                    "compressor=llm_pruner", "results_dir=" + str(tmp_path / "r"))
-    rec = run_job(spec_from_config(cfg), ResultsStore(tmp_path / "r"))
+    spec, cfg = job_from_config(cfg)
+    rec = run_job(spec, ResultsStore(tmp_path / "r"), cfg)
     kinds = [e[0] for e in events]
     assert "time kernel" in kinds and "time latency" in kinds
     assert kinds.index("time latency") > kinds.index("time kernel")  # the sweep ran before the latency

@@ -10,7 +10,7 @@ import torch
 
 import gac.compression.resources as resources
 from gac.errors import GacError
-from gac.jobs.config import spec_from_config
+from gac.jobs.config import job_from_config, spec_from_config
 from gac.jobs.fits import check_job_fits
 from gac.jobs.pipeline import run_job
 from gac.results import ResultsStore
@@ -78,7 +78,7 @@ class _FakeOOM(torch.cuda.OutOfMemoryError):
 def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg, monkeypatch, tmp_path):
     import gac.jobs.loading as loading
 
-    spec = spec_from_config(make_cfg("compressor=none", "eval=none"))
+    spec, cfg = job_from_config(make_cfg("compressor=none", "eval=none"))
 
     def boom(_spec):
         raise _FakeOOM("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of "
@@ -87,7 +87,7 @@ def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg
     monkeypatch.setattr(loading, "load_job_model", boom)
     store = ResultsStore(tmp_path / "r")
     with pytest.raises(GacError) as e:
-        run_job(spec, store)
+        run_job(spec, store, cfg)
     msg = str(e.value)
     assert "\n" not in msg and "out of memory on cpu in stage load" in msg
     assert "Tried to allocate 2.00 GiB" in msg and "the estimate before loading was" in msg and "try " in msg
