@@ -216,14 +216,11 @@ class Prepared:
 
     def plan(self, ratio: float, strategy: str = "gac", unit: int = DEFAULT_UNIT, window: int = COMPRESS_WINDOW,
              candidate_filter: CandidateFilter | None = None, knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
-             budget: int | None = None, planner=None) -> tuple[Plan, list[Target]]:
-        """The plan of ``strategy`` (or of ``planner(targets, budget)``, a plan made elsewhere: a latency budget's,
-        :mod:`gac.jobs.latency_plan`) and the targets it was made for."""
-        if planner is None and strategy not in STRATEGIES:
+             budget: int | None = None) -> tuple[Plan, list[Target]]:
+        """The plan of ``strategy`` and the targets it was made for."""
+        if strategy not in STRATEGIES:
             raise unknown_name("strategy", strategy, STRATEGIES)
         targets, budget = self.targets(ratio, unit, knapsack_score, budget)
-        if planner is not None:
-            return planner(targets, budget), targets
         plan = align(targets, budget, strategy, unit, window, candidate_filter)
         if strategy in ("authors_dp", "authors_round") and knapsack_score != "proxy":
             plan.notes.append(f"the GAC authors' procedure valued the compressor's own scores (knapsack_score=proxy; "
@@ -240,16 +237,17 @@ class Prepared:
         copy_model: bool = True,
         knapsack_score: str = DEFAULT_KNAPSACK_SCORE,
         budget: int | None = None,
-        planner=None,
+        planned: tuple[Plan, list[Target]] | None = None,
     ) -> tuple[nn.Module, Plan, dict]:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
         in place, one layer at a time, dropping each layer's factors as it goes (saves memory; the Prepared object
-        cannot be reused afterwards). ``budget``: see :meth:`targets`; ``planner``: see :meth:`plan`."""
+        cannot be reused afterwards). ``budget``: see :meth:`targets`; ``planned``: a plan made by the caller for
+        :meth:`targets` (a latency budget's, :mod:`gac.jobs.latency_plan`) and those targets, applied as given."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
         meter = ResourceMeter(str(_device_of(self.model)))
         with meter.stage("plan"):
-            plan, targets = self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score, budget, planner)
+            plan, targets = planned or self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score, budget)
         keep_originals = self.compressor.keeps_calibration  # after_apply (SVD-LLM's update) reads the dense weights
         with meter.stage("apply"):
             model = copy.deepcopy(self.model) if copy_model else self.model

@@ -90,20 +90,19 @@ class JobStages:
         self.enter("plan")
         t0 = time.perf_counter()
         with self.meter.stage("sweep", sample=False):  # the dimension sweep times kernels: no sampler thread
-            targets, _ = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
+            targets, budget = prepared.targets(spec.ratio, spec.unit, spec.knapsack_score)
             filt, profile = candidate_filter(spec, targets, self.store.cache_dir)
         timings["sweep_s"] = time.perf_counter() - t0
-        planner, block = None, {}
+        planned, latency_block, latency_s = None, None, 0.0
         if spec.latency is not None:  # a latency budget: tables timed (or predicted) now, on the uncompressed model
             from gac.jobs.latency_plan import latency_plan
 
-            def planner(targets, budget):
-                plan, block["latency"] = latency_plan(spec, model, targets, budget, filt, self.store.cache_dir)
-                return plan
-
+            t0 = time.perf_counter()
+            plan, latency_block = latency_plan(spec, model, targets, budget, filt, self.store.cache_dir)
+            planned, latency_s = (plan, targets), time.perf_counter() - t0
         model, plan, report = prepared.compress(spec.ratio, spec.strategy, spec.unit, spec.window, filt,
-                                                copy_model=False, knapsack_score=spec.knapsack_score, planner=planner)
-        timings["dp_s"] = report["timings"]["plan_s"]
+                                                copy_model=False, knapsack_score=spec.knapsack_score, planned=planned)
+        timings["dp_s"] = latency_s + report["timings"]["plan_s"]
         timings["compress_apply_s"] = report["timings"]["apply_s"]
         stage_done("plan and apply", timings["sweep_s"] + timings["dp_s"] + timings["compress_apply_s"],
                    f"{spec.strategy}, ratio {spec.ratio:g}")
@@ -119,8 +118,7 @@ class JobStages:
 
             save_checkpoint(model, tokenizer, save_model, recipe=report["recipe"], plan=plan,
                             replace_hint=SAVE_MODEL_REPLACE)
-        return Compressed(model, plan_json, report, None if profile is None else dict(profile.meta),
-                          block.get("latency"))
+        return Compressed(model, plan_json, report, None if profile is None else dict(profile.meta), latency_block)
 
     def evaluate(self, model, tokenizer) -> dict:
         """Perplexity, tasks and latency as the spec asks: ``{"metrics", "details"}``."""
