@@ -184,7 +184,7 @@ def test_compress_cli(tmp_path, base, monkeypatch, capsys):
     assert meta["recipe"]["strategy"] == "gac" and meta["plan"]["aligned_fraction"] == 1.0
     assert meta["base_model"] == "tiny"
     # the checkpoint knows its data: evaluating it needs no --data tiny and never asks the hub
-    import gac.evaluation.report as report
+    import gac.evaluation.suite as suite
 
     asked = {}
 
@@ -192,7 +192,7 @@ def test_compress_cli(tmp_path, base, monkeypatch, capsys):
         asked.update(kw)
         raise GacError("stop after the data choice")
 
-    monkeypatch.setattr(report, "evaluate", fake_evaluate)
+    monkeypatch.setattr(suite, "evaluate", fake_evaluate)
     assert main(["evaluate", str(out), "--ppl", "--tasks", "piqa"]) == 2
     assert asked["ppl_source"] == "tiny" and asked["task_files"]["piqa"].endswith(".jsonl")
     # --data hub asks for WikiText-2, which is not reachable offline: refused in one line before anything is loaded
