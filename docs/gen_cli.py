@@ -39,7 +39,7 @@ the same thing as a script under `experiments/`; `--config-dir DIR` adds a direc
 gac-run [-m] [OVERRIDES...]            # = python experiments/run.py; the job, -m for a sweep
 gac-bench [-m] [results_dir=DIR] [experiment=E] [sweep=S] [+where.KEY=VALUE] [device=D] [...]   # = experiments/bench.py
 gac-profile-device device=cuda|cpu [quick=true] out_dir=DIR                                       # = experiments/profile_device.py
-python -m gac.profiling.extract_published GAC_CHECKOUT [--out DIR] [--check-only]
+python -m tools.extract_published GAC_CHECKOUT [--out DIR] [--check-only]
 ```
 """
 

@@ -3,11 +3,11 @@
     python experiments/bench.py results_dir=results experiment=table5
     python experiments/bench.py -m hydra/launcher=slurm_h100 results_dir=/shared/results sweep=SWEEP device=cuda
 
-The same app is installed as ``gac-bench`` (:func:`gac.commands._apps.bench`); the work lives in
+The same app is installed as ``gac-bench`` (:func:`gac.commands.hydra_apps.bench`); the work lives in
 :mod:`gac.jobs.bench` (a plain function of the config); ``gac bench`` calls the same function.
 """
 
-from gac.commands._apps import bench
+from gac.commands.hydra_apps import bench
 
 if __name__ == "__main__":
     bench()

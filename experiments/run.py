@@ -4,11 +4,11 @@
     python experiments/run.py -m compressor=asvd,llm_pruner align=unaligned,gac
     python experiments/run.py -m experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
 
-The same app is installed as ``gac-run`` (:func:`gac.commands._apps.run`); the work lives in
+The same app is installed as ``gac-run`` (:func:`gac.commands.hydra_apps.run`); the work lives in
 :mod:`gac.jobs.experiment` (a plain function of the config), which tests call directly.
 """
 
-from gac.commands._apps import run
+from gac.commands.hydra_apps import run
 
 if __name__ == "__main__":
     run()

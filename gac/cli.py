@@ -18,11 +18,13 @@ import sys
 from gac import __version__, commands
 from gac.errors import GacError
 
+_NOT_COMMANDS = {"hydra_apps"}  # the Hydra entry points (gac-run, gac-bench, gac-profile-device) live beside them
+
 
 def _command_modules():
     mods = []
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+        if info.name.startswith("_") or info.name in _NOT_COMMANDS:
             continue
         mods.append(importlib.import_module(f"gac.commands.{info.name}"))
     return mods

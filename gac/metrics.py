@@ -154,11 +154,6 @@ def is_ppl(name: str) -> bool:
     return str(name).startswith(PPL_PREFIX) and not str(name).endswith("_stderr")
 
 
-def ppl_metrics(names: Iterable[str]) -> list[str]:
-    """The perplexity metrics among ``names`` (in order)."""
-    return [n for n in names if is_ppl(n)]
-
-
 def prefill_point(batch: int, seq_len: int) -> str:
     """The name of one prefill point: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
     return f"{PREFILL}@{int(seq_len)}" if int(batch) == 1 else f"{PREFILL}@b{int(batch)}_{int(seq_len)}"

@@ -5,7 +5,8 @@
 >>> model_c, plan, report = prepared.compress(0.15, "gac")                            # any ratio / strategy
 
 A compressor is a thin class plus pure tensor math (``compressors/``); :mod:`.modules` holds the compressed module
-types and :mod:`.swap` the layer swap every compressor uses;
+types and :mod:`.checkpoint` the layer swap every compressor uses (``replace_module``, which also keeps
+``save_pretrained`` safe) besides saving and loading checkpoints;
 :mod:`.prepared_io` saves and loads a :class:`Prepared` state (safetensors + JSON, never pickles).
 """
 

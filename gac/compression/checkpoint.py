@@ -705,3 +705,11 @@ def guard_save_pretrained(model: nn.Module) -> None:
     if hasattr(type(model), "save_pretrained") and hasattr(model, "config") and \
             getattr(model.__dict__.get("save_pretrained"), "__func__", None) is not save_pretrained:
         model.save_pretrained = types.MethodType(save_pretrained, model)
+
+
+def replace_module(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
+    """Swap the module at dotted path ``name`` for ``new``; return the old one. Every compressor swaps through here,
+    so a model gac changed saves a gac checkpoint, never a folder transformers reloads with random weights."""
+    old = set_module(model, name, new)
+    guard_save_pretrained(model)
+    return old

@@ -42,7 +42,6 @@ from gac.evaluation.bench_device import check_device, device_info
 from gac.evaluation.bench_stats import round_orders, summarise
 from gac.evaluation.latency import DEFAULTS as TIMING_DEFAULTS
 from gac.evaluation.latency import timer_for
-from gac.metrics import prefill_point
 from gac.progress import progress
 
 log = logging.getLogger(__name__)
@@ -136,12 +135,6 @@ class Protocol:
                 "decode_prompt": int(self.decode_prompt), "seed": check_seed(self.seed, "bench seed"),
                 "bootstrap": int(self.bootstrap),
                 "memory": self.memory, "profile": bool(self.profile), "top": int(self.top)}
-
-
-def point_name(batch: int, seq_len: int) -> str:
-    """The metric name of a prefill point, as records use it: ``prefill_ms@1024``, ``prefill_ms@b4_1024``."""
-    return prefill_point(batch, seq_len)
-
 
 
 # ---------------------------------------------------------------------------------------------- memory

@@ -17,18 +17,10 @@ import secrets
 import string
 import time
 from pathlib import Path
-from typing import Protocol
 
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
-
-
-class RunLogger(Protocol):
-    def start(self, key: str, spec, config: dict, overrides=()) -> None: ...
-    def log_record(self, record: dict) -> None: ...
-    def log_failure(self, error: str) -> None: ...
-    def finish(self) -> None: ...
 
 
 def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> None:

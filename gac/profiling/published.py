@@ -1,7 +1,7 @@
 """The GPU profiles gac ships from published data: the GAC authors' A100 and H100 measurements.
 
 The authors measured on an A100-80GB and an H100-80GB (PyTorch 2.9.1, CUDA 12.8, fp16) but committed only their
-figures; :mod:`gac.profiling.extract_published` reads the points back from the figures' vector paths into two
+figures; :mod:`tools.extract_published` reads the points back from the figures' vector paths into two
 :class:`~gac.profiling.profile.HardwareProfile` directories under ``gac/data/profiles/published/<gpu>``. Their
 ``profile.json`` says where every number comes from (``meta["published"]``: repository, commit, files, extraction
 method and checks, stated conditions, what is unknown). They are hypotheses about *your* A100/H100 (another driver,
@@ -28,7 +28,7 @@ def published_dir(gpu: str) -> Path:
     path = PUBLISHED_DIR / g
     if not (path / "profile.json").is_file():
         raise GacError(f"the published {g} profile is missing from this installation ({path}); reinstall gac or "
-                       f"regenerate it with python -m gac.profiling.extract_published GAC_CHECKOUT")
+                       f"regenerate it from a gac checkout with python -m tools.extract_published GAC_CHECKOUT")
     return path
 
 

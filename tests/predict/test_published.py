@@ -88,8 +88,8 @@ def _authors_style_pdf(path, dims, lat, line_x, line_y):
 
 
 def test_the_extractor_reads_back_a_matplotlib_pdf(tmp_path):
-    from gac.profiling.extract_published import TC_RED, _line
-    from gac.profiling.pdf_vectors import find_axes, read_page
+    from tools.extract_published import TC_RED, _line
+    from tools.pdf_vectors import find_axes, read_page
 
     rng = np.random.default_rng(0)
     dims = list(range(64, 161))
@@ -116,7 +116,7 @@ def test_the_extractor_reads_back_a_matplotlib_pdf(tmp_path):
 
 def test_a_pdf_that_is_not_a_figure_is_one_clear_error(tmp_path):
     from gac.errors import GacError
-    from gac.profiling.pdf_vectors import read_page
+    from tools.pdf_vectors import read_page
 
     bad = tmp_path / "x.pdf"
     bad.write_bytes(b"not a pdf at all")
@@ -135,8 +135,8 @@ def _authors_checkout():
                     reason="the authors' figure PDFs are absent (set GAC_AUTHORS_REPO to a checkout of "
                            "https://github.com/JihaoXin/GAC to run this)")
 def test_the_extraction_script_regenerates_the_shipped_tables(tmp_path):
-    from gac.profiling.extract_published import write_all
     from gac.profiling.profile import HardwareProfile
+    from tools.extract_published import write_all
 
     res = write_all(_authors_checkout(), tmp_path / "out", tmp_path / "e2e.json", commit="0" * 40)
     for gpu in PUBLISHED_GPUS:
@@ -149,7 +149,7 @@ def test_the_extraction_script_regenerates_the_shipped_tables(tmp_path):
 def test_the_report_numbers_are_checked_against_the_checkout(tmp_path):
     """The validation numbers typed from report.md (sections 5.2.2, 6.6, 6.7) must appear there as written."""
     from gac.errors import GacError
-    from gac.profiling.published_report import (
+    from tools.published_report import (
         REPORT_BASELINE_67,
         REPORT_E2E_52,
         REPORT_SVDLLM_66,

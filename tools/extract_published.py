@@ -1,11 +1,14 @@
 """Regenerate the published A100/H100 profiles from the GAC authors' figure PDFs (their raw results were never committed).
 
-    git clone https://github.com/JihaoXin/GAC /tmp/GAC       # any commit that has Latex/figures*/ (2b0a2a4 or later)
-    python -m gac.profiling.extract_published /tmp/GAC        # writes gac/data/profiles/published/{a100,h100}
-                                                              # and benchmarks/data/paper_prefill.json
-    python -m gac.profiling.extract_published /tmp/GAC --out /tmp/published --check-only
+An offline maintenance tool of a gac checkout (not in the wheel: nothing in ``gac`` imports it); run it from the
+checkout's root:
 
-Every point comes from the vector paths of a matplotlib PDF (:mod:`gac.profiling.pdf_vectors`): axes are mapped from
+    git clone https://github.com/JihaoXin/GAC /tmp/GAC       # any commit that has Latex/figures*/ (2b0a2a4 or later)
+    python -m tools.extract_published /tmp/GAC        # writes gac/data/profiles/published/{a100,h100}
+                                                              # and benchmarks/data/paper_prefill.json
+    python -m tools.extract_published /tmp/GAC --out /tmp/published --check-only
+
+Every point comes from the vector paths of a matplotlib PDF (:mod:`tools.pdf_vectors`): axes are mapped from
 their tick labels, x values are snapped to the integer sweep (an x that is not within 0.01 of an integer is an
 error), and the result is checked against the values the authors state in text (``STATED``: their ``report.md`` at
 commit f3f09de, the paper's LaTeX) and against the same data drawn in a second figure (Figure 8's panels are also
@@ -46,8 +49,8 @@ import numpy as np
 import pandas as pd
 
 from gac.errors import GacError
-from gac.profiling.pdf_vectors import Axes, Page, color_close, find_axes, read_page
-from gac.profiling.published_report import (
+from tools.pdf_vectors import Axes, Page, color_close, find_axes, read_page
+from tools.published_report import (
     REPO_URL,
     REPORT_BASELINE_67,
     REPORT_E2E_52,
@@ -477,7 +480,7 @@ def profile_meta(gpu: str, commit: str, ex: dict, tool_version: str) -> dict:
                 "method": "vector paths of the matplotlib PDFs (markers, line vertices, bar rectangles) mapped to data "
                           "by a linear fit to the labelled tick marks of each axes; x snapped to the integer sweep "
                           "(|x - round(x)| <= 0.01 or the extraction fails)",
-                "tool": "python -m gac.profiling.extract_published GAC_CHECKOUT",
+                "tool": "python -m tools.extract_published GAC_CHECKOUT",
                 "checks": ex["checks"],
                 "restored_by_interpolation": {
                     "why": "matplotlib simplifies long line paths: a vertex within 1/9 pt of the segment through its "
@@ -568,12 +571,12 @@ def write_all(repo: str | Path, out: str | Path, e2e_out: str | Path | None, com
 
 
 def main(argv: list[str] | None = None) -> int:
-    root = Path(__file__).resolve().parents[2]
-    p = argparse.ArgumentParser(prog="python -m gac.profiling.extract_published", description=__doc__,
+    root = Path(__file__).resolve().parents[1]
+    p = argparse.ArgumentParser(prog="python -m tools.extract_published", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("repo", help="a checkout of https://github.com/JihaoXin/GAC (git clone; commit 2b0a2a4 or later)")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "data" / "profiles" / "published"),
-                   help="where the profiles go (default: the package's gac/data/profiles/published)")
+    p.add_argument("--out", default=str(root / "gac" / "data" / "profiles" / "published"),
+                   help="where the profiles go (default: the checkout's gac/data/profiles/published)")
     p.add_argument("--e2e-out", default=str(root / "benchmarks" / "data" / "paper_prefill.json"),
                    help="where the prefill bars go (default: benchmarks/data/paper_prefill.json)")
     p.add_argument("--commit", help="the commit the checkout is at (default: git rev-parse HEAD in REPO)")

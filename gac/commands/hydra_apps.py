@@ -1,6 +1,7 @@
 """The Hydra apps beside the ``gac`` command line: the main job (``gac-run``), the side-by-side bench
 (``gac-bench``) and the kernel dimension sweeps (``gac-profile-device``), installed as console scripts and run by
-``experiments/*.py`` in a checkout. (The leading underscore keeps this module out of ``gac``'s sub-commands.)
+``experiments/*.py`` in a checkout. (:func:`gac.cli._command_modules` leaves this module out of ``gac``'s
+sub-commands.)
 
 Each reads the configs of :func:`gac.io.conf_dir` (the packaged ``gac.conf`` of a wheel, or a checkout's
 ``conf/``); Hydra's ``--config-dir DIR`` or ``hydra.searchpath=[file://DIR]`` adds a researcher's own configs.
