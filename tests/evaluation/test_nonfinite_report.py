@@ -10,12 +10,12 @@ from gac.cli import main
 
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_a_non_finite_metric_is_refused_before_the_report_is_written(value, tmp_path, capsys, monkeypatch):
-    import gac.evaluation.report as report
+    import gac.evaluation.suite as suite
 
     def evaluate(*args, **kwargs):
         return {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {"ppl_tiny": value}}
 
-    monkeypatch.setattr(report, "evaluate", evaluate)
+    monkeypatch.setattr(suite, "evaluate", evaluate)
     out = tmp_path / "r.json"
     assert main(["-q", "evaluate", "tiny", "--ppl", "--ppl-data", "tiny", "--json", str(out)]) == 2
     err = capsys.readouterr().err

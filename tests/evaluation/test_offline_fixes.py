@@ -25,7 +25,7 @@ def test_offline_hub_tasks_name_data_tiny(monkeypatch):
     import gac.text
 
     monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
-    monkeypatch.setattr(tasks, "_dataset_cached", lambda t: False)
+    monkeypatch.setattr(tasks, "task_dataset_cached", lambda t: False)
     with pytest.raises(GacError) as e:
         tasks.check_hub_tasks(["piqa"])
     assert "--task-file piqa=FILE.jsonl" in str(e.value) and "--data tiny" in str(e.value)
