@@ -1,4 +1,5 @@
-"""Fixtures for the evaluation tests: offline hub settings, the shipped tiny model, tiny fake models."""
+"""Fixtures for the evaluation tests: offline hub settings, the shipped tiny model, tiny fake models, a copy of
+the bench's store."""
 
 from __future__ import annotations
 
@@ -40,3 +41,6 @@ def tiny_files():
     from gac.fixtures import tiny_paths
 
     return tiny_paths(build_if_missing=False)
+
+
+from tests.bench_store import store_copy  # noqa: E402, F401 - a private copy of the bench's shared store
