@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-LATENCY_ALLOCATION = {  # two targets with per-candidate latencies (tests/align/test_cli_align_latency.py's shape)
+LATENCY_ALLOCATION = {  # two targets with per-candidate latencies (tests/commands/test_align_latency.py's shape)
     "budget": 2000, "latency_budget_ms": 2.0, "latency_fixed_ms": 0.45, "window": 2,
     "targets": [
         {"name": "lo", "d_star": 100.0, "score": 0.1, "params_per_dim": 10, "d_max": 4096,

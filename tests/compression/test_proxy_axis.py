@@ -1,6 +1,6 @@
 """The proxy axis changes what it claims to: under an allocation that reads it (Eq. 2's proportional rule) every
 proxy gives its own d*; ASVD's sensitivity search never reads it (a proxy sweep under it is refused by the sweep
-check, tests/jobs/test_proxy_axis.py)."""
+check, tests/jobs/test_proxy_sweep.py)."""
 
 import pytest
 

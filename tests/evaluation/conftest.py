@@ -1,42 +1,4 @@
-"""Fixtures for the evaluation tests: offline hub settings, the shipped tiny model, tiny fake models."""
+"""Fixtures for the evaluation tests: a copy of the bench's store (the offline hub settings and the shipped tiny
+model are in tests/conftest.py, for every folder)."""
 
-from __future__ import annotations
-
-import os
-import tempfile
-
-# no hub in tests: say so before `datasets` / `huggingface_hub` are imported, and keep their caches out of ~
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="gac-test-hf-"))
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import pytest  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def tiny():
-    """The shipped, trained tiny model (float32, CPU) and its tokenizer (never built by a test)."""
-    from gac.fixtures import tiny_dir
-    from gac.models import load_model
-
-    tiny_dir(build_if_missing=False)
-
-    return load_model("tiny")
-
-
-@pytest.fixture(scope="session")
-def tiny_untrained():
-    from gac.fixtures import tiny_dir
-    from gac.models import load_model
-
-    tiny_dir(build_if_missing=False)
-
-    return load_model("tiny-untrained")
-
-
-@pytest.fixture(scope="session")
-def tiny_files():
-    from gac.fixtures import tiny_paths
-
-    return tiny_paths(build_if_missing=False)
+from tests.bench_store import store_copy  # noqa: F401 - a private copy of the bench's shared store

@@ -114,6 +114,23 @@ def test_hub_task_without_network_says_how_to_use_local_files(tiny):
         evaluate_tasks(*tiny, ("piqa",), limit=5)
 
 
+def test_offline_hub_tasks_name_data_tiny(monkeypatch):
+    import gac.evaluation.tasks as tasks
+    import gac.text
+
+    monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
+    monkeypatch.setattr(tasks, "task_dataset_cached", lambda t: False)
+    with pytest.raises(GacError) as e:
+        tasks.check_hub_tasks(["piqa"])
+    assert "--task-file piqa=FILE.jsonl" in str(e.value) and "--data tiny" in str(e.value)
+    with pytest.raises(GacError) as e:
+        tasks.check_hub_tasks(["piqa"], via="config")
+    assert "model.task_files=tiny" in str(e.value) and "--task-file" not in str(e.value)
+    with pytest.raises(GacError) as e:
+        tasks.check_hub_tasks(["arc_easy"])
+    assert "--data tiny" not in str(e.value)  # tiny ships piqa and hellaswag only
+
+
 # ------------------------------------------------------------------------------------------------ any lm-eval task
 
 

@@ -1,4 +1,4 @@
-"""`gac evaluate` and `gac fixtures` end to end, and their answers to bad input (exit code 2, one line)."""
+"""`gac evaluate` end to end, and its answers to bad input (exit code 2, one line)."""
 
 from __future__ import annotations
 
@@ -104,12 +104,6 @@ def test_gac_evaluate_empty_eval_file(tmp_path, capsys):
     empty_jsonl.write_text("")
     assert main(["evaluate", "tiny", "--tasks", "piqa", "--task-file", f"piqa={empty_jsonl}"]) == 2
     assert "is empty" in capsys.readouterr().err
-
-
-def test_gac_fixtures_info(capsys):
-    assert main(["fixtures"]) == 0
-    out = capsys.readouterr().out
-    assert "val ppl" in out and "piqa.jsonl" in out
 
 
 def test_the_gac_command_runs_offline_in_a_fresh_process(tmp_path, tiny_files):

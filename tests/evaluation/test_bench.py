@@ -13,7 +13,7 @@ from gac.cli import main
 from gac.errors import GacError
 from gac.jobs.bench import bench_store
 from gac.results import ResultsStore
-from tests.bench.conftest import FAST
+from tests.bench_store import FAST
 
 ROOT = Path(__file__).resolve().parents[2]
 

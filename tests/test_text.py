@@ -1,4 +1,6 @@
-"""Calibration batches: the GPTQ/ASVD protocol (random windows of the tokenized train split), seeded."""
+"""gac.text: calibration batches (the GPTQ/ASVD protocol: random windows of the tokenized train split, seeded),
+the splits of a source, and offline the fix a message names is the one that works for the command at hand (its
+own flag or config key)."""
 
 from __future__ import annotations
 
@@ -32,3 +34,16 @@ def test_splits_of_the_tiny_source_are_distinct_files(tiny_files):
     assert load_text("tiny", "test") != load_text("tiny", "train") != load_text("tiny", "validation")
     with pytest.raises(GacError, match="unknown split 'tset'; did you mean 'test'"):
         load_text("tiny", "tset")
+
+
+def test_offline_wikitext2_names_the_flag_of_the_command(monkeypatch):
+    import gac.text
+
+    monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
+    monkeypatch.setattr(gac.text, "hub_dataset_cached", lambda *a, **k: False)
+    with pytest.raises(GacError) as e:
+        gac.text.check_source("wikitext2", "train", "--calib")
+    msg = str(e.value)
+    assert "--calib FILE" in msg and "--calib enwiki" in msg and "--ppl-data" not in msg
+    with pytest.raises(GacError, match="calibration.source=FILE"):
+        gac.text.check_source("wikitext2", "train", "calibration.source")

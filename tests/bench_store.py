@@ -1,5 +1,9 @@
 """A small results store on `tiny` shared by the bench tests: the baseline and every compressor x {unaligned, gac}
-at ratio 0.15, evaluation off, seq_len 64, each compressed job also saved as a checkpoint (the structure it built)."""
+at ratio 0.15, evaluation off, seq_len 64, each compressed job also saved as a checkpoint (the structure it built).
+
+``tiny_store`` is session-wide, built once per run: tests/conftest.py imports it for every folder (the bench's tests
+in tests/evaluation, the structures in tests/compression/test_structure.py); tests/evaluation/conftest.py imports
+``store_copy``."""
 
 import shutil
 

@@ -10,7 +10,7 @@ from gac.compression.structure import Structure, architecture
 from gac.errors import GacError
 from gac.jobs.bench_variants import build_variants
 from gac.results import ResultsStore
-from tests.bench.conftest import COMPRESSORS, STRATEGIES
+from tests.bench_store import COMPRESSORS, STRATEGIES
 
 KIND = {"asvd": LowRankLinear, "svd_llm": LowRankLinear, "palu": GroupedLowRankLinear, "llm_pruner": torch.nn.Linear}
 

@@ -1,5 +1,6 @@
 """The prepared-state cache hands ASVD's sensitivity search a resume file keyed like its entry, and drops the file
-once the entry is written (a requeued job then loads the entry; until then it resumes the search)."""
+once the entry is written (a requeued job then loads the entry; until then it resumes the search; the search's
+resume itself: tests/compression/test_sensitivity_resume.py)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ import pytest
 
 from gac.analysis import load_results, table5
 from gac.jobs.bench import bench_store, describe
-
-from .conftest import FAST
+from tests.bench_store import FAST
 
 
 def test_bench_predict_adds_a_labelled_column(tiny_store, store_copy):

@@ -1,0 +1,44 @@
+"""Fixtures for every test folder: offline hub settings, the shipped tiny model, the bench's shared store."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# no hub in tests: say so before `datasets` / `huggingface_hub` are imported, and keep their caches out of ~
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="gac-test-hf-"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+from tests.bench_store import tiny_store  # noqa: E402, F401 - the bench's shared store, built once per session
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """The shipped, trained tiny model (float32, CPU) and its tokenizer (never built by a test)."""
+    from gac.fixtures import tiny_dir
+    from gac.models import load_model
+
+    tiny_dir(build_if_missing=False)
+
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_untrained():
+    from gac.fixtures import tiny_dir
+    from gac.models import load_model
+
+    tiny_dir(build_if_missing=False)
+
+    return load_model("tiny-untrained")
+
+
+@pytest.fixture(scope="session")
+def tiny_files():
+    from gac.fixtures import tiny_paths
+
+    return tiny_paths(build_if_missing=False)
