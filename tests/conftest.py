@@ -42,3 +42,16 @@ def tiny_files():
     from gac.fixtures import tiny_paths
 
     return tiny_paths(build_if_missing=False)
+
+
+@pytest.fixture(autouse=True)
+def _transformers_initialises_weights():
+    """A test that leaves transformers' weight initialisation off (``no_init_weights`` not exited: an abandoned
+    generator, a thread) fails here, not in a later test whose models come out untied."""
+    yield
+    import sys
+
+    mu = sys.modules.get("transformers.modeling_utils")
+    if mu is not None:
+        fn = mu.PreTrainedModel.init_weights
+        assert getattr(fn, "__name__", "") != "empty_func", "transformers' init_weights is still switched off"

@@ -37,13 +37,15 @@ _MISSING = object()
 
 
 def job_from_config(cfg: dict) -> tuple[JobSpec, dict]:
-    """The job of a resolved config (plain dict) and the config its record keeps, from one reading: the model's
-    label and data resolved once (:func:`resolve_model_data`: the record says what ran, not ``auto``), then
-    checked against the schema's types and keys and the registry's names. Every error names the key and the fix."""
+    """The job of a resolved config (plain dict) and the config its record keeps, from one reading: checked against
+    the schema's types and keys, the model's label and data worked out once (:func:`resolve_model_data`: the record
+    says what ran, not ``auto``) and applied to both, then the registry's names and the ranges. Every error names
+    the key and the fix."""
     from gac.jobs.schema import validate_config
 
-    resolved = resolve_model_data(cfg)
-    return _build_spec(validate_config(resolved)), resolved
+    checked = validate_config(cfg)  # types and keys (gac.jobs.schema), defaults filled in
+    data = _model_data(checked)  # the model's label and data: worked out once (a checkpoint's header read once)
+    return _build_spec(_with_model_data(checked, data)), _with_model_data(cfg, data)
 
 
 def spec_from_config(cfg: dict) -> JobSpec:
@@ -321,34 +323,34 @@ def resolve_model_data(cfg: dict) -> dict:
       :class:`GacError` naming each key the job would read (calibration only when it compresses, perplexity text
       only with ``eval.ppl``, task files only with ``eval.tasks``): tiny's data never score another model unasked.
     """
-    import copy
+    return _with_model_data(cfg, _model_data(cfg))
 
+
+def _model_data(cfg: dict) -> dict | None:
+    """What :func:`resolve_model_data` changes: ``{"name": label or None, "data": {path: value}}`` for every data
+    path set to ``auto``; None when nothing changes."""
     from gac.fixtures import NAMED_MODELS, default_data
     from gac.models import base_model_of
 
     model = cfg.get("model")
     if not isinstance(model, dict):
-        return cfg
+        return None
     spec = str(model.get("spec"))
     if not any(_get(cfg, where) == AUTO_DATA for where, _, _ in _DATA_KEYS) and not (
             model.get("name") in NAMED_MODELS and spec != model.get("name")):
-        return cfg
-    cfg = copy.deepcopy(cfg)
-    model = cfg["model"]
+        return None
     group = model.get("name") if model.get("name") in NAMED_MODELS else None
-    if model.get("name") in NAMED_MODELS and spec != model.get("name"):
-        model["name"] = model_label(spec)
+    name = model_label(spec) if model.get("name") in NAMED_MODELS and spec != model.get("name") else None
     own = default_data(base_model_of(spec))
     ev = cfg.get("eval") or {}
     used = {"calibration.source": str(_get(cfg, "compressor.name")) != BASELINE,
             "model.ppl_source": bool(ev.get("ppl")), "model.task_files": bool(ev.get("tasks"))}
-    missing = []
+    missing, data = [], {}
     for where, key, example in _DATA_KEYS:
         value = own[key.split(".")[1]] if own else None
         for path in {where, key}:
             if _get(cfg, path) == AUTO_DATA:
-                parent, leaf = path.rsplit(".", 1)
-                cfg[parent][leaf] = value
+                data[path] = value
                 if own is None and used[where] and path == where:
                     missing.append(f"{key} ({example})")
     p = Path(spec).expanduser()
@@ -359,6 +361,22 @@ def resolve_model_data(cfg: dict) -> dict:
         raise GacError(f"config: model.spec={spec} has no calibration/evaluation data of its own (only "
                        f"{', '.join(NAMED_MODELS)} and gac checkpoints built from them do) and another model's are not "
                        f"used unasked: set {'; '.join(missing)}{on_purpose}")
+    return {"name": name, "data": data}
+
+
+def _with_model_data(cfg: dict, data: dict | None) -> dict:
+    """``cfg`` (not changed) with :func:`_model_data`'s label and data: each data path that is ``auto`` there."""
+    import copy
+
+    if data is None:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    if data["name"] is not None:
+        cfg["model"]["name"] = data["name"]
+    for path, value in data["data"].items():
+        if _get(cfg, path) == AUTO_DATA:
+            parent, leaf = path.rsplit(".", 1)
+            cfg[parent][leaf] = value
     return cfg
 
 
