@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.calib_samples, args.calib_seq_len, args.eval_seq_len, args.eval_windows = 4, 64, 128, 2
         args.ratios, args.strategies = [0.3], ["unaligned", "gac"]
-    from gac.io import hold_cpu_lock
+    from gac.machine import hold_cpu_lock
 
     hold_cpu_lock(enabled=not args.quick)  # the wall column is a timing
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -7,7 +7,7 @@ or another model (``--model``: SmolLM2-135M, issue 24).
     python benchmarks/parity.py --model smollm2 --compressors asvd --ratios 0.15 --probe-samples 1
     python benchmarks/parity.py --quick          # seconds: a smoke run of every compressor at small sizes
 
-Each run holds the serial CPU lock (``gac.io.hold_cpu_lock``) while it measures; ``--quick`` does not.
+Each run holds the serial CPU lock (``gac.machine.hold_cpu_lock``) while it measures; ``--quick`` does not.
 
 For each compressor that has an independent reference implementation in ``benchmarks/parity_refs/<name>.py``
 (a function ``reference(model, tokenizer, calib_ids, ratio) -> dict(model, kept_params, dense_params, notes)``
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.ratios, args.calib_samples, args.calib_seq_len = [0.3], 2, 64
         args.eval_seq_len, args.eval_windows, args.probe_samples = 128, 2, 1
-    from gac.io import hold_cpu_lock
+    from gac.machine import hold_cpu_lock
 
     hold_cpu_lock(enabled=not args.quick)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

@@ -6,7 +6,7 @@
     python benchmarks/parity_prune.py --compressors palu --palu-fisher-loss two_ahead   # the reference's loss too
     python benchmarks/parity_prune.py --quick          # seconds: a smoke run at small sizes
 
-Each run holds the serial CPU lock (``gac.io.hold_cpu_lock``) while it measures; ``--quick`` does not.
+Each run holds the serial CPU lock (``gac.machine.hold_cpu_lock``) while it measures; ``--quick`` does not.
 
 Protocol (the issue's): calibration 32 x 256 tokens of tiny's train text (seed 0) for gac and for the reference;
 perplexity on tiny's full test text in 1024-token windows (baseline 233.37); ``--model`` another model on the same
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.ratios, args.calib_samples, args.calib_seq_len = [0.3], 2, 64
         args.eval_seq_len, args.eval_windows, args.no_before = 128, 2, True
-    from gac.io import hold_cpu_lock
+    from gac.machine import hold_cpu_lock
 
     hold_cpu_lock(enabled=not args.quick)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

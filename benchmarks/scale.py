@@ -11,7 +11,7 @@
     python benchmarks/scale.py jobs --quick --out q.json    # seconds: tiny, calibration 2 x 64, unpinned (smoke run)
 
 Every part appends its rows to ``--out`` (JSON), so a long measurement can be split into runs that each hold the
-serial CPU lock (``gac.io.hold_cpu_lock``, taken by every part that measures on the CPU, except with ``--quick``)
+serial CPU lock (``gac.machine.hold_cpu_lock``, taken by every part that measures on the CPU, except with ``--quick``)
 briefly; ``report`` reads them all. ``jobs`` runs each (shape, compressor) as its own process (a clean
 peak RSS), through the real job (:func:`gac.jobs.pipeline.run_job`: random Llama-shaped fp32 weights built from a
 config, ``calibration.source=random`` 8 x 256 tokens, ratio 0.15, ``eval=none``), pinned to one core with one thread
@@ -584,7 +584,7 @@ def main(argv=None) -> int:
     if getattr(args, "pin", None) == -1:
         args.pin = None
     # the parent process of a measurement holds the lock (its "one" children run under it); report measures nothing
-    from gac.io import hold_cpu_lock
+    from gac.machine import hold_cpu_lock
 
     hold_cpu_lock(enabled=not args.quick and args.device == "cpu" and args.cmd not in ("one", "one-grad", "report"))
     return {"one": one_job, "one-grad": one_grad, "grads": grads, "jobs": jobs, "methods": methods, "ppl": ppl, "plan": plan, "report": report}[args.cmd](args)

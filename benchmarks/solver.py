@@ -28,7 +28,7 @@ from gac.align import align, candidate_sets  # noqa: E402
 from gac.align.reference import milp_reference  # noqa: E402
 from gac.align.solver import solve_mckp  # noqa: E402
 from gac.align.synthetic import lowrank_problem  # noqa: E402
-from gac.io import hold_cpu_lock  # noqa: E402
+from gac.machine import hold_cpu_lock  # noqa: E402
 
 FAMILIES = [
     ("Llama-3-8B (224)", "llama3_8b", False),

@@ -2,7 +2,8 @@
 the one rule for a command's output file (:func:`check_output_file`, :func:`write_output`: a device, a pipe or
 ``/dev/stdout`` is a stream, ``--force`` replaces only a regular file that is not an input, and nothing goes into a
 model directory or a results store's own directories); what a path is when it is not a file (:func:`path_kind`);
-where gac's Hydra configs live (:func:`conf_dir`); the machine's serial CPU lock (:func:`hold_cpu_lock`).
+where gac's Hydra configs live (:func:`conf_dir`). Hashes are :mod:`gac.hashing`; this machine, its processes,
+its locks and time stamps are :mod:`gac.machine`.
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
 mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import importlib.resources
 import json
 import logging
@@ -23,13 +23,13 @@ import math
 import os
 import re
 import secrets
-import socket
 import stat
 import sys
 import time
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.machine import machine_id, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -51,118 +51,6 @@ def conf_dir() -> Path:
         if (d / "config.yaml").is_file():
             return d
     return package.parent / "conf"  # neither: callers name this path when a config is missing
-
-#: The serial CPU lock: timings on a shared CPU mean something only when one measurement runs at a time, so every
-#: benchmark that times something on the CPU holds this ``flock`` while it measures (:func:`hold_cpu_lock`), and any
-#: other command takes it from a shell with ``flock /tmp/gac-cpu.lock COMMAND``. ``GAC_CPU_LOCK`` names another path.
-CPU_LOCK = os.environ.get("GAC_CPU_LOCK", "/tmp/gac-cpu.lock")
-_held_cpu_lock: list = []  # the open lock file: the lock lasts as long as this process
-
-
-def host_lock(path: str | os.PathLike, on_wait=None) -> int:
-    """An exclusive ``flock`` on ``path`` (created if needed), waiting while another process holds it (``on_wait()``
-    is called once when it must wait); returns the open descriptor that holds it: closing it releases the lock, and
-    the kernel releases it when the process ends, however it ends (SIGKILL included).
-
-    This is the lock of one machine (the CPU lock, a fixture build): ``flock`` is not reliable between hosts on every
-    network file system, so what several hosts share (a results store) is locked by :class:`gac.results.lock.FileLock`
-    instead, a lock file with its holder and a heartbeat."""
-    import fcntl
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def hold_cpu_lock(enabled: bool = True) -> None:
-    """Take :data:`CPU_LOCK` for the rest of this process (:func:`host_lock`), saying so on stderr while another
-    holder makes it wait. ``enabled=False`` or already held: nothing. A child process must not call it while its
-    parent holds the lock (it would wait for its parent)."""
-    if not enabled or _held_cpu_lock:
-        return
-    fd = host_lock(CPU_LOCK, lambda: print(f"waiting for the CPU lock {CPU_LOCK} (another measurement holds it)",
-                                           file=sys.stderr, flush=True))
-    _held_cpu_lock.append(fd)  # kept open on purpose: closing it releases the lock
-
-
-def host() -> str:
-    """This machine's name as records, provenance, profiles and event logs write it."""
-    return socket.gethostname() or "localhost"
-
-
-def hostname() -> str:
-    """This machine's name as temp files and locks record it: :func:`host` up to its first dot (dots separate the
-    fields of a temp file's name)."""
-    return host().split(".")[0] or "localhost"
-
-
-#: how gac writes a time (``created``, provenance ``date``, ``started``...): UTC, to the second, ISO 8601 with ``Z``;
-#: text in this form sorts as time does, which "the latest record wins" relies on
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-
-
-def utc_stamp(t: float | None = None) -> str:
-    """The time ``t`` (seconds since the epoch; None: now) as gac writes it (:data:`TIME_FORMAT`)."""
-    return time.strftime(TIME_FORMAT, time.gmtime(time.time() if t is None else t))
-
-
-def parse_stamp(text) -> float | None:
-    """Seconds since the epoch of an ISO 8601 date and time (``2025-01-01T00:00:00Z``, ``...+00:00``, no zone: UTC),
-    or None when ``text`` is not one. Python 3.10's ``fromisoformat`` refuses the ``Z`` gac writes: read here."""
-    import datetime
-
-    if not isinstance(text, str) or len(text) < 19 or text[10] != "T":
-        return None
-    try:
-        t = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)).timestamp()
-
-
-def machine_id() -> str:
-    """Host name plus PID namespace: pids are comparable only within one (containers may share a host name)."""
-    try:
-        ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
-    except OSError:
-        ns = ""
-    return f"{hostname()}-{ns}" if ns else hostname()
-
-
-#: hex digits of a key gac derives from content (record and bench keys, cache names, recipe hashes): 64 bits
-KEY_DIGITS = 16
-
-
-def digest(data: str | bytes, digits: int | None = KEY_DIGITS, algorithm: str = "sha256") -> str:
-    """The hex digest of ``data`` (text as UTF-8) cut to its first ``digits`` hex digits (None: all of them): the one
-    hash behind every key, cache name and fingerprint gac derives. What is hashed (a canonical JSON, say) is each
-    key's own definition; a name already stored keeps the length and algorithm it was written with, so it is
-    still found (the kernel-table caches: sha1, 10 digits)."""
-    h = hashlib.new(algorithm, data.encode() if isinstance(data, str) else data)
-    return h.hexdigest() if digits is None else h.hexdigest()[:digits]
-
-
-def hasher(algorithm: str = "sha256"):
-    """A running hash (``update`` / ``hexdigest``) for data read in pieces (a file joined from chunks)."""
-    return hashlib.new(algorithm)
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of a file, read in 8 MiB chunks (weights files do not fit in memory twice)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def temp_path(path: str | os.PathLike) -> Path:
@@ -600,48 +488,6 @@ def replace_file(path: str | os.PathLike, write) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     return p
-
-
-def pid_start(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux), to tell a reused pid from the process meant."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _started_at(pid: int) -> float | None:
-    """When ``pid`` started, in seconds since the epoch (Linux), or None where it cannot be read."""
-    ticks = pid_start(pid)
-    try:
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + int(ticks) / os.sysconf("SC_CLK_TCK") if ticks is not None else None
-    except (OSError, ValueError, StopIteration):
-        return None
-
-
-def pid_alive(pid: int, start: str | None = None, running_at: float | None = None) -> bool:
-    """Whether the process ``pid`` of this machine (and PID namespace) is alive and is the one meant: with ``start``
-    (its :func:`pid_start`, as a lock records it) the same start time, with ``running_at`` (a time it is known to
-    have been running, e.g. the mtime of a file it wrote) a start before then. A pid reused by another process is
-    not alive."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        pass
-    if start is not None:
-        now = pid_start(pid)
-        if now is not None and now != start:
-            return False
-    if running_at is not None:
-        began = _started_at(pid)
-        if began is not None and began > running_at + 2.0:  # btime has whole seconds; a little clock slack
-            return False
-    return True
 
 
 def temp_writer_gone(path: str | os.PathLike, max_age_s: float | None = None, now: float | None = None) -> bool:

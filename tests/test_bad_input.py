@@ -104,7 +104,7 @@ def _files_2(T: Path, tgt: dict) -> None:
     lines = (neg / "table.csv").read_text().splitlines(keepends=True)
     lines[1] = lines[1].replace(",0.74,", ",-5,")
     (neg / "table.csv").write_text("".join(lines))
-    from gac.io import file_sha256
+    from gac.hashing import file_sha256
 
     meta = json.loads((neg / "profile.json").read_text())
     meta["table_sha256"] = file_sha256(neg / "table.csv")

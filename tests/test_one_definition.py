@@ -61,11 +61,12 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
      "the checkpoint's file: gac.io.CHECKPOINT_FILE"),
     (r"^tiny-untrained$", ("gac/registry.py", "gac/fixtures/"), True, "the named models: gac.registry.NAMED_MODELS"),
     (r"^Baseline$", ("gac/registry.py",), True, "the baseline's label: gac.registry.BASELINE_LABEL"),
-    (r"\bhashlib\b", ("gac/io.py",), False, "hashing: gac.io.digest (file_sha256 for a file)"),
-    (r"\bfcntl\b", ("gac/io.py",), False, "a lock of this machine: gac.io.host_lock"),
-    (r"def _?pid_alive|def _?pid_start", ("gac/io.py",), False, "process liveness: gac.io.pid_alive"),
-    (r"gethostname|platform\.node\(|uname\(\)\.nodename", ("gac/io.py",), False, "the host: gac.io.host/hostname"),
-    (r"%Y-%m-%dT|isoformat\(timespec", ("gac/io.py",), False, "a time stamp: gac.io.utc_stamp"),
+    (r"\bhashlib\b", ("gac/hashing.py",), False, "hashing: gac.hashing.digest (file_sha256 for a file)"),
+    (r"\bfcntl\b", ("gac/machine.py",), False, "a lock of this machine: gac.machine.host_lock"),
+    (r"def _?pid_alive|def _?pid_start", ("gac/machine.py",), False, "process liveness: gac.machine.pid_alive"),
+    (r"gethostname|platform\.node\(|uname\(\)\.nodename", ("gac/machine.py",), False,
+     "the host: gac.machine.host/hostname"),
+    (r"%Y-%m-%dT|isoformat\(timespec", ("gac/machine.py",), False, "a time stamp: gac.machine.utc_stamp"),
     (r"(?m)^LOSS_CHUNK_BYTES\s*=", ("gac/compression/footprint.py",), False, "the loss's chunk: footprint's"),
     (r"(?m)^\s*BASELINE\s*=|compressor\"?\]?\)? ?[!=]= \"none\"", ("gac/registry.py",), False,
      "the baseline's name: gac.registry.BASELINE"),
@@ -178,8 +179,8 @@ def test_keys_and_names_stored_yesterday_are_still_found():
 
 def test_times_and_hosts_are_written_one_way():
     from gac.evaluation.report import provenance
-    from gac.io import TIME_FORMAT, host, parse_stamp, utc_stamp
     from gac.jobs.provenance import attempt_info
+    from gac.machine import TIME_FORMAT, host, parse_stamp, utc_stamp
     from gac.profiling.device import device_info
 
     prov, dev = provenance(), device_info(torch.device("cpu"))
@@ -194,7 +195,8 @@ def test_times_and_hosts_are_written_one_way():
 def test_a_temp_file_whose_pid_now_belongs_to_a_later_process_is_a_leftover(tmp_path):
     """The writer of a temp file named with this process's pid, written before this process started, is gone (the
     pid was reused), as a lock's holder is."""
-    from gac.io import clean_temp_files, pid_alive, pid_start, temp_path
+    from gac.io import clean_temp_files, temp_path
+    from gac.machine import pid_alive, pid_start
 
     old = temp_path(tmp_path / "record.json")
     old.write_text("{}")

@@ -45,15 +45,9 @@ from gac import __version__
 from gac.compression.modules import build_module, get_module, module_spec, set_module
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.io import (
-    CHECKPOINT_FILE,
-    digest,
-    file_sha256,
-    missing_reason,
-    read_json,
-    utc_stamp,
-    write_json_atomic,
-)
+from gac.hashing import digest, file_sha256
+from gac.io import CHECKPOINT_FILE, missing_reason, read_json, write_json_atomic
+from gac.machine import utc_stamp
 from gac.untrusted import (
     NO_REMOTE_CODE,
     config_field_problem,

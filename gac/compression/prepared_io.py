@@ -225,7 +225,7 @@ def code_fingerprint() -> str:
 
     Caches keyed by it are invalidated by any code change there, released or not (a fix of a scoring bug must
     never keep serving the old scores)."""
-    from gac.io import digest
+    from gac.hashing import digest
 
     global _code_fingerprint
     if _code_fingerprint is None:

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from gac.io import host, utc_stamp
+from gac.machine import host, utc_stamp
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,9 @@ import logging
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import digest, file_sha256, read_json, utc_stamp, write_json_atomic
+from gac.hashing import digest, file_sha256
+from gac.io import read_json, write_json_atomic
+from gac.machine import utc_stamp
 from gac.metrics import DECODE, PREFILL
 from gac.results import ResultsStore
 

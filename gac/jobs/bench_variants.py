@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import digest
+from gac.hashing import digest
 from gac.registry import BASELINE_LABEL, BASELINE_STRATEGY
 from gac.results.query import MISSING, config_value, is_baseline_record
 

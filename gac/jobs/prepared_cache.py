@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import digest
+from gac.hashing import digest
 from gac.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)

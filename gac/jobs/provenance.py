@@ -59,6 +59,6 @@ def safe_provenance(spec: JobSpec) -> dict:
 
 def attempt_info() -> dict:
     """Who runs this attempt: host, pid, Slurm ids and the start time."""
-    from gac.io import host, utc_stamp
+    from gac.machine import host, utc_stamp
 
     return {"host": host(), "pid": os.getpid(), **slurm_ids(), "started": utc_stamp()}

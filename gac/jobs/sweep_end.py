@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import utc_stamp
+from gac.machine import utc_stamp
 from gac.results import ResultsStore
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ def append_event(results_dir: str | os.PathLike, key: str, kind: str, **kw) -> N
 
         raise os_error(e, "create the event log directory", d) from None
     t = time.time()
-    from gac.io import host, utc_stamp
+    from gac.machine import host, utc_stamp
 
     ev = {"event": kind, "time": utc_stamp(t), "t": t, "host": host(), "pid": os.getpid(),
           "slurm_job_id": os.environ.get("SLURM_JOB_ID"),

@@ -181,7 +181,7 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
                            f"the munge and mysql daemons cannot reach {d}: choose a directory under /tmp")
     for sub in ("state", "spool"):
         (d / sub).mkdir()
-    from gac.io import hostname
+    from gac.machine import hostname
 
     host = hostname()  # the short name Slurm knows this node by
     cpus = cpus or os.cpu_count() or 1

@@ -8,7 +8,8 @@ from pathlib import Path
 import yaml
 
 from gac.errors import GacError
-from gac.io import conf_dir, digest
+from gac.hashing import digest
+from gac.io import conf_dir
 from gac.predict.predictor import KIND_LABELS, KINDS, Predictor, check_llama_shaped
 from gac.registry import BASELINE_LABEL, NAMED_MODELS
 

@@ -11,7 +11,7 @@ import subprocess
 import torch
 
 from gac import __version__
-from gac.io import host, utc_stamp
+from gac.machine import host, utc_stamp
 
 log = logging.getLogger(__name__)
 

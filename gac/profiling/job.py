@@ -20,7 +20,7 @@ from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, rank_candidates
 from gac.align.targets import Target
 from gac.dtypes import dtype_name, resolve_dtype
 from gac.errors import GacError
-from gac.io import digest
+from gac.hashing import digest
 from gac.profiling.device import device_info, resolve_device, stack_key
 from gac.profiling.profile import META_FILE, HardwareProfile, load_profile
 from gac.profiling.sweeps import context_key, measure_for_targets, target_shape

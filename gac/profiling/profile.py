@@ -23,7 +23,8 @@ import pandas as pd
 import torch
 
 from gac.errors import GacError
-from gac.io import file_problem, file_sha256, replace_file, write_text_atomic
+from gac.hashing import file_sha256
+from gac.io import file_problem, replace_file, write_text_atomic
 
 log = logging.getLogger(__name__)
 

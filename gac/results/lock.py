@@ -32,7 +32,8 @@ from pathlib import Path
 
 from gac.checks import env_number
 from gac.errors import GacError
-from gac.io import create_new, hostname, machine_id, pid_alive, pid_start, utc_stamp
+from gac.io import create_new
+from gac.machine import hostname, machine_id, pid_alive, pid_start, utc_stamp
 
 log = logging.getLogger(__name__)
 

@@ -67,19 +67,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.hashing import digest
 from gac.io import (
     CHECKPOINT_FILE,
     STORE_MARKER,
     STORE_OWN_DIRS,
     check_writable,
     clean_temp_files,
-    digest,
     owned_directory,
-    parse_stamp,
     read_json,
-    utc_stamp,
     write_json_atomic,
 )
+from gac.machine import parse_stamp, utc_stamp
 from gac.metrics import upgrade_record
 from gac.registry import BASELINE
 from gac.results.query import is_number

@@ -37,7 +37,8 @@ from gac.fixtures.tiny import (
     write_provenance,
     write_task_files,
 )
-from gac.io import file_problem, file_sha256
+from gac.hashing import file_sha256
+from gac.io import file_problem
 from gac.text import load_text, tokenize_text
 
 log = logging.getLogger(__name__)

@@ -148,7 +148,7 @@ def test_killed_save_leaves_a_temp_dir_that_the_next_save_removes(compressed, tm
 
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True).stdout)
-    from gac.io import machine_id
+    from gac.machine import machine_id
 
     left = tmp_path / f".ck.{machine_id()}.{dead}.0123abcd.tmp"
     left.mkdir()
