@@ -5,7 +5,8 @@
     python experiments/run.py -m experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
 
 The same app is installed as ``gac-run`` (:func:`gac.commands.hydra_apps.run`); the work lives in
-:mod:`gac.jobs.experiment` (a plain function of the config), which tests call directly.
+:mod:`gac.jobs.experiment` (a plain function of the config), which tests call directly; the command line is
+checked by :mod:`gac.jobs.command_line` and a sweep's points by :mod:`gac.jobs.sweep`.
 """
 
 from gac.commands.hydra_apps import run

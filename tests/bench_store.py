@@ -10,7 +10,8 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
-from gac.jobs.experiment import compose_config, run_config
+from gac.jobs.command_line import compose_config
+from gac.jobs.experiment import run_config
 
 QUICK = ["model=tiny", "gpu=cpu", "eval=none", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64",
          "experiment_name=benchtest"]

@@ -198,7 +198,7 @@ def test_a_results_directory_too_long_for_the_file_system_is_refused(tmp_path):
 
 
 def test_a_required_config_group_set_to_null_is_named():
-    from gac.jobs.experiment import compose_config
+    from gac.jobs.command_line import compose_config
 
     for group in ("model", "compressor", "align", "gpu", "eval"):
         with pytest.raises(GacError, match=rf"^{group}=null: every job needs a {group} config; pick one of"):

@@ -24,8 +24,8 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.jobs.experiment import sweep_points
     from gac.jobs.inputs import caches, fetch_command, inputs_of
+    from gac.jobs.sweep import sweep_points
     from gac.text import hub_access_problem, hub_unreachable
 
     inputs = inputs_of(p["spec"] for p in sweep_points(list(args.overrides)))

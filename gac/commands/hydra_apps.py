@@ -31,7 +31,8 @@ def _run_task(cfg):
 
 def run() -> None:
     """The one job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record (``conf/config.yaml``)."""
-    from gac.jobs.experiment import check_command_line, interrupted
+    from gac.jobs.command_line import check_command_line
+    from gac.jobs.experiment import interrupted
     from gac.jobs.schema import register
 
     guard_closed_pipe("experiments/run.py")  # `... --cfg job | head`: quiet, no BrokenPipeError traceback

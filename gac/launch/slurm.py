@@ -198,8 +198,8 @@ def _points(sweep_dir: Path, job_overrides, jobs) -> list[dict]:
         if key is None:
             from omegaconf import OmegaConf
 
+            from gac.jobs.command_line import compose_config
             from gac.jobs.config import spec_from_config
-            from gac.jobs.experiment import compose_config
 
             key = spec_from_config(OmegaConf.to_container(compose_config(list(o)), resolve=True)).key
         out.append({"overrides": list(o), "key": key, "slurm_job": str(j.job_id), "log": str(j.paths.stderr)})

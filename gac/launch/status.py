@@ -154,7 +154,7 @@ def _error(path: Path) -> str:
 
 def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> list[dict]:
     """One row per point of the sweep: its overrides, key and state (with the failure's error or the host)."""
-    from gac.jobs.experiment import sweep_points
+    from gac.jobs.sweep import sweep_points
 
     points = sweep_points(overrides)
     rows, seen, stores = [], set(), {}

@@ -185,8 +185,8 @@ def test_model_latency_reports_a_real_sdpa_backend_and_times_the_work(measured):
 def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
     from omegaconf import OmegaConf
 
+    from gac.jobs.command_line import compose_config
     from gac.jobs.config import job_from_config
-    from gac.jobs.experiment import compose_config
     from gac.jobs.fits import check_job_fits
     from gac.jobs.pipeline import run_job
     from gac.results import ResultsStore

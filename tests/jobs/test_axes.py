@@ -14,8 +14,10 @@ from omegaconf import OmegaConf
 
 from gac.errors import ConfigRefused, GacError, InfeasibleBudgetError
 from gac.jobs.axes import AXES, check_overrides
+from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import compose_config, run_config, sweep_points
+from gac.jobs.experiment import run_config
+from gac.jobs.sweep import sweep_points
 
 
 def _cfg(*overrides) -> dict:

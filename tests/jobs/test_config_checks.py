@@ -8,9 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
+from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import compose_config, sweep_points
 from gac.jobs.preflight import check_job_here
+from gac.jobs.sweep import sweep_points
 
 
 def _check(overrides):

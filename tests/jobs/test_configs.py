@@ -8,8 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
+from gac.jobs.command_line import compose_config
+from gac.jobs.compose import CONF_DIR
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import CONF_DIR, compose_config, expand_sweep, sweep_points
+from gac.jobs.sweep import expand_sweep, sweep_points
 
 GROUPS = ["model", "compressor", "proxy", "align", "gpu", "eval", "logger", "method"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 
 from gac.errors import GacError
 from gac.jobs import preflight
+from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import compose_config
 from gac.jobs.preflight import check_job_here
 from gac.registry import gpu_name_matches
 

@@ -11,8 +11,8 @@ from omegaconf import OmegaConf
 from gac.cli import main
 from gac.errors import GacError
 from gac.jobs import inputs
+from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import compose_config
 from gac.jobs.inputs import Input, dataset_cached, job_inputs, model_missing
 
 REPO = "meta-llama/Meta-Llama-3-8B"

@@ -5,8 +5,8 @@ from omegaconf import OmegaConf
 
 from gac.analysis.labels import method_label, metric_label
 from gac.errors import GacError
+from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import compose_config
 from gac.metrics import is_ppl, ppl_metric, ppl_stride
 
 

@@ -6,8 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
+from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import compose_config
 from gac.jobs.schema import GacConfig, validate_config
 from gac.jobs.spec import EvalSpec
 

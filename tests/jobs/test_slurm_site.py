@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.experiment import compose_config
+from gac.jobs.command_line import compose_config
 from gac.jobs.site import check_site, constraint_features, parse_gres, parse_sinfo, slurm_minutes
 
 ROOT = Path(__file__).resolve().parents[2]

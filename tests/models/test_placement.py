@@ -220,8 +220,8 @@ def test_llama3_70b_fits_a_node_of_eight_80gb_gpus_each_keeping_its_share(monkey
     one GPU), and the plan leaves each GPU within its memory."""
     from omegaconf import OmegaConf
 
+    from gac.jobs.command_line import compose_config
     from gac.jobs.config import spec_from_config
-    from gac.jobs.experiment import compose_config
     from gac.jobs.fits import check_job_fits, job_model_config
     from gac.models.placement import (
         device_needs,
