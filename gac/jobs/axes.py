@@ -129,7 +129,7 @@ def _seq_len(spec: JobSpec, cfg: dict) -> str | None:
 
 
 def _ppl(spec: JobSpec, cfg: dict) -> str | None:
-    if spec.eval.ppl and spec.ppl_source:
+    if spec.eval.ppl:  # asked for (a model path that is not there has no text yet: the preflight names the path)
         return None
     return "eval.ppl=false: no perplexity is measured"
 

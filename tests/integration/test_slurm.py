@@ -21,7 +21,7 @@ from gac.results import ResultsStore
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64",
-         "eval=quick", "eval.limit=10", "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "eval.latency_seq_lens=[64]", "eval.tasks=[]"]
+         "eval=quick", "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "eval.latency_seq_lens=[64]", "eval.tasks=[]"]
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +39,11 @@ def cluster(tmp_path_factory):
 
 
 def _quick(overrides):
-    """QUICK without the keys ``overrides`` set (a key given twice is refused: the test's own value wins)."""
+    """QUICK without the keys ``overrides`` set (a key given twice is refused: the test's own value wins); a test
+    that picks its own ``eval`` group gets none of QUICK's eval settings (a setting no job uses is refused)."""
     mine = {o.lstrip("+").split("=", 1)[0] for o in overrides}
-    return [o for o in QUICK if o.split("=", 1)[0] not in mine]
+    own_eval = "eval" in mine
+    return [o for o in QUICK if o.split("=", 1)[0] not in mine and not (own_eval and o.startswith("eval"))]
 
 
 def _multirun(cluster, tmp, overrides, timeout=600, background=False, env=None):
