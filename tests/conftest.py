@@ -55,3 +55,23 @@ def _transformers_initialises_weights():
     if mu is not None:
         fn = mu.PreTrainedModel.init_weights
         assert getattr(fn, "__name__", "") != "empty_func", "transformers' init_weights is still switched off"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A loopback Slurm cluster for the module's tests (the ``slurm`` tier), started and stopped by the fixture."""
+    import shutil
+    from pathlib import Path
+
+    from gac.launch import local_cluster
+
+    missing = local_cluster.missing_binaries()
+    assert not missing, f"Slurm is not installed ({missing}); run: python -m gac.launch.local_cluster install"
+    d = Path(tempfile.mkdtemp(prefix="gac-slurm-"))  # under /tmp: the munge and mysql users must reach it
+    d.chmod(0o755)
+    c = local_cluster.start(d / "cluster")
+    try:
+        yield c
+    finally:
+        local_cluster.stop(c.dir)
+        shutil.rmtree(d, ignore_errors=True)

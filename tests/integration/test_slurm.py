@@ -6,16 +6,13 @@ Opt in: ``python -m pytest -m slurm`` (root, with slurm-wlm, munge, slurmdbd and
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from gac.launch import local_cluster
 from gac.results import ResultsStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
@@ -23,19 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64",
          "eval=quick", "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "eval.latency_seq_lens=[64]", "eval.tasks=[]"]
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    missing = local_cluster.missing_binaries()
-    assert not missing, f"Slurm is not installed ({missing}); run: python -m gac.launch.local_cluster install"
-    d = Path(tempfile.mkdtemp(prefix="gac-slurm-"))  # under /tmp: the munge and mysql users must reach it
-    d.chmod(0o755)
-    c = local_cluster.start(d / "cluster")
-    try:
-        yield c
-    finally:
-        local_cluster.stop(c.dir)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _quick(overrides):

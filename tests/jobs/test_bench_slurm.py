@@ -6,15 +6,12 @@ Opt in: ``python -m pytest -m slurm`` (run under ``flock /tmp/gac-slurm.lock``: 
 """
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from gac.launch import local_cluster
 from gac.results import ResultsStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
@@ -22,19 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["model=tiny", "gpu=cpu", "eval=none", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64"]
 FAST = '["rounds=2","warmup=0","iters=1"]'
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    missing = local_cluster.missing_binaries()
-    assert not missing, f"Slurm is not installed ({missing}); run: python -m gac.launch.local_cluster install"
-    d = Path(tempfile.mkdtemp(prefix="gac-slurm-"))  # under /tmp: the munge and mysql users must reach it
-    d.chmod(0o755)
-    c = local_cluster.start(d / "cluster")
-    try:
-        yield c
-    finally:
-        local_cluster.stop(c.dir)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _run(cluster, script, args, timeout=900):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.models.fake_devices import MixedDevices, devices_of, fake_devices
+from tests.models.memory_maps import mapped_from
 
 D0, D1 = "meta:0", "meta:1"
 
@@ -157,21 +158,6 @@ def test_compressing_over_two_devices_equals_one_device(tiny_data, compressor, a
 
 
 # ------------------------------------------------------------------------------------------------ disk
-def _mapped_from(address: int) -> str | None:
-    """The file mapped at ``address`` in this process (Linux: /proc/self/maps), or None."""
-    from pathlib import Path
-
-    maps = Path("/proc/self/maps")
-    if not maps.exists():
-        pytest.skip("needs /proc/self/maps (Linux)")
-    for line in maps.read_text().splitlines():
-        parts = line.split()
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        if lo <= address < hi:
-            return parts[5] if len(parts) > 5 else None
-    return None
-
-
 def test_the_bfloat16_pass_keeps_disk_units_on_disk(tmp_path, tiny_data):
     """A float16 model's gradient pass runs in bfloat16: a unit on disk is cast through a file of its own (not into
     host memory), put back bit for bit afterwards, and scores as the same model in memory does."""
@@ -185,10 +171,10 @@ def test_the_bfloat16_pass_keeps_disk_units_on_disk(tmp_path, tiny_data):
     assert "model.layers.3" in on_disk
     w = model.get_submodule("model.layers.3").mlp.down_proj.weight
     orig_ptr, orig = w.data_ptr(), w.detach().clone()
-    assert _mapped_from(orig_ptr) == str(tmp_path / "model.layers.3.pt")
+    assert mapped_from(orig_ptr) == str(tmp_path / "model.layers.3.pt")
     restore = _cast_floating(model, torch.float16, torch.bfloat16)
     assert w.dtype == torch.bfloat16
-    assert _mapped_from(w.data_ptr()) == str(tmp_path / "model.layers.3.bfloat16.pt")  # a file, not host memory
+    assert mapped_from(w.data_ptr()) == str(tmp_path / "model.layers.3.bfloat16.pt")  # a file, not host memory
     restore()
     restore()  # idempotent
     assert w.dtype == torch.float16 and w.data_ptr() == orig_ptr and torch.equal(w, orig)

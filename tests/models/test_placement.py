@@ -15,6 +15,7 @@ from gac.models.placement import (
     parse_size,
     plan_placement,
 )
+from tests.models.memory_maps import mapped_from
 
 GIB = 2**30
 
@@ -287,21 +288,6 @@ def tiny_data():
     return tok, calibration_batches(tok, "tiny", 4, 64, seed=0, split="train")
 
 
-def _mapped_from(address: int) -> str | None:
-    """The file mapped at ``address`` in this process (Linux: /proc/self/maps), or None."""
-    from pathlib import Path
-
-    maps = Path("/proc/self/maps")
-    if not maps.exists():
-        pytest.skip("needs /proc/self/maps (Linux)")
-    for line in maps.read_text().splitlines():
-        parts = line.split()
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        if lo <= address < hi:
-            return parts[5] if len(parts) > 5 else None
-    return None
-
-
 def _tiny(split: bool, tmp_path):
     from gac.models import load_model
     from gac.models.placement import place_model
@@ -325,7 +311,7 @@ def test_tiny_split_over_host_memory_and_disk(tmp_path, tiny_data):
     on_disk = [n for n, d in plan.items() if d == "disk"]
     assert "model.layers.3" in on_disk and all((tmp_path / "offload" / f"{n}.pt").is_file() for n in on_disk)
     w = model.get_submodule("model.layers.3").mlp.down_proj.weight
-    assert _mapped_from(w.data_ptr()) == str(tmp_path / "offload" / "model.layers.3.pt")  # the file, not host memory
+    assert mapped_from(w.data_ptr()) == str(tmp_path / "offload" / "model.layers.3.pt")  # the file, not host memory
     assert perplexity(model, tok, "tiny", max_windows=4)["ppl"] == ref
 
 
