@@ -258,14 +258,14 @@ def test_llama3_70b_fits_a_node_of_eight_80gb_gpus_each_keeping_its_share(monkey
         assert need - sum(b for n, b in units if plan[n] == d and n not in follow) < whole  # a share, not the whole
 
 
-def test_the_placement_keys_are_checked_and_leave_the_default_record_key_alone(make_cfg):
+def test_the_placement_keys_are_checked_and_leave_the_default_record_key_alone(make_cfg, tmp_path):
     from gac.jobs.config import spec_from_config
 
     spec = spec_from_config(make_cfg("compressor=asvd"))
     assert spec.device_map == "single" and spec.max_memory is None
     assert not {"device_map", "max_memory", "offload_dir"} & set(spec.identity())
     auto = spec_from_config(make_cfg("compressor=asvd", "model.device_map=auto", "+model.max_memory.cpu=1GiB",
-                                     "model.offload_dir=/tmp/x"))
+                                     f"model.offload_dir={tmp_path / 'offload'}"))
     assert auto.identity()["device_map"] == "auto" and "offload_dir" not in auto.identity() and auto.key != spec.key
     with pytest.raises(GacError, match="model.device_map must be one of single, auto"):
         spec_from_config(make_cfg("model.device_map=sequential"))
