@@ -178,10 +178,10 @@ def test_keys_and_names_stored_yesterday_are_still_found():
 
 
 def test_times_and_hosts_are_written_one_way():
-    from gac.evaluation.report import provenance
     from gac.jobs.provenance import attempt_info
     from gac.machine import TIME_FORMAT, host, parse_stamp, utc_stamp
     from gac.profiling.device import device_info
+    from gac.provenance import provenance
 
     prov, dev = provenance(), device_info(torch.device("cpu"))
     for stamp in (prov["date"], dev["date"], attempt_info()["started"], utc_stamp()):

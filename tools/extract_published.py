@@ -501,8 +501,8 @@ def write_all(repo: str | Path, out: str | Path, e2e_out: str | Path | None, com
               check_only: bool = False) -> dict:
     """Extract both GPUs from ``repo`` and write the profiles under ``out/<gpu>`` and the prefill bars to ``e2e_out``."""
     from gac import __version__
-    from gac.evaluation.report import git_commit
     from gac.profiling.profile import HardwareProfile
+    from gac.provenance import git_commit
 
     repo = Path(repo).expanduser()
     missing = [f for g in FIGURES.values() for f in g.values() if not (repo / f).is_file()]

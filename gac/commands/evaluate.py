@@ -97,12 +97,13 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.evaluation.report import format_table, provenance
     from gac.evaluation.suite import evaluate
     from gac.evaluation.tasks import parse_tasks
+    from gac.evaluation.text_report import format_table
     from gac.fixtures import default_data
     from gac.io import check_output_file, write_output
     from gac.models import base_model_of, describe, load_model
+    from gac.provenance import provenance
 
     files = _task_files(args.task_file)
     tasks = parse_tasks(args.tasks, local=files) if args.tasks else []

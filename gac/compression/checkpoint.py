@@ -33,7 +33,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -95,25 +94,17 @@ def projection_specs(model: nn.Module) -> dict[str, dict]:
     return {n: module_spec(get_module(model, n)) for n in layout.modules()}
 
 
-def _git_info() -> dict:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                               text=True, timeout=10)
-        if commit.returncode == 0:
-            return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"commit": None, "dirty": None}
-
-
 def provenance() -> dict:
+    """The checkpoint's ``provenance`` block (its own shape since format 1: ``git: {commit, dirty}``), from the one
+    checkout lookup :func:`gac.provenance.checkout`."""
     import transformers
 
+    from gac.provenance import checkout
+
+    commit, dirty = checkout()
     return {
         "gac_version": __version__,
-        "git": _git_info(),
+        "git": {"commit": commit, "dirty": dirty},
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": sys.version.split()[0],

@@ -205,7 +205,7 @@ def _write_json(path, doc, force, plans=()):
 
 
 def _provenance(dev) -> dict:
-    from gac.evaluation.report import provenance
+    from gac.provenance import provenance
 
     p = provenance(device=str(dev))
     p["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")

@@ -78,7 +78,7 @@ def _version(dist: str) -> str | None:
 def check_versions() -> Check:
     import torch
 
-    from gac.evaluation.report import provenance
+    from gac.provenance import provenance
 
     prov = provenance()
     cudnn = None

@@ -1,4 +1,4 @@
-"""Where a job's record came from: gac, git and package versions (:func:`gac.evaluation.report.provenance`), the
+"""Where a job's record came from: gac, git and package versions (:func:`gac.provenance.provenance`), the
 job's seed and device, and the Slurm ids of the allocation it ran in."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def slurm_ids() -> dict:
 def checkout_at_start() -> tuple[str | None, bool | None]:
     """``(git_commit, git_dirty)`` of gac's checkout when this process started its first job (cached): the code a
     job runs is what the process imported then, not what the checkout holds when the record is written hours later."""
-    from gac.evaluation.report import checkout
+    from gac.provenance import checkout
 
     return checkout()
 
@@ -29,7 +29,7 @@ def job_provenance(spec: JobSpec) -> dict:
     """The record's ``provenance`` block. Its ``git_commit``/``git_dirty`` are the checkout's at the process's first
     job; when the checkout moved while the process ran, ``checkout_moved`` holds what it is at the record's writing
     (and a record written from a checkout edited meanwhile is marked dirty: its code is then not one commit's)."""
-    from gac.evaluation.report import provenance
+    from gac.provenance import provenance
 
     p = provenance(device=spec.device)
     start = checkout_at_start()

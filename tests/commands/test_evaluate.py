@@ -43,7 +43,7 @@ def test_gac_evaluate_tiny_ppl_and_tasks_writes_json(tmp_path, capsys):
 def test_the_printed_table_says_what_the_task_items_are():
     """After the task rows, one line per look-alike set says what its items are made from; a local file is named;
     the hub's datasets (the real PiQA/HellaSwag) need no note (issue 30)."""
-    from gac.evaluation.report import format_table
+    from gac.evaluation.text_report import format_table
     from gac.jobs.experiment import format_record
 
     def task(source):

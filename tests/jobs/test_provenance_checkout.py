@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import gac.evaluation.report as report
+import gac.provenance as report
 from gac.jobs import provenance
 from gac.jobs.spec import JobSpec
 
