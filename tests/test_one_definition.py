@@ -156,7 +156,7 @@ def test_stable_rank_svd_memory_estimate_counts_its_factorisation():
 ])
 def test_one_rule_decides_what_is_a_number(value, number, finite):
     from gac.results.query import is_number, number_of
-    from gac.results.store import record_problem
+    from gac.results.validate import record_problem
 
     assert is_number(value) is number and is_number(value, finite=True) is finite
     rec = {"key": "k", "status": "completed", "created": "2025-01-01T00:00:00Z", "metrics": {},
@@ -170,7 +170,7 @@ def test_keys_and_names_stored_yesterday_are_still_found():
     """The one hashing helper gives every stored name the digits it had (values computed before it existed)."""
     from gac.fixtures.tiny import recipe_hash
     from gac.profiling.job import cache_name
-    from gac.results.store import config_key
+    from gac.results.keys import config_key
 
     assert config_key({"a": 1, "b": [1.5, "x"], "c": {"d": None}}) == "dcbeae96628dbd6a"
     assert cache_name({"device_name": "NVIDIA H100", "x": 1}, "float16") == "nvidia-h100-float16-cd643c274b"

@@ -13,8 +13,8 @@ from pathlib import Path
 from gac.errors import GacError
 from gac.jobs.spec import EvalSpec, JobSpec, task_files_of
 from gac.registry import BASELINE
+from gac.results.keys import canonical_number
 from gac.results.query import MISSING, config_value
-from gac.results.store import canonical_number
 
 DEVICES = ("cpu", "cuda")
 PROFILE_MODES = ("none", "auto", "measure")

@@ -153,7 +153,7 @@ def _latency_block(block: dict, ev: dict) -> dict:
 
 def _publish(store: ResultsStore, key: str, record: dict, attempt: Attempt, lock, force: bool, loggers) -> dict:
     """Write ``record`` (checked as every reader checks it) and return it as stored."""
-    from gac.results.store import record_problem
+    from gac.results.validate import record_problem
 
     if lock.lost:
         log.warning("job %s lost its lock while running (it was silent longer than the stale bound); an "

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from gac.results import ResultsStore
-from gac.results.store import CorruptRecord, bench_problem
+from gac.results.store import CorruptRecord
+from gac.results.validate import bench_problem
 
 KEY = "0123456789abcdef"
 PT = "prefill_ms@64"

@@ -12,7 +12,9 @@ import pytest
 
 from gac.errors import GacError
 from gac.results import ResultsStore, config_key
-from gac.results.store import CorruptRecord, canonical_number, record_problem
+from gac.results.keys import canonical_number
+from gac.results.store import CorruptRecord
+from gac.results.validate import record_problem
 
 D = {"ratio": 0.15, "unit": 8, "window": 1, "calibration": {"n_samples": 32, "seq_len": 2048.0},
      "opts": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], "eps": 1e-05, "theta": 500000.0, "name": "tiny"}
