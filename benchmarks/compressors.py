@@ -4,7 +4,7 @@
     python benchmarks/compressors.py --compressors asvd svd_llm llm_pruner palu --json out.json
     python benchmarks/compressors.py --quick                 # seconds: small calibration and windows, ratio 0.3
 
-Each compressor is scored and factorised once (``gac.compression.compress.prepare``); every (ratio, strategy) row re-uses that
+Each compressor is scored and factorised once (``gac.compression.preparation.prepare``); every (ratio, strategy) row re-uses that
 state, so "wall" is the one-off preparation plus that row's allocation, alignment and layer swap. Perplexity is
 token perplexity on tiny's held-out test plays (``gac.evaluation.perplexity``). ``--model random`` runs a random
 tiny-shaped Llama on random tokens (a smoke test; its perplexities mean nothing).
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", nargs="+",
                     default=["unaligned", "round_nearest", "rebalance", "gac", "gac::proxy", "gac:8"],
                     help="strategy[:window[:knapsack_score]], e.g. gac:8 or gac::marginal; the window defaults to "
-                         "gac.compression.compress.COMPRESS_WINDOW, the knapsack score to gac.compression.compress.DEFAULT_KNAPSACK_SCORE")
+                         "gac.compression.prepared.COMPRESS_WINDOW, the knapsack score to gac.compression.prepared.DEFAULT_KNAPSACK_SCORE")
     ap.add_argument("--calib-samples", type=int, default=32)
     ap.add_argument("--calib-seq-len", type=int, default=512)
     ap.add_argument("--eval-seq-len", type=int, default=512)
@@ -50,13 +50,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gac.compression.compress import (
-        COMPRESS_WINDOW,
-        DEFAULT_KNAPSACK_SCORE,
-        Calibration,
-        calibration_perplexity,
-        prepare,
-    )
+    from gac.compression.calibration import Calibration
+    from gac.compression.preparation import prepare
+    from gac.compression.prepared import COMPRESS_WINDOW, DEFAULT_KNAPSACK_SCORE
+    from gac.compression.sensitivity import calibration_perplexity
 
     torch.manual_seed(0)
     if args.model == "random":

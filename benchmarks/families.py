@@ -63,7 +63,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
     from gac.compression.structure import Structure
     from gac.evaluation.bench import Protocol, Variant, run_bench
     from gac.evaluation.bench_format import format_bench

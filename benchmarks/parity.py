@@ -111,7 +111,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gac.compression.compress import Calibration, prepare
+    from gac.compression.calibration import Calibration
+    from gac.compression.preparation import prepare
     from gac.evaluation import perplexity
     from gac.models import load_model
 

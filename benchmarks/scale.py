@@ -287,8 +287,9 @@ def ppl(args) -> int:
     """End-to-end perplexity on tiny for every factorisation method (asvd and svd_llm at two ratios)."""
     import torch
 
-    from gac.compression.compress import Calibration, prepare
+    from gac.compression.calibration import Calibration
     from gac.compression.compressors.lowrank_math import SVD_METHODS
+    from gac.compression.preparation import prepare
     from gac.evaluation import perplexity
     from gac.models import load_model
 
@@ -324,9 +325,9 @@ def plan(args) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from gac.compression.compress import Prepared
     from gac.compression.compressors import get_compressor
     from gac.compression.discovery import discover
+    from gac.compression.prepared import Prepared
 
     torch.set_num_threads(1)
     rows = []

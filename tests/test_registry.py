@@ -10,8 +10,8 @@ from gac.errors import GacError
 def test_each_implementation_map_has_exactly_the_registered_names():
     from gac.align.strategies import STRATEGIES
     from gac.compression.allocation import ALLOCATION_CHOICES
-    from gac.compression.compress import KNAPSACK_SCORES
     from gac.compression.compressors import COMPRESSORS
+    from gac.compression.prepared import KNAPSACK_SCORES
     from gac.compression.proxies import PROXIES
 
     assert tuple(COMPRESSORS) == registry.COMPRESSORS.names

@@ -57,8 +57,8 @@ def validate(args) -> None:
     from gac.align.targets import check_ratio
     from gac.compression.allocation import resolve_allocation
     from gac.compression.checkpoint import check_output_dir
-    from gac.compression.compress import check_probe_samples, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
+    from gac.compression.preparation import check_probe_samples, check_sensitivity_reach
     from gac.dtypes import resolve_dtype
     from gac.errors import GacError
     from gac.io import path_kind
@@ -167,8 +167,9 @@ def run(args) -> int:
     import logging
     from pathlib import Path
 
+    from gac.compression.calibration import Calibration
     from gac.compression.checkpoint import check_output_dir, save_checkpoint
-    from gac.compression.compress import Calibration, compress_model
+    from gac.compression.compress import compress_model
     from gac.jobs.fits import check_model_fits, is_out_of_memory, out_of_memory
     from gac.models import load_model
 

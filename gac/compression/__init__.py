@@ -10,10 +10,13 @@ types and :mod:`.checkpoint` the layer swap every compressor uses (``replace_mod
 :mod:`.prepared_io` saves and loads a :class:`Prepared` state (safetensors + JSON, never pickles).
 """
 
+from gac.compression.calibration import Calibration
 from gac.compression.checkpoint import load_checkpoint, save_checkpoint
-from gac.compression.compress import Calibration, Prepared, compress_model, prepare
+from gac.compression.compress import compress_model
 from gac.compression.compressors import COMPRESSORS, Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
+from gac.compression.preparation import prepare
+from gac.compression.prepared import Prepared
 
 __all__ = [
     "COMPRESSORS",

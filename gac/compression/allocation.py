@@ -44,7 +44,7 @@ the alignment unit; the rounding itself is an alignment rule (``round_nearest`` 
 ``"sensitivity"`` is ASVD's own search (Yuan et al. 2023, STRS; the reference ``hahnyuan/ASVD4LLM``,
 ``sensitivity.py`` + ``binary_search.py``), reproduced step by step:
 
-1. the table (:func:`gac.compression.compress.sensitivity_table`): calibration perplexity of the model with *one*
+1. the table (:func:`gac.compression.sensitivity.sensitivity_table`): calibration perplexity of the model with *one*
    weight truncated to each kept parameter ratio of the grid (the reference's 0.4, 0.5, ..., 0.9), every other
    weight dense; the rank for ratio g is the reference's ``int(g * out * in) // (out + in)``;
 2. every (weight, ratio, perplexity) entry with ratio < 1 is sorted by perplexity, highest first; a cut at index

@@ -1,6 +1,6 @@
 """How much memory a compression job needs, estimated from the model's config before anything is loaded.
 
-:func:`estimate_footprint` adds up, in bytes, what :func:`gac.compression.compress.prepare` holds at its peak on the
+:func:`estimate_footprint` adds up, in bytes, what :func:`gac.compression.preparation.prepare` holds at its peak on the
 job's device (and on the host, where the factors are kept):
 
 * **weights**: every parameter in the job's dtype (counted exactly on a meta-device copy of the architecture);

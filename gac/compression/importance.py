@@ -337,7 +337,7 @@ def collect_activation_stats(
     """Per-projection input statistics of every layer at once (:func:`iter_activation_stats` collected, moved to
     ``device``). ``xtx`` (``True`` or a set of names) also accumulates ``X^T X``; ``yty`` the output Grams.
 
-    Holds every layer's statistics until it returns; :func:`gac.compression.compress.prepare` streams instead."""
+    Holds every layer's statistics until it returns; :func:`gac.compression.preparation.prepare` streams instead."""
     stats: dict[str, WeightStats] = {}
     moved: dict[int, torch.Tensor] = {}  # shared tensors stay shared after the move
 

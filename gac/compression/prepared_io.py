@@ -1,4 +1,4 @@
-"""Save and load the fields of a :class:`~gac.compression.compress.Prepared` state: one safetensors file, never a pickle.
+"""Save and load the fields of a :class:`~gac.compression.prepared.Prepared` state: one safetensors file, never a pickle.
 
 A prepared state (scores, factorizations, sensitivity table) is what a ratio or strategy sweep re-uses, and it
 lives in shared results directories that other people can write to. It is therefore stored as *data*:
@@ -127,8 +127,8 @@ def _reject(name):
 
 
 def load_prepared(path: str | os.PathLike, model, compressor, layout=None, units=None, device: str = "cpu"):
-    """The fields of a :class:`~gac.compression.compress.Prepared` for ``model``, read from ``path`` (keyword arguments
-    of its constructor: :meth:`Prepared.load <gac.compression.compress.Prepared.load>` builds it).
+    """The fields of a :class:`~gac.compression.prepared.Prepared` for ``model``, read from ``path`` (keyword arguments
+    of its constructor: :meth:`Prepared.load <gac.compression.prepared.Prepared.load>` builds it).
 
     ``compressor`` is the built compressor (its name and options must match the file's); ``units`` default to
     ``compressor.units(model, layout)``. Every unit must have its factors with the shapes the model implies.

@@ -14,7 +14,7 @@ A stage may be entered many times (streaming calibration enters ``calibration``,
 decoder layer): its time is the sum, its peak the maximum. Stages nest: an inner stage's samples count for the outer
 ones too, and a GPU peak reset for an inner stage first folds the peak so far into every open stage on that device,
 of *every* meter (the CUDA peak is one counter per device: a job's ``prepare`` stage holds the meter of
-:func:`gac.compression.compress.prepare` inside it, whose per-stage resets would otherwise leave the outer stage
+:func:`gac.compression.preparation.prepare` inside it, whose per-stage resets would otherwise leave the outer stage
 with its last inner stage's peak only). So an outer stage's GPU peak is the maximum over everything inside it.
 
 Host peak. A daemon thread reads the resident set size (``/proc/self/statm``) every ``interval`` seconds while a stage

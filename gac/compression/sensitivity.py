@@ -23,7 +23,7 @@ full forward (the reference's loop, one sample per forward) on the first :data:`
 disagree by more than the tolerance of the model's dtype (:func:`probe_tolerance`; an architecture whose layers need
 something the shortcut does not pass) every probe falls back to the plain full forward. The fallback is announced
 with a warning and recorded in the table (``probe``: the path taken, the measured disagreement, the tolerance), and
-:func:`gac.compression.compress.prepare` adds it to the prepared state's notes (and so to every record made from it).
+:func:`gac.compression.preparation.prepare` adds it to the prepared state's notes (and so to every record made from it).
 
 When the check fails, the cost estimate made before the search (for the layer-cached probes) no longer holds: the
 fallback's cost is estimated again from the check's own timed full forwards (:func:`fallback_estimate`) and checked

@@ -108,7 +108,7 @@ def stable_rank_targets(prepared, ratio: float, unit: int = 8,
                         grid: Sequence[float] | None = None) -> tuple[list[Target], int]:
     """The targets (d* = the stable-rank ranks, score = the authors' fisher) and budget (their cost) for ``ratio``
     (the fraction of parameters removed; the search's target kept ratio is ``1 - ratio``), from a
-    :class:`~gac.compression.compress.Prepared` of the ``stable_rank_svd`` compressor.
+    :class:`~gac.compression.prepared.Prepared` of the ``stable_rank_svd`` compressor.
 
     The stable ranks of every Linear are computed once per prepared state (on its still dense model) and kept on it.
     """

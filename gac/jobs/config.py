@@ -270,8 +270,8 @@ def _check_compression(comp: str, options: dict, allocation: str, ratio: float, 
     compressor's own) and that rule's reach and probe samples: every one of these fails now, not after calibration.
     Returns the resolved allocation."""
     from gac.compression.allocation import resolve_allocation
-    from gac.compression.compress import check_probe_samples, check_sensitivity_reach
     from gac.compression.compressors import get_compressor
+    from gac.compression.preparation import check_probe_samples, check_sensitivity_reach
 
     built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
     allocation = resolve_allocation(allocation, built)

@@ -26,8 +26,9 @@ def smoke_check(dev, dtype: str | None = None, workdir: str | None = None) -> Ch
     def run():
         import torch
 
+        from gac.compression.calibration import Calibration
         from gac.compression.checkpoint import save_checkpoint
-        from gac.compression.compress import Calibration, compress_model
+        from gac.compression.compress import compress_model
         from gac.compression.structure import Structure, architecture
         from gac.dtypes import dtype_name
         from gac.evaluation.bench import Protocol, Variant, run_bench
@@ -151,7 +152,8 @@ def default_checks(dev, dtype: str | None = None, compressors: Sequence[str] = D
 
     import torch
 
-    from gac.compression.compress import Calibration, prepare
+    from gac.compression.calibration import Calibration
+    from gac.compression.preparation import prepare
     from gac.dtypes import dtype_name
     from gac.evaluation.perplexity import perplexity
     from gac.models import load_model

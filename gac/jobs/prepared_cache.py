@@ -32,7 +32,7 @@ def prepared_cache_key(spec: JobSpec) -> str:
 
 
 def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False, on_wait=None):
-    """:func:`gac.compression.prepare`, with its scores and factorizations cached by content on disk.
+    """:func:`gac.compression.preparation.prepare`, with its scores and factorizations cached by content on disk.
 
     The cache file is data (:mod:`gac.compression.prepared_io`: safetensors + JSON), keyed by the job's model,
     compressor, proxy, calibration and the code that produced it. ``refresh`` (``force=true``) ignores an existing
@@ -92,7 +92,7 @@ def sensitivity_resume_path(entry: Path) -> Path:
 
 
 def _load_prepared(spec: JobSpec, model, path: Path):
-    from gac.compression.compress import Prepared
+    from gac.compression.prepared import Prepared
 
     if not path.exists():
         return None
@@ -111,7 +111,8 @@ def _load_prepared(spec: JobSpec, model, path: Path):
 def _prepare(spec: JobSpec, model, tokenizer, sensitivity_resume: Path | None = None):
     import torch
 
-    from gac.compression.compress import Calibration, prepare
+    from gac.compression.calibration import Calibration
+    from gac.compression.preparation import prepare
 
     cal = Calibration(**{k: v for k, v in spec.calibration.items() if k in Calibration.__dataclass_fields__})
     calib_ids = None

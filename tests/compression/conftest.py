@@ -45,7 +45,7 @@ def base():
 
 @torch.no_grad()
 def ppl(model, ids) -> float:
-    from gac.compression.compress import calibration_perplexity
+    from gac.compression.sensitivity import calibration_perplexity
 
     return calibration_perplexity(model, ids)
 
@@ -56,7 +56,7 @@ _PREPARED: dict = {}
 @pytest.fixture(scope="session")
 def prepared(base):
     """prepared(compressor, proxy=None, allocation=None) -> Prepared, computed once per session."""
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
 
     model, tok, calib, _, _ = base
 

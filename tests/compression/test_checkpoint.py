@@ -153,7 +153,7 @@ def test_audit_flags_bad_head_dim():
 @pytest.mark.parametrize("model_type", ["mistral", "qwen2", "qwen3"])
 def test_other_families_roundtrip(model_type, tmp_path):
     """GQA families with biases (Qwen2) and per-head norms (Qwen3): compress, align, save, reload identically."""
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
     from tests.compression.conftest import small_model
 
     m = small_model(model_type, num_attention_heads=8, num_key_value_heads=4, head_dim=16)
@@ -206,7 +206,7 @@ def test_compress_cli(tmp_path, base, monkeypatch, capsys):
 def test_bf16_cast_model_reloads_identically(tmp_path):
     """A model cast with .to(bfloat16) has bf16 rotary buffers that from_config would rebuild in fp32: the checkpoint
     stores non-persistent buffers too, so logits still match bit for bit."""
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
     from tests.compression.conftest import small_model
 
     m = small_model().to(torch.bfloat16)

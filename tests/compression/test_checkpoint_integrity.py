@@ -20,7 +20,7 @@ IDS = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
 
 @pytest.fixture(scope="module")
 def compressed():
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
 
     m = small_model()
     cm, plan, _ = prepare(m, None, "asvd", calib_ids=IDS).compress(0.3, "unaligned")

@@ -9,10 +9,10 @@ import copy
 import pytest
 import torch
 
-from gac.compression.compress import prepare
 from gac.compression.discovery import discover
 from gac.compression.importance import collect_activation_stats, collect_gradient_stats
 from gac.compression.modules import get_module
+from gac.compression.preparation import prepare
 from gac.compression.proxies import get_proxy
 from tests.compression.conftest import small_model
 

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from gac.compression.compress import compress_model, prepare
+from gac.compression.compress import compress_model
 from gac.compression.discovery import discover
 from gac.compression.importance import collect_activation_stats, collect_gradient_stats
+from gac.compression.preparation import prepare
 from gac.compression.proxies import PROXIES
 from gac.errors import GacError, InfeasibleBudgetError
 from tests.compression.conftest import small_model

@@ -117,8 +117,9 @@ MATRIX = [pytest.param(t, c, marks=() if t in DISTINCT or c in ("asvd", "llm_pru
 def test_every_compressor_on_every_family(model_type, compressor, tmp_path):
     from gac.compression.audit import audit_model
     from gac.compression.checkpoint import load_checkpoint, save_checkpoint
-    from gac.compression.compress import compress_model, compressed_weight_params
+    from gac.compression.compress import compress_model
     from gac.compression.discovery import discover
+    from gac.compression.prepared import compressed_weight_params
 
     m = family_model(model_type)
     lay = discover(m)
@@ -212,9 +213,8 @@ def test_the_sensitivity_tail_is_the_family_tail():
     """ASVD's sensitivity search scores probes with the family's tail (norm -> head -> logit transform): its layer-
     cached perplexity equals the model's own on Granite (logits_scaling), Cohere (logit_scale) and Gemma 2
     (soft-capping)."""
-    from gac.compression.compress import calibration_perplexity
     from gac.compression.discovery import discover
-    from gac.compression.sensitivity import _LayerCache
+    from gac.compression.sensitivity import _LayerCache, calibration_perplexity
 
     for t in ("granite", "cohere", "gemma2"):
         m = family_model(t)

@@ -53,7 +53,7 @@ def key(name: str):
 @pytest.fixture(scope="module")
 def authors(base):
     """The reference's sensitivity and plans, and gac's prepared stable_rank_svd (no calibration, no tokenizer)."""
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
 
     model = base[0]
     with one_thread():
@@ -264,7 +264,7 @@ def test_perplexity_stride_option(base):
 
 def test_compressed_perplexity_matches_reference(authors, base):
     """The authors' "GAC DP" model (their truncated SVD of their ranks) against gac's apply of the same plan."""
-    from gac.compression.compress import compressed_weight_params
+    from gac.compression.prepared import compressed_weight_params
 
     model, ids, ratio = base[0], _stream(base), 0.3
     ranks = authors["plans"][ratio]["gac_dp"]
@@ -288,7 +288,7 @@ def test_smollm2_ranks_identical():
 
     if not smollm2.is_complete(smollm2.default_dir()):
         pytest.skip("smollm2 is not built here (gac fixtures build smollm2)")
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
 
     model, _ = smollm2.load_smollm2()
     with one_thread():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gac.compression import importance as I
-from gac.compression.compress import gradient_note, prepare
 from gac.compression.importance import bf16_native, collect_gradient_stats, gradient_precision
+from gac.compression.preparation import gradient_note, prepare
 from gac.errors import GacError
 from tests.compression.conftest import small_model
 

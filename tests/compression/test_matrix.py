@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gac.align import BUDGET_FREE, STRATEGIES
-from gac.compression.compress import compressed_weight_params
+from gac.compression.prepared import compressed_weight_params
 from tests.compression.conftest import ppl
 
 COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu")

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from gac.compression.allocation import ALLOCATIONS, fisher_uniform_allocation, resolve_allocation
-from gac.compression.compress import prepare
 from gac.compression.compressors import COMPRESSORS, get_compressor
 from gac.compression.compressors.llm_pruner import layer_range
 from gac.compression.compressors.lowrank_math import svd_factors, whitened_factors, whitening
 from gac.compression.discovery import discover
 from gac.compression.importance import WeightStats, collect_activation_stats, collect_gradient_stats
+from gac.compression.preparation import prepare
 from gac.compression.proxies import PROXIES, get_proxy
 from gac.errors import GacError
 from tests.compression.conftest import small_model
@@ -111,7 +111,7 @@ def test_palu_default_allocation_splits_evenly(base):
 # ------------------------------------------------------------------------------------------------ PaLU: head groups
 def test_palu_group_size_must_divide_the_kv_heads(monkeypatch):
     m = small_model(num_attention_heads=8, num_key_value_heads=4, head_dim=16)
-    import gac.compression.compress as cc
+    import gac.compression.preparation as cc
 
     for f in ("iter_activation_stats", "collect_gradient_stats"):
         monkeypatch.setattr(cc, f, lambda *a, **k: pytest.fail("calibrated before validating"))
@@ -258,7 +258,7 @@ def test_palu_fisher_loss_without_gradients_says_it_does_nothing(caplog):
     prepared result says so (a note in the record, a warning in the log) instead of accepting it silently."""
     m = small_model()
     ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(3))
-    with caplog.at_level("WARNING", logger="gac.compression.compress"):
+    with caplog.at_level("WARNING", logger="gac.compression.preparation"):
         p = prepare(m, None, "palu", proxy="magnitude", calib_ids=ids, compressor_options={"fisher_loss": "two_ahead"})
     assert any("has no effect with proxy 'magnitude'" in n for n in p.notes)
     assert "takes no gradients" in caplog.text

@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 
-from gac.compression.compress import Prepared
+from gac.compression.prepared import Prepared
 from gac.compression.prepared_io import read_prepared
 from gac.errors import GacError
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.compression.compress import prepare
 from gac.compression.compressors.lowrank_math import (
     asvd_factors,
     asvd_scaling,
@@ -25,6 +24,7 @@ from gac.compression.importance import (
     collect_gradient_stats,
     iter_activation_stats,
 )
+from gac.compression.preparation import prepare
 from gac.compression.resources import ResourceMeter, current_rss
 from gac.errors import GacError
 from tests.compression.conftest import small_model

@@ -17,9 +17,10 @@ from gac.compression.allocation import (
     reference_rank,
     sensitivity_allocation,
 )
-from gac.compression.compress import Prepared, compressed_weight_params, prepare
 from gac.compression.compressors import get_compressor
 from gac.compression.modules import LowRankLinear, get_module
+from gac.compression.preparation import prepare
+from gac.compression.prepared import Prepared, compressed_weight_params
 from gac.errors import GacError, InfeasibleBudgetError
 
 # ----------------------------------------------------------------------------------- the search on planted tables
@@ -228,7 +229,9 @@ def test_sensitivity_logs_progress_with_eta(base, caplog):
     ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
     with caplog.at_level(logging.INFO, logger="gac.compression.sensitivity"):
         prepare(m, None, "asvd", calib_ids=ids, compressor_options={"sensitivity_grid": (0.5, 0.9)})
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sensitivity ")]
+    # the search's own lines (the cost line before it comes from gac.compression.preparation)
+    lines = [r.getMessage() for r in caplog.records
+             if r.name == "gac.compression.sensitivity" and r.getMessage().startswith("sensitivity ")]
     assert len(lines) == 7 and lines[0].startswith("sensitivity 1/7 ") and "ETA" in lines[0]
 
 

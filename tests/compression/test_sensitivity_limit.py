@@ -24,7 +24,7 @@ def test_parse_duration():
 
 
 def test_the_search_says_its_cost_and_refuses_above_the_limit(monkeypatch):
-    import gac.compression.compress as cc
+    import gac.compression.preparation as cc
     from gac.models import load_model
 
     def calibrating(*a, **k):
@@ -49,7 +49,7 @@ def test_the_search_says_its_cost_and_refuses_above_the_limit(monkeypatch):
 
 
 def test_the_estimate_counts_what_the_table_runs():
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
     from gac.compression.sensitivity import count_probes
     from gac.models import load_model
 

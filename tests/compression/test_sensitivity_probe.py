@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gac.compression import sensitivity as S
-from gac.compression.compress import prepare
 from gac.compression.compressors import get_compressor
+from gac.compression.preparation import prepare
 from gac.errors import GacError
 from tests.compression.conftest import small_model
 

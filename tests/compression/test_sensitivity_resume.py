@@ -12,8 +12,8 @@ import torch
 
 from gac import faults
 from gac.compression import sensitivity as S
-from gac.compression.compress import prepare
 from gac.compression.discovery import discover
+from gac.compression.preparation import prepare
 from gac.errors import GacError
 from tests.compression.conftest import small_model
 

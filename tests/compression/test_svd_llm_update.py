@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.compression.compress import Prepared, prepare
 from gac.compression.compressors import get_compressor
 from gac.compression.modules import LowRankLinear, get_module
+from gac.compression.preparation import prepare
+from gac.compression.prepared import Prepared
 from gac.errors import GacError
 from tests.compression.conftest import small_model
 

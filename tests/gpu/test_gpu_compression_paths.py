@@ -43,7 +43,7 @@ def _tiny(dtype: str, device: str):
 
 
 def _prepare(dtype, device, calib, compressor, **kw):
-    from gac.compression.compress import prepare
+    from gac.compression.preparation import prepare
 
     tok, ids = calib
     return prepare(_tiny(dtype, device), tok, compressor, calib_ids=ids, **kw)

@@ -159,7 +159,7 @@ def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monk
 def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, tmp_path, monkeypatch):
     """ASVD's default allocation is the reference's sensitivity search; its table (the slow part) is cached with
     the prepared state and reused by every other ratio of a sweep."""
-    from gac.compression import compress as C
+    import gac.compression.preparation as C
 
     calls = []
     real = C.sensitivity_table

@@ -1,0 +1,34 @@
+"""Where a compression's calibration tokens come from (:class:`Calibration`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from gac.errors import GacError
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Where calibration tokens come from: ``n_samples`` random windows of ``seq_len`` tokens (seeded).
+
+    ``source``: ``"wikitext2"`` (train split, the ASVD / SVD-LLM protocol), ``"tiny"``, or a local text file.
+    Defaults follow ASVD (32 x 2048 from WikiText-2 train).
+    """
+
+    source: str = "wikitext2"
+    n_samples: int = 32
+    seq_len: int = 2048
+    seed: int = 0
+    split: str = "train"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def token_ids(self, tokenizer) -> torch.Tensor:
+        from gac.text import calibration_batches
+
+        if tokenizer is None:
+            raise GacError("calibration from text needs a tokenizer; pass one, or pass calib_ids directly")
+        return calibration_batches(tokenizer, self.source, self.n_samples, self.seq_len, self.seed, self.split)
