@@ -61,7 +61,7 @@ def _model_dirs(T: Path) -> None:
 
 def _checkpoints(T: Path) -> None:
     """Copies of the catalogue's checkpoint ``T/ck`` (tests/bad_store_fixtures.py) with one thing changed."""
-    from gac.compression.checkpoint import META_FILE, WEIGHTS_FILE, meta_sha256
+    from gac.compression.checkpoint_format import META_FILE, WEIGHTS_FILE, meta_sha256
     from tests.bad_store_fixtures import _edit_json, _link_copy
 
     def ck(case: str, edit=None) -> Path:

@@ -200,7 +200,8 @@ def _tiny_checkpoint(path: Path, tokenizer=True) -> Path:
 def test_tokenizer_hashes_checked_and_escapable(tmp_path):
     """The tokenizer is verified like the weights; verify=False still loads a checkpoint one trusts; a checkpoint of
     the previous format without tokenizer files loads as before; save_pretrained after a tokenizer hashes it too."""
-    from gac.compression.checkpoint import META_FILE, load_checkpoint, meta_sha256
+    from gac.compression.checkpoint_format import META_FILE, meta_sha256
+    from gac.compression.checkpoint_load import load_checkpoint
 
     d = _tiny_checkpoint(tmp_path / "ck")
     meta = json.loads((d / META_FILE).read_text())

@@ -11,7 +11,8 @@ types and :mod:`.checkpoint` the layer swap every compressor uses (``replace_mod
 """
 
 from gac.compression.calibration import Calibration
-from gac.compression.checkpoint import load_checkpoint, save_checkpoint
+from gac.compression.checkpoint import save_checkpoint
+from gac.compression.checkpoint_load import load_checkpoint
 from gac.compression.compress import compress_model
 from gac.compression.compressors import COMPRESSORS, Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover

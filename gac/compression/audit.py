@@ -162,7 +162,9 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
     """A model with the right module shapes and no weights read where avoidable (meta device)."""
     import torch
 
-    from gac.compression.checkpoint import build_skeleton, is_checkpoint, read_meta
+    from gac.compression.checkpoint import is_checkpoint
+    from gac.compression.checkpoint_format import read_meta
+    from gac.compression.checkpoint_load import build_skeleton
     from gac.fixtures import is_named, named_config
 
     if is_named(spec):  # its pinned architecture: audits without building (or reading) the weights
@@ -201,7 +203,7 @@ def weights_specs(path: str | os.PathLike, recorded: dict[str, dict]) -> dict[st
     tensors to look for; the shapes come from the weights alone. None for a module the weights do not hold."""
     from safetensors import safe_open
 
-    from gac.compression.checkpoint import read_meta
+    from gac.compression.checkpoint_format import read_meta
 
     p = Path(path)
     meta = read_meta(p)
@@ -263,7 +265,8 @@ def _spec_from_shapes(shapes: dict, n: str, hint: dict) -> dict | None:
 def audit_checkpoint(path: str | os.PathLike) -> dict:
     """Audit a gac checkpoint from its weights (the shapes in the safetensors header), flagging every module whose
     spec in the editable ``gac_checkpoint.json`` disagrees with them (``config_mismatch``)."""
-    from gac.compression.checkpoint import build_skeleton, read_meta
+    from gac.compression.checkpoint_format import read_meta
+    from gac.compression.checkpoint_load import build_skeleton
     from gac.compression.discovery import discover
 
     meta = read_meta(path)

@@ -1,30 +1,17 @@
-"""Compressed checkpoints: save to a directory, reload to identical logits.
-
-Layout of a checkpoint directory::
-
-    gac_checkpoint.json      format, gac version, base HF config, every projection's spec (shape, rank, width),
-                             recipe (compressor, options, proxy, ratio, strategy, calibration), plan, provenance
-    gac_model.safetensors    all weights (shared / tied tensors stored once)
-    gac_buffers.safetensors  non-persistent buffers (rotary inv_freq) exactly as they were, dtype included
-    tokenizer files          when a tokenizer was given (tokenizer.json, tokenizer_config.json, ...)
+"""Saving a compressed model as a gac checkpoint (:func:`save_checkpoint`, into a directory
+:func:`check_output_dir` allows), and keeping ``save_pretrained`` safe on a model gac changed: the layer swap every
+compressor uses (:func:`replace_module`) installs the guard. The format is :mod:`.checkpoint_format`; loading is
+:mod:`.checkpoint_load` (reloads to identical logits).
 
 Why not ``save_pretrained``: transformers rebuilds the *original* architecture and silently random-initialises
 any weight whose name or shape it does not recognise (a low-rank ``q_proj.down.weight`` or a pruned ``gate_proj``).
-A gac checkpoint therefore has no ``config.json`` and no ``model.safetensors``: ``AutoModelForCausalLM.from_pretrained``
-on it fails with an error instead of loading a silently broken model. :func:`load_checkpoint` rebuilds the
+A gac checkpoint therefore has no ``config.json`` and no ``model.safetensors``:
+``AutoModelForCausalLM.from_pretrained`` on it fails with an error instead of loading a silently broken model.
+:func:`~gac.compression.checkpoint_load.load_checkpoint` rebuilds the
 compressed structure from the recorded specs *before* reading weights and loads with ``strict`` key matching, so
 every parameter comes from the file (a missing or unexpected tensor is an error). A model gac compressed (in
 memory, or loaded from a checkpoint) has a guarded ``save_pretrained``: it writes a gac checkpoint instead of a
 folder transformers would load with random weights (:func:`save_pretrained`).
-
-Integrity: the sha256 of the weights (and buffers) file and of every tokenizer file is recorded and **verified on
-load** (a tokenizer with two ids swapped scores another text: format 3); a flipped byte, a truncated or replaced file,
-a tokenizer file the checkpoint did not save, is a :class:`GacError` naming the fix. So is ``gac_checkpoint.json`` itself (``meta_sha256``,
-checkpoints saved since it was added): an edited rope_theta changes no shape but every logit. Before anything is
-built, :func:`check_checkpoint` checks the config's fields and types, that the files it names lie inside the
-checkpoint, and that the architecture it describes has exactly the weights file's tensors, shapes and dtype. ``load_checkpoint(path, verify=False)`` (``gac
-evaluate --no-verify``) skips the hash (about 1 s per 1.5 GB) for a file you trust; a truncated or unparsable file
-is still an error. Files are created with mode 0666 minus the umask.
 """
 
 from __future__ import annotations
@@ -41,26 +28,23 @@ import torch
 from torch import nn
 
 from gac import __version__
-from gac.compression.modules import build_module, get_module, module_spec, set_module
+from gac.compression.checkpoint_format import (
+    BUFFERS_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    META_FILE,
+    WEIGHTS_FILE,
+    is_tokenizer_file,
+    meta_sha256,
+)
+from gac.compression.modules import get_module, module_spec, set_module
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.hashing import digest, file_sha256
-from gac.io import CHECKPOINT_FILE, missing_reason, read_json, write_json_atomic
+from gac.hashing import file_sha256
+from gac.io import missing_reason, read_json, write_json_atomic
 from gac.machine import utc_stamp
-from gac.untrusted import (
-    NO_REMOTE_CODE,
-    config_field_problem,
-    differing_tied_copies,
-    refuse_remote_code,
-)
 
 log = logging.getLogger(__name__)
-
-FORMAT = "gac-checkpoint"
-FORMAT_VERSION = 3  # 2: the config's own sha256 and the weights' sha256, required on load; 3: the tokenizer files' too
-META_FILE = CHECKPOINT_FILE  # the checkpoint's config (gac.io names it for every reader of a model dir)
-WEIGHTS_FILE = "gac_model.safetensors"
-BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
 
 
 def _nonpersistent_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -115,14 +99,6 @@ def provenance() -> dict:
 
 _MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json", META_FILE, WEIGHTS_FILE, BUFFERS_FILE)
-#: files a tokenizer loader reads from a directory (transformers' AutoTokenizer): a checkpoint hashes those it saved
-_TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                    "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
-                    "chat_template.json")
-
-
-def is_tokenizer_file(name: str) -> bool:
-    return name in _TOKENIZER_NAMES or name.startswith("vocab.") or name.endswith((".model", ".tiktoken"))
 
 
 def _model_files(d: Path) -> list[str]:
@@ -158,7 +134,7 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
     one of ``inputs`` (the model being compressed) or a directory that holds one, never inside a model directory or
     a results store's own directories. ``replace_hint``: how this command replaces a checkpoint (run.py cannot).
     A one-line :class:`GacError` otherwise."""
-    from gac.io import check_writable, directory_kind, missing_reason, owned_directory
+    from gac.io import check_writable, directory_kind, owned_directory
 
     out = Path(path).expanduser()
     where = f"{flag} {str(path)!r}"
@@ -305,341 +281,6 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
     return out
 
 
-def read_meta(path: str | os.PathLike) -> dict:
-    p = Path(path)
-    if not p.is_dir():
-        raise GacError(f"checkpoint {str(p)!r} is not a directory")
-    meta = read_json(p / META_FILE, "gac checkpoint config", max_bytes=256 << 20)
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise GacError(f"{str(p / META_FILE)!r} is not a gac checkpoint config (format != {FORMAT!r})")
-    version = meta.get("format_version", 0)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise GacError(f"{str(p / META_FILE)!r} has format_version {version!r}, not an integer; {_COPY}")
-    if version > FORMAT_VERSION:
-        raise GacError(f"checkpoint format {version} is newer than this gac understands ({FORMAT_VERSION}); upgrade gac")
-    return meta
-
-
-_COPY = "copy the checkpoint again from its source"
-DTYPES = ("float32", "float16", "bfloat16")
-
-
-def meta_sha256(meta: dict) -> str:
-    """The sha256 of a checkpoint config without its own ``meta_sha256`` (canonical JSON)."""
-    import json
-
-    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return digest(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False), None)
-
-
-def _inside(p: Path, name, what: str) -> Path:
-    """``p / name`` for a file the checkpoint config names: a plain name inside the checkpoint directory (no path,
-    no link out of it), or a :class:`GacError`."""
-    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
-        raise GacError(f"checkpoint {str(p)!r}: its {what} is {name!r}, not a file name inside the checkpoint "
-                       f"directory; {_COPY}")
-    f = p / name
-    if f.is_symlink():
-        try:
-            real = f.resolve(strict=True)
-        except (OSError, RuntimeError):
-            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} {missing_reason(f)}; {_COPY}") from None
-        if real.parent != p.resolve():
-            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} is a link to {str(real)!r}, outside the "
-                           f"checkpoint; gac reads weights only from inside a checkpoint: {_COPY}")
-    return f
-
-
-def meta_problem(meta: dict) -> str | None:
-    """What makes a checkpoint config unusable (None when nothing does): the fields gac writes, with their types."""
-    if meta.get("dtype") not in DTYPES:
-        return f"its dtype {meta.get('dtype')!r} is not one gac saves ({', '.join(DTYPES)})"
-    base = meta.get("base_config")
-    if not isinstance(base, dict) or not isinstance(base.get("model_type"), str):
-        return "its base_config is not a Hugging Face config with a model_type"
-    why = config_field_problem(base)  # the numbers no model runs with (RoPE, epsilon, length), as in config.json
-    if why:
-        return f"its base_config's {why}"
-    mods = meta.get("modules")
-    if not isinstance(mods, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in mods.items()):
-        return "its modules are not an object of {name: spec}"
-    w = meta.get("weights")
-    if not isinstance(w, dict) or not isinstance(w.get("file"), str):
-        return "it names no weights file"
-    return None
-
-
-def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | None = None) -> dict:
-    """Everything about a checkpoint that can be checked without loading its weights, before any work: its config
-    has the fields and types gac writes, names files inside the checkpoint, describes an architecture whose every
-    tensor the weights file holds with the same shape and dtype, its tokenizer files parse, and (``verify``) its
-    config and files match the sha256 recorded when it was saved. Returns the config; a one-line :class:`GacError`
-    naming the difference and the fix otherwise."""
-    from safetensors import safe_open
-
-    p = Path(path).expanduser()
-    meta = meta or read_meta(p)
-    where = f"checkpoint {str(p)!r}"
-    problem = meta_problem(meta)
-    if problem:
-        raise GacError(f"{where}: {META_FILE}: {problem}; {_COPY}")
-    w = meta["weights"]
-    wfile = _inside(p, w["file"], "weights file")
-    if not wfile.is_file():
-        why = "is a directory" if wfile.is_dir() else missing_reason(wfile)
-        raise GacError(f"{where}: its weights file {w['file']!r} {why}; copy the whole checkpoint directory")
-    if w.get("buffers") is not None:
-        _inside(p, w["buffers"], "buffers file")
-    for tok in ("tokenizer.json", "tokenizer_config.json"):
-        if (p / tok).exists():
-            try:
-                read_json(p / tok, "tokenizer file", max_bytes=1 << 30)
-            except GacError as e:
-                raise GacError(f"{where}: {e}; {_COPY}") from None
-    try:
-        skeleton = build_skeleton(meta, meta_device=True)
-    except GacError as e:
-        raise GacError(f"{where}: {META_FILE} describes no model gac can rebuild ({e}); {_COPY}") from None
-    expected = {k: (tuple(t.shape), dtype_str(t.dtype)) for k, t in skeleton.state_dict().items()}
-    stored: dict = {}
-    try:
-        with safe_open(str(wfile), framework="pt") as h:
-            names = h.keys()  # a safe_open handle is not iterable
-            for k in names:
-                sl = h.get_slice(k)
-                stored[k] = (tuple(sl.get_shape()), _SAFETENSORS_DTYPES.get(str(sl.get_dtype()), str(sl.get_dtype())))
-    except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-        raise _safetensors_error(p, wfile, e) from None
-    shared: dict[int, list[str]] = {}
-    for n, t in skeleton.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(t), []).append(n)
-    alias = {n: names for names in shared.values() if len(names) > 1 for n in names}
-    groups = [names for names in shared.values() if len(names) > 1 and sum(n in stored for n in names) > 1]
-    pair = differing_tied_copies([wfile], groups) if groups else None
-    if pair:
-        kept, other = sorted(pair, key=lambda n: "lm_head" in n)
-        raise GacError(f"{where}: {w['file']} holds {other!r}, a tensor the config has no place for: the config ties "
-                       f"it to {kept!r} (tie_word_embeddings), and the stored values differ; {_COPY}")
-    missing = [k for k in expected if k not in stored and not any(o in stored for o in alias.get(k, ()))]
-    extra = [k for k in stored if k not in expected]
-    differ = [k for k in expected if k in stored and stored[k] != expected[k]]
-    if missing or extra or differ:
-        parts = []
-        if differ:
-            k = differ[0]
-            parts.append(f"{len(differ)} tensor(s) differ, e.g. {k!r}: {list(stored[k][0])} {stored[k][1]} in "
-                         f"{w['file']}, {list(expected[k][0])} {expected[k][1]} from {META_FILE}")
-        if missing:
-            parts.append(f"{len(missing)} missing from {w['file']}, e.g. {missing[0]!r}")
-        if extra:
-            parts.append(f"{len(extra)} in {w['file']} the config has no place for, e.g. {extra[0]!r}")
-        raise GacError(f"{where}: {META_FILE} does not match its weights ({'; '.join(parts)}): the config was edited "
-                       f"or the weights come from another checkpoint; {_COPY}")
-    if verify:
-        check_hashes_present(p, meta)
-        if meta["meta_sha256"] != meta_sha256(meta):
-            raise GacError(f"{where}: {META_FILE} was changed after the checkpoint was saved (its sha256 differs); "
-                           f"{_COPY}, or load with verify=False (gac evaluate --no-verify) if you edited it on purpose")
-        verify_checkpoint(p, meta)
-    return meta
-
-
-_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
-                       "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-
-
-def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = False) -> nn.Module:
-    """The compressed architecture described by ``meta`` (weights not loaded). ``meta_device``: shapes only."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-
-    problem = meta_problem(meta)
-    if problem:
-        raise GacError(problem)
-    base = dict(meta["base_config"])
-    model_type = base.pop("model_type", None)
-    try:
-        config = AutoConfig.for_model(model_type, **base)
-    except (ValueError, KeyError, TypeError) as e:
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): "
-                       f"{why if len(why) < 200 else why[:197] + '...'}") from None
-    dt = _dtype(dtype or meta.get("dtype", "float32"))
-    dev = torch.device("meta") if meta_device else torch.device(device)
-    try:
-        with dev, no_init_weights():
-            model = AutoModelForCausalLM.from_config(config, dtype=dt)
-    except Exception as e:  # noqa: BLE001 - an architecture transformers cannot build from this config
-        raise GacError(f"transformers cannot build a {model_type} causal LM from its base_config "
-                       f"({str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__})") from None
-    model.tie_weights()  # no_init_weights skips tying; tied tensors are stored once in the weights file
-    swapped = False
-    for name, spec in meta["modules"].items():
-        try:
-            cur = get_module(model, name)
-        except (GacError, AttributeError):
-            raise GacError(f"it names the module {name!r}, which a {model_type} model with this base_config does not "
-                           f"have") from None
-        if module_spec(cur) != spec:
-            try:
-                set_module(model, name, build_module(spec, dtype=dt, device=dev))
-                swapped = True
-            except GacError as e:
-                raise GacError(f"module {name!r}: {e}") from None
-            except (KeyError, TypeError, ValueError) as e:
-                raise GacError(f"module {name!r} has an unusable spec {spec} ({type(e).__name__}: {e})") from None
-    if swapped:
-        guard_save_pretrained(model)
-    return model
-
-
-def _dtype(d):
-    if isinstance(d, torch.dtype):
-        return d
-    try:
-        dt = getattr(torch, dtype_str(d))
-    except AttributeError:
-        dt = None
-    if not isinstance(dt, torch.dtype):
-        raise GacError(f"unknown dtype {d!r}; use float32, float16 or bfloat16")
-    return dt
-
-
-def check_hashes_present(p: Path, meta: dict) -> None:
-    """Every hash this format writes is there: a deleted hash never turns verification off."""
-    version = meta.get("format_version", 0)
-    if version < 2:
-        raise GacError(f"checkpoint {str(p)!r} has format {version}, which carries no hash of its config; re-save it "
-                       f"with this gac (gac compress ... -o DIR), or load it with verify=False (gac evaluate "
-                       f"--no-verify) if you trust it")
-    w = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
-    needed = {"meta_sha256": meta.get("meta_sha256"), "weights.sha256": w.get("sha256")}
-    if w.get("buffers"):
-        needed["weights.buffers_sha256"] = w.get("buffers_sha256")
-    missing = [k for k, v in needed.items() if not isinstance(v, str) or not v]
-    toks = meta.get("tokenizer_files")
-    if version >= 3 and not (isinstance(toks, dict) and all(isinstance(k, str) and isinstance(v, str) and v
-                                                            for k, v in toks.items())):
-        missing.append("tokenizer_files")
-    if version == 2 and not missing:
-        held = sorted(f.name for f in p.iterdir() if is_tokenizer_file(f.name)) if p.is_dir() else []
-        if held:
-            raise GacError(f"checkpoint {str(p)!r} has format 2, which carries no hash of its tokenizer files "
-                           f"({', '.join(held)}); re-save it with this gac (gac compress ... -o DIR), or load it with "
-                           f"verify=False (gac evaluate --no-verify) if you trust them")
-    if missing:
-        raise GacError(f"checkpoint {str(p)!r}: {META_FILE} lacks {', '.join(missing)}, which every checkpoint of "
-                       f"format {FORMAT_VERSION} has (it was edited or damaged); {_COPY}, or load with verify=False "
-                       f"(gac evaluate --no-verify) if you edited it on purpose")
-
-
-def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None:
-    """Check the weights (and buffers) files against the sha256 recorded at save time."""
-    p = Path(path)
-    meta = meta or read_meta(p)
-    check_hashes_present(p, meta)
-    w = meta.get("weights") or {}
-    for file, recorded in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
-        if not file or not recorded:
-            continue
-        f = _inside(p, file, "weights file")
-        if not f.is_file():
-            raise GacError(f"checkpoint {str(p)!r}: its file {file!r} {missing_reason(f)}; copy the whole checkpoint "
-                           f"directory")
-        _check_sha256(p, f, file, recorded)
-    toks = meta.get("tokenizer_files") if isinstance(meta.get("tokenizer_files"), dict) else {}
-    for file, recorded in toks.items():
-        f = _inside(p, file, "tokenizer file")
-        if not f.is_file():
-            raise GacError(f"checkpoint {str(p)!r} lacks its tokenizer file {file!r} ({missing_reason(f)}); copy the "
-                           f"whole checkpoint directory")
-        _check_sha256(p, f, file, recorded)
-    if meta.get("format_version", 0) >= 3:
-        foreign = sorted(f.name for f in p.iterdir() if is_tokenizer_file(f.name) and f.name not in toks)
-        if foreign:
-            raise GacError(f"checkpoint {str(p)!r} holds {foreign[0]!r}, a tokenizer file it did not save (the "
-                           f"tokenizer would read it); remove it, or copy the checkpoint again from its source")
-
-
-def _check_sha256(p: Path, f: Path, file: str, recorded: str) -> None:
-    got = _verified_sha256(f)
-    if got != recorded:
-        raise GacError(f"checkpoint {str(p)!r}: {file} does not match the sha256 recorded when it was saved (the "
-                       f"file was damaged or changed: {got[:12]}... != {recorded[:12]}...); copy the checkpoint again "
-                       f"from its source, or load with verify=False (gac evaluate --no-verify) if you trust it")
-
-
-_HASHED: dict[tuple, str] = {}  # (file, device, inode, size, mtime_ns) -> sha256: a file checked twice is read once
-
-
-def _verified_sha256(f: Path) -> str:
-    st = f.stat()
-    ident = (str(f.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if ident not in _HASHED:
-        _HASHED[ident] = file_sha256(f)
-    return _HASHED[ident]
-
-
-def _safetensors_error(p: Path, file: Path, e: Exception) -> GacError:
-    return GacError(f"checkpoint {str(p)!r}: {file.name} is truncated or not a safetensors file "
-                    f"({str(e).splitlines()[0][:200]}); copy the checkpoint again from its source")
-
-
-def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: bool = True):
-    """Reload a gac checkpoint: ``(model, tokenizer)`` (tokenizer None when none was saved). Logits are identical to
-    the saved model's (same dtype). ``dtype`` casts after loading (:func:`cast_model`: the rotary
-    ``inv_freq`` keeps its float32). ``verify`` checks the recorded sha256 of the
-    weights first (``verify=False`` skips it for a file you trust)."""
-    from safetensors.torch import load_model
-
-    p = Path(path)
-    meta = check_checkpoint(p, verify=verify)  # config, files, shapes and checksums, before anything is built
-    wfile = p / meta["weights"]["file"]
-    model = build_skeleton(meta, dtype=None, device=device)
-    try:
-        missing, unexpected = load_model(model, str(wfile), strict=True, device=str(device))
-    except RuntimeError as e:
-        first = " ".join(str(e).split())[:300]
-        raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure ({first}); {_COPY}") from None
-    except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-        raise _safetensors_error(p, wfile, e) from None
-    if missing or unexpected:  # strict=True raises first; kept as a belt-and-braces guard
-        raise GacError(f"checkpoint {str(p)!r}: missing {missing[:5]} unexpected {unexpected[:5]}")
-    bfile = meta["weights"].get("buffers")
-    if bfile:
-        from safetensors.torch import load_file
-
-        own = dict(model.named_buffers())
-        try:
-            saved_buffers = load_file(str(p / bfile), device=str(device))
-        except Exception as e:  # noqa: BLE001
-            raise _safetensors_error(p, p / bfile, e) from None
-        for n, t in saved_buffers.items():
-            if n not in own:
-                raise GacError(f"checkpoint {str(p)!r}: saved buffer {n!r} has no place in the rebuilt model")
-            parent, _, leaf = n.rpartition(".")
-            mod = model.get_submodule(parent) if parent else model
-            mod._buffers[leaf] = t  # same values and dtype as when saved
-    if dtype is not None:
-        model = cast_model(model, _dtype(dtype))  # rotary inv_freq stays as saved (float32), as from_pretrained keeps it
-    model.eval()
-    model._gac_recipe = meta.get("recipe")
-    model._gac_base_model = meta.get("base_model")
-    model._gac_plan = meta.get("plan")
-    guard_save_pretrained(model)
-    tokenizer = None
-    if (p / "tokenizer_config.json").is_file() or (p / "tokenizer.json").is_file():
-        from transformers import AutoTokenizer
-
-        try:
-            refuse_remote_code(p)
-            tokenizer = AutoTokenizer.from_pretrained(str(p), **NO_REMOTE_CODE)
-        except Exception as e:  # noqa: BLE001 - tokenizers raise many kinds for a damaged file
-            why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {_COPY}") from None
-    return model, tokenizer
-
-
 # ----------------------------------------------------------------------------------------- the save_pretrained trap
 
 
@@ -668,7 +309,7 @@ def save_pretrained(self, save_directory, *args, **kwargs):
     (``push_to_hub=True``, a custom ``state_dict``)."""
     if hf_loadable(self):
         return type(self).save_pretrained(self, save_directory, *args, **kwargs)
-    fix = ("save it with gac.compression.checkpoint.save_checkpoint(model, tokenizer, path) and load it with "
+    fix = ("save it with gac.compression.save_checkpoint(model, tokenizer, path) and load it with "
            "gac.models.load_model(path)")
     if kwargs.get("push_to_hub"):
         raise GacError(f"this model has gac-compressed layers: save_pretrained(push_to_hub=True) would upload a "
@@ -681,7 +322,7 @@ def save_pretrained(self, save_directory, *args, **kwargs):
     log.warning(
         "model.save_pretrained(%r) wrote a gac checkpoint: this model has gac-compressed layers, which a standard "
         "transformers folder would reload with random weights. Load it with gac.models.load_model(%r) (or "
-        "gac.compression.checkpoint.load_checkpoint); transformers' from_pretrained refuses it.", str(out), str(out))
+        "gac.compression.load_checkpoint); transformers' from_pretrained refuses it.", str(out), str(out))
     return None
 
 

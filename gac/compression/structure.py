@@ -89,7 +89,7 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
     p = Path(s).expanduser()
     if p.is_dir():
         if (p / CHECKPOINT_FILE).is_file():
-            from gac.compression.checkpoint import read_meta
+            from gac.compression.checkpoint_format import read_meta
 
             base = dict(read_meta(p)["base_config"])
             return AutoConfig.for_model(base.pop("model_type", None), **base)

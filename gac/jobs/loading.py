@@ -86,7 +86,7 @@ def model_config_offline(model_spec: str, arch: dict | None = None):
         except Exception:  # noqa: BLE001 - not cached / not readable: fall back to the arch block
             pass
     if kind == "checkpoint":
-        from gac.compression.checkpoint import read_meta
+        from gac.compression.checkpoint_format import read_meta
 
         try:
             from transformers import AutoConfig
@@ -133,7 +133,7 @@ def model_max_positions(model_spec: str) -> int | None:
                 config = tiny_config()
             n = getattr(config, "max_position_embeddings", None)
         elif kind == "checkpoint":
-            from gac.compression.checkpoint import read_meta
+            from gac.compression.checkpoint_format import read_meta
 
             n = (read_meta(model_spec).get("base_config") or {}).get("max_position_embeddings")
         else:

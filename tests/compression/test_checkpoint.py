@@ -7,7 +7,9 @@ import json
 import pytest
 import torch
 
-from gac.compression.checkpoint import META_FILE, load_checkpoint, read_meta, save_checkpoint
+from gac.compression.checkpoint import save_checkpoint
+from gac.compression.checkpoint_format import META_FILE, read_meta
+from gac.compression.checkpoint_load import load_checkpoint
 from gac.errors import GacError
 
 COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu")

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from gac.cli import main
-from gac.compression.checkpoint import META_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
+from gac.compression.checkpoint import save_checkpoint
+from gac.compression.checkpoint_format import META_FILE, WEIGHTS_FILE
+from gac.compression.checkpoint_load import load_checkpoint
 from gac.errors import GacError
 from tests.compression.conftest import small_model
 
@@ -187,7 +189,7 @@ def test_compress_calibrates_tiny_on_its_own_text_by_default(ckpt, tmp_path):
     args = p.parse_args(["tiny", "--compressor", "asvd", "--ratio", "0.2", "-o", str(tmp_path / "a")])
     C.validate(args)
     assert (args.calib, args.calib_seq_len) == ("tiny", 256)
-    from gac.compression.checkpoint import meta_sha256
+    from gac.compression.checkpoint_format import meta_sha256
 
     ck = ckpt  # a real checkpoint, recorded as built from tiny
     meta = json.loads((ck / META_FILE).read_text())

@@ -164,7 +164,8 @@ def test_svd_llm_update_on_the_model_device_equals_the_host_path(monkeypatch):
 def test_a_half_precision_reload_keeps_inv_freq_float32_and_the_saved_logits(tmp_path, dtype):
     from transformers import LlamaForCausalLM
 
-    from gac.compression.checkpoint import load_checkpoint, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
+    from gac.compression.checkpoint_load import load_checkpoint
     from gac.fixtures.tiny import tiny_dir
 
     saved = LlamaForCausalLM.from_pretrained(str(tiny_dir()), dtype=dtype).eval()  # inv_freq float32, as HF does
@@ -182,7 +183,8 @@ def test_a_cast_reload_matches_from_pretrained_in_that_dtype(tmp_path):
     """An fp32 checkpoint reloaded as bf16 is the model from_pretrained(dtype=bf16) builds (same logits)."""
     from transformers import LlamaForCausalLM
 
-    from gac.compression.checkpoint import load_checkpoint, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
+    from gac.compression.checkpoint_load import load_checkpoint
     from gac.fixtures.tiny import tiny_dir
 
     fp32 = LlamaForCausalLM.from_pretrained(str(tiny_dir()), dtype=torch.float32).eval()

@@ -116,7 +116,8 @@ MATRIX = [pytest.param(t, c, marks=() if t in DISTINCT or c in ("asvd", "llm_pru
 @pytest.mark.parametrize("model_type,compressor", MATRIX)
 def test_every_compressor_on_every_family(model_type, compressor, tmp_path):
     from gac.compression.audit import audit_model
-    from gac.compression.checkpoint import load_checkpoint, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
+    from gac.compression.checkpoint_load import load_checkpoint
     from gac.compression.compress import compress_model
     from gac.compression.discovery import discover
     from gac.compression.prepared import compressed_weight_params

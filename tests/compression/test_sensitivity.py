@@ -178,7 +178,9 @@ def test_gac_aligns_the_sensitivity_allocation_under_the_same_budget(prepared, b
 
 def test_dense_targets_apply_checkpoint_and_audit(prepared, base, tmp_path):
     from gac.compression.audit import audit_model
-    from gac.compression.checkpoint import load_checkpoint, read_meta, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
+    from gac.compression.checkpoint_format import read_meta
+    from gac.compression.checkpoint_load import load_checkpoint
 
     model, tok, _, held, _ = base
     p = prepared("asvd")

@@ -4,7 +4,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from gac.compression.checkpoint import WEIGHTS_FILE, projection_specs, read_meta
+from gac.compression.checkpoint import projection_specs
+from gac.compression.checkpoint_format import WEIGHTS_FILE, read_meta
 from gac.compression.modules import GroupedLowRankLinear, LowRankLinear, get_module
 from gac.compression.structure import Structure, architecture
 from gac.errors import GacError
