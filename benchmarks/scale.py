@@ -174,7 +174,7 @@ def one_grad(args) -> int:
     from gac.compression.compressors import get_compressor
     from gac.compression.discovery import discover
     from gac.compression.footprint import estimate_footprint
-    from gac.compression.importance import collect_gradient_stats
+    from gac.compression.gradients import collect_gradient_stats
     from gac.compression.proxies import get_proxy
     from gac.compression.resources import ResourceMeter
 

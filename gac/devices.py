@@ -38,3 +38,14 @@ def check_device(device, what: str = "this command", types: tuple[str, ...] | No
     if types is not None and dev.type not in types:
         raise GacError(f"{what} runs on {' or '.join(types)}, not {dev.type!r}")
     return dev
+
+
+def model_device(model):
+    """The device of ``model``'s first parameter (where its inputs go; a model spread over devices takes its inputs
+    on the first), the CPU for a model without parameters."""
+    import torch
+
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        return torch.device("cpu")

@@ -17,12 +17,14 @@ from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid,
 from gac.compression.calibration import Calibration
 from gac.compression.compressors import Compressor, Unit, get_compressor
 from gac.compression.discovery import ModelLayout, discover
-from gac.compression.importance import collect_gradient_stats, iter_activation_stats
+from gac.compression.gradients import collect_gradient_stats
+from gac.compression.importance import iter_activation_stats
 from gac.compression.parts import stat_tensor
-from gac.compression.prepared import Prepared, _device_of, _units_by_layer
+from gac.compression.prepared import Prepared, _units_by_layer
 from gac.compression.proxies import get_proxy
 from gac.compression.resources import ResourceMeter
 from gac.compression.sensitivity import sensitivity_table
+from gac.devices import model_device
 from gac.errors import GacError
 from gac.faults import fault_point
 from gac.progress import quiet_scope
@@ -140,7 +142,7 @@ def prepare(
         w = stat_tensor(model, n)[0]
         if not torch.isfinite(w).all():
             raise GacError(f"the weight of {n!r} contains NaN or inf; the model is damaged and cannot be compressed")
-    meter = ResourceMeter(str(_device_of(model)))
+    meter = ResourceMeter(str(model_device(model)))
     scores: dict[str, float] = {}
     factors: dict = {}
     grad_stats: dict = {}

@@ -34,6 +34,7 @@ from gac.compression.parts import part_params
 from gac.compression.prepared_io import load_prepared, save_prepared
 from gac.compression.resources import ResourceMeter
 from gac.compression.stable_rank import stable_rank_targets
+from gac.devices import model_device
 from gac.errors import GacError, unknown_name
 
 # Candidate window (in alignment units) used when compressing a real model. Eq. 4's value is linear in parameters,
@@ -201,7 +202,7 @@ class Prepared:
         :meth:`targets` (a latency budget's, :mod:`gac.jobs.latency_plan`) and those targets, applied as given."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
-        meter = ResourceMeter(str(_device_of(self.model)))
+        meter = ResourceMeter(str(model_device(self.model)))
         with meter.stage("plan"):
             plan, targets = planned or self.plan(ratio, strategy, unit, window, candidate_filter, knapsack_score, budget)
         keep_originals = self.compressor.keeps_calibration  # after_apply (SVD-LLM's update) reads the dense weights
@@ -268,10 +269,6 @@ class Prepared:
         model._gac_recipe = recipe  # picked up by gac.compression.checkpoint.save_checkpoint
         model._gac_plan = plan
         return model, plan, report
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def _units_by_layer(units: list[Unit], layout: ModelLayout) -> dict[int, list[Unit]]:

@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from gac.devices import model_device
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 
@@ -71,15 +72,6 @@ _SDPA_OPS = (
     ("aten::_scaled_dot_product_fused_attention_overrideable", "overrideable"),
     ("aten::_scaled_dot_product_attention_math", "math"),
 )
-
-
-def _device_of(model):
-    import torch
-
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
 
 
 def device_name(device) -> str:
@@ -341,7 +333,7 @@ def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | No
     if batch < 1 or seq_len < 1:
         raise GacError(f"prefill needs batch >= 1 and seq_len >= 1 (got {batch}, {seq_len})")
     _check_len(model, seq_len, "seq_len")
-    device = _device_of(model)
+    device = model_device(model)
     warmup, iters, trials = _resolve("prefill", device, warmup, iters, trials)
     x = _random_ids(model, batch, seq_len, seed, device)
     model.eval()
@@ -392,7 +384,7 @@ def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int
     if batch < 1 or prompt_len < 1 or new_tokens < 1:
         raise GacError(f"decode needs batch, prompt_len, new_tokens >= 1 (got {batch}, {prompt_len}, {new_tokens})")
     _check_len(model, prompt_len + new_tokens, "prompt_len + new_tokens")
-    device = _device_of(model)
+    device = model_device(model)
     warmup, iters, trials = _resolve("decode", device, warmup, iters, trials)
     prompt = _random_ids(model, batch, prompt_len, seed, device)
     model.eval()

@@ -27,6 +27,7 @@ import time
 # LOSS_CHUNK_BYTES: float32 logits scored at once (their log-softmax and gradient-free temporaries beside), defined
 # with the job's memory estimate, which counts it
 from gac.compression.footprint import LOSS_CHUNK_BYTES
+from gac.devices import model_device
 from gac.errors import GacError
 from gac.progress import progress
 
@@ -62,18 +63,6 @@ def resolve_seq_len(model, seq_len: int | None, what: str = "seq_len") -> int:
     return seq_len
 
 
-def _model_device(model):
-    import torch
-
-    try:
-        return next(model.parameters()).device
-    except (StopIteration, AttributeError):
-        return torch.device("cpu")
-
-
-#: at most this many logits (batch x seq_len x vocab) per forward: a batch of 8 windows of 2048 tokens over a 49k
-#: vocabulary (smollm2) is 3.2 GB of fp32 logits, and on a CPU it ran 2.5x slower than one window at a time (3 min
-#: 25 s against 1 min 21 s for 13 windows); the sum of the NLL does not depend on the batch
 LOGITS_BUDGET = 1 << 26
 
 
@@ -169,7 +158,7 @@ def perplexity_of_ids(model, ids, seq_len: int | None = None, batch_size: int = 
         n_windows = min(n_windows, int(max_windows))
     if batch_size < 1:
         raise GacError(f"batch_size={batch_size}; use at least 1")
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = torch.device(device) if device is not None else model_device(model)
     batch_size = perplexity_batch(batch_size, seq_len, getattr(getattr(model, "config", None), "vocab_size", None))
     windows = ids[: n_windows * seq_len].view(n_windows, seq_len)
     was_training = getattr(model, "training", False)
@@ -269,7 +258,7 @@ def sliding_perplexity_of_ids(model, ids, seq_len: int | None = None, stride: in
         if int(max_windows) < 1:
             raise GacError(f"max_windows={max_windows}; use at least 1 (None scores the whole text)")
         windows = windows[: int(max_windows)]
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = torch.device(device) if device is not None else model_device(model)
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()

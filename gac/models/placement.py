@@ -325,7 +325,7 @@ def _offload(module, path: Path) -> None:
 class Offloaded:
     """A unit whose weights are memory-mapped from ``path`` (:func:`dispatch` to ``disk``), and how to change their
     dtype without reading them into host memory: the gradient pass runs a float16 model in bfloat16
-    (:func:`gac.compression.importance.collect_gradient_stats`), and an ordinary ``p.data.to(dtype)`` would turn
+    (:func:`gac.compression.gradients.collect_gradient_stats`), and an ordinary ``p.data.to(dtype)`` would turn
     every weight on disk into host memory (131 GiB for Llama-3-70B)."""
 
     def __init__(self, module, path: Path):

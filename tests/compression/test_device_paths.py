@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gac.compression.discovery import discover
-from gac.compression.importance import collect_activation_stats, collect_gradient_stats
+from gac.compression.gradients import collect_gradient_stats
+from gac.compression.importance import collect_activation_stats
 from gac.compression.modules import get_module
 from gac.compression.preparation import prepare
 from gac.compression.proxies import get_proxy

@@ -9,7 +9,8 @@ import torch
 
 from gac.compression.compress import compress_model
 from gac.compression.discovery import discover
-from gac.compression.importance import collect_activation_stats, collect_gradient_stats
+from gac.compression.gradients import collect_gradient_stats
+from gac.compression.importance import collect_activation_stats
 from gac.compression.preparation import prepare
 from gac.compression.proxies import PROXIES
 from gac.errors import GacError, InfeasibleBudgetError

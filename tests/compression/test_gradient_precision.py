@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.compression import importance as I
-from gac.compression.importance import bf16_native, collect_gradient_stats, gradient_precision
+from gac.compression import gradients as I
+from gac.compression.gradients import bf16_native, collect_gradient_stats, gradient_precision
 from gac.compression.preparation import gradient_note, prepare
 from gac.errors import GacError
 from tests.compression.conftest import small_model

@@ -14,7 +14,8 @@ from gac.compression.compressors import COMPRESSORS, get_compressor
 from gac.compression.compressors.llm_pruner import layer_range
 from gac.compression.compressors.lowrank_math import svd_factors, whitened_factors, whitening
 from gac.compression.discovery import discover
-from gac.compression.importance import WeightStats, collect_activation_stats, collect_gradient_stats
+from gac.compression.gradients import collect_gradient_stats
+from gac.compression.importance import WeightStats, collect_activation_stats
 from gac.compression.preparation import prepare
 from gac.compression.proxies import PROXIES, get_proxy
 from gac.errors import GacError

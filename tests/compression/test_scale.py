@@ -17,13 +17,8 @@ from gac.compression.compressors.lowrank_math import (
     whitening,
 )
 from gac.compression.discovery import discover
-from gac.compression.importance import (
-    ELEMENTWISE,
-    GRADIENT_STATS,
-    WeightStats,
-    collect_gradient_stats,
-    iter_activation_stats,
-)
+from gac.compression.gradients import collect_gradient_stats
+from gac.compression.importance import ELEMENTWISE, GRADIENT_STATS, WeightStats, iter_activation_stats
 from gac.compression.preparation import prepare
 from gac.compression.resources import ResourceMeter, current_rss
 from gac.errors import GacError

@@ -109,7 +109,7 @@ PRECISIONS = [("fp32", True, 1e-4, 1e-5), ("fp16", True, 0.03, 0.015), ("fp16", 
                          ids=["fp32", "fp16-as-bf16", "fp16-loss-scaled", "bf16"])
 def test_gradient_proxy_scores_on_cuda_equal_the_cpu_float32_scores(calib, monkeypatch, proxy, dtype, bf16, max_rel,
                                                                      median_rel, measured):
-    import gac.compression.importance as I
+    import gac.compression.gradients as I
 
     if not bf16:  # the path of a GPU without bf16 (V100, T4): float16 with a loss scale
         monkeypatch.setattr(I, "bf16_native", lambda device: False)
@@ -193,7 +193,7 @@ SENSITIVITY_RTOL = {"fp32": 1e-4, "fp16": 1e-3, "bf16": 7e-3}
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_the_sensitivity_search_keeps_its_layer_cache_on_the_gpu(calib, dtype, measured):
-    import gac.compression.importance as I
+    import gac.compression.gradients as I
 
     if dtype == "bf16" and not I.bf16_native("cuda"):
         pytest.skip("this GPU has no native bf16")

@@ -81,7 +81,8 @@ def _proj(model) -> list[str]:
 def test_the_gradient_pass_over_two_devices_counts_each_device_apart(tiny_data, precision):
     """Row/column sums, element-wise sums and the zero-gradient count of weights on two devices equal one device's;
     the float16 loss-scaled pass reads each weight's overflow flag on its own device."""
-    from gac.compression.importance import ELEMENTWISE, collect_gradient_stats
+    from gac.compression.gradients import collect_gradient_stats
+    from gac.compression.importance import ELEMENTWISE
 
     _, calib = tiny_data
     dtype = "fp32" if precision == "auto" else "fp16"
@@ -161,7 +162,7 @@ def test_compressing_over_two_devices_equals_one_device(tiny_data, compressor, a
 def test_the_bfloat16_pass_keeps_disk_units_on_disk(tmp_path, tiny_data):
     """A float16 model's gradient pass runs in bfloat16: a unit on disk is cast through a file of its own (not into
     host memory), put back bit for bit afterwards, and scores as the same model in memory does."""
-    from gac.compression.importance import _cast_floating, collect_gradient_stats
+    from gac.compression.gradients import _cast_floating, collect_gradient_stats
     from gac.models.placement import place_model, placement_of
 
     _, calib = tiny_data
