@@ -114,8 +114,7 @@ def run_tags(job: dict, extra=()) -> list[str]:
 def namespaced_metrics(record: dict) -> dict:
     """A record's numbers under W&B namespaces: ``quality/`` (perplexity, task scores), ``latency/`` (ms),
     ``plan/`` (aligned fraction, parameters, budget), ``time/`` (seconds per stage)."""
-    def num(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    from gac.results.query import is_number as num
 
     out = {}
     for k, v in (record.get("metrics") or {}).items():
