@@ -452,7 +452,7 @@ def _allocation_of(part) -> str:
     return f"{', '.join(sorted(vals))} allocation" if vals else "the compressor's own allocation"
 
 
-def _device_of(part, gpu) -> str | None:
+def _devices_named(part, gpu) -> str | None:
     devices = [str(d) for d in dict.fromkeys(part["device"].dropna()) if str(d)] if "device" in part.columns else []
     return ", ".join(devices) if devices else (str(gpu) if gpu is not None else None)
 
@@ -472,7 +472,7 @@ def _plans(df, table, figure, rep, prefix="plans"):
             dims = L.plan_dims(part)
             name = slug(prefix, model, gpu, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
             note = _setting_note(setting)
-            device = _device_of(part, gpu)
+            device = _devices_named(part, gpu)
             try:
                 figure(f"{name}_dstar", F.plot_dstar_vs_dim(dims, title=F.figure_title(
                     "chosen dim against the compressor's d*", model=model, ratio=ratio, device=device,
