@@ -85,7 +85,7 @@ def one_job(args) -> int:
 
     torch.set_num_threads(args.threads)
     from gac.jobs.config import job_from_config
-    from gac.jobs.fits import check_job_fits
+    from gac.jobs.memory_fits import check_job_fits
     from gac.jobs.pipeline import run_job
     from gac.results import ResultsStore
 

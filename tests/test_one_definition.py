@@ -172,7 +172,7 @@ def test_one_rule_decides_what_is_a_number(value, number, finite):
 def test_keys_and_names_stored_yesterday_are_still_found():
     """The one hashing helper gives every stored name the digits it had (values computed before it existed)."""
     from gac.fixtures.tiny import recipe_hash
-    from gac.profiling.job import cache_name
+    from gac.profiling.job_profile import cache_name
     from gac.results.keys import config_key
 
     assert config_key({"a": 1, "b": [1.5, "x"], "c": {"d": None}}) == "dcbeae96628dbd6a"

@@ -170,7 +170,7 @@ def run(args) -> int:
     from gac.compression.calibration import Calibration
     from gac.compression.checkpoint import check_output_dir, save_checkpoint
     from gac.compression.compress import compress_model
-    from gac.jobs.fits import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
     from gac.models import load_model
 
     validate(args)

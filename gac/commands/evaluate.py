@@ -169,7 +169,7 @@ def run(args) -> int:
             raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
                            f"use {flag} <= {limit}")
     from gac.compression.footprint import EvalLoad
-    from gac.jobs.fits import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
 
     load = EvalLoad(ppl_batch=(args.batch_size or 1) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
                     task_batch=(args.batch_size or 16) if tasks else 0,

@@ -90,7 +90,7 @@ def measured_tables(spec, model, targets, cands, unaligned, cache_dir) -> Tables
 
     from gac.dtypes import dtype_name, resolve_dtype
     from gac.profiling.device import device_info, resolve_device, stack_key
-    from gac.profiling.job import cache_name
+    from gac.profiling.job_profile import cache_name
     from gac.profiling.latency_tables import measure_latency_tables
     from gac.profiling.profile import META_FILE, HardwareProfile
     from gac.profiling.timing import TimingProtocol, cpu_thread_clock, time_op

@@ -21,7 +21,7 @@ from pathlib import Path
 from gac.errors import ConfigRefused, GacError
 from gac.jobs.attempts import Attempt
 from gac.jobs.config import ON_BUSY
-from gac.jobs.fits import check_job_fits, is_out_of_memory, out_of_memory
+from gac.jobs.memory_fits import check_job_fits, is_out_of_memory, out_of_memory
 from gac.jobs.preflight import preflight
 from gac.jobs.provenance import checkout_at_start, job_provenance, safe_provenance
 from gac.jobs.spec import JobSpec

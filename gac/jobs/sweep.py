@@ -114,7 +114,7 @@ class SweepCallback(_Callback):
         try:
             points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))
             if (config.get("bench") or {}).get("after_sweep"):
-                from gac.jobs.bench import check_bench_overrides
+                from gac.jobs.store_bench import check_bench_overrides
 
                 check_bench_overrides(list(config.bench.get("overrides") or []))
         except GacError as e:
@@ -122,7 +122,7 @@ class SweepCallback(_Callback):
             sys.exit(2)
         if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
             from gac.jobs.inputs import check_sweep_offline
-            from gac.jobs.site import check_slurm
+            from gac.jobs.slurm_site import check_slurm
 
             try:
                 check_slurm(_launcher_settings(config), gpu=(config.get("gpu") or {}).get("name"))

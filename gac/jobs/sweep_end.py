@@ -199,7 +199,7 @@ def _bench(plan: Mapping, done: Sequence[str]) -> tuple[str, str | None]:
     """The after-sweep bench over the done points, here: its record's path (or what went wrong, in one line) and its
     table. A failed bench is said, never turned into a failed end of sweep (the records are safe; ``gac bench``
     re-runs it)."""
-    from gac.jobs.bench import bench_after_sweep, describe
+    from gac.jobs.store_bench import bench_after_sweep, describe
 
     try:
         doc = bench_after_sweep(plan["results_dir"], done, plan["bench"].get("overrides") or [])

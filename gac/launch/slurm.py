@@ -3,7 +3,7 @@
 ``conf/hydra/launcher/slurm_*.yaml`` select it (``_target_: gac.launch.slurm.SlurmLauncher``, the settings of
 ``gac_slurm``: hydra-submitit's ``submitit_slurm`` plus ``wait`` and ``env``). A launch:
 
-1. resolves the site settings against ``sinfo`` (:func:`gac.jobs.site.check_slurm`: a ``gpu=h100`` job on a mixed
+1. resolves the site settings against ``sinfo`` (:func:`gac.jobs.slurm_site.check_slurm`: a ``gpu=h100`` job on a mixed
    partition asks for the typed GRES of its GPU);
 2. writes the variables named in ``env`` that are set here (caches, ``HF_TOKEN``, proxies, ``HF_ENDPOINT``,
    ``HF_HUB_OFFLINE``) into a file only the user can read, which every job sources before ``srun`` (and exports
@@ -50,7 +50,7 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         from hydra.core.utils import filter_overrides
         from omegaconf import OmegaConf
 
-        from gac.jobs.site import check_slurm
+        from gac.jobs.slurm_site import check_slurm
 
         config = self.config
         prog = _PROGS.get(OmegaConf.select(config, "hydra.job.config_name", default=None), "gac")

@@ -19,7 +19,7 @@ from gac.profiling.cliffs import (
     tier_table,
 )
 from gac.profiling.filter import KIND_SWEEPS, ProfileFilter
-from gac.profiling.job import dimension_sweep
+from gac.profiling.job_profile import dimension_sweep
 from gac.profiling.profile import FORMAT_VERSION, HardwareProfile, load_profile
 from gac.profiling.runner import profile_device, write_analysis
 from gac.profiling.sweeps import SweepPlan, measure_for_targets, run_sweeps

@@ -11,7 +11,7 @@ import gac.evaluation.bench as B
 from gac.analysis import format_table, load_results, table5
 from gac.cli import main
 from gac.errors import GacError
-from gac.jobs.bench import bench_store
+from gac.jobs.store_bench import bench_store
 from gac.results import ResultsStore
 from tests.bench_store import FAST
 

@@ -187,7 +187,7 @@ def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
 
     from gac.jobs.command_line import compose_config
     from gac.jobs.config import job_from_config
-    from gac.jobs.fits import check_job_fits
+    from gac.jobs.memory_fits import check_job_fits
     from gac.jobs.pipeline import run_job
     from gac.results import ResultsStore
 

@@ -11,7 +11,7 @@ import torch
 import gac.compression.resources as resources
 from gac.errors import GacError
 from gac.jobs.config import job_from_config, spec_from_config
-from gac.jobs.fits import check_job_fits
+from gac.jobs.memory_fits import check_job_fits
 from gac.jobs.pipeline import run_job
 from gac.results import ResultsStore
 
@@ -117,6 +117,6 @@ def test_out_of_memory_in_gac_evaluate_exits_2_with_one_line(monkeypatch, capsys
 
 
 def test_other_errors_are_not_taken_for_out_of_memory():
-    from gac.jobs.fits import is_out_of_memory
+    from gac.jobs.memory_fits import is_out_of_memory
 
     assert is_out_of_memory(_FakeOOM("x")) and not is_out_of_memory(RuntimeError("CUDA out of memory"))

@@ -137,8 +137,8 @@ def test_record_has_time_and_peak_memory_per_stage(make_cfg, tmp_path):
 
 
 def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monkeypatch):
-    import gac.jobs.fits as fits
     import gac.jobs.loading as loading
+    import gac.jobs.memory_fits as fits
     from gac.errors import GacError
 
     def boom(spec):

@@ -12,7 +12,7 @@ import pytest
 
 from gac.errors import GacError
 from gac.jobs.command_line import compose_config
-from gac.jobs.site import check_site, constraint_features, parse_gres, parse_sinfo, slurm_minutes
+from gac.jobs.slurm_site import check_site, constraint_features, parse_gres, parse_sinfo, slurm_minutes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,7 +204,7 @@ def test_a_partition_without_the_jobs_gpu_or_a_request_for_another_is_refused():
 
 
 def test_a_missing_srun_or_an_empty_or_banner_only_sinfo_stops_the_launch(tmp_path, monkeypatch):
-    from gac.jobs.site import check_slurm
+    from gac.jobs.slurm_site import check_slurm
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

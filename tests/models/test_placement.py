@@ -193,7 +193,7 @@ def _fake_node(monkeypatch, gpus: int, gib: float = 79.6, host_gib: float = 1000
 
 def test_llama3_70b_is_checked_against_every_gpu_of_the_node(make_cfg, monkeypatch):
     from gac.jobs.config import spec_from_config
-    from gac.jobs.fits import check_job_fits
+    from gac.jobs.memory_fits import check_job_fits
 
     _fake_node(monkeypatch, 8)
     args = ("model=llama3_70b", "gpu=h100", "compressor=asvd", "allocation=proportional")
@@ -223,7 +223,7 @@ def test_llama3_70b_fits_a_node_of_eight_80gb_gpus_each_keeping_its_share(monkey
 
     from gac.jobs.command_line import compose_config
     from gac.jobs.config import spec_from_config
-    from gac.jobs.fits import check_job_fits, job_model_config
+    from gac.jobs.memory_fits import check_job_fits, job_model_config
     from gac.models.placement import (
         device_needs,
         placement_units,

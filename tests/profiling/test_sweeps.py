@@ -176,7 +176,7 @@ def test_dimension_sweep_caches_per_device(tmp_path, monkeypatch):
     kw = dict(device="cpu", dtype="float32", seq_len=8, unit=8, window=1, cache_dir=tmp_path, protocol=TINY)
     first = dimension_sweep(ts, **kw)
     assert sorted(first.table["dim"].tolist()) == [16, 24]
-    import gac.profiling.job as job
+    import gac.profiling.job_profile as job
 
     def boom(*a, **k):
         raise AssertionError("measured again although the cache covers it")
