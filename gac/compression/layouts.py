@@ -190,11 +190,6 @@ def family_of(config) -> Family:
                    f"gac/compression/layouts.py")
 
 
-def check_supported(config) -> Family:
-    """:func:`family_of`, also for the config of a multimodal model whose text part is a supported family."""
-    return family_of(config)
-
-
 def role_of(name: str) -> str:
     """A role given by its name or Llama's module name (``q`` or ``q_proj``)."""
     r = LLAMA_NAMES.get(name, name)

@@ -37,10 +37,6 @@ def published_profile(gpu: str) -> HardwareProfile:
     return HardwareProfile.load(published_dir(gpu))
 
 
-def is_published(profile: HardwareProfile) -> bool:
-    return isinstance(profile.meta.get("published"), dict)
-
-
 def provenance(profile: HardwareProfile) -> dict:
     """What a job record keeps about a published profile it used (source, commit, what is unknown)."""
     pub = profile.meta.get("published") or {}
