@@ -135,7 +135,7 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify:
             from gac.compression.checkpoint_load import load_checkpoint
         except ImportError:
             raise GacError(
-                f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.compression.checkpoint); update gac"
+                f"{s!r} is a gac checkpoint but this gac has no checkpoint loader (gac.compression.checkpoint_load); update gac"
             ) from None
         loaded = load_checkpoint(s, dtype=dtype, device=device, verify=verify)
         if isinstance(loaded, tuple) and len(loaded) == 2:

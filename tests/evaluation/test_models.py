@@ -38,7 +38,7 @@ def test_a_gac_checkpoint_directory_goes_to_the_checkpoint_loader(tmp_path, monk
 
     import types
 
-    monkeypatch.setitem(__import__("sys").modules, "gac.compression.checkpoint",
+    monkeypatch.setitem(__import__("sys").modules, "gac.compression.checkpoint_load",
                         types.SimpleNamespace(load_checkpoint=fake_load_checkpoint))
     model, tok = load_model(str(tmp_path), dtype="bf16")
     assert calls == [(str(tmp_path), torch.bfloat16, "cpu")] and not model.training
@@ -46,7 +46,7 @@ def test_a_gac_checkpoint_directory_goes_to_the_checkpoint_loader(tmp_path, monk
 
 def test_a_checkpoint_without_a_loader_is_a_clear_error(tmp_path, monkeypatch):
     (tmp_path / "gac_checkpoint.json").write_text("{}")
-    monkeypatch.setitem(__import__("sys").modules, "gac.compression.checkpoint", None)  # import fails
+    monkeypatch.setitem(__import__("sys").modules, "gac.compression.checkpoint_load", None)  # import fails
     with pytest.raises(GacError, match="no checkpoint loader"):
         load_model(str(tmp_path))
 
