@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import threading
 import time
 from pathlib import Path
@@ -69,11 +70,11 @@ def read_holder(path: str | os.PathLike) -> dict | None:
         raise GacError(f"the lock {str(p)!r} is a symbolic link (to {os.readlink(p)!r}), not a lock file a job wrote; "
                        f"if no job of this point is running, remove the link (rm {p}) and re-run")
     try:
-        st = p.stat()
-        if p.is_dir():
+        st = p.stat()  # one look: a breaker may remove the file between two (is_file after stat says "not a file")
+        if stat.S_ISDIR(st.st_mode):
             raise GacError(f"the lock {str(p)!r} is a directory, not a lock file a job wrote; if no job of this point is "
                            f"running, remove it (rm -r {p}) and re-run")
-        if not p.is_file():  # a fifo would block the read forever, a device never ends
+        if not stat.S_ISREG(st.st_mode):  # a fifo would block the read forever, a device never ends
             raise GacError(f"the lock {str(p)!r} is not a regular file (a fifo, socket or device), not a lock file a "
                            f"job wrote; if no job of this point is running, remove it (rm {p}) and re-run")
         text = p.read_text(encoding="utf-8", errors="replace")
