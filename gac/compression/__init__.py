@@ -6,8 +6,9 @@
 
 A compressor is a thin class plus pure tensor math (``compressors/``); :mod:`.modules` holds the compressed module
 types and :mod:`.checkpoint` the layer swap every compressor uses (``replace_module``, which also keeps
-``save_pretrained`` safe) besides saving and loading checkpoints;
-:mod:`.prepared_io` saves and loads a :class:`Prepared` state (safetensors + JSON, never pickles).
+``save_pretrained`` safe) besides saving checkpoints (:mod:`.checkpoint_format`: the format and its hashes;
+:mod:`.checkpoint_load`: loading). :mod:`.preparation` makes the :class:`Prepared` state (:mod:`.prepared`) that
+:mod:`.prepared_io` saves and loads (safetensors + JSON, never pickles).
 """
 
 from gac.compression.calibration import Calibration

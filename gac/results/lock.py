@@ -241,10 +241,11 @@ class FileLock:
                 log.warning("could not refresh the lock %s: %s", self.path, e)
 
     def still_mine(self) -> bool:
-        if self.info is None:
+        info = self.info  # one read: release() on another thread (a heartbeat, a timer) may clear it meanwhile
+        if info is None:
             return False
         cur = read_holder(self.path)
-        return cur is not None and cur.get("token") == self.info["token"]
+        return cur is not None and cur.get("token") == info["token"]
 
     def release(self) -> None:
         if self.info is None:
