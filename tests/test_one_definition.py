@@ -72,7 +72,7 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
      "the baseline's name: gac.registry.BASELINE"),
     (r"(?m)^def (is_baseline|_?is_num)", ("gac/registry.py", "gac/results/query.py"), False,
      "is it the baseline / a number: gac.registry.is_baseline, gac.results.query.is_number"),
-    (r"(?m)^def _?(device_of|model_device)\b", ("gac/devices.py",), False,
+    (r"(?m)^def _?(device_of|model_device)\b|next\(\w+\.parameters\(\)\)\.device", ("gac/devices.py",), False,
      "the device a model's inputs go to: gac.devices.model_device"),
     (r"^rev-parse$", ("gac/provenance.py",), True, "gac's checkout: gac.provenance.checkout / git_commit"),
     (r"thread_time\b", ("gac/evaluation/latency.py", "gac/profiling/timing.py", "gac/evaluation/bench.py",

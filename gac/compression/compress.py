@@ -58,9 +58,10 @@ def compress_model(
     if strategy not in STRATEGIES:
         raise unknown_name("strategy", strategy, STRATEGIES)
     comp = get_compressor(compressor, **(compressor_options or {}))
-    check_sensitivity_reach(resolve_allocation(allocation, comp), comp, ratio)
+    resolved = resolve_allocation(allocation, comp)
+    check_sensitivity_reach(resolved, comp, ratio)
     n_cal = int(calib_ids.shape[0]) if calib_ids is not None else (calibration or Calibration()).n_samples
-    check_probe_samples(resolve_allocation(allocation, comp), comp, n_cal)
+    check_probe_samples(resolved, comp, n_cal)
     key = None
     if cache is not None:
         key = json.dumps([id(model), str(compressor), compressor_options or {}, proxy, asdict(calibration) if calibration

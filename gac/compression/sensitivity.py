@@ -53,6 +53,7 @@ from torch import nn
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
 from gac.compression.checkpoint import replace_module
 from gac.compression.layouts import transform_logits
+from gac.devices import model_device
 from gac.dtypes import dtype_str
 from gac.errors import ConfigRefused, GacError
 from gac.faults import fault_point
@@ -172,7 +173,7 @@ def estimate_cost(model: nn.Module, layout, units: list, grid, calib_ids: torch.
     grid = check_sensitivity_grid(grid)
     n_calib, seq = int(calib_ids.shape[0]), int(calib_ids.shape[1])
     n = min(n_calib, int(probe_samples)) if probe_samples is not None else n_calib
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     parent = layout.layers_path.rpartition(".")[0]
     body = model.get_submodule(parent) if parent else model
     head = model.get_output_embeddings()
@@ -272,7 +273,7 @@ def _model_dtype(model: nn.Module) -> torch.dtype:
 def sample_nll(model: nn.Module, calib_ids: torch.Tensor) -> torch.Tensor:
     """Summed next-token NLL of each sample of ``calib_ids`` [n, seq_len] (float64 [n]), one sample per forward: the
     reference's loop (``model(ids, labels=ids).loss`` times the sample's predicted tokens)."""
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     out = torch.empty(calib_ids.shape[0], dtype=torch.float64)
     for s in range(calib_ids.shape[0]):
         ids = calib_ids[s : s + 1].to(dev)
@@ -302,7 +303,7 @@ class _LayerCache:
         self.norm = model.get_submodule(layout.norm)  # the family's tail: norm -> head -> logit transform
         self.head = model.get_output_embeddings()
         self.transform = (layout.logits, layout.logit_value)
-        dev = next(model.parameters()).device
+        dev = model_device(model)
         self.ids = calib_ids.to(dev)
         self.targets = self.ids[:, 1:]  # moved to the logits' device at the first probe (below)
         h0, self.kwargs = _capture_layer_inputs(model, self.layers, self.ids[:1])
@@ -545,7 +546,7 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
              "" if cache else "; full forward per probe")
     table: list = [None] * len(units)
     samples: list = [None] * len(units)
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     pool = torch.get_num_threads()
     chooser = _ThreadChooser(pool, RECHECK_PROBES) if ADAPTIVE_THREADS and dev.type == "cpu" and pool > 1 else None
     for done, k in enumerate(order, start=1):
