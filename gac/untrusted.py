@@ -34,7 +34,7 @@ MAX_TOKENIZER_BYTES = 256 << 20
 #: weight files in a format that is unpickled (and so may run code) when loaded
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt", "model.pth",
                    "model.ckpt", "consolidated.00.pth")
-_COPY = "copy the model directory again from its source"
+COPY_MODEL_AGAIN = "copy the model directory again from its source"
 
 
 def check_model_dir_files(path: str | os.PathLike) -> None:
@@ -50,11 +50,11 @@ def check_model_dir_files(path: str | os.PathLike) -> None:
             f = p / name
             if not (f.exists() or f.is_symlink()):
                 continue
-            require_regular(f, _COPY)
+            require_regular(f, COPY_MODEL_AGAIN)
             size = f.stat().st_size
             if size > limit:
                 raise GacError(f"{str(f)!r} is {size / 2**20:,.0f} MiB, larger than any {name} of a real model "
-                               f"({limit >> 20} MiB at most); {_COPY}")
+                               f"({limit >> 20} MiB at most); {COPY_MODEL_AGAIN}")
     tok = p / "tokenizer.json"
     if tok.is_file():  # the tokenizers library would stop on a cut file with a message that names no file
         from gac.io import read_json
@@ -62,7 +62,7 @@ def check_model_dir_files(path: str | os.PathLike) -> None:
         try:
             read_json(tok, "tokenizer file")
         except GacError as e:
-            raise GacError(f"{e}; {_COPY}") from None
+            raise GacError(f"{e}; {COPY_MODEL_AGAIN}") from None
 
 
 def check_model_path(spec: str | os.PathLike) -> None:
@@ -104,7 +104,7 @@ def refuse_pickled_weights(path: str | os.PathLike) -> None:
     others = sorted(f.name for f in p.glob("*") if f.suffix in (".gguf", ".h5", ".msgpack", ".onnx"))
     found = f" (it has {', '.join(others[:3])}, a format gac does not load)" if others else ""
     raise GacError(f"{str(p)!r} has no model.safetensors or model.safetensors.index.json{found}; gac loads "
-                   f"safetensors weights: {_COPY} with its safetensors files")
+                   f"safetensors weights: {COPY_MODEL_AGAIN} with its safetensors files")
 
 
 def _code_refs(auto_map) -> list[str]:

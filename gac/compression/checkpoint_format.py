@@ -58,13 +58,13 @@ def read_meta(path: str | os.PathLike) -> dict:
         raise GacError(f"{str(p / META_FILE)!r} is not a gac checkpoint config (format != {FORMAT!r})")
     version = meta.get("format_version", 0)
     if not isinstance(version, int) or isinstance(version, bool):
-        raise GacError(f"{str(p / META_FILE)!r} has format_version {version!r}, not an integer; {_COPY}")
+        raise GacError(f"{str(p / META_FILE)!r} has format_version {version!r}, not an integer; {COPY_CHECKPOINT_AGAIN}")
     if version > FORMAT_VERSION:
         raise GacError(f"checkpoint format {version} is newer than this gac understands ({FORMAT_VERSION}); upgrade gac")
     return meta
 
 
-_COPY = "copy the checkpoint again from its source"
+COPY_CHECKPOINT_AGAIN = "copy the checkpoint again from its source"
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -76,21 +76,21 @@ def meta_sha256(meta: dict) -> str:
     return digest(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False), None)
 
 
-def _inside(p: Path, name, what: str) -> Path:
+def file_inside(p: Path, name, what: str) -> Path:
     """``p / name`` for a file the checkpoint config names: a plain name inside the checkpoint directory (no path,
     no link out of it), or a :class:`GacError`."""
     if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
         raise GacError(f"checkpoint {str(p)!r}: its {what} is {name!r}, not a file name inside the checkpoint "
-                       f"directory; {_COPY}")
+                       f"directory; {COPY_CHECKPOINT_AGAIN}")
     f = p / name
     if f.is_symlink():
         try:
             real = f.resolve(strict=True)
         except (OSError, RuntimeError):
-            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} {missing_reason(f)}; {_COPY}") from None
+            raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} {missing_reason(f)}; {COPY_CHECKPOINT_AGAIN}") from None
         if real.parent != p.resolve():
             raise GacError(f"checkpoint {str(p)!r}: its {what} {name!r} is a link to {str(real)!r}, outside the "
-                           f"checkpoint; gac reads weights only from inside a checkpoint: {_COPY}")
+                           f"checkpoint; gac reads weights only from inside a checkpoint: {COPY_CHECKPOINT_AGAIN}")
     return f
 
 
@@ -113,11 +113,11 @@ def meta_problem(meta: dict) -> str | None:
     return None
 
 
-_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
+SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
                        "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
 
-def _dtype(d):
+def torch_dtype(d):
     if isinstance(d, torch.dtype):
         return d
     try:
@@ -153,7 +153,7 @@ def check_hashes_present(p: Path, meta: dict) -> None:
                            f"verify=False (gac evaluate --no-verify) if you trust them")
     if missing:
         raise GacError(f"checkpoint {str(p)!r}: {META_FILE} lacks {', '.join(missing)}, which every checkpoint of "
-                       f"format {FORMAT_VERSION} has (it was edited or damaged); {_COPY}, or load with verify=False "
+                       f"format {FORMAT_VERSION} has (it was edited or damaged); {COPY_CHECKPOINT_AGAIN}, or load with verify=False "
                        f"(gac evaluate --no-verify) if you edited it on purpose")
 
 
@@ -166,14 +166,14 @@ def verify_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> None
     for file, recorded in ((w.get("file"), w.get("sha256")), (w.get("buffers"), w.get("buffers_sha256"))):
         if not file or not recorded:
             continue
-        f = _inside(p, file, "weights file")
+        f = file_inside(p, file, "weights file")
         if not f.is_file():
             raise GacError(f"checkpoint {str(p)!r}: its file {file!r} {missing_reason(f)}; copy the whole checkpoint "
                            f"directory")
         _check_sha256(p, f, file, recorded)
     toks = meta.get("tokenizer_files") if isinstance(meta.get("tokenizer_files"), dict) else {}
     for file, recorded in toks.items():
-        f = _inside(p, file, "tokenizer file")
+        f = file_inside(p, file, "tokenizer file")
         if not f.is_file():
             raise GacError(f"checkpoint {str(p)!r} lacks its tokenizer file {file!r} ({missing_reason(f)}); copy the "
                            f"whole checkpoint directory")
@@ -204,6 +204,6 @@ def _verified_sha256(f: Path) -> str:
     return _HASHED[ident]
 
 
-def _safetensors_error(p: Path, file: Path, e: Exception) -> GacError:
+def safetensors_error(p: Path, file: Path, e: Exception) -> GacError:
     return GacError(f"checkpoint {str(p)!r}: {file.name} is truncated or not a safetensors file "
                     f"({str(e).splitlines()[0][:200]}); copy the checkpoint again from its source")

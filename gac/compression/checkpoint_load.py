@@ -13,16 +13,16 @@ from torch import nn
 
 from gac.compression.checkpoint import cast_model, guard_save_pretrained
 from gac.compression.checkpoint_format import (
-    _COPY,
-    _SAFETENSORS_DTYPES,
+    COPY_CHECKPOINT_AGAIN,
     META_FILE,
-    _dtype,
-    _inside,
-    _safetensors_error,
+    SAFETENSORS_DTYPES,
     check_hashes_present,
+    file_inside,
     meta_problem,
     meta_sha256,
     read_meta,
+    safetensors_error,
+    torch_dtype,
     verify_checkpoint,
 )
 from gac.compression.modules import build_module, get_module, module_spec, set_module
@@ -45,24 +45,24 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
     where = f"checkpoint {str(p)!r}"
     problem = meta_problem(meta)
     if problem:
-        raise GacError(f"{where}: {META_FILE}: {problem}; {_COPY}")
+        raise GacError(f"{where}: {META_FILE}: {problem}; {COPY_CHECKPOINT_AGAIN}")
     w = meta["weights"]
-    wfile = _inside(p, w["file"], "weights file")
+    wfile = file_inside(p, w["file"], "weights file")
     if not wfile.is_file():
         why = "is a directory" if wfile.is_dir() else missing_reason(wfile)
         raise GacError(f"{where}: its weights file {w['file']!r} {why}; copy the whole checkpoint directory")
     if w.get("buffers") is not None:
-        _inside(p, w["buffers"], "buffers file")
+        file_inside(p, w["buffers"], "buffers file")
     for tok in ("tokenizer.json", "tokenizer_config.json"):
         if (p / tok).exists():
             try:
                 read_json(p / tok, "tokenizer file", max_bytes=1 << 30)
             except GacError as e:
-                raise GacError(f"{where}: {e}; {_COPY}") from None
+                raise GacError(f"{where}: {e}; {COPY_CHECKPOINT_AGAIN}") from None
     try:
         skeleton = build_skeleton(meta, meta_device=True)
     except GacError as e:
-        raise GacError(f"{where}: {META_FILE} describes no model gac can rebuild ({e}); {_COPY}") from None
+        raise GacError(f"{where}: {META_FILE} describes no model gac can rebuild ({e}); {COPY_CHECKPOINT_AGAIN}") from None
     expected = {k: (tuple(t.shape), dtype_str(t.dtype)) for k, t in skeleton.state_dict().items()}
     stored: dict = {}
     try:
@@ -70,9 +70,9 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
             names = h.keys()  # a safe_open handle is not iterable
             for k in names:
                 sl = h.get_slice(k)
-                stored[k] = (tuple(sl.get_shape()), _SAFETENSORS_DTYPES.get(str(sl.get_dtype()), str(sl.get_dtype())))
+                stored[k] = (tuple(sl.get_shape()), SAFETENSORS_DTYPES.get(str(sl.get_dtype()), str(sl.get_dtype())))
     except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-        raise _safetensors_error(p, wfile, e) from None
+        raise safetensors_error(p, wfile, e) from None
     shared: dict[int, list[str]] = {}
     for n, t in skeleton.named_parameters(remove_duplicate=False):
         shared.setdefault(id(t), []).append(n)
@@ -82,7 +82,7 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
     if pair:
         kept, other = sorted(pair, key=lambda n: "lm_head" in n)
         raise GacError(f"{where}: {w['file']} holds {other!r}, a tensor the config has no place for: the config ties "
-                       f"it to {kept!r} (tie_word_embeddings), and the stored values differ; {_COPY}")
+                       f"it to {kept!r} (tie_word_embeddings), and the stored values differ; {COPY_CHECKPOINT_AGAIN}")
     missing = [k for k in expected if k not in stored and not any(o in stored for o in alias.get(k, ()))]
     extra = [k for k in stored if k not in expected]
     differ = [k for k in expected if k in stored and stored[k] != expected[k]]
@@ -97,12 +97,12 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
         if extra:
             parts.append(f"{len(extra)} in {w['file']} the config has no place for, e.g. {extra[0]!r}")
         raise GacError(f"{where}: {META_FILE} does not match its weights ({'; '.join(parts)}): the config was edited "
-                       f"or the weights come from another checkpoint; {_COPY}")
+                       f"or the weights come from another checkpoint; {COPY_CHECKPOINT_AGAIN}")
     if verify:
         check_hashes_present(p, meta)
         if meta["meta_sha256"] != meta_sha256(meta):
             raise GacError(f"{where}: {META_FILE} was changed after the checkpoint was saved (its sha256 differs); "
-                           f"{_COPY}, or load with verify=False (gac evaluate --no-verify) if you edited it on purpose")
+                           f"{COPY_CHECKPOINT_AGAIN}, or load with verify=False (gac evaluate --no-verify) if you edited it on purpose")
         verify_checkpoint(p, meta)
     return meta
 
@@ -123,7 +123,7 @@ def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = Fal
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): "
                        f"{why if len(why) < 200 else why[:197] + '...'}") from None
-    dt = _dtype(dtype or meta.get("dtype", "float32"))
+    dt = torch_dtype(dtype or meta.get("dtype", "float32"))
     dev = torch.device("meta") if meta_device else torch.device(device)
     try:
         with dev, no_init_weights():
@@ -167,9 +167,9 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
         missing, unexpected = load_model(model, str(wfile), strict=True, device=str(device))
     except RuntimeError as e:
         first = " ".join(str(e).split())[:300]
-        raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure ({first}); {_COPY}") from None
+        raise GacError(f"checkpoint {str(p)!r}: weights do not match the recorded structure ({first}); {COPY_CHECKPOINT_AGAIN}") from None
     except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-        raise _safetensors_error(p, wfile, e) from None
+        raise safetensors_error(p, wfile, e) from None
     if missing or unexpected:  # strict=True raises first; kept as a belt-and-braces guard
         raise GacError(f"checkpoint {str(p)!r}: missing {missing[:5]} unexpected {unexpected[:5]}")
     bfile = meta["weights"].get("buffers")
@@ -180,7 +180,7 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
         try:
             saved_buffers = load_file(str(p / bfile), device=str(device))
         except Exception as e:  # noqa: BLE001
-            raise _safetensors_error(p, p / bfile, e) from None
+            raise safetensors_error(p, p / bfile, e) from None
         for n, t in saved_buffers.items():
             if n not in own:
                 raise GacError(f"checkpoint {str(p)!r}: saved buffer {n!r} has no place in the rebuilt model")
@@ -188,7 +188,7 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
             mod = model.get_submodule(parent) if parent else model
             mod._buffers[leaf] = t  # same values and dtype as when saved
     if dtype is not None:
-        model = cast_model(model, _dtype(dtype))  # rotary inv_freq stays as saved (float32), as from_pretrained keeps it
+        model = cast_model(model, torch_dtype(dtype))  # rotary inv_freq stays as saved (float32), as from_pretrained keeps it
     model.eval()
     model._gac_recipe = meta.get("recipe")
     model._gac_base_model = meta.get("base_model")
@@ -203,5 +203,5 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
             tokenizer = AutoTokenizer.from_pretrained(str(p), **NO_REMOTE_CODE)
         except Exception as e:  # noqa: BLE001 - tokenizers raise many kinds for a damaged file
             why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {_COPY}") from None
+            raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {COPY_CHECKPOINT_AGAIN}") from None
     return model, tokenizer

@@ -20,7 +20,7 @@ from gac.compression.discovery import ModelLayout, discover
 from gac.compression.gradients import collect_gradient_stats
 from gac.compression.importance import iter_activation_stats
 from gac.compression.parts import stat_tensor
-from gac.compression.prepared import Prepared, _units_by_layer
+from gac.compression.prepared import Prepared, units_by_layer
 from gac.compression.proxies import get_proxy
 from gac.compression.resources import ResourceMeter
 from gac.compression.sensitivity import sensitivity_table
@@ -180,7 +180,7 @@ def prepare(
 
     if need_act:
         xtx, yty = comp.stat_requests(model, units)
-        by_layer = _units_by_layer(units, layout)
+        by_layer = units_by_layer(units, layout)
         layer_stats = iter_activation_stats(model, layout, calib_ids, mods, xtx=xtx, yty=yty)
         if not stream:  # every layer's statistics first, then every factorisation (for comparison and tests)
             with meter.stage("calibration"):

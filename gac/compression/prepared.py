@@ -216,7 +216,7 @@ class Prepared:
                 # in place, one decoder layer at a time: each layer's dense weights and factors are freed before the
                 # next layer's compressed modules are built, so apply never holds a second copy of the weights
                 # (unless after_apply needs the originals)
-                for us in _units_by_layer(self.units, self.layout).values():
+                for us in units_by_layer(self.units, self.layout).values():
                     old = self.compressor.apply(model, us, {u.name: plan.dims[u.name] for u in us if u.name in plan.dims},
                                                 self.factors)
                     if keep_originals:
@@ -271,7 +271,7 @@ class Prepared:
         return model, plan, report
 
 
-def _units_by_layer(units: list[Unit], layout: ModelLayout) -> dict[int, list[Unit]]:
+def units_by_layer(units: list[Unit], layout: ModelLayout) -> dict[int, list[Unit]]:
     """Units keyed by the last decoder layer their modules lie in (when that layer's statistics are complete)."""
     out: dict[int, list[Unit]] = {}
     for u in units:

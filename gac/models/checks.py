@@ -12,6 +12,7 @@ from pathlib import Path
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.untrusted import (
+    COPY_MODEL_AGAIN,
     NO_REMOTE_CODE,
     differing_tied_copies,
     hf_config,
@@ -41,20 +42,18 @@ def _header_shapes(files: list[Path], weight_map: dict[str, str] | None = None
                     sl = h.get_slice(k)
                     if k in where:
                         raise GacError(f"tensor {k!r} is in two weight files, {where[k]!r} and {f.name!r}; a loader "
-                                       f"would take either copy. {_COPY[0].upper()}{_COPY[1:]}")
+                                       f"would take either copy. {COPY_MODEL_AGAIN[0].upper()}{COPY_MODEL_AGAIN[1:]}")
                     out[k], where[k] = (tuple(sl.get_shape()), str(sl.get_dtype())), f.name
         except GacError:
             raise
         except Exception as e:  # noqa: BLE001 - SafetensorError, OSError: a truncated or foreign file
-            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({short_error(e)}); {_COPY}") from None
+            raise GacError(f"{str(f)!r} is truncated or not a safetensors file ({short_error(e)}); {COPY_MODEL_AGAIN}") from None
     for k, shard in (weight_map or {}).items():
         if where.get(k) != shard:
             held = f"is in {where[k]!r}" if k in where else "is in no shard"
-            raise GacError(f"model.safetensors.index.json maps tensor {k!r} to {shard!r}, but it {held}; {_COPY}")
+            raise GacError(f"model.safetensors.index.json maps tensor {k!r} to {shard!r}, but it {held}; "
+                           f"{COPY_MODEL_AGAIN}")
     return out
-
-
-_COPY = "copy the model directory again from its source"
 
 
 def _weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
@@ -63,7 +62,7 @@ def _weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
     refuse_pickled_weights(path)
     single = path / "model.safetensors"
     if single.exists() or single.is_symlink():
-        require_regular(single, _COPY)
+        require_regular(single, COPY_MODEL_AGAIN)
         return [single], None
     index = path / "model.safetensors.index.json"
     from gac.io import read_json
@@ -71,15 +70,15 @@ def _weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
     doc = read_json(index, "safetensors index", max_bytes=16 << 20)
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
-        raise GacError(f"{str(index)!r} has no weight_map of file names; {_COPY}")
+        raise GacError(f"{str(index)!r} has no weight_map of file names; {COPY_MODEL_AGAIN}")
     for name in sorted(set(wm.values())):
         if not name or Path(name).name != name or name in (".", ".."):
             raise GacError(f"{str(index)!r} names the shard {name!r}, which is not a file name inside the model "
-                           f"directory (gac reads no weights from elsewhere); {_COPY}")
+                           f"directory (gac reads no weights from elsewhere); {COPY_MODEL_AGAIN}")
         f = path / name
         if not (f.exists() or f.is_symlink()):
-            raise GacError(f"{str(index)!r} names {name!r}, which is not a file in the model directory; {_COPY}")
-        require_regular(f, _COPY)
+            raise GacError(f"{str(index)!r} names {name!r}, which is not a file in the model directory; {COPY_MODEL_AGAIN}")
+        require_regular(f, COPY_MODEL_AGAIN)
     return [path / n for n in sorted(set(wm.values()))], wm
 
 
@@ -93,7 +92,7 @@ def _check_generation_config(path: Path) -> None:
         GenerationConfig.from_pretrained(str(path), local_files_only=True, **NO_REMOTE_CODE)
     except Exception as e:  # noqa: BLE001 - ValueError for a bad value, OSError/JSONDecodeError for a bad file
         raise GacError(f"{str(path / 'generation_config.json')!r} is not a usable generation config ({short_error(e)}); "
-                       f"{_COPY}") from None
+                       f"{COPY_MODEL_AGAIN}") from None
 
 
 def _check_header_dtypes(path: Path, header: dict) -> None:
@@ -164,7 +163,7 @@ def _check_tied(path: Path, config, files: list[Path], shared: dict, prefix: str
         raise GacError(f"{str(path)!r}: its weights hold {other!r}, a tensor the config has no place for: config.json "
                        f"ties it to {kept!r}{tie}, and the stored values differ, so loading would keep one and drop "
                        f"the other. If the model has an output layer of its own, set tie_word_embeddings to false in "
-                       f"config.json; else remove {other!r} ({_COPY})")
+                       f"config.json; else remove {other!r} ({COPY_MODEL_AGAIN})")
 
 
 def check_hf_dir(path: Path):
@@ -235,7 +234,6 @@ def check_hf_dir(path: Path):
                        f"loading it would leave those weights random. Copy the model directory again from its source "
                        f"(was config.json edited, or a weights file replaced?)")
     return config
-
 
 
 def check_finite_weights(model, spec: str) -> None:
