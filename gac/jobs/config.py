@@ -184,10 +184,9 @@ def _placement(cfg: dict) -> tuple[str, dict | None]:
     parse_max_memory(max_memory)
     offload = _get(cfg, "model.offload_dir")
     if offload is not None:
-        p = Path(str(offload)).expanduser()
-        if (p.exists() or p.is_symlink()) and not p.is_dir():
-            raise GacError(f"config: model.offload_dir={offload} is not a directory (a file, a dangling link or a "
-                           f"device); give a directory for the weights placed on disk (it is made if missing)")
+        from gac.models.offload import check_offload_dir
+
+        check_offload_dir(offload)
     return device_map, None if max_memory is None else {str(k): v for k, v in dict(max_memory).items()}
 
 

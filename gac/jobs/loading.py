@@ -27,18 +27,20 @@ def load_job_model(spec: JobSpec, reserve=0):
         from dataclasses import replace
 
         from gac.dtypes import resolve_dtype
-        from gac.models.placement import place_model
+        from gac.models.offload import OffloadFolder
+        from gac.models.placement import parse_max_memory, place_model
 
-        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
-        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)))
-        offload = spec.offload_dir
-        if offload is None:  # the units on disk need their files while the process runs; removed when it ends
-            import atexit
-            import shutil
-
-            offload = tempfile.mkdtemp(prefix="gac-offload-")
-            atexit.register(shutil.rmtree, offload, True)
-        return place_model(model, spec.device, spec.max_memory, offload, reserve=reserve), tokenizer
+        folder = None
+        if "disk" in parse_max_memory(spec.max_memory):  # made (so checked writable) before the weights load
+            folder = OffloadFolder(spec.offload_dir if spec.offload_dir is not None else tempfile.gettempdir())
+        try:
+            dtype = resolve_dtype(spec.dtype or "auto", spec.device)
+            model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)))
+            return place_model(model, spec.device, spec.max_memory, folder, reserve=reserve), tokenizer
+        except BaseException:
+            if folder is not None:
+                folder.remove()
+            raise
 
 
 def _load_job_model(spec: JobSpec):

@@ -13,10 +13,11 @@ and evaluation run unchanged; the model's outputs come back to the device of its
 several devices beyond that (counts, flags, targets against logits) moves them explicitly (tested on a CPU with two
 fake devices, tests/models/fake_devices.py).
 
-A unit placed on ``disk`` keeps its weights in a file under the offload directory, memory-mapped copy-on-write:
-they are ordinary CPU tensors that the operating system pages in while the unit runs (and may page out again), so
-every weight read, gradient and module swap of compression works on them as on any CPU tensor, and nothing is ever
-written back to the file; a cast of their dtype goes through a file of its own (:class:`Offloaded`). Disk units run
+A unit placed on ``disk`` keeps its weights in a file gac writes under the offload directory, memory-mapped
+copy-on-write (:mod:`gac.models.offload`, which also says what gac writes there and when it goes): they are ordinary
+CPU tensors that the operating system pages in while the unit runs (and may page out again), so every weight read,
+gradient and module swap of compression works on them as on any CPU tensor, and nothing is ever written back to the
+file; a cast of their dtype goes through a file of its own (:class:`gac.models.offload.Offloaded`). Disk units run
 on the CPU.
 
 Latency stays a single-GPU measurement: :func:`spans_devices` tells the job that the model is spread, and the job
@@ -28,9 +29,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from gac.errors import GacError
 
@@ -308,85 +309,24 @@ def _move(obj, device):
     return obj
 
 
-def _offload(module, path: Path) -> None:
-    """``module``'s parameters and buffers written to ``path`` and read back memory-mapped, copy-on-write: the
-    module keeps its tensors (same names, dtypes, ``requires_grad``), now backed by the file instead of memory.
-    ``module._gac_offload`` (an :class:`Offloaded`) casts them through a file too."""
-    import torch
-
-    state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
-    torch.save(state, path)
-    del state
-    mapped = torch.load(path, mmap=True, weights_only=True)
-    module.load_state_dict(mapped, assign=True)
-    module._gac_offload = Offloaded(module, path)
-
-
-class Offloaded:
-    """A unit whose weights are memory-mapped from ``path`` (:func:`dispatch` to ``disk``), and how to change their
-    dtype without reading them into host memory: the gradient pass runs a float16 model in bfloat16
-    (:func:`gac.compression.gradients.collect_gradient_stats`), and an ordinary ``p.data.to(dtype)`` would turn
-    every weight on disk into host memory (131 GiB for Llama-3-70B)."""
-
-    def __init__(self, module, path: Path):
-        self.module, self.path = module, Path(path)
-
-    def cast(self, src, dst):
-        """The unit's ``src`` parameters and buffers cast to ``dst`` and written to a file beside the unit's, then
-        memory-mapped from it in their place (the same Parameter objects, so hooks and references hold); one unit
-        at a time passes through host memory. Returns the function that puts the originals back and removes the
-        file."""
-        import torch
-
-        owners = {}  # state-dict name -> (module, attribute, is a parameter)
-        for mname, m in self.module.named_modules():
-            for k, t in list(m._parameters.items()) + list(m._buffers.items()):
-                if t is not None and t.dtype == src:
-                    owners[f"{mname}.{k}" if mname else k] = (m, k, k in m._parameters)
-        if not owners:
-            return lambda: None
-        cast_path = self.path.with_name(f"{self.path.stem}.{str(dst).removeprefix('torch.')}.pt")
-        state = {}
-        for name, (m, k, is_param) in owners.items():
-            t = m._parameters[k] if is_param else m._buffers[k]
-            state[name] = t.detach().to(dst)
-        torch.save(state, cast_path)
-        del state
-        mapped = torch.load(cast_path, mmap=True, weights_only=True)
-        saved = []
-        for name, (m, k, is_param) in owners.items():
-            if is_param:
-                p = m._parameters[k]
-                saved.append((p, None, None, p.data))
-                p.data = mapped[name]
-            else:
-                saved.append((None, m, k, m._buffers[k]))
-                m._buffers[k] = mapped[name]
-        del mapped
-
-        def restore():
-            while saved:
-                p, m, k, orig = saved.pop()
-                if p is not None:
-                    p.data = orig
-                else:
-                    m._buffers[k] = orig
-            cast_path.unlink(missing_ok=True)
-
-        return restore
-
-
-def dispatch(model, device_map: Mapping[str, str], offload_dir: str | Path | None = None):
+def dispatch(model, device_map: Mapping[str, str], offload_dir=None):
     """Put every unit of ``device_map`` (:func:`plan_placement`) on its device (``disk``: memory-mapped from a file
-    under ``offload_dir``, run on the CPU) and make each unit move its inputs to its device; the model's outputs
+    gac writes in a folder of its own under ``offload_dir``, a path or an
+    :class:`gac.models.offload.OffloadFolder` made before loading; run on the CPU) and make each unit move its inputs to its device; the model's outputs
     return to the device of its inputs. Returns ``model`` (changed in place); :func:`placement_of` reads the map."""
     import torch
 
+    from gac.models.offload import OffloadFolder, offload
+
+    folder = offload_dir if isinstance(offload_dir, OffloadFolder) else None
     if any(d == "disk" for d in device_map.values()):
         if offload_dir is None:
             raise GacError("placement: units go to disk but no offload directory was given (model.offload_dir)")
-        offload_dir = Path(offload_dir).expanduser()
-        offload_dir.mkdir(parents=True, exist_ok=True)
+        folder = folder or OffloadFolder(offload_dir)
+        weakref.finalize(model, folder.remove)  # when the model is freed, or at exit
+    elif folder is not None:
+        folder.remove()  # made before loading, in case the plan put units on disk; it did not
+        folder = None
     holders: dict[int, int] = {}
     for n in device_map:
         for t in model.get_submodule(n).parameters():
@@ -400,7 +340,7 @@ def dispatch(model, device_map: Mapping[str, str], offload_dir: str | Path | Non
                 raise GacError(f"placement: {name} shares weights with another unit and cannot go to disk; give the "
                                f"first device room for it")
             mod.to("cpu")
-            _offload(mod, offload_dir / f"{name}.pt")
+            offload(mod, folder, name)
         else:
             mod.to(run_on)
         mod.register_forward_pre_hook(
@@ -421,6 +361,10 @@ def dispatch(model, device_map: Mapping[str, str], offload_dir: str | Path | Non
     for d in device_map.values():
         counts[d] = counts.get(d, 0) + 1
     log.info("model placed over %s", ", ".join(f"{d} ({k} units)" for d, k in counts.items()))
+    if folder is not None:
+        log.info("%d unit(s) on disk: %s of weights written to %s and memory-mapped from there; each file is unlinked "
+                 "once mapped (its space returns when the model is freed) and the folder removed with the model",
+                 counts.get("disk", 0), _gib(folder.written), folder.path)
     return model
 
 
@@ -469,7 +413,7 @@ def _plan(model, device: str, max_memory: Mapping | None, reserve, available=Non
                           extra_on=[d for d in caps if d not in named])
 
 
-def place_model(model, device: str, max_memory: Mapping | None = None, offload_dir: str | Path | None = None,
+def place_model(model, device: str, max_memory: Mapping | None = None, offload_dir=None,
                 reserve: WorkingSet | int = 0):
     """Plan (:func:`device_capacities`, :func:`placement_units`, :func:`plan_placement`; each device keeping its
     share of ``reserve``, the job's :func:`working_set`) and :func:`dispatch` ``model``, which may be anywhere (it is
@@ -525,7 +469,7 @@ def check_placed_fits(fp, config, device: str, max_memory: Mapping | None, what:
     return plan
 
 
-__all__ = ["DEVICE_MAPS", "Offloaded", "WorkingSet", "check_device_map", "check_placed_fits", "device_capacities",
+__all__ = ["DEVICE_MAPS", "WorkingSet", "check_device_map", "check_placed_fits", "device_capacities",
            "device_needs", "dispatch", "latency_note", "parse_max_memory", "parse_size", "place_model", "placement_of",
            "placement_summary", "placement_units", "plan_for_config", "plan_placement", "spans_devices",
            "unit_working_set", "working_set"]

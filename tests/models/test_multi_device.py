@@ -172,14 +172,16 @@ def test_the_bfloat16_pass_keeps_disk_units_on_disk(tmp_path, tiny_data):
     assert "model.layers.3" in on_disk
     w = model.get_submodule("model.layers.3").mlp.down_proj.weight
     orig_ptr, orig = w.data_ptr(), w.detach().clone()
-    assert mapped_from(orig_ptr) == str(tmp_path / "model.layers.3.pt")
+    (own,) = tmp_path.iterdir()  # the folder of its own gac made
+    assert mapped_from(orig_ptr) == str(own / "model.layers.3.pt")
     restore = _cast_floating(model, torch.float16, torch.bfloat16)
     assert w.dtype == torch.bfloat16
-    assert mapped_from(w.data_ptr()) == str(tmp_path / "model.layers.3.bfloat16.pt")  # a file, not host memory
+    assert mapped_from(w.data_ptr()) == str(own / "model.layers.3.bfloat16.pt")  # a file, not host memory
+    assert not any(own.iterdir())  # each file unlinked once mapped: nothing to leave behind
     restore()
     restore()  # idempotent
     assert w.dtype == torch.float16 and w.data_ptr() == orig_ptr and torch.equal(w, orig)
-    assert not (tmp_path / "model.layers.3.bfloat16.pt").exists()
+    assert mapped_from(w.data_ptr()) == str(own / "model.layers.3.pt")
     mods = _proj(model)
     got = collect_gradient_stats(model, calib, mods, ("taylor_mean",))
     ref = collect_gradient_stats(_tiny("fp16"), calib, mods, ("taylor_mean",))
