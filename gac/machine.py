@@ -108,6 +108,14 @@ def pid_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[-1].split()[19]
 
 
+def boot_id() -> str | None:
+    """This boot of the machine (Linux): a pid and its :func:`pid_start` name one process only within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _started_at(pid: int) -> float | None:
     """When ``pid`` started, in seconds since the epoch (Linux), or None where it cannot be read."""
     ticks = pid_start(pid)

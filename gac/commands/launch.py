@@ -10,7 +10,9 @@ gac launch status [--results-dir DIR] OVERRIDES...   every point of the sweep th
                                                      and its Slurm job as squeue shows it (1_0: array 1, task 0);
                                                      for a Slurm sweep, where its end-of-sweep job is (waiting for
                                                      the array, running, or done: the report with the table)
-gac launch cluster start|stop [--dir D]              the loopback single-node Slurm cluster (root)
+gac launch cluster start|stop [--dir D]              the loopback single-node Slurm cluster (root); gac
+                                                     uses only a directory it made, and stops only the
+                                                     daemons it started
 """
 
 
@@ -22,15 +24,17 @@ def add_arguments(p):
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c = sub.add_parser("cluster", help="start or stop the loopback Slurm cluster used by the integration tests")
     c.add_argument("action", choices=["install", "start", "stop"])
-    c.add_argument("--dir", default=None)
+    c.add_argument("--dir", default=None,
+                   help="the cluster's directory (default: gac-slurm in the temp directory): a new or empty one, "
+                        "which gac makes and marks, or one it made before; any other is refused")
 
 
 def run(args) -> int:
     if args.launch_cmd == "cluster":
         from gac.launch import local_cluster
 
-        argv = [args.action] + (["--dir", args.dir] if args.dir else [])
-        return local_cluster.main(argv)
+        local_cluster.run_action(args.action, args.dir)
+        return 0
     import json
 
     from gac.launch.status import sweep_end_status, sweep_status

@@ -1,8 +1,15 @@
 """A real single-node Slurm cluster on loopback, for integration tests and for trying a sweep locally.
 
 Daemons: munged, MariaDB (accounting storage), slurmdbd, slurmctld, slurmd — each started in the foreground
-mode, backgrounded, its PID recorded in the state directory; ``stop`` signals only recorded PIDs. Accounting
-is needed: without slurmdbd, submitit cannot learn the state of a job that died without a result file.
+mode, backgrounded, and recorded in the cluster's directory (``pids.json``: its PID, its start time, this boot and
+its program). Accounting is needed: without slurmdbd, submitit cannot learn the state of a job that died without a
+result file.
+
+gac touches only what it made. ``start`` uses a new directory (made and marked with :data:`MARKER`), an empty one
+(marked), or one it marked before (its own entries, :data:`OWN_ENTRIES`, removed; anything else left); any other
+directory is refused before anything is written, and so are missing binaries or daemon users. ``stop`` signals a
+recorded PID only while it is still the daemon gac started (same start time, same boot, same program; never 0, 1, a
+negative PID or a process group), and refuses a ``pids.json`` it did not write before signalling anything.
 
     python -m gac.launch.local_cluster install        # apt-get the daemons (root, Debian/Ubuntu)
     python -m gac.launch.local_cluster start [--dir D]
@@ -15,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -28,11 +35,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.io import create_new, path_kind, read_json, write_json_atomic
+from gac.machine import boot_id, hostname, pid_start
 
 PACKAGES = ("slurm-wlm", "munge", "slurmdbd", "mariadb-server")
-REQUIRED = ("munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sinfo")
+REQUIRED = ("munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "slurmctld", "slurmd",
+            "sbatch", "sinfo", "setpriv")
+USERS = ("munge", "mysql")  # munged and MariaDB run as their own users (the packages make them)
 PORTS = (6817, 6818, 6819)
 DEFAULT_DIR = Path(tempfile.gettempdir()) / "gac-slurm"
+#: the file that makes a directory one gac made (or took empty) for a local cluster: only such a one is reused
+MARKER = ".gac-local-cluster"
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+#: what gac writes at the top of a cluster directory; a reused directory loses these, and keeps anything else
+OWN_ENTRIES = ("state", "spool", "mysql", "slurm.conf", "slurmdbd.conf", "pids.json", "slurmctld.pid", "slurmd.pid",
+               "slurmdbd.pid", "slurmctld.log", "slurmd.log", "slurmdbd.log", *(f"{n}.out" for n in DAEMONS))
+_NOTHING_SIGNALLED = ("nothing was signalled: stop the cluster's daemons yourself (ps -ef | grep -E "
+                      "'munged|mariadbd|slurm'), then remove the file")
 
 
 @dataclass
@@ -81,20 +100,126 @@ def _wait(pred, timeout: float, what: str, log: Path | None = None) -> None:
     raise GacError(f"local Slurm cluster: {what} did not come up within {timeout:.0f} s{tail}")
 
 
-def _spawn(cmd: list[str], state: Path, name: str, env=None) -> int:
+def missing_users() -> list[str]:
+    out = []
+    for u in USERS:
+        try:
+            pwd.getpwnam(u)
+        except KeyError:
+            out.append(u)
+    return out
+
+
+def _program(path: str) -> str:
+    """The real path of a program, as /proc/PID/exe shows it (a binary replaced while running ends in " (deleted)")."""
+    return os.path.realpath(shutil.which(path) or path).removesuffix(" (deleted)")
+
+
+def _spawn(cmd: list[str], state: Path, name: str, env=None, programs: tuple[str, ...] = ()) -> int:
+    """Start ``cmd`` in its own session, logging to ``state/name.out``, and record it in ``pids.json`` as the daemon
+    ``name``: its PID, its start time, this boot, and the programs it may be (``cmd[0]`` and ``programs``: a
+    launcher such as setpriv becomes the daemon it starts), which :func:`stop` checks before signalling it."""
     log = state / f"{name}.out"
     with open(log, "ab") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                              start_new_session=True)
+    start, boot = pid_start(p.pid), boot_id()
+    if start is None or boot is None:  # without /proc the daemon could not be told from a later process
+        p.kill()
+        p.wait()
+        raise GacError("the local Slurm cluster needs Linux's /proc to record its daemons; run it on Linux")
     pids = _read_pids(state)
-    pids[name] = p.pid
-    (state / "pids.json").write_text(json.dumps(pids))
+    pids[name] = {"pid": p.pid, "start": start, "boot": boot,
+                  "programs": sorted({_program(c) for c in (cmd[0], *programs)})}
+    write_json_atomic(state / "pids.json", pids, overwrite=True)
     return p.pid
 
 
+def _bad_record(f: Path, name: str, rec) -> str | None:
+    """Why the entry ``name: rec`` of ``f`` is not a daemon record :func:`_spawn` writes, or None."""
+    if not isinstance(rec, dict) or set(rec) != {"pid", "start", "boot", "programs"}:
+        return (f"{f}: the entry of {name!r} ({str(rec)[:60]}) is not a record gac writes (a PID with its start time, "
+                f"boot and program)")
+    pid = rec["pid"]
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        return f"{f}: {name!r} has PID {pid!r}, which is not a whole number"
+    if pid <= 1 or pid == os.getpid():
+        why = {0: "0 would signal gac's own process group", -1: "-1 would signal every process",
+               1: "1 is init"}.get(pid, "a negative PID would signal a process group" if pid < 0 else "it is gac itself")
+        return f"{f}: {name!r} has PID {pid}, which is no daemon gac started ({why})"
+    if not (isinstance(rec["start"], str) and rec["start"].isdigit() and isinstance(rec["boot"], str)
+            and isinstance(rec["programs"], list) and rec["programs"]
+            and all(isinstance(x, str) and x.startswith("/") for x in rec["programs"])):
+        return f"{f}: the entry of {name!r} ({str(rec)[:80]}) is not a record gac writes"
+    return None
+
+
 def _read_pids(state: Path) -> dict:
+    """The daemons recorded in ``state/pids.json`` (``{}`` when there is none), every entry checked before any is
+    used: a file gac did not write is refused in one line, whatever it names."""
     f = state / "pids.json"
-    return json.loads(f.read_text()) if f.exists() else {}
+    if not (f.exists() or f.is_symlink()):
+        return {}
+    if f.is_symlink():
+        raise GacError(f"{f} is a symbolic link, not the record gac writes; {_NOTHING_SIGNALLED}")
+    try:
+        pids = read_json(f, "the local cluster's PID record", max_bytes=1 << 20)
+    except GacError as e:
+        raise GacError(f"{e}; {_NOTHING_SIGNALLED}") from None
+    if not isinstance(pids, dict):
+        raise GacError(f"{f} holds a JSON {type(pids).__name__}, not the daemons gac records; {_NOTHING_SIGNALLED}")
+    for name, rec in pids.items():
+        bad = _bad_record(f, name, rec)
+        if bad:
+            raise GacError(f"{bad}; {_NOTHING_SIGNALLED}")
+    return pids
+
+
+def _not_the_daemon(rec: dict) -> str | None:
+    """None while the process ``rec`` records is the daemon gac started (the same PID, start time, boot and
+    program); ``"is not running"`` when no process has its PID; else why another process with its PID is not it."""
+    pid = rec["pid"]
+    start = pid_start(pid)
+    if start is None:
+        return "is not running"
+    with contextlib.suppress(OSError, IndexError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z":  # ended, not yet reaped
+            return "is not running"
+    if rec["boot"] != boot_id():
+        return f"is not running: the machine restarted since, and PID {pid} is another process now"
+    if start != rec["start"]:
+        return f"is not running: PID {pid} is another process now (it started at another time)"
+    with contextlib.suppress(OSError):  # a daemon of another user, for a caller who is not root: start time suffices
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+        if exe not in rec["programs"]:
+            return f"is not running: PID {pid} is {exe} now"
+    return None
+
+
+def _signal(rec: dict, sig: int) -> bool:
+    """Send ``sig`` to the daemon ``rec`` records, only while it is that daemon (checked through a pidfd where the
+    kernel has them, so the PID cannot be reused between the check and the signal). True when it was sent."""
+    pid = rec["pid"]
+    fd = None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):
+        pass
+    try:
+        if _not_the_daemon(rec) is not None:
+            return False
+        if fd is None:
+            os.kill(pid, sig)
+        else:
+            signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _ok(cmd, env=None) -> bool:
@@ -155,34 +280,94 @@ LogFile={d}/slurmdbd.log
 """
 
 
-def start(directory: str | os.PathLike | None = None, cpus: int | None = None, mem_mb: int = 4096) -> Cluster:
-    """Start the daemons (root only) and wait until the node is idle. Returns the cluster handle."""
+def _marked(d: Path) -> bool:
+    m = d / MARKER
+    return m.is_file() and not m.is_symlink()
+
+
+def _dir_state(d: Path) -> str:
+    """What ``start`` may do with ``d``, read without writing anything: ``"new"`` (gac makes it), ``"empty"`` (an
+    empty directory of the caller's: gac marks it), ``"ours"`` (one gac marked before, no daemon of it running).
+    Anything else is refused in one line."""
+    use = "give a new or empty directory (gac makes and marks it), or one gac made for a cluster before"
+    if d.is_symlink():
+        raise GacError(f"--dir {d} is a symbolic link; {use} (by its own path)")
+    if not d.exists():
+        parent = d.parent
+        if not parent.is_dir():
+            what = "does not exist" if not parent.exists() else f"is {path_kind(parent) or 'a file'}"
+            raise GacError(f"--dir {d}: its parent {parent} {what}; {use}")
+        return "new"
+    if not d.is_dir():
+        raise GacError(f"--dir {d} is {path_kind(d) or 'a file'}, not a directory; {use}")
+    if d.stat().st_uid != os.geteuid():
+        raise GacError(f"--dir {d} belongs to another user (uid {d.stat().st_uid}); {use}")
+    if _marked(d):
+        live = [n for n, rec in _read_pids(d).items() if _not_the_daemon(rec) is None]
+        if live:
+            raise GacError(f"{d} holds a running cluster ({', '.join(live)}); stop it first "
+                           f"(gac launch cluster stop --dir {d})")
+        return "ours"
+    if any(d.iterdir()):
+        raise GacError(f"--dir {d} holds files gac did not make (no {MARKER} in it); nothing was changed; {use}")
+    return "empty"
+
+
+def _check_prerequisites(d: Path) -> None:
+    """Everything ``start`` needs that it does not make, checked before it writes anything: one line each."""
     missing = missing_binaries()
     if missing:
         raise GacError(
             f"Slurm is not installed here (missing: {', '.join(missing)}); run "
-            f"`python -m gac.launch.local_cluster install` (root) or apt-get install {' '.join(PACKAGES)}"
+            f"`gac launch cluster install` (root) or apt-get install {' '.join(PACKAGES)}"
         )
     if os.geteuid() != 0:
         raise GacError("the loopback Slurm cluster runs its daemons as root; run as root")
+    users = missing_users()
+    if users:
+        raise GacError(f"the user(s) {', '.join(users)} that munged and MariaDB run as do not exist here (the munge "
+                       f"and mariadb-server packages make them); run `gac launch cluster install` (root) or apt-get "
+                       f"install {' '.join(PACKAGES)}")
     busy = [p for p in PORTS if _port_open(p)]
     if busy:
         raise GacError(f"ports {busy} are in use (another slurmctld/slurmd/slurmdbd?); stop it first")
-    d = Path(directory or DEFAULT_DIR)
-    if d.exists() and _read_pids(d):
-        raise GacError(f"{d} holds a running cluster's PIDs; stop it first (python -m gac.launch.local_cluster stop --dir {d})")
-    if d.exists():
-        shutil.rmtree(d)  # job ids restart at 1 with fresh state; stale state would confuse submitit
-    d.mkdir(parents=True)
-    d.chmod(0o755)
     for parent in d.resolve().parents:  # munge and mysql run as their own users: they must reach the directory
         if not parent.stat().st_mode & 0o001:
             raise GacError(f"{parent} is not searchable by other users (mode {oct(parent.stat().st_mode & 0o777)}); "
                            f"the munge and mysql daemons cannot reach {d}: choose a directory under /tmp")
+
+
+def claim_dir(d: Path) -> Path:
+    """Make ``d`` the cluster's directory (:func:`_dir_state` decides whether it may): a new one made, an empty one
+    marked, one gac marked before emptied of its own entries (:data:`OWN_ENTRIES`: fresh state, so job ids restart
+    at 1 and no stale state confuses submitit), anything else in it left alone."""
+    state = _dir_state(d)
+    if state == "new":
+        d.mkdir()
+    if state in ("new", "empty"):
+        fd = create_new(d / MARKER)
+        with os.fdopen(fd, "w") as f:
+            f.write("made by `gac launch cluster start`: gac may reuse this directory and remove its own entries\n")
+    else:
+        for name in OWN_ENTRIES:
+            e = d / name
+            if e.is_dir() and not e.is_symlink():
+                shutil.rmtree(e)
+            elif e.exists() or e.is_symlink():
+                e.unlink()
+    d.chmod(0o755)
     for sub in ("state", "spool"):
         (d / sub).mkdir()
-    from gac.machine import hostname
+    return d
 
+
+def start(directory: str | os.PathLike | None = None, cpus: int | None = None, mem_mb: int = 4096) -> Cluster:
+    """Start the daemons (root only) and wait until the node is idle. Returns the cluster handle. Nothing is
+    written before the directory and every prerequisite are checked."""
+    d = Path(directory or DEFAULT_DIR).expanduser()
+    _dir_state(d)
+    _check_prerequisites(d)
+    claim_dir(d)
     host = hostname()  # the short name Slurm knows this node by
     cpus = cpus or os.cpu_count() or 1
     conf = d / "slurm.conf"
@@ -196,7 +381,8 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
         if not _ok(["sh", "-c", "munge -n | unmunge"]):
-            _spawn(["setpriv", "--reuid=munge", "--regid=munge", "--init-groups", _bin("munged"), "-F"], d, "munged")
+            _spawn([_bin("setpriv"), "--reuid=munge", "--regid=munge", "--init-groups", _bin("munged"), "-F"], d,
+                   "munged", programs=(_bin("munged"),))
             _wait(lambda: _ok(["sh", "-c", "munge -n | unmunge"]), 20, "munged", d / "munged.out")
         # 2. MariaDB, files inside its own datadir
         my = d / "mysql"
@@ -229,30 +415,51 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
     return Cluster(d, conf)
 
 
-def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> None:
-    """Stop the daemons this module started (recorded PIDs only), newest first; SIGKILL after ``timeout``."""
-    d = Path(directory or DEFAULT_DIR)
-    pids = _read_pids(d)
+def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> list[str]:
+    """Stop the daemons this module started, newest first, each only while it is still the daemon recorded
+    (:func:`_not_the_daemon`); SIGKILL after ``timeout``. Returns a note for each recorded PID left alone because
+    another process has it now."""
+    d = Path(directory or DEFAULT_DIR).expanduser()
+    if not d.is_dir():
+        raise GacError(f"no local cluster in {d}: it {path_kind(d) and 'is ' + path_kind(d) or 'does not exist'}; "
+                       f"give the --dir the cluster was started with")
+    if not _marked(d):
+        raise GacError(f"{d} is not a directory gac made for a local cluster (no {MARKER} in it); nothing was "
+                       f"signalled; give the --dir the cluster was started with")
+    pids = _read_pids(d)  # every entry checked before any is signalled
+    notes = []
     for name in reversed(list(pids)):
-        pid = pids[name]
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
+        rec = pids[name]
+        why = _not_the_daemon(rec)
+        if why is not None:
+            if why != "is not running":
+                notes.append(f"{name} (PID {rec['pid']}) {why}; it was left alone")
+            continue
+        if not _signal(rec, signal.SIGTERM):
             continue
         end = time.time() + timeout
-        while time.time() < end:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            with contextlib.suppress(ChildProcessError):  # reap if it is our child
-                os.waitpid(pid, os.WNOHANG)
+        while time.time() < end and _not_the_daemon(rec) is None:
             time.sleep(0.1)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    if (d / "pids.json").exists():
-        (d / "pids.json").unlink()
+        _signal(rec, signal.SIGKILL)
+        if pid_start(rec["pid"]) == rec["start"]:  # ended (or killed), not yet reaped: reap it if it is our child
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(rec["pid"], 0)
+    (d / "pids.json").unlink(missing_ok=True)
+    return notes
+
+
+def run_action(action: str, directory: str | os.PathLike | None = None, cpus: int | None = None,
+               mem_mb: int = 4096) -> None:
+    """``install``, ``start`` (prints the ``export SLURM_CONF=...`` line) or ``stop`` (a note on stderr for each
+    recorded PID left alone); raises :class:`GacError` for bad input."""
+    if action == "install":
+        install()
+    elif action == "start":
+        c = start(directory, cpus, mem_mb)
+        print(f"export SLURM_CONF={c.conf}")
+    else:
+        for note in stop(directory):
+            print(f"note: {note}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
@@ -263,13 +470,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-mb", type=int, default=4096)
     a = ap.parse_args(argv)
     try:
-        if a.action == "install":
-            install()
-        elif a.action == "start":
-            c = start(a.dir, a.cpus, a.mem_mb)
-            print(f"export SLURM_CONF={c.conf}")
-        else:
-            stop(a.dir)
+        run_action(a.action, a.dir, a.cpus, a.mem_mb)
     except GacError as e:
         print(f"local_cluster: error: {e}", file=sys.stderr)
         return 2
