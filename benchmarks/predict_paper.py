@@ -239,13 +239,13 @@ def paper_structures(config, data) -> dict:
 
 
 def predict_row(r: dict, pr, structure, boot: int) -> None:
-    """Fill a point's prediction, its wave bounds, the bootstrap half-width and its error."""
+    """Fill a point's prediction, its wave bounds, the bootstrap half-width (0 with ``boot`` 0) and its error."""
     from gac.predict.predictor import simulate, summarize
 
     ks = pr.kernels(structure, r["batch"], r["seq_len"])
     p = summarize(ks, simulate(ks, pr.issue_ms))
     lo, hi = pr.wave_bounds(ks)
-    reps = pr.bootstrap(ks, boot)
+    reps = pr.bootstrap(ks, boot) if boot else [p.total_ms]
     meas = r["measured_ms"]
     r.update(predicted_ms=p.total_ms, launch_wait_ms=p.launch_wait_ms, wave_bounds_ms=[lo, hi],
              predicted_kernels=len(ks), regime="launch" if p.launch_wait_ms >= LAUNCH_BOUND * p.total_ms else "gpu",
@@ -342,6 +342,26 @@ def evidence_rows(doc, gpu: str, preds, boot: int) -> tuple[list[dict], dict]:
     sdpas = [(a, sdpa_ms(pr.cal, a["batch"], a["heads"], a["seq_len"], a["head_dim"], True, a["kv_heads"]))
              for a in doc.get("sdpa", [])]
     return rows, {"gemm": gemms, "sdpa": sdpas}
+
+
+def score_evidence(doc, gpu: str, boot: int) -> tuple[list[dict], list[dict], dict, float]:
+    """An evidence file scored alone: ``(design rows, evidence rows, per-kernel pairs, model-form width)``, the
+    width fitted on the design points (baselines: no plan to rebuild) and the intervals added to both."""
+    from gac.compression.structure import Structure
+    from gac.predict import Predictor
+    from gac.predict.report import resolve_model
+
+    data = json.loads(DATA.read_text())
+    _, config = resolve_model("llama3_8b")
+    base = Structure(config, "float16")
+    preds = {g: Predictor(g) for g in ("a100", "h100")}
+    design = [r for r in _points(data) if r["role"] == "design"]
+    for r in design:
+        predict_row(r, preds[r["gpu"]], base, 0)
+    model_err = model_form_error(design)
+    rows, meta = evidence_rows(doc, gpu, preds, boot)
+    add_intervals(design + rows, model_err)
+    return design, rows, meta, model_err
 
 
 def _print_evidence(rows, meta, doc) -> dict:
@@ -488,22 +508,24 @@ def main(argv=None) -> int:
     from gac.predict.report import resolve_model
 
     data = json.loads(DATA.read_text())
-    _, config = resolve_model("llama3_8b")
-    st = paper_structures(config, data)
-    preds = {g: Predictor(g) for g in ("a100", "h100")}
-    rows = _points(data)
-    if args.evidence_only:  # only what the model-form width needs: the calibration and design points
-        rows = [r for r in rows if r["role"] in ("calibration", "design")]
-    for r in rows:
-        predict_row(r, preds[r["gpu"]], st[(r["compressor"], r["variant"])], args.boot)
-    ev_rows, ev_meta = [], None
-    if evidence is not None:
-        ev_rows, ev_meta = evidence_rows(evidence, args.evidence_as, preds, args.boot)
-        rows += ev_rows
-    # the model-form width: fitted on the design points only
-    design = [r for r in rows if r["role"] == "design"]
-    model_err = model_form_error(rows)
-    add_intervals(rows, model_err)
+    if args.evidence_only:  # the evidence alone, with the design points its intervals' width is fitted on
+        design, ev_rows, ev_meta, model_err = score_evidence(evidence, args.evidence_as, args.boot)
+        rows, st, preds = design + ev_rows, None, None
+    else:
+        _, config = resolve_model("llama3_8b")
+        st = paper_structures(config, data)
+        preds = {g: Predictor(g) for g in ("a100", "h100")}
+        rows = _points(data)
+        for r in rows:
+            predict_row(r, preds[r["gpu"]], st[(r["compressor"], r["variant"])], args.boot)
+        ev_rows, ev_meta = [], None
+        if evidence is not None:
+            ev_rows, ev_meta = evidence_rows(evidence, args.evidence_as, preds, args.boot)
+            rows += ev_rows
+        # the model-form width: fitted on the design points only
+        design = [r for r in rows if r["role"] == "design"]
+        model_err = model_form_error(rows)
+        add_intervals(rows, model_err)
 
     print("PREDICTED prefill latency (gac.predict, from the GAC authors' published kernel data) against their "
           "PUBLISHED measurements; Llama-3-8B, fp16, HF eager")
