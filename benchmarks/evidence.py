@@ -63,11 +63,17 @@ ITERS = {"gpu": (3, 10, 5), "cpu-smoke": (1, 2, 2)}
 GROUP = 64  # GEMMs per profiler session
 
 
+_SIBLINGS: dict = {}
+
+
 def _sibling(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).with_name(f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """Another script of benchmarks/ as a module (loaded once)."""
+    if name not in _SIBLINGS:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).with_name(f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _SIBLINGS[name] = mod
+    return _SIBLINGS[name]
 
 
 class Budget:
@@ -277,9 +283,9 @@ def gemm_inputs(g: dict, device, dtype):
     """``x`` (a strided slice where the model slices one) and ``W`` of one GEMM, random."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(g["M"], g["lead_k"] or g["K"], generator=gen).to(device, dtype)[:, :g["K"]]
-    return x, (torch.randn(g["N"], g["K"], generator=gen) * 0.02).to(device, dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(g["M"], g["lead_k"] or g["K"], generator=gen, device=device, dtype=dtype)[:, :g["K"]]
+    return x, torch.randn(g["N"], g["K"], generator=gen, device=device, dtype=dtype) * 0.02
 
 
 def gemm_call(inputs):
@@ -293,8 +299,8 @@ def sdpa_inputs(a: dict, device, dtype):
     """q (k and v are q: repeated to the query heads, as transformers does before SDPA)."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
-    return torch.randn(a["batch"], a["heads"], a["seq_len"], a["head_dim"], generator=gen).to(device, dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    return torch.randn(a["batch"], a["heads"], a["seq_len"], a["head_dim"], generator=gen, device=device, dtype=dtype)
 
 
 def sdpa_call(q):
@@ -309,7 +315,6 @@ def run_evidence(out: Path, smoke: bool, budget_s: float, device_name: str | Non
     import torch
 
     from gac.compression.structure import Structure, architecture
-    from gac.predict import Predictor
     from gac.predict.report import resolve_model
 
     scale = "cpu-smoke" if smoke else "gpu"
@@ -328,7 +333,7 @@ def run_evidence(out: Path, smoke: bool, budget_s: float, device_name: str | Non
     config = architecture(name, random_weights=True, arch=arch)
     plans = variants(config, name if layers is None else "", pp)
     structures = {(c, v): Structure(config, "float16", None if c == "none" else c, {}, d) for c, v, d in plans}
-    gemms, sdpas = kernel_shapes(structures.values(), seqs, Predictor("h100").cal)
+    gemms, sdpas = kernel_shapes(structures.values(), seqs, pp.predictors()["h100"].cal)
     doc = {"kind": pp.EVIDENCE_KIND, "format": pp.EVIDENCE_FORMAT, "scale": scale, "command": command,
            "model": name, "arch": arch, "dtype": str(dtype).removeprefix("torch."), "batch": 1, "seq_lens": list(seqs),
            "layers_note": ("all layers of the model" if layers is None else f"{layers} layers built (of the model's "

@@ -344,17 +344,29 @@ def evidence_rows(doc, gpu: str, preds, boot: int) -> tuple[list[dict], dict]:
     return rows, {"gemm": gemms, "sdpa": sdpas}
 
 
+_PREDICTORS: dict = {}
+
+
+def predictors() -> dict:
+    """The a100 and h100 predictors, calibrated once per process."""
+    from gac.predict import Predictor
+
+    for g in ("a100", "h100"):
+        if g not in _PREDICTORS:
+            _PREDICTORS[g] = Predictor(g)
+    return _PREDICTORS
+
+
 def score_evidence(doc, gpu: str, boot: int) -> tuple[list[dict], list[dict], dict, float]:
     """An evidence file scored alone: ``(design rows, evidence rows, per-kernel pairs, model-form width)``, the
     width fitted on the design points (baselines: no plan to rebuild) and the intervals added to both."""
     from gac.compression.structure import Structure
-    from gac.predict import Predictor
     from gac.predict.report import resolve_model
 
     data = json.loads(DATA.read_text())
     _, config = resolve_model("llama3_8b")
     base = Structure(config, "float16")
-    preds = {g: Predictor(g) for g in ("a100", "h100")}
+    preds = predictors()
     design = [r for r in _points(data) if r["role"] == "design"]
     for r in design:
         predict_row(r, preds[r["gpu"]], base, 0)
@@ -504,7 +516,6 @@ def main(argv=None) -> int:
             return 2
     t0 = time.perf_counter()
 
-    from gac.predict import Predictor
     from gac.predict.report import resolve_model
 
     data = json.loads(DATA.read_text())
@@ -514,7 +525,7 @@ def main(argv=None) -> int:
     else:
         _, config = resolve_model("llama3_8b")
         st = paper_structures(config, data)
-        preds = {g: Predictor(g) for g in ("a100", "h100")}
+        preds = predictors()
         rows = _points(data)
         for r in rows:
             predict_row(r, preds[r["gpu"]], st[(r["compressor"], r["variant"])], args.boot)

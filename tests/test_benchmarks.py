@@ -92,7 +92,10 @@ def test_evidence_cpu_smoke_feeds_predict_paper_as_a_held_out_set(tmp_path, keep
     assert len(doc["traces"]) == 72 and all(t["kernels"] > 0 for t in doc["traces"])
     assert {"library", "tile", "split_k"} <= set(doc["gemm"][0]["kernels"][0])
     # the file is a held-out set for predict_paper
-    assert paper.main(["--evidence", str(out), "--evidence-only", "--quick"]) == 0
+    assert paper.main(["--evidence", str(out), "--evidence-only", "--quick"]) == 2  # a CPU stands in for no GPU
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --evidence-as a100|h100" in err[0]
+    assert paper.main(["--evidence", str(out), "--evidence-as", "h100", "--evidence-only", "--quick"]) == 0
     text = capsys.readouterr().out
     assert "held out (evidence)" in text and "Evidence cpu-smoke run" in text and "mean nothing" in text
     assert "prefill, held out: median |error|" in text and "GEMM kernels measured alone" in text
@@ -109,7 +112,7 @@ def test_evidence_stops_within_its_budget_and_keeps_what_it_has(tmp_path, keep_t
     assert "INCOMPLETE: the budget (0 s) ends before prefill none baseline S=8" in capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and doc["prefill"] == [] and doc["stopped"].startswith("the budget")
-    assert paper.main(["--evidence", str(out), "--evidence-only", "--quick"]) == 2
+    assert paper.main(["--evidence", str(out), "--evidence-as", "h100", "--evidence-only", "--quick"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds no prefill measurement" in err[0]
     out.write_text("not json")
