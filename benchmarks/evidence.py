@@ -230,7 +230,6 @@ def _timeline(prof, device) -> list[tuple[str, float]]:
 
 def profiled(items, run_one, reps: int, device) -> list[list[tuple[str, float]]]:
     """Run each item ``reps`` times under one profiler session, a marker before each; the kernels of each item."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -388,7 +387,7 @@ def run_evidence(out: Path, smoke: bool, budget_s: float, device_name: str | Non
                 for s in seqs:
                     model(input_ids=ids[s], use_cache=False)
                 _sync(device)
-                found = profiled(list(seqs), lambda s: model(input_ids=ids[s], use_cache=False), 1, device)
+                found = profiled(list(seqs), lambda s, m=model, x=ids: m(input_ids=x[s], use_cache=False), 1, device)
             for s, ks in zip(seqs, found):
                 table = kernel_table(ks, 1)
                 doc["traces"].append({"compressor": c, "variant": v, "seq_len": s, "kernels": len(ks),
@@ -445,7 +444,12 @@ def print_table5(out: Path, gpu: str | None, boot: int) -> None:
     """Table 5's latency column: measured here at S=1024 (the smoke's S=64) beside the prediction and its interval."""
     pp = _sibling("predict_paper")
     doc = pp.read_evidence(out)
-    gpu = gpu or pp.stands_in_for(doc)
+    try:
+        gpu = gpu or pp.stands_in_for(doc)
+    except ValueError as e:  # a GPU without published kernel data: the file is written, the table cannot be
+        print(f"no predicted column: {e} (python benchmarks/evidence.py --predict-as, or predict_paper.py "
+              f"--evidence-as)")
+        return
     _, rows, _, model_err = pp.score_evidence(doc, gpu, boot)
     s5 = doc["table5_seq_len"]
     print(f"\nTable 5's latency column (batch 1, S={s5}): measured on {doc['device']['name']} against "
