@@ -5,6 +5,7 @@ benchmark pins its process to one core, so it runs as its own process. ``--quick
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def keep_torch_threads():
 
 
 def test_every_benchmark_is_covered():
-    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale"}
+    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale", "evidence"}
     assert {p.stem for p in BENCH.glob("*.py")} == covered  # a new script gets a --quick run here
 
 
@@ -64,3 +65,58 @@ def test_scale_quick(tmp_path, keep_torch_threads, capsys):
     assert scale.main(["methods", "--quick", "--out", out]) == 0
     assert scale.main(["report", "--out", out]) == 0
     assert "| tiny |" in capsys.readouterr().out
+
+
+def test_evidence_cpu_smoke_feeds_predict_paper_as_a_held_out_set(tmp_path, keep_torch_threads, capsys):
+    """The evidence run end to end at its CPU size: the file holds every phase in the format predict_paper reads,
+    and predict_paper scores it as a held-out set."""
+    evidence, paper = _module("evidence"), _module("predict_paper")
+    out = tmp_path / "smoke.json"
+    assert evidence.main(["--cpu-smoke", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Table 5's latency column (batch 1, S=64)" in text and "the comparison means nothing" in text
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "gac-evidence" and doc["scale"] == "cpu-smoke" and doc["complete"] is True
+    assert doc["command"].endswith(f"benchmarks/evidence.py --cpu-smoke --out {out}")
+    assert {"torch", "cuda", "cublas", "transformers"} <= set(doc["software"]) and doc["device"]["type"] == "cpu"
+    variants = {(v["compressor"], v["variant"]) for v in doc["variants"]}
+    assert variants == {("none", "baseline")} | {(c, s) for c in evidence.COMPRESSORS for s in ("unaligned", "gac")}
+    assert len(doc["prefill"]) == 9 * 8 and all(r["ms"] > 0 for r in doc["prefill"])
+    assert {r["seq_len"] for r in doc["prefill"]} == set(evidence.SMOKE_SEQS)
+    gac_dims = [d for v in doc["variants"] if v["variant"] == "gac" for d in v["dims"].values()]
+    assert gac_dims and all(d % 8 == 0 for d in gac_dims)
+    # every GEMM and SDPA shape of those prefills, measured alone, with the kernels that ran (CPU: ATen ops)
+    assert doc["gemm"] and all(g["kernels"] and g["us"] > 0 for g in doc["gemm"])
+    assert any("mm" in k["name"] for g in doc["gemm"] for k in g["kernels"])
+    assert {a["head_dim"] for a in doc["sdpa"]} == {64} and len(doc["sdpa"]) == 8
+    assert len(doc["traces"]) == 72 and all(t["kernels"] > 0 for t in doc["traces"])
+    assert {"library", "tile", "split_k"} <= set(doc["gemm"][0]["kernels"][0])
+    # the file is a held-out set for predict_paper
+    assert paper.main(["--evidence", str(out), "--evidence-only", "--quick"]) == 2  # a CPU stands in for no GPU
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --evidence-as a100|h100" in err[0]
+    assert paper.main(["--evidence", str(out), "--evidence-as", "h100", "--evidence-only", "--quick"]) == 0
+    text = capsys.readouterr().out
+    assert "held out (evidence)" in text and "Evidence cpu-smoke run" in text and "mean nothing" in text
+    assert "prefill, held out: median |error|" in text and "GEMM kernels measured alone" in text
+    assert "rise S=24 -> 25, none baseline: measured" in text
+
+
+def test_evidence_stops_within_its_budget_and_keeps_what_it_has(tmp_path, keep_torch_threads, capsys):
+    evidence, paper = _module("evidence"), _module("predict_paper")
+    out = tmp_path / "e.json"
+    out.write_text("{}")
+    assert evidence.main(["--cpu-smoke", "--out", str(out)]) == 2  # never overwritten without --force
+    assert "exists; pass --force" in capsys.readouterr().err and out.read_text() == "{}"
+    assert evidence.main(["--cpu-smoke", "--out", str(out), "--force", "--budget-s", "0.001"]) == 0
+    assert "INCOMPLETE: the budget (0 s) ends before prefill none baseline S=8" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["prefill"] == [] and doc["stopped"].startswith("the budget")
+    assert paper.main(["--evidence", str(out), "--evidence-as", "h100", "--evidence-only", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no prefill measurement" in err[0]
+    out.write_text("not json")
+    assert paper.main(["--evidence", str(out), "--quick"]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+    assert evidence.main(["--out", str(tmp_path / "g.json")]) == 2  # no GPU here: says so before any work
+    assert "--cpu-smoke" in capsys.readouterr().err

@@ -3,14 +3,20 @@
 Three kinds of kernels make a transformer prefill, each with its own model (times in milliseconds):
 
 * **GEMM** (:func:`gemm_ms`). Aligned (K and N multiples of 8: the tensor-core kernel family): a tile-level roofline.
-  cuBLAS runs an ``M x N`` output as CTA tiles of ``tm x tn`` from the GPU's tile set (:data:`ARCH`), split along K
-  only when the unsplit grid fills less than a quarter of the SMs; the tiles run in waves of one tile per SM, so the
-  time is ``waves x tile time`` (tile quantization: a 4097-wide GEMM pays a whole extra column of tiles). How whole
-  the waves are is the GPU's :attr:`Calibration.waves`, read from its published M sweep: ``fractional`` (work spread
-  evenly over the SMs, as stream-K and split kernels do: ``max(1, tiles / SMs)``) where that sweep is smooth (the
-  H100), ``middle`` where it steps (the A100: cuBLAS switches kernels, some quantizing into whole waves,
-  ``ceil(tiles / SMs)``, and some not, so which a shape gets is unknown): the geometric middle of the two, whose
-  ends :func:`gac.predict.Predictor.wave_bounds` carries into the interval. A tile runs at the per-SM rate ``R_sm`` times its operand-reuse efficiency
+  cuBLAS runs an ``M x N`` output as CTA tiles of ``tm x tn`` from the GPU's tile set (:data:`ARCH`),
+  split along K into up to :data:`SPLITS` parts where the grid is small: split-K's gain is taken in full below a
+  quarter of the SMs and not at all above half of them, faded geometrically in between (:data:`SPLIT_FADE`,
+  hand-set: a hard gate "split only when the grid fills less than a quarter of the SMs" made a step of its own,
+  +11.4% on the H100 at S=1024->1025; the upper end is where the published data show no split's gain, the H100's
+  M=512 sweep, 64 tiles of 256 x 128 on 132 SMs running at the half-empty wave's rate); the tiles run in waves of one tile per SM, so the time is ``waves x tile time`` (tile quantization: a 4097-wide GEMM pays a whole
+  extra column of tiles). How whole the waves are (:attr:`Calibration.waves`) is a **model assumption**, switched by
+  the published M sweep (``gemm_M_filtered``, K=128, near the per-kernel floor) rising more than a hand-set 10%
+  between adjacent multiples of 16: ``fractional`` (work spread evenly over the SMs, as stream-K and split kernels
+  do: ``max(1, tiles / SMs)``) where it does not (the H100), ``middle`` where it does (the A100, whose sweep steps
+  at M=1104 and 1744, not at tile boundaries, and is flat at 1024->1025: it does not show wave quantization, only
+  that cuBLAS switches kernels): the geometric middle (exponent 0.5, hand-set) of whole waves ``ceil(tiles / SMs)``
+  and balanced ones, whose ends :func:`gac.predict.Predictor.wave_bounds` carries into the interval. A tile runs at
+  the per-SM rate ``R_sm`` times its operand-reuse efficiency
   ``(AI(tm, tn) / AI(ref tile))^gamma`` (``AI = tm tn / (tm + tn)``, capped at 1; the reference tile is the one the
   architecture reaches its rate with: 128 x 128 on Ampere, 256 x 128 on Hopper), divided by the ``mod8`` tier of K
   and N (8-aligned but not 16-aligned dims run the same family a little slower on the A100). The configuration with
@@ -44,8 +50,10 @@ ARCH = {
     "a100": {"sms": 108, "tiles": TILES, "ref_tile": (128, 128)},  # Ampere mma.sync: 128 x 128 reaches the rate
     "h100": {"sms": 132, "tiles": TILES, "ref_tile": (256, 128)},  # Hopper wgmma: a 2-warpgroup 256 x 128 tile
 }
-#: split-K factors the GEMM model chooses from (a split writes and re-reads fp32 partial sums)
+#: split-K factors the GEMM model chooses from (a split writes and re-reads fp32 partial sums), and the fill of the
+#: SMs (unsplit grid / SMs) over which its gain fades from full to none (module docstring); both hand-set
 SPLITS: tuple[int, ...] = (1, 2, 3, 4)
+SPLIT_FADE = (0.25, 0.5)
 #: FlashAttention-2 head-dim templates and their key-block width B_c (the paper's Table 2); B_r = 128
 FA2_TEMPLATES: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 224, 256)
 FA2_BC = {32: 128, 64: 128, 96: 64, 128: 64, 160: 32, 192: 32, 224: 32, 256: 32}
@@ -135,15 +143,21 @@ def wave_count(tiles: int, sms: int, mode: str) -> float:
 
 
 def aligned_ms(cal: Calibration, M: int, N: int, K: int) -> float:
-    """The tensor-core family's time: the best tile and split configuration (split-K only on a small grid)."""
+    """The tensor-core family's time: the best tile configuration, each split along K as :func:`split_weight` says."""
     best = math.inf
     for tm, tn in cal.tiles:
-        grid = math.ceil(M / tm) * math.ceil(N / tn)
-        for s in SPLITS:
-            if s > 1 and grid * 4 >= cal.sms:
-                break
-            best = min(best, gemm_config_ms(cal, M, N, K, tm, tn, s))
+        unsplit = gemm_config_ms(cal, M, N, K, tm, tn, 1)
+        split = min(gemm_config_ms(cal, M, N, K, tm, tn, s) for s in SPLITS)
+        w = split_weight(math.ceil(M / tm) * math.ceil(N / tn), cal.sms)
+        best = min(best, split ** w * unsplit ** (1 - w))
     return best
+
+
+def split_weight(grid: int, sms: int) -> float:
+    """How far a grid of ``grid`` tiles takes split-K's gain: fully below :data:`SPLIT_FADE`'s lower fill of the
+    SMs, not at all above its upper one, geometrically in between (a hand-set fade, so the rule makes no step)."""
+    lo, hi = SPLIT_FADE
+    return min(1.0, max(0.0, (hi - grid / sms) / (hi - lo)))
 
 
 def family_tflops(points: tuple[tuple[float, float], ...], gflop: float) -> float:

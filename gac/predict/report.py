@@ -10,7 +10,7 @@ import yaml
 from gac.errors import GacError
 from gac.hashing import digest
 from gac.io import conf_dir
-from gac.predict.predictor import KIND_LABELS, KINDS, Predictor, check_llama_shaped
+from gac.predict.predictor import KIND_LABELS, KINDS, STEP, Predictor, check_llama_shaped
 from gac.registry import BASELINE_LABEL, NAMED_MODELS
 
 CONF_MODEL_DIR = conf_dir() / "model"
@@ -136,7 +136,8 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
                 p = pred.predict(st, batch, int(s))
                 if label == BASELINE_LABEL:
                     base = p.total_ms
-                row.update(p.to_json(), vs_baseline=None if base is None else p.total_ms / base - 1)
+                row.update(p.to_json(), vs_baseline=None if base is None else p.total_ms / base - 1,
+                           predicted_step=predicted_step(pred, st, batch, int(s), p.total_ms, limit))
             else:
                 row.update(total_ms=None, vs_baseline=None,
                            does_not_fit=f"{memory[label]:,.1f} GiB of fp16 weights + {logits_gib:,.1f} GiB of "
@@ -144,6 +145,20 @@ def predict_document(gpu: str, model: str, plans=(), compressor: str | None = No
             rows.append({**row, **({"plan": info} if info else {})})
     return {"kind": "prediction", "label": column_label(pred.gpu), "gpu": pred.gpu, "model": name, "rows": rows,
             "predictor": pred.describe()}
+
+
+def predicted_step(pred: Predictor, structure, batch: int, seq_len: int, total_ms: float, limit=None) -> dict | None:
+    """The rise of the prediction into ``seq_len`` from ``seq_len - 1``, or out of it to ``seq_len + 1``, where it
+    exceeds :data:`~gac.predict.predictor.STEP`: ``{"from", "to", "rise"}``, else None. Such a step comes from the
+    model's tile and wave quantization, a model assumption, and is marked as predicted wherever it is shown."""
+    for a, b in ((seq_len - 1, seq_len), (seq_len, seq_len + 1)):
+        if a < 1 or (isinstance(limit, int) and b > limit):
+            continue
+        ta = total_ms if a == seq_len else pred.predict(structure, batch, a).total_ms
+        tb = total_ms if b == seq_len else pred.predict(structure, batch, b).total_ms
+        if tb / ta - 1 > STEP:
+            return {"from": a, "to": b, "rise": tb / ta - 1}
+    return None
 
 
 def format_prediction(doc: dict) -> str:
@@ -166,8 +181,13 @@ def format_prediction(doc: dict) -> str:
                          f"({r['does_not_fit']}); it cannot run there, so no latency is predicted")
             continue
         vs = "" if r["variant"] == BASELINE_LABEL or r["vs_baseline"] is None else f"{100 * r['vs_baseline']:+.1f}%"
+        step = r.get("predicted_step")
         lines.append([r["variant"], str(r["seq_len"])] + [f"{r['by_kind_ms'][k]:.2f}" for k in KINDS]
-                     + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}", vs])
+                     + [f"{r['launch_wait_ms']:.2f}", f"{r['total_ms']:.2f}" + (" *" if step else ""), vs])
+        if step:
+            notes.append(f"* {r['variant']} at S={r['seq_len']}: a PREDICTED step of {100 * step['rise']:+.1f}% "
+                         f"from S={step['from']} to S={step['to']}: the model's tile/wave quantization (a model "
+                         f"assumption, not a measurement; the GPU may not step there)")
     widths = [max(len(c), *(len(x[i]) for x in lines)) for i, c in enumerate(cols)]
     out = [head, "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))),
            "  ".join("-" * w for w in widths)]

@@ -7,6 +7,7 @@
 - :func:`capture_kernels` runs a callable once under ``torch.profiler`` and returns the device kernels it
   launched (CUDA) or the ATen ops with the most self time (CPU), longest first.
 - :func:`kernel_tier` classifies a GEMM/GEMV kernel name into the tiers of Table 3 (Ampere and Hopper names);
+  :func:`kernel_fields` reads the library, CTA tile and split-K a kernel name states;
   :func:`attention_backend` names the SDPA backend an attention kernel belongs to.
 """
 
@@ -242,6 +243,35 @@ def gemm_aligned(k: int, n: int, itemsize: int = 2) -> bool:
     """Whether a GEMM's K and N rows start on 16-byte boundaries (8 fp16/bf16 or 4 fp32 elements): the condition of
     Table 3's tier 1 and of cuBLAS's vectorised kernels."""
     return (int(k) * int(itemsize)) % 16 == 0 and (int(n) * int(itemsize)) % 16 == 0
+
+
+_TILE = re.compile(r"(?:tilesize|_)(\d{2,3})x(\d{2,3})(?:x\d+)?(?=_)")
+_SPLIT_ON = re.compile(r"split_?k|segment_k_on|streamk|stream_k")
+
+
+def kernel_fields(name: str | None) -> dict:
+    """What a GPU kernel's name says about it: ``library`` (``cublas``: nvjet / xmma / ampere_... / cuBLAS's own
+    reductions; ``cutlass``; ``flash``, ``efficient``, ``cudnn`` for attention; ``aten`` for PyTorch's own kernels;
+    None when the name does not say), ``tile`` (the CTA tile ``"MxN"`` the name carries: ``..._128x256_...``,
+    ``tilesize128x128x64``; None when it carries none) and ``split_k`` (True for split-K / stream-K kernels and
+    ``splitKreduce`` reductions, False for ``segment_k_off``, None when the name does not say)."""
+    if not name:
+        return {"library": None, "tile": None, "split_k": None}
+    low = name.lower()
+    attn = attention_backend(name)
+    if attn is not None:
+        lib = attn
+    elif "cutlass" in low and not low.startswith(("nvjet", "sm80_xmma", "sm90_xmma")):
+        lib = "cutlass"
+    elif kernel_tier(name) in ("native", "gemv") or "splitkreduce" in low or "cublas" in low:
+        lib = "cublas"
+    elif "at::native::" in low or low.startswith("aten::"):
+        lib = "aten"
+    else:
+        lib = None
+    m = _TILE.search(low) if lib in ("cublas", "cutlass") else None
+    split = True if _SPLIT_ON.search(low) else False if "segment_k_off" in low else None
+    return {"library": lib, "tile": f"{m.group(1)}x{m.group(2)}" if m else None, "split_k": split}
 
 
 # lower is better: a native kernel or a full-width CUTLASS one, then the narrower vector loads

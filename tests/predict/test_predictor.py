@@ -71,7 +71,7 @@ def test_wave_bounds_bracket_the_one_extra_token_step(a100, h100):
     at = {s: a100.kernels(base, 1, s) for s in (384, 385)}
     t = {s: simulate(k, a100.issue_ms) for s, k in at.items()}
     lo, hi = a100.wave_bounds(at[385])
-    assert lo < t[385] < hi and hi / lo > 1.1  # the interval carries whole against balanced waves
+    assert lo < t[385] < hi and hi / lo > 1.05  # the interval carries whole against balanced waves
     ends = {s: a100.wave_ends(k) for s, k in at.items()}
     # whole waves pay a second wave; balanced ones only the padded tile row
     assert ends[385]["integer"] / ends[384]["integer"] > 1.3 > ends[385]["fractional"] / ends[384]["fractional"]
@@ -124,7 +124,9 @@ def test_predict_cli_json(tmp_path, capsys):
     assert "predicted, H100, from published kernel data" in text and "not a measurement" in text
     doc = json.loads(out.read_text())
     rows = {r["variant"]: r for r in doc["rows"]}
-    assert rows["plan"]["total_ms"] > rows["Baseline"]["total_ms"]  # two odd MLP widths: slower on the H100 data
+    # two odd MLP widths: more GPU time on the H100 data (at S=512 both prefills wait on launches)
+    assert rows["plan"]["gpu_busy_ms"] > rows["Baseline"]["gpu_busy_ms"]
+    assert rows["plan"]["total_ms"] >= rows["Baseline"]["total_ms"]
     assert main(["predict", "--gpu", "h100", "--model", "llama3_8b", "--json", str(out)]) == 2  # no overwrite
 
 
@@ -231,3 +233,42 @@ def test_bootstrap_replicates_retime_the_same_kernels(a100):
     boot = a100.bootstrap(ks, n=4)
     point = simulate(ks, a100.issue_ms)
     assert len(boot) == 4 and all(0.8 * point < b < 1.2 * point for b in boot) and len(set(boot)) > 1
+
+
+def test_no_h100_step_at_1024_from_a_split_k_gate(h100):
+    """The k/v projections (M x 1024 x 4096) cross no hand-set split-K gate at S=1024 -> 1025 (a quarter-of-the-SMs
+    gate made +11.4% there): split-K is not modelled."""
+    from gac.compression.structure import Structure, architecture
+    from gac.predict.kernels import aligned_ms
+
+    config = architecture("llama3_8b", random_weights=True, arch=h100.reference["arch"])
+    base = Structure(config, "float16")
+    t = {s: simulate(h100.kernels(base, 1, s), h100.issue_ms) for s in (1024, 1025)}
+    assert 1.0 < t[1025] / t[1024] <= 1.10
+    kv = {m: aligned_ms(h100.cal, m, 1024, 4096) for m in (1024, 1025)}
+    assert kv[1025] / kv[1024] < 1.3  # the quarter gate made it +72%
+
+
+def test_the_hand_set_table_names_every_choice_and_the_kernel_count_is_the_code(a100):
+    from gac.compression.structure import Structure, architecture
+    from gac.predict.predictor import HAND_SET, LAYER_KERNELS, OUTSIDE_KERNELS
+
+    names = " | ".join(n for n, _, _ in HAND_SET)
+    for choice in ("tile set", "split-K", "wave-mode threshold", "middle", "gamma", "kernels per decoder layer"):
+        assert choice in names
+    assert all(src for _, _, src in HAND_SET)
+    config = architecture("llama3_8b", random_weights=True, arch=a100.reference["arch"])
+    ks = a100.kernels(Structure(config, "float16"), 1, 16)
+    assert sum(k.layer == 0 for k in ks) == LAYER_KERNELS
+    assert len(ks) == LAYER_KERNELS * config.num_hidden_layers + OUTSIDE_KERNELS
+
+
+def test_gac_predict_marks_a_predicted_step(capsys):
+    from gac.cli import main
+
+    assert main(["predict", "--gpu", "a100", "--model", "llama3_8b", "--seq-len", "385", "--seq-len", "400"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("Baseline")]
+    assert rows[0].endswith("*") or " * " in rows[0]  # S=385: the step from 384
+    assert "*" not in rows[1]  # S=400 sits between steps
+    assert "a PREDICTED step of +" in out and "from S=384 to S=385" in out and "model assumption" in out

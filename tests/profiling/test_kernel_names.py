@@ -188,3 +188,26 @@ def test_the_h200s_gemm_kernels_keep_their_tiers(name, n, k, tier):
 
 def test_fallback_ranks_below_native():
     assert TIER_RANK["native"] < TIER_RANK["fallback"] < TIER_RANK["align1"]
+
+
+@pytest.mark.parametrize("name,library,tile,split_k", [
+    ("ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn", "cublas", "128x64", None),
+    ("sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x128x32_stage4_warpsize2x2x1_tensor16x8x16_kernel", "cublas",
+     "96x128", None),
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+     "cublas", "128x128", False),
+    ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNN", "cublas", "128x256", None),
+    ("nvjet_tst_64x24_64x16_4x1_v_bz_splitK_TNT", "cublas", "64x24", True),
+    ("void splitKreduce_kernel<32, 16, int, __half, __half, float, __half, true, false, false>"
+     "(cublasSplitKParams<float>, __half const*)", "cublas", None, True),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_tn_align2>", "cutlass", "64x64",
+     None),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>",
+     "flash", None, None),
+    ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<", "aten", None, None),
+    ("", None, None, None),
+])
+def test_kernel_fields_read_library_tile_and_split_k(name, library, tile, split_k):
+    from gac.profiling.kernels import kernel_fields
+
+    assert kernel_fields(name) == {"library": library, "tile": tile, "split_k": split_k}
