@@ -14,17 +14,9 @@ def check_device(device, what: str = "this command", types: tuple[str, ...] | No
     not have, or a device type outside ``types`` (None: any type torch knows). ``auto``: accept ``"auto"``."""
     import torch
 
-    if isinstance(device, torch.device):
-        dev = device
-    else:
-        name = str(device).strip()
-        if auto and name.lower() == "auto":
-            return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else \
-                torch.device("cpu")
-        try:
-            dev = torch.device(name.lower())
-        except RuntimeError:
-            raise GacError(f"unknown device {device!r}; use cpu, cuda or cuda:N{' or auto' if auto else ''}") from None
+    if not isinstance(device, torch.device) and auto and str(device).strip().lower() == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    dev = parse_device(device, auto=auto)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise GacError(f"device {str(device)!r} is not there: CUDA is not available on this machine (torch "
@@ -38,6 +30,19 @@ def check_device(device, what: str = "this command", types: tuple[str, ...] | No
     if types is not None and dev.type not in types:
         raise GacError(f"{what} runs on {' or '.join(types)}, not {dev.type!r}")
     return dev
+
+
+def parse_device(device, auto: bool = False):
+    """``device`` as a ``torch.device`` by its name alone (``cpu``, ``cuda``, ``cuda:N``; ``cuda:abc`` is refused),
+    without asking whether it is there: what a config names, checked on a login node that has no GPU."""
+    import torch
+
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(str(device).strip().lower())
+    except (RuntimeError, ValueError):
+        raise GacError(f"unknown device {device!r}; use cpu, cuda or cuda:N{' or auto' if auto else ''}") from None
 
 
 def model_device(model):

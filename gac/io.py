@@ -250,9 +250,10 @@ _WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
                  "pytorch_model.bin.index.json")
 
 
-def _is_store(d: Path) -> bool:
-    return (d / STORE_MARKER).is_file() or ((d / "records").is_dir() and any(
-        (d / x).is_dir() for x in ("failures", "runs", "locks", "work")))
+def is_store(d: Path) -> bool:
+    """Is ``d`` a results store: its marker, or its records/ (a store an older gac made, or records copied for a
+    notebook). The one rule: :meth:`gac.results.ResultsStore.exists` reads it too."""
+    return (d / STORE_MARKER).is_file() or (d / "records").is_dir()
 
 
 def _is_model_dir(d: Path) -> str | None:
@@ -270,7 +271,7 @@ def directory_kind(path: str | os.PathLike) -> str | None:
     d = Path(os.path.realpath(Path(path).expanduser()))
     if not d.is_dir():
         return None
-    if _is_store(d):
+    if is_store(d):
         return "a results store"
     marker = _is_model_dir(d)
     return f"a model directory (it holds {marker})" if marker else None
@@ -290,7 +291,7 @@ def owned_directory(path: str | os.PathLike, itself: bool = True) -> str | None:
     if marker:
         return f"is inside the model directory {str(parent)!r} (it holds {marker}; its files are the model)"
     for a in (parent, *parent.parents):
-        if _is_store(a):
+        if is_store(a):
             rel = parent.relative_to(a).parts
             if rel and rel[0] in STORE_OWN_DIRS:
                 return (f"is inside {rel[0]}/ of the results store {str(a)!r} (only gac's jobs and benches write "

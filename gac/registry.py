@@ -76,6 +76,8 @@ PROXIES = Names("importance proxy", ("magnitude", "activation", "gradient", "fis
 ALLOCATIONS = Names("allocation", ("default", "proportional", "uniform", "sensitivity", "fisher_uniform",
                                    "stable_rank"))
 KNAPSACK_SCORES = Names("knapsack score", ("proxy", "marginal"))
+#: Eq. 4's score by default: the compressor's own error per parameter (gac.compression.prepared)
+DEFAULT_KNAPSACK_SCORE = "marginal"
 
 #: the model specs that name a fixture model (not a path, not a hub id): gac.fixtures builds and loads them
 NAMED_MODELS = ("tiny", "tiny-untrained", "smollm2", "gemma3")

@@ -37,6 +37,8 @@ _ENWIKI_ALIASES = ENWIKI_ALIASES
 SPLITS = ("train", "validation", "test")
 _SUFFIXES = (".txt", ".raw", ".jsonl", ".parquet")
 JOIN = "\n\n"
+#: calibration by default, the ASVD / SVD-LLM protocol: 32 windows of 2048 tokens of WikiText-2's train split
+CALIBRATION_SOURCE, CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN = "wikitext2", 32, 2048
 
 
 def known_sources() -> list[str]:
@@ -394,8 +396,8 @@ def tokenize_text(tokenizer, text: str):
     return torch.tensor(ids, dtype=torch.long)
 
 
-def calibration_batches(tokenizer, source: str | os.PathLike = "wikitext2", n_samples: int = 128, seq_len: int = 2048,
-                        seed: int = 0, split: str = "train"):
+def calibration_batches(tokenizer, source: str | os.PathLike = CALIBRATION_SOURCE, n_samples: int = CALIBRATION_SAMPLES,
+                        seq_len: int = CALIBRATION_SEQ_LEN, seed: int = 0, split: str = "train"):
     """``n_samples`` random windows of ``seq_len`` tokens from the calibration text, as a LongTensor ``[n, seq_len]``.
 
     The GPTQ / ASVD / SVD-LLM protocol: the whole split is tokenized once and each sample starts at a uniformly

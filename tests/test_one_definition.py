@@ -75,6 +75,15 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"(?m)^def _?(device_of|model_device)\b|next\(\w+\.parameters\(\)\)\.device", ("gac/devices.py",), False,
      "the device a model's inputs go to: gac.devices.model_device"),
     (r"^rev-parse$", ("gac/provenance.py",), True, "gac's checkout: gac.provenance.checkout / git_commit"),
+    (r"time\.thread_time_ns|time\.thread_time\b", ("gac/evaluation/latency.py",), False,
+     "the CPU clocks by name: gac.evaluation.latency.CPU_CLOCKS / CPU_CLOCKS_NS"),
+    (r"\bn_samples\b.{0,4}\b32\b|calibration\w*\W{1,4}seq_len\b.{0,4}\b2048\b|default=32\)", ("gac/text.py",), False,
+     "calibration by default: gac.text.CALIBRATION_SAMPLES / CALIBRATION_SEQ_LEN"),
+    (r"^marginal$", ("gac/registry.py",), True, "the knapsack score by default: gac.registry.DEFAULT_KNAPSACK_SCORE"),
+    (r"\bunit: int = \d", ("gac/align/candidates.py",), False, "the alignment unit by default: DEFAULT_UNIT"),
+    (r"\bOWN_CANDIDATES\s*=", ("gac/align/strategies.py",), False,
+     "the strategies with candidates of their own: gac.align.strategies.OWN_CANDIDATES"),
+    (r"\"git\": \{", ("gac/provenance.py",), False, "a result's provenance: gac.provenance.provenance"),
     (r"thread_time\b", ("gac/evaluation/latency.py", "gac/profiling/timing.py", "gac/evaluation/bench.py",
                         "gac/evaluation/bench_format.py", "gac/evaluation/bench_stats.py"), False,
      "the CPU clock rule: gac.evaluation.latency.timer_for"),
@@ -105,6 +114,18 @@ def test_atomic_writes_go_through_gac_io():
     assert not bad, f"publish files with gac.io.write_text_atomic / write_json_atomic / replace_file: {bad}"
 
 
+def test_tables_and_figures_are_written_atomically():
+    """A figure (``savefig``) or a table (``to_csv`` to a path) is written through :func:`gac.io.replace_file` or
+    made as text for :func:`gac.io.write_text_atomic`: a killed writer never leaves half a file under its name."""
+    bad = []
+    for rel, text in _sources():
+        for n, line in enumerate(text.splitlines(), 1):
+            if ("savefig(" in line or ".to_csv(" in line) and "replace_file(" not in line and \
+                    not re.search(r"\.to_csv\(index=", line):
+                bad.append(f"{rel}:{n}")
+    assert not bad, f"write these through gac.io.replace_file / write_text_atomic: {bad}"
+
+
 # ---------------------------------------------------------------------------------------------- the window
 def test_one_default_window_for_the_library_the_configs_and_the_job():
     from dataclasses import fields
@@ -124,6 +145,55 @@ def test_one_default_window_for_the_library_the_configs_and_the_job():
         assert compose("config", [f"align={path.stem}"]).align.window == DEFAULT_WINDOW, path.stem
     args = build_parser().parse_args(["compress", "tiny", "--compressor", "asvd", "--ratio", "0.1", "-o", "x"])
     assert args.window == DEFAULT_WINDOW
+
+
+def test_one_evaluation_batch_for_the_job_gac_evaluate_and_the_suite():
+    """A job, ``gac evaluate`` and :func:`gac.evaluation.suite.evaluate` batch perplexity windows and lm-eval
+    requests alike (they were 8, 1/16 and 1/16)."""
+    import inspect
+    from dataclasses import fields
+
+    from gac.evaluation.suite import EVAL_BATCH_SIZE, evaluate
+    from gac.jobs.compose import compose
+    from gac.jobs.schema import register
+    from gac.jobs.spec import EvalSpec
+
+    params = inspect.signature(evaluate).parameters
+    assert params["ppl_batch_size"].default == params["task_batch_size"].default == EVAL_BATCH_SIZE
+    assert next(f.default for f in fields(EvalSpec) if f.name == "batch_size") == EVAL_BATCH_SIZE
+    register()
+    for name in ("default", "none"):
+        assert compose("config", [f"eval={name}"]).eval.batch_size == EVAL_BATCH_SIZE, name
+    assert not _where(r"batch_size or \d", ())  # gac evaluate's flag falls back to the one default
+
+
+def test_one_rule_for_what_a_results_store_is(tmp_path):
+    """``gac.io`` (where outputs may not go) and :class:`ResultsStore` (what a report reads) know a store alike."""
+    from gac.io import STORE_MARKER, is_store
+    from gac.results import ResultsStore
+
+    layouts = {"marker": [STORE_MARKER], "runs only": ["runs/"], "records only": ["records/"],
+               "records and locks": ["records/", "locks/"], "records and cache": ["records/", "cache/"],
+               "empty": []}
+    for name, entries in layouts.items():
+        d = tmp_path / name.replace(" ", "_")
+        d.mkdir()
+        for e in entries:
+            (d / e).mkdir() if e.endswith("/") else (d / e).write_text("{}")
+        assert is_store(d) == ResultsStore(d).exists(), name
+    assert [n for n in layouts if is_store(tmp_path / n.replace(" ", "_"))] == [
+        "marker", "records only", "records and locks", "records and cache"]
+    assert not _where(r"(?m)^STORE_DIRS\s*=|def _is_store", ())
+
+
+def test_one_rule_for_the_experiments_that_end_in_table_5():
+    """The end-of-sweep job shows Table 5 for exactly the experiments whose report has one."""
+    from gac.analysis.report_dir import EXPERIMENT_ARTEFACTS, defines
+
+    assert not _where(r"TABLE5_EXPERIMENTS|\(\"table5\", \"table5_authors\"", ("gac/analysis/report_dir.py",))
+    assert {e for e in EXPERIMENT_ARTEFACTS if defines(e, "table5")} == {
+        "table5", "table5_authors", "table5_both", "latency_budget"}
+    assert not defines("ratio_sweep", "table5") and not defines(None, "table5")
 
 
 # ---------------------------------------------------------------------------------------------- low rank

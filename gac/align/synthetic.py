@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gac.align.candidates import DEFAULT_UNIT
 from gac.align.targets import Target
 
 # name -> (layers, [(projection, out, in)])
@@ -40,8 +41,8 @@ class Problem:
     full_params: int
 
 
-def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0, windows=(8,), unit: int = 8,
-                    equal_scores: bool = False, dense: bool = False) -> Problem:
+def lowrank_problem(shape: str = "llama3_8b", ratio: float = 0.15, seed: int = 0, windows=(8,),
+                    unit: int = DEFAULT_UNIT, equal_scores: bool = False, dense: bool = False) -> Problem:
     """Low-rank (ASVD-like) allocation over every projection of ``shape`` at compression ``ratio``.
 
     ``windows``: candidate windows drawn per target (window 8 and unit 8 give 15-16 candidates; 4 gives 7-8).

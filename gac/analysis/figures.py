@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from gac.align.candidates import DEFAULT_UNIT
 from gac.analysis.labels import (
     compressor_label,
     method_label,
@@ -137,7 +138,7 @@ def plot_ratio_sweep(sweep: pd.DataFrame, title: str | None = None) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------------- proxies
-def plot_proxy_comparison(dims: pd.DataFrame, unit: int = 8, title: str | None = None) -> Figure:
+def plot_proxy_comparison(dims: pd.DataFrame, unit: int = DEFAULT_UNIT, title: str | None = None) -> Figure:
     """Figure 2: per proxy, each target's dim against its layer; marker = module kind (circle Q, square K,
     ...), colour = ``unit``-aligned (blue) or misaligned (vermillion). One panel per proxy that has dims, in a
     grid without empty cells where the count allows (else the legend fills the spare cell)."""
@@ -331,7 +332,7 @@ def _plan_methods(dims: pd.DataFrame) -> list[str]:
     return _ordered_methods(dims)
 
 
-def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = 8, title: str | None = None) -> Figure:
+def plot_dstar_vs_dim(dims: pd.DataFrame, unit: int = DEFAULT_UNIT, title: str | None = None) -> Figure:
     """What each strategy did to the compressor's unconstrained dims: per compressor (column), every target's
     chosen dim against its d* (top, with the line d = d*) and the shift d - d* (bottom; the grey band is one
     ``unit``: where rounding to a multiple of ``unit`` lands). One series per strategy. ``dims``:
@@ -428,7 +429,7 @@ def plot_dim_residues(dims: pd.DataFrame, units: Sequence[int] = (8, 16, 32), ti
 
 
 # ---------------------------------------------------------------------------------------------- kernels
-def kernel_staircase(profile, unit: int = 8, backend: str = "auto", value: str = "latency_ms") -> dict[str, Figure]:
+def kernel_staircase(profile, unit: int = DEFAULT_UNIT, backend: str = "auto", value: str = "latency_ms") -> dict[str, Figure]:
     """Figures 5-7: the staircases of a kernel profile (drawn by :func:`gac.profiling.figures.staircase_figures`,
     the one staircase module): one figure per op. ``profile``: a HardwareProfile, its directory, or a tidy frame
     (see :func:`gac.analysis.profile_table`). Returns ``{op: Figure}``."""

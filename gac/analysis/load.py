@@ -45,6 +45,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gac.align.candidates import DEFAULT_UNIT
 from gac.errors import GacError
 from gac.io import file_problem
 from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
@@ -351,7 +352,7 @@ def parse_target(name: str) -> tuple[int | None, str, int | None]:
     return layer, parts[-1], group
 
 
-def plan_dims(df: pd.DataFrame, unit: int = 8) -> pd.DataFrame:
+def plan_dims(df: pd.DataFrame, unit: int = DEFAULT_UNIT) -> pd.DataFrame:
     """One row per (record, plan target): ``key, model, compressor, proxy, strategy, ratio, gpu, created, device,
     target, layer, kind, group, dim, d_star, dense, aligned`` (``aligned``: ``dim % unit == 0``; ``d_star``: the
     compressor's unconstrained dimension, NaN where the record lacks it; ``dense``: the target was left dense).

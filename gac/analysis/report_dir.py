@@ -215,6 +215,13 @@ EXPERIMENT_ARTEFACTS = {
     "latency_budget": ("latency_pareto", "table5", "bench"),
 }
 ALL_ARTEFACTS = ("table5", "ratio_sweep", "latency_pareto", "latency", "proxies", "plans", "bench")
+
+
+def defines(experiment: str | None, artefact: str) -> bool:
+    """Whether the experiment ``experiment`` (an ``experiment_name``) defines ``artefact``: what a report writes and
+    what the end-of-sweep job shows (a sweep of a Table 5 experiment, or ``latency_budget``, ends with Table 5)."""
+    return artefact in EXPERIMENT_ARTEFACTS.get(str(experiment), ())
+
 _ARTEFACT_NAMES = {"latency": "latency_seq"}
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from gac.align.candidates import DEFAULT_UNIT
 from gac.analysis.labels import (
     PPL,
     STRATEGY_LABELS,
@@ -337,7 +338,7 @@ def proxy_dims(
     compressor: str | None = None,
     ratio: float | None = None,
     strategy: str = "unaligned",
-    unit: int = 8,
+    unit: int = DEFAULT_UNIT,
     where: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """The plan dims of one (model, compressor, ratio, strategy) per proxy, one row per target (see
@@ -570,7 +571,7 @@ def profile_table(profile) -> pd.DataFrame:
     return out
 
 
-def staircase_summary(table: pd.DataFrame, unit: int = 8, backend: str | None = "auto") -> pd.DataFrame:
+def staircase_summary(table: pd.DataFrame, unit: int = DEFAULT_UNIT, backend: str | None = "auto") -> pd.DataFrame:
     """Per kernel sweep: dims swept, median latency of ``unit``-aligned and misaligned dims, and the worst
     misalignment penalty: ``max over misaligned d of latency(d) / latency(next aligned d above) - 1`` (%)."""
     t = profile_table(table)

@@ -21,16 +21,20 @@ def add_arguments(p):
                         "sensitivity, fisher_uniform, stable_rank (the GAC authors' search; stable_rank_svd only); "
                         "ASVD's sensitivity grid is --option sensitivity_grid=0.4,0.5,0.6,0.7,0.8,0.9")
     from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
+    from gac.registry import DEFAULT_KNAPSACK_SCORE
+    from gac.text import CALIBRATION_SAMPLES
 
     p.add_argument("--unit", type=int, default=DEFAULT_UNIT, help=f"alignment unit (default {DEFAULT_UNIT})")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help=f"candidate window in alignment units around d* (default {DEFAULT_WINDOW}: the aligned dims "
                         f"bracketing d*)")
-    p.add_argument("--knapsack-score", default="marginal", help="Eq. 4 score: marginal (default) or proxy (the paper's)")
+    p.add_argument("--knapsack-score", default=DEFAULT_KNAPSACK_SCORE,
+                   help=f"Eq. 4 score: {', '.join(registry.KNAPSACK_SCORES)} (default {DEFAULT_KNAPSACK_SCORE}; proxy is "
+                        f"the paper's)")
     p.add_argument("--calib", default=None,
                    help="calibration text: wikitext2, tiny or a local file (default: the named model's own text for "
                         "tiny, smollm2 and checkpoints built from them, else wikitext2)")
-    p.add_argument("--calib-samples", type=int, default=32)
+    p.add_argument("--calib-samples", type=int, default=CALIBRATION_SAMPLES)
     p.add_argument("--calib-seq-len", type=int, default=None,
                    help="tokens per calibration sample (default: 256 for tiny, 512 for smollm2, else 2048, the "
                         "ASVD/SVD-LLM default)")

@@ -43,7 +43,7 @@ def add_arguments(p):
                    help="perplexity window and prefill length (default: 2048 for perplexity and 1024 for prefill, "
                         "capped at the model's maximum)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="batch size for perplexity windows (default 1) and lm-eval (default 16)")
+                   help="batch size for perplexity windows and lm-eval requests (default 8, a job's eval.batch_size)")
     p.add_argument("--latency-batch", type=int, default=1, help="prefill/decode batch (default 1)")
     p.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement (default 128)")
     p.add_argument("--decode-prompt", type=int, default=128, help="prompt length before decoding (default 128)")
@@ -97,7 +97,7 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.evaluation.suite import evaluate
+    from gac.evaluation.suite import EVAL_BATCH_SIZE, evaluate
     from gac.evaluation.tasks import parse_tasks
     from gac.evaluation.text_report import format_table
     from gac.fixtures import default_data
@@ -171,8 +171,8 @@ def run(args) -> int:
     from gac.compression.footprint import EvalLoad
     from gac.jobs.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
 
-    load = EvalLoad(ppl_batch=(args.batch_size or 1) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
-                    task_batch=(args.batch_size or 16) if tasks else 0,
+    load = EvalLoad(ppl_batch=(args.batch_size or EVAL_BATCH_SIZE) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
+                    task_batch=(args.batch_size or EVAL_BATCH_SIZE) if tasks else 0,
                     latency_points=((args.latency_batch, args.seq_len or 1024),) if args.latency else ())
     fp = check_model_fits(args.model, "none", args.dtype, args.device, evaluation=load)  # before loading anything
     stage = "load"
@@ -186,8 +186,8 @@ def run(args) -> int:
         point = (args.latency_batch, args.seq_len or _default_latency_len(model))
         report = evaluate(
             model, tokenizer, ppl_source=ppl_source if args.ppl else None, ppl_seq_len=args.seq_len,
-            ppl_batch_size=args.batch_size or 1, ppl_max_windows=args.ppl_windows, tasks=tasks, limit=args.limit,
-            task_files=files, task_batch_size=args.batch_size or 16,
+            ppl_batch_size=args.batch_size or EVAL_BATCH_SIZE, ppl_max_windows=args.ppl_windows, tasks=tasks, limit=args.limit,
+            task_files=files, task_batch_size=args.batch_size or EVAL_BATCH_SIZE,
             latency_points=[point] if args.latency else [], decode_tokens=args.decode_tokens if args.latency else 0,
             decode_prompt=args.decode_prompt, decode_batch=args.latency_batch, warmup=args.warmup, iters=args.iters,
             trials=args.trials)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from gac.errors import GacError
+from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN, CALIBRATION_SOURCE
 
 
 @dataclass(frozen=True)
@@ -17,9 +18,9 @@ class Calibration:
     Defaults follow ASVD (32 x 2048 from WikiText-2 train).
     """
 
-    source: str = "wikitext2"
-    n_samples: int = 32
-    seq_len: int = 2048
+    source: str = CALIBRATION_SOURCE
+    n_samples: int = CALIBRATION_SAMPLES
+    seq_len: int = CALIBRATION_SEQ_LEN
     seed: int = 0
     split: str = "train"
 

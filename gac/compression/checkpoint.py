@@ -20,7 +20,6 @@ import logging
 import os
 import platform
 import shutil
-import sys
 import types
 from pathlib import Path
 
@@ -42,7 +41,6 @@ from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.hashing import file_sha256
 from gac.io import missing_reason, read_json, write_json_atomic
-from gac.machine import utc_stamp
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +77,11 @@ def projection_specs(model: nn.Module) -> dict[str, dict]:
 
 
 def provenance() -> dict:
-    """The checkpoint's ``provenance`` block (its own shape since format 1: ``git: {commit, dirty}``), from the one
-    checkout lookup :func:`gac.provenance.checkout`."""
-    import transformers
+    """The checkpoint's ``provenance`` block: the one provenance of gac's results (:func:`gac.provenance.provenance`,
+    the shape records and bench files have), with the platform beside it."""
+    from gac.provenance import provenance as result_provenance
 
-    from gac.provenance import checkout
-
-    commit, dirty = checkout()
-    return {
-        "gac_version": __version__,
-        "git": {"commit": commit, "dirty": dirty},
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "created": utc_stamp(),
-    }
+    return {**result_provenance(), "platform": platform.platform()}
 
 
 _MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

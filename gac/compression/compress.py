@@ -26,8 +26,9 @@ from gac.compression.allocation import resolve_allocation
 from gac.compression.calibration import Calibration
 from gac.compression.compressors import Compressor, get_compressor
 from gac.compression.preparation import check_probe_samples, check_sensitivity_reach, prepare
-from gac.compression.prepared import COMPRESS_WINDOW, DEFAULT_KNAPSACK_SCORE
+from gac.compression.prepared import COMPRESS_WINDOW
 from gac.errors import unknown_name
+from gac.registry import DEFAULT_KNAPSACK_SCORE
 
 
 def compress_model(

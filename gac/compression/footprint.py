@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.registry import BASELINE
+from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,8 @@ def _roles(comp, lin: dict) -> tuple[str, ...]:
     return tuple(role_of(str(p)) for p in named) if named is not None else tuple(r for r in lin if r in ROLES)
 
 
-def estimate_footprint(config, compressor: str, *, dtype: str = "float32", device: str = "cpu", n_samples: int = 32,
-                       seq_len: int = 2048, proxy: str | None = None, compressor_options: dict | None = None,
+def estimate_footprint(config, compressor: str, *, dtype: str = "float32", device: str = "cpu",
+                       n_samples: int = CALIBRATION_SAMPLES, seq_len: int = CALIBRATION_SEQ_LEN, proxy: str | None = None, compressor_options: dict | None = None,
                        stream: bool = True, grad_checkpoint: bool = False, params: int | None = None,
                        evaluation: EvalLoad | None = None) -> Footprint:
     """The estimated peak memory of ``prepare`` for ``compressor`` on a model of ``config`` (see module docstring);

@@ -36,6 +36,7 @@ from gac.compression.resources import ResourceMeter
 from gac.compression.stable_rank import stable_rank_targets
 from gac.devices import model_device
 from gac.errors import GacError, unknown_name
+from gac.registry import DEFAULT_KNAPSACK_SCORE
 
 # Candidate window (in alignment units) used when compressing a real model. Eq. 4's value is linear in parameters,
 # so with a wide window the exact knapsack moves up to (window - 1) units of dimension per target towards the
@@ -45,10 +46,9 @@ from gac.errors import GacError, unknown_name
 # for the paper's +-8-step candidate sets.
 COMPRESS_WINDOW = DEFAULT_WINDOW  # one default for the library and the pipeline (1: the dims bracketing d*)
 KNAPSACK_SCORES = registry.KNAPSACK_SCORES.names
-# Eq. 4's per-parameter score: "marginal" (the compressor's own error of the aligned step at d*, weighted by the
-# proxy) measured no worse than "proxy" on tiny in every benchmark cell (docs/compressors.md); "proxy" is the paper's.
-DEFAULT_KNAPSACK_SCORE = "marginal"
-
+# Eq. 4's per-parameter score by default (gac.registry.DEFAULT_KNAPSACK_SCORE): "marginal" (the compressor's own
+# error of the aligned step at d*, weighted by the proxy) measured no worse than "proxy" on tiny in every benchmark
+# cell (docs/compressors.md); "proxy" is the paper's.
 
 @dataclass
 class Prepared:
@@ -135,7 +135,7 @@ class Prepared:
             power = 0.0 if self.allocation == "uniform" else self.power
             d_star = proportional_allocation(dense, ppd, dmax, sc, budget, power=power, dense_dims=ddims)
             score_of = self.scores
-        if knapsack_score == "marginal":
+        if knapsack_score == DEFAULT_KNAPSACK_SCORE:
             total = sum(dense)
             sbar = math.fsum(score_of[u.name] * u.dense_params for u in self.units) / total
             rel = {u.name: (score_of[u.name] / sbar) ** self.power if sbar > 0 else 1.0 for u in self.units}

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from gac.align.candidates import DEFAULT_UNIT
 from gac.align.targets import Target
 from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
 from gac.errors import GacError
@@ -104,7 +105,7 @@ def stable_rank_kept(table: Sequence[tuple[str, int, float]], kept_target: float
     return kept(low)
 
 
-def stable_rank_targets(prepared, ratio: float, unit: int = 8,
+def stable_rank_targets(prepared, ratio: float, unit: int = DEFAULT_UNIT,
                         grid: Sequence[float] | None = None) -> tuple[list[Target], int]:
     """The targets (d* = the stable-rank ranks, score = the authors' fisher) and budget (their cost) for ``ratio``
     (the fraction of parameters removed; the search's target kept ratio is ``1 - ratio``), from a

@@ -47,7 +47,9 @@ DEFAULTS = {
               "cpu": {"rounds": 15, "warmup": 2, "iters": 5, "decode_warmup": 1, "decode_iters": 2, "threads": 1}},
 }
 #: the clocks of a CPU timing, by the name a result records (:func:`timer_for`)
-CPU_CLOCKS = {"thread_time": time.thread_time, "perf_counter": time.perf_counter}
+#: the CPU clocks the rule (:func:`timer_for`) chooses between, by name: in nanoseconds, and in seconds
+CPU_CLOCKS_NS = {"thread_time": time.thread_time_ns, "perf_counter": time.perf_counter_ns}
+CPU_CLOCKS = {name: getattr(time, name) for name in CPU_CLOCKS_NS}
 
 
 def timer_for(device, threads: int | None = None) -> str:

@@ -57,10 +57,14 @@ def _run(name: str, compute, outputs, timings: dict, resumed: list, on_stage) ->
     return got
 
 
+#: the batch of perplexity windows and lm-eval requests, for a job (``eval.batch_size``) and ``gac evaluate`` alike
+EVAL_BATCH_SIZE = 8
+
+
 def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: int | None = None,
-             ppl_batch_size: int = 1, ppl_max_windows: int | None = None, ppl_stride: int | None = None,
+             ppl_batch_size: int = EVAL_BATCH_SIZE, ppl_max_windows: int | None = None, ppl_stride: int | None = None,
              tasks: Iterable[str] = (), limit: int | None = 200, task_files: Mapping[str, str] | None = None,
-             task_batch_size: int = 16, latency_points: Iterable = (), main_point: tuple | None = None,
+             task_batch_size: int = EVAL_BATCH_SIZE, latency_points: Iterable = (), main_point: tuple | None = None,
              decode_tokens: int = 0, decode_prompt: int = 128, decode_batch: int = 1, warmup: int | None = None,
              iters: int | None = None, trials: int | None = None, decode_warmup: int | None = None,
              decode_iters: int | None = None, seed: int = 0, outputs=None, timings: dict | None = None,

@@ -29,11 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gac.align.strategies import OWN_CANDIDATES
 from gac.errors import GacError
 from gac.jobs.spec import JobSpec
 
-#: strategies that choose among candidates of their own (gac.align.strategies.OWN_CANDIDATES)
-OWN_CANDIDATES = ("authors_dp", "authors_round", "round_to")
 #: strategies that read d* alone, never a score (gac.align.strategies and gac.align.authors_dp)
 SCORE_FREE = ("round_nearest", "round_up", "round_down", "round_to")
 

@@ -66,7 +66,7 @@ def _build_spec(cfg: dict) -> JobSpec:
     strategy = str(_require(cfg, "align.strategy"))
     if strategy not in registry.LATENCY_STRATEGIES:
         strategy = registry.STRATEGIES.resolve(strategy, "(config align.strategy)", extra=registry.LATENCY_STRATEGIES)
-    knapsack_score = registry.KNAPSACK_SCORES.resolve(str(_get(cfg, "align.knapsack_score", "marginal")),
+    knapsack_score = registry.KNAPSACK_SCORES.resolve(str(_get(cfg, "align.knapsack_score", registry.DEFAULT_KNAPSACK_SCORE)),
                                                       "(config align.knapsack_score)")
     proxy = _get(cfg, "proxy.name")
     if proxy is not None:
@@ -91,8 +91,15 @@ def _build_spec(cfg: dict) -> JobSpec:
     if on_busy not in ON_BUSY:
         raise GacError(f"config: on_busy must be one of {', '.join(ON_BUSY)}, got {on_busy!r}")
     device = str(_require(cfg, "gpu.device"))
-    if device.split(":")[0] not in DEVICES:
+    from gac.devices import parse_device
+
+    try:
+        parsed = parse_device(device)
+    except GacError:
+        parsed = None
+    if parsed is None or parsed.type not in DEVICES:
         raise GacError(f"config: gpu.device must be one of {DEVICES} (or cuda:N), got {device!r}")
+    device = str(parsed)  # as torch writes it: ' CUDA:1' is the device cuda:1
     profile = str(_get(cfg, "gpu.profile", "none"))
     p = Path(profile).expanduser()
     if profile not in PROFILE_MODES and not (p / "profile.json").is_file():

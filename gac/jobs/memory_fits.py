@@ -14,6 +14,7 @@ from gac.errors import GacError
 from gac.jobs.loading import job_model_config, model_config_offline
 from gac.jobs.spec import JobSpec
 from gac.registry import BASELINE
+from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ def check_job_fits(spec: JobSpec):
     cal = spec.calibration
     return check_fits_before_loading(
         config, spec.model_name, spec.compressor, spec.dtype or auto_dtype(spec.device), spec.device,
-        n_samples=int(cal.get("n_samples", 32)), seq_len=int(cal.get("seq_len", 2048)), proxy=spec.proxy,
+        n_samples=int(cal.get("n_samples", CALIBRATION_SAMPLES)),
+        seq_len=int(cal.get("seq_len", CALIBRATION_SEQ_LEN)), proxy=spec.proxy,
         compressor_options=spec.compressor_options, evaluation=eval_load(spec),
         max_memory=spec.max_memory if spec.device_map == "auto" else False)
 

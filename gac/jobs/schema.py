@@ -18,6 +18,8 @@ from omegaconf import MISSING
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
 from gac.errors import GacError
 from gac.jobs.spec import EvalSpec
+from gac.registry import DEFAULT_KNAPSACK_SCORE
+from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN, CALIBRATION_SOURCE
 
 SCHEMA_NAME = "gac_schema"
 
@@ -29,8 +31,8 @@ class ModelConfig:
     dtype: Optional[str] = None  # noqa: UP045
     random_weights: bool = False
     arch: Optional[Dict[str, Any]] = None  # noqa: UP006, UP045
-    calibration_source: str = "wikitext2"
-    calibration_seq_len: int = 2048
+    calibration_source: str = CALIBRATION_SOURCE
+    calibration_seq_len: int = CALIBRATION_SEQ_LEN
     ppl_source: Optional[str] = None  # noqa: UP045
     task_files: Any = None  # "tiny", "enwiki", null (the hub) or {task: path}
     device_map: str = "single"  # "auto": spread over the GPUs (and cpu/disk named in max_memory); gac.models.placement
@@ -55,7 +57,7 @@ class AlignConfig:
     unit: int = DEFAULT_UNIT
     window: int = DEFAULT_WINDOW  # the conf/align files leave it to this default
     use_profile: bool = True
-    knapsack_score: str = "marginal"
+    knapsack_score: str = DEFAULT_KNAPSACK_SCORE
     # align=gac_latency only (conf/align/gac_latency.yaml; gac.jobs.latency_plan): null for every other strategy
     budget_kind: Optional[str] = None  # noqa: UP045 - latency | min_latency
     latency_budget_ms: Optional[float] = None  # noqa: UP045 - the prefill's latency budget in ms
@@ -88,9 +90,9 @@ class LoggerConfig:
 
 @dataclass
 class CalibrationConfig:
-    source: str = "wikitext2"
-    n_samples: int = 32
-    seq_len: int = 2048
+    source: str = CALIBRATION_SOURCE
+    n_samples: int = CALIBRATION_SAMPLES
+    seq_len: int = CALIBRATION_SEQ_LEN
     seed: Optional[int] = None  # noqa: UP045 - null: the job's seed
 
 

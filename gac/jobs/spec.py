@@ -11,8 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Tuple  # noqa: UP035 - OmegaConf reads these annotations at runtime
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
-from gac.registry import BASELINE, BASELINE_STRATEGY
+from gac.evaluation.suite import EVAL_BATCH_SIZE
+from gac.registry import BASELINE, BASELINE_STRATEGY, DEFAULT_KNAPSACK_SCORE
 from gac.results import config_key
+from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN, CALIBRATION_SOURCE
 
 
 @dataclass
@@ -25,7 +27,7 @@ class EvalSpec:
     ppl_stride: Optional[int] = None  # noqa: UP045
     tasks: Tuple[str, ...] = ("piqa", "hellaswag")  # noqa: UP006
     limit: Optional[int] = 200  # noqa: UP045
-    batch_size: int = 8
+    batch_size: int = EVAL_BATCH_SIZE
     latency: bool = True
     latency_batch: int = 1
     latency_seq_lens: Tuple[int, ...] = (1024,)  # noqa: UP006
@@ -46,11 +48,12 @@ class JobSpec:
     unit: int = DEFAULT_UNIT
     window: int = DEFAULT_WINDOW
     use_profile: bool = True
-    knapsack_score: str = "marginal"  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
+    knapsack_score: str = DEFAULT_KNAPSACK_SCORE  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
     proxy: str | None = None
     compressor_options: dict = field(default_factory=dict)
     allocation: str = "default"  # "default": the compressor's own rule (its reference's); else see gac.compression.allocation
-    calibration: dict = field(default_factory=lambda: {"source": "wikitext2", "n_samples": 32, "seq_len": 2048})
+    calibration: dict = field(default_factory=lambda: {"source": CALIBRATION_SOURCE, "n_samples": CALIBRATION_SAMPLES,
+                                                       "seq_len": CALIBRATION_SEQ_LEN})
     dtype: str | None = None
     random_weights: bool = False
     arch: dict | None = None

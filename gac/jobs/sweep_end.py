@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 PLAN_SCHEMA = 1
 REPORT = "sweep-end"  # <sweep_dir>/sweep-end.md and sweep-end.json
-TABLE5_EXPERIMENTS = ("table5", "table5_authors", "table5_both")
 
 _SUBMITTED: dict[str, dict] = {}  # sweep dir -> the plan of its end-of-sweep job (this process's Slurm launches)
 _POINTS: dict[str, list[dict]] = {}  # sweep dir -> its points as the sweep check found them (this process's sweeps)
@@ -214,8 +213,11 @@ def _bench(plan: Mapping, done: Sequence[str]) -> tuple[str, str | None]:
 
 
 def _table(plan: Mapping, store: ResultsStore, done: Sequence[str]) -> str | None:
-    """Table 5 of the done points (markdown) for a Table 5 experiment; None otherwise or when nothing is done."""
-    if plan.get("experiment_name") not in TABLE5_EXPERIMENTS or not done:
+    """Table 5 of the done points (markdown) for an experiment that defines one (as its report does); None otherwise
+    or when nothing is done."""
+    from gac.analysis.report_dir import defines
+
+    if not defines(plan.get("experiment_name"), "table5") or not done:
         return None
     try:
         from gac.analysis import format_table, load_results, table5

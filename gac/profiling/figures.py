@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, ScalarFormatter
 
+from gac.align.candidates import DEFAULT_UNIT
 from gac.io import replace_file
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ def _op_of(row_op: str, sweep: str) -> str:
     return row_op or sweep
 
 
-def staircase_figures(table: pd.DataFrame, unit: int = 8, backend: str = "auto", device: str | None = None,
+def staircase_figures(table: pd.DataFrame, unit: int = DEFAULT_UNIT, backend: str = "auto", device: str | None = None,
                       dtype: str | None = None, cliffs: bool = True) -> dict[str, Figure]:
     """Figures 5-7 from a profile table (``sweep, op, axis, dim, backend, latency_ms, tflops, ...``; target rows
     with a ``context`` are left out): one figure per op (``sdpa``, ``gemm``, ``gemv``, ``gemm_tput``), one panel
@@ -243,7 +244,7 @@ def save_figures(profile, out_dir: str | Path) -> list[Path]:
     paths = []
     for op, fig in figs.items():
         path = out / FIGURE_FILES.get(op, f"{op}_latency.png")
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        replace_file(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"))
         paths.append(path)
     log.info("wrote %d figures to %s", len(paths), out)
     return paths

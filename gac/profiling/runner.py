@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from gac.errors import GacError
+from gac.io import write_text_atomic
 from gac.profiling.cliffs import DEFAULT_HORIZON, DEFAULT_TOLERANCE, sdpa_backend_table, summarize, tier_table
 from gac.profiling.device import resolve_device
 from gac.profiling.figures import save_figures, summary_markdown
@@ -90,8 +91,8 @@ def write_analysis(
         "SDPA backends": sdpa_backend_table(profile.table),
     }
     for (_, df), name in zip(tables.items(), ("cliffs.csv", "tiers.csv", "sdpa_backends.csv"), strict=True):
-        df.to_csv(out / name, index=False)
+        write_text_atomic(out / name, df.to_csv(index=False), overwrite=True)
     header = f"# Hardware profile\n\n```\n{profile.describe()}\n```\n\ntolerance {tolerance}, horizon {horizon}\n\n"
-    (out / "summary.md").write_text(header + summary_markdown(tables))
+    write_text_atomic(out / "summary.md", header + summary_markdown(tables), overwrite=True)
     log.info("cliff summary:\n%s", tables["Alignment constraints (Table 4)"].to_string(index=False))
     return tables

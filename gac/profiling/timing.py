@@ -13,22 +13,19 @@ import contextlib
 import logging
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
 from gac.errors import GacError
-from gac.evaluation.latency import DEFAULTS, timer_for
+from gac.evaluation.latency import CPU_CLOCKS_NS, DEFAULTS, timer_for
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_CPU_CACHE = 32 * 2**20
 
 
-#: the CPU clocks (ns) by the name :func:`gac.evaluation.latency.timer_for` gives
-_CPU_CLOCKS_NS = {"thread_time": time.thread_time_ns, "perf_counter": time.perf_counter_ns}
 _KERNEL = DEFAULTS["kernel"]
 
 
@@ -176,7 +173,7 @@ def _time_op(make_inputs, fn, device: torch.device, protocol: TimingProtocol) ->
             total_ms = start.elapsed_time(end)
         else:
             synchronize(device)
-            clock = _CPU_CLOCKS_NS[timer_for(device)]
+            clock = CPU_CLOCKS_NS[timer_for(device)]
             t0 = clock()
             for _ in range(protocol.iters):
                 fn(*sets[k % n])

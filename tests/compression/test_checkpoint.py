@@ -42,7 +42,11 @@ def test_reload_identical_logits(saved, base, compressor):
     assert meta["recipe"]["compressor"] == compressor and meta["recipe"]["ratio"] == 0.3
     assert meta["recipe"]["calibration"]["n_samples"] == 4 and meta["recipe"]["strategy"] == plan.strategy
     assert meta["plan"]["dims"] == plan.dims and meta["gac_version"]
-    assert meta["provenance"]["torch"] == torch.__version__
+    from gac.provenance import provenance
+
+    # the one provenance shape of gac's results (records, bench files), with the platform beside it
+    assert set(meta["provenance"]) == set(provenance()) | {"platform"}
+    assert meta["provenance"]["packages"]["torch"] == torch.__version__
     # every per-layer dimension is recorded
     specs = meta["modules"]
     assert len(specs) == 7 * m2.config.num_hidden_layers

@@ -116,6 +116,9 @@ def test_unknown_group_option_suggests(overrides, msg):
         (["+compressor.options.alhpa=1"], "unknown option for compressor 'asvd' 'alhpa'"),
         (["eval.tasks=[piqa,hellaswg]"], "did you mean 'hellaswag'"),
         (["gpu.device=tpu"], "gpu.device must be one of"),
+        (["gpu.device=cuda:abc"], "gpu.device must be one of"),  # the type alone was checked
+        (["gpu.device=cuda:-1"], "gpu.device must be one of"),
+        (["gpu.device=mps"], "gpu.device must be one of"),
         (["gpu.profile=/nonexistent/profile"], "gpu.profile must be one of"),
         (["allocation=greedy"], "unknown allocation"),
     ],
