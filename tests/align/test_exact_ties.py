@@ -79,16 +79,22 @@ def _tied_llama(shape, window):
     return p, table, lat, values
 
 
-def test_both_searches_agree_on_a_tied_llama_8b_problem(monkeypatch):
-    _, _, lat, values = _tied_llama("llama3_8b", 4)
+def _both_searches_agree(shape, monkeypatch):
+    """The NumPy search and the Python-integer search at a mid budget: the same exact optimum, both within it."""
+    _, _, lat, values = _tied_llama(shape, 4)
     lo, hi = sum(min(x) for x in lat), sum(max(x) for x in lat)
     budget = lo + 0.5 * (hi - lo)
     fast = solve_latency_budget(lat, values, budget)
     monkeypatch.setattr(exact_mckp, "_INT64_SAFE", 0)
+    monkeypatch.setenv(exact_mckp.MAX_WORK_ENV, str(10**10))
     slow = solve_latency_budget(lat, values, budget)
     assert (fast.stats["search"], slow.stats["search"]) == ("int64", "python")
     assert _exact_value(values, fast.choice) == _exact_value(values, slow.choice)
     assert fast.held and slow.held
+
+
+def test_both_searches_agree_on_a_tied_llama_8b_problem(monkeypatch):
+    _both_searches_agree("llama3_8b", monkeypatch)
 
 
 def test_the_tie_heavy_70b_problem_at_the_gac_plans_latency():
@@ -108,14 +114,7 @@ def test_the_tie_heavy_70b_problem_at_the_gac_plans_latency():
 
 @pytest.mark.slow
 def test_both_searches_agree_on_the_tie_heavy_70b_problem(monkeypatch):
-    _, _, lat, values = _tied_llama("llama3_70b", 4)
-    lo, hi = sum(min(x) for x in lat), sum(max(x) for x in lat)
-    budget = lo + 0.5 * (hi - lo)
-    fast = solve_latency_budget(lat, values, budget)
-    monkeypatch.setattr(exact_mckp, "_INT64_SAFE", 0)
-    monkeypatch.setenv(exact_mckp.MAX_WORK_ENV, str(10**10))
-    slow = solve_latency_budget(lat, values, budget)
-    assert _exact_value(values, fast.choice) == _exact_value(values, slow.choice)
+    _both_searches_agree("llama3_70b", monkeypatch)
 
 
 def test_the_work_limit_refuses_in_one_line_with_the_fix(monkeypatch):
