@@ -77,6 +77,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_launchsafe import launchsafe_files
 
     launchsafe_files(T)  # the "Fifth catalogue: what gac did not make" rows
+    from tests.bad_input_fixtures_planner import planner_files
+
+    planner_files(T)  # the "Fifth catalogue: planner bounds and fetched inputs" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

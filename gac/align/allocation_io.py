@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW, check_unit
-from gac.align.latency_budget import check_latency_table
+from gac.align.latency_budget import check_latency_table, check_ms
 from gac.align.targets import Target, check_unique
 from gac.errors import GacError
 from gac.io import read_json
@@ -143,12 +143,8 @@ def _latency(data: dict, latency: dict, targets: list[Target], source: str):
     opts = {}
     for key in _LATENCY_TOP:
         if key in data:
-            v = data[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
-                    key != "latency_fixed_ms" and v == 0):
-                raise GacError(f"{source}: {key!r} must be a " + ("non-negative" if key == "latency_fixed_ms" else
-                               "positive") + f" number of milliseconds, got {v!r}")
-            opts[key] = float(v)
+            check_ms(data[key], f"{source}: {key!r}", positive=key != "latency_fixed_ms")
+            opts[key] = float(data[key])
     if latency and len(latency) < len(targets):
         lack = [t.name for t in targets if t.name not in latency]
         raise GacError(f"{source}: {len(lack)} target(s) have no 'latency_ms' (e.g. {lack[0]!r}) while others do; give "

@@ -80,12 +80,25 @@ class LatencyResult:
                 "held": self.held, "unused_ms": self.unused_ms, "fixed_ms": self.fixed_ms, "solver": "exact"}
 
 
-def _ms(x, what: str) -> Fraction:
-    """A latency in ms as its exact value (a float's binary value)."""
+MAX_MS = 1e9  # ms (11.6 days): no prefill's latency; a million of them still sum to a finite float, exactly reported
+
+
+def _shown(x) -> str:
+    """A number as a message shows it: an integer of hundreds of digits by its size, not its digits."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**20:
+        return f"an integer of about {round(x.bit_length() * math.log10(2))} digits"
+    return repr(x)
+
+
+def check_ms(x, what: str, positive: bool = False) -> Fraction:
+    """A latency in ms (a budget, a table's entry, the fixed part) as its exact value (a float's binary value): finite,
+    >= 0 (> 0 with ``positive``) and at most :data:`MAX_MS`, so sums over any plan's targets stay finite floats."""
     if isinstance(x, bool) or not isinstance(x, (int, float, Fraction)) or (
-            isinstance(x, float) and not math.isfinite(x)) or x < 0:
-        raise GacError(f"{what} must be a finite number of milliseconds >= 0, got {x!r}")
+            isinstance(x, float) and not math.isfinite(x)) or x < 0 or x > MAX_MS or (positive and x == 0):
+        raise GacError(f"{what} must be a finite number of milliseconds {'above' if positive else 'from'} 0 "
+                       f"{'and at most' if positive else 'to'} {MAX_MS:g} (no prefill takes longer), got {_shown(x)}")
     return Fraction(x)
+
 
 
 def round_up(x: Fraction) -> float:
@@ -108,13 +121,13 @@ def solve_latency_budget(
     n = len(latency)
     if n != len(values):
         raise ValueError("latency and values must have one entry per item")
-    budget = _ms(budget_ms, "the latency budget")
-    fixed = _ms(fixed_ms, "the fixed latency (fixed_ms)")
+    budget = check_ms(budget_ms, "the latency budget")
+    fixed = check_ms(fixed_ms, "the fixed latency (fixed_ms)")
     lat = []
     for i, (ls, vs) in enumerate(zip(latency, values)):
         if len(ls) != len(vs) or not len(ls):
             raise ValueError("each item needs at least one option and as many values as latencies")
-        lat.append([_ms(x, f"item {i}'s latency") for x in ls])
+        lat.append([check_ms(x, f"item {i}'s latency") for x in ls])
         for v in vs:
             if not math.isfinite(v):
                 raise ValueError("values must be finite")
@@ -160,7 +173,7 @@ def solve_min_latency(
         raise GacError(f"bound must be one of {', '.join(BOUNDS)}, got {bound!r}")
     if len(params) != len(latency):
         raise ValueError("params and latency must have one entry per item")
-    fixed = _ms(fixed_ms, "the fixed latency (fixed_ms)")
+    fixed = check_ms(fixed_ms, "the fixed latency (fixed_ms)")
     param_budget = int(param_budget)
     ps = [[int(p) for p in row] for row in params]
     for i, (row, ls) in enumerate(zip(ps, latency)):
@@ -169,7 +182,7 @@ def solve_min_latency(
         if min(row) < 0:
             raise ValueError("parameter counts must be non-negative")
         for x in ls:
-            _ms(x, f"item {i}'s latency")
+            check_ms(x, f"item {i}'s latency")
     # the solver maximises; fewer parameters break ties (its cheaper plan): negate latency, and for "at_least" the
     # cost is what each item gives up below its largest option, so the cheaper tie keeps more parameters
     values = [[-float(x) for x in ls] for ls in latency]
@@ -223,7 +236,7 @@ def check_latency_table(table: object, source: str = "latency table") -> dict[st
                 dim = None
             if dim is None or isinstance(d, bool) or dim <= 0 or str(dim) != str(d).strip():
                 raise GacError(f"{source}: {name!r} has dimension {d!r}; dimensions must be positive integers")
-            _ms(ms, f"{source}: {name!r} at dimension {dim}: the latency")
+            check_ms(ms, f"{source}: {name!r} at dimension {dim}: the latency")
             entries[dim] = ms if isinstance(ms, Fraction) else float(ms)
         out[str(name)] = entries
     return out

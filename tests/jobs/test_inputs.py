@@ -129,8 +129,10 @@ def test_gac_fetch_where_the_hub_is_not_reachable_says_so(hf, monkeypatch, capsy
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["fetch", "model=llama3_8b", "compressor=none", "eval.tasks=[]"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["gac fetch: error: the hub is not reachable here (HF_HUB_OFFLINE is set); run `gac fetch` where "
-                   "it is (a login node), with the caches the jobs use; unset HF_HUB_OFFLINE for it"]
+    assert err == ["gac fetch: error: the hub is not reachable here (HF_HUB_OFFLINE is set) and 2 input(s) come from "
+                   "it (model meta-llama/Meta-Llama-3-8B, dataset Salesforce/wikitext (wikitext-2-raw-v1, test)); run "
+                   "`gac fetch model=llama3_8b compressor=none 'eval.tasks=[]'` where it is (a login node), with the "
+                   "caches the jobs use; unset HF_HUB_OFFLINE for it"]
 
 
 def test_an_offline_job_names_every_missing_input_and_the_fetch_command(hf, monkeypatch):

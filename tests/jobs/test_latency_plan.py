@@ -25,6 +25,11 @@ BLOCK_KEYS = {"budget_kind", "source", "device", "batch", "seq_len", "budget_ms"
     (["align=gac_latency", "align.budget_kind=fastest"], "budget_kind must be one of"),
     (["align=gac_latency", "align.latency_source=guessed"], "latency_source must be one of"),
     (["align=gac_latency", "align.latency_budget=-0.5"], "positive number"),
+    (["align=gac_latency", "align.latency_budget=1e308"], "positive number at most 1000"),
+    (["align=gac_latency", f"align.latency_budget={10**400}"], "override align.latency_budget=...: an integer of about "
+                                                               "400 digits is no setting"),
+    (["align=gac_latency", "align.latency_budget=null", "align.latency_budget_ms=1e308"], "at most 1e+09"),
+    (["align=gac_latency", "align.latency_budget=null", "align.latency_budget_ms=0"], "above 0"),
     (["align=gac", "align.latency_budget=0.9"], "applies to align=gac_latency only"),
     (["align=gac_latency", "align.latency_reference=dense"], "latency_reference must be one of"),
 ])
