@@ -25,7 +25,7 @@ from gac.errors import GacError, unknown_name
 
 # one row per partition and node group: partition (default marked *), features, gres, memory (MB), CPUs, time limit
 SINFO_FORMAT = "%P|%f|%G|%m|%c|%l"
-WHERE = "(conf/local/default.yaml or hydra.launcher.KEY=... on the command line)"
+WHERE = "(conf/local/slurm.yaml, or hydra.launcher.KEY=... on the command line)"
 
 
 @dataclass

@@ -65,26 +65,53 @@ def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -
     return [list(job) for job in itertools.product(*axes)]
 
 
-def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None,
-                 sweeper_params: dict | None = None) -> list[dict]:
-    """Every point of the sweep ``overrides`` describes (experiment sweeper params included), each validated:
-    ``{"overrides", "config", "spec", "key"}``. Raises :class:`GacError` naming the first bad point.
+def is_hydra_override(override: str) -> bool:
+    """Whether ``override`` sets Hydra's own config (``hydra/launcher=slurm_h100``, ``hydra.launcher.partition=x``):
+    applied to every job of a sweep as it is, never swept."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
-    ``sweeper_params``: the sweep's ``hydra.sweeper.params`` when the caller has them (a running app); otherwise
-    they are read from the config the non-swept overrides compose to."""
+
+def hydra_overrides_of(config) -> list[str]:
+    """The hydra overrides a running sweep was launched with (``hydra.overrides.hydra``)."""
+    from omegaconf import OmegaConf
+
+    return [str(o) for o in OmegaConf.select(config, "hydra.overrides.hydra", default=None) or []]
+
+
+def compose_point(job: Sequence[str], hydra_overrides: Sequence[str] = (),
+                  config_dir: str | os.PathLike | None = None, return_hydra_config: bool = False):
+    """One point of a sweep composed as Hydra composes its job: the launch's hydra overrides (its launcher, with the
+    site's ``conf/local/slurm.yaml``, and ``hydra.launcher.*``) and the point's own overrides. The one way gac
+    composes a point: the sweep check, ``gac fetch``, ``gac launch status`` and the Slurm launcher all use it."""
+    return compose_config([*hydra_overrides, *job], config_dir=config_dir, return_hydra_config=return_hydra_config)
+
+
+def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None,
+                 sweeper_params: dict | None = None, hydra_overrides: Sequence[str] = ()) -> list[dict]:
+    """Every point of the sweep ``overrides`` describes (experiment sweeper params included), each composed as
+    Hydra will (:func:`compose_point`) and validated: ``{"overrides", "config", "spec", "key"}``; a point's
+    ``overrides`` are its task overrides, as Hydra's job has them. Raises :class:`GacError` naming the first bad point.
+
+    ``overrides``: a command line (hydra overrides among them are applied to every point); ``hydra_overrides``: the
+    launch's own, where the caller has them apart (a running app). ``sweeper_params``: the sweep's
+    ``hydra.sweeper.params`` when the caller has them; otherwise they are read from the config the non-swept
+    overrides compose to."""
     from omegaconf import OmegaConf
 
     from gac.jobs.axes import check_sweep
     from gac.jobs.config import spec_from_config
 
+    hydra = [*hydra_overrides, *(o for o in overrides if is_hydra_override(o))]
+    task = [o for o in overrides if not is_hydra_override(o)]
     if sweeper_params is None:
-        primary = compose_config(overrides=[o for o in overrides if not is_swept(o)],
-                                 config_dir=config_dir, return_hydra_config=True)
+        primary = compose_point([o for o in task if not is_swept(o)], hydra, config_dir=config_dir,
+                                return_hydra_config=True)
         sweeper_params = _sweeper_params(primary)
     points = []
-    for job in expand_sweep(overrides, sweeper_params):
+    for job in expand_sweep(task, sweeper_params):
         try:
-            cfg = compose_config(job, config_dir=config_dir)
+            cfg = compose_point(job, hydra, config_dir=config_dir)
             container = OmegaConf.to_container(cfg, resolve=True)
             spec = spec_from_config(container)
         except GacError as e:
@@ -112,7 +139,8 @@ class SweepCallback(_Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
-            points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))
+            points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config),
+                                  hydra_overrides=hydra_overrides_of(config))
             if (config.get("bench") or {}).get("after_sweep"):
                 from gac.jobs.store_bench import check_bench_overrides
 

@@ -88,7 +88,9 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         from gac.jobs import sweep_end
 
         array = str(jobs[0].job_id).split("_")[0]
-        plan = sweep_end.sweep_plan(config, _points(sweep_dir, job_overrides, jobs))
+        from gac.jobs.sweep import hydra_overrides_of
+
+        plan = sweep_end.sweep_plan(config, _points(sweep_dir, job_overrides, jobs, hydra_overrides_of(config)))
         plan.update(array_job=array, submitit_folder=str(params["submitit_folder"]),
                     env_file=str(env_file) if env_file else None,
                     report_path=str(Path(plan["sweep_dir"]) / f"{sweep_end.REPORT}.md"))
@@ -187,7 +189,7 @@ def _returned(overrides):
     return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
 
 
-def _points(sweep_dir: Path, job_overrides, jobs) -> list[dict]:
+def _points(sweep_dir: Path, job_overrides, jobs, hydra_overrides=()) -> list[dict]:
     """The plan's points: each job's overrides, record key (as the sweep check found them), Slurm job and log."""
     from gac.jobs import sweep_end
 
@@ -198,10 +200,11 @@ def _points(sweep_dir: Path, job_overrides, jobs) -> list[dict]:
         if key is None:
             from omegaconf import OmegaConf
 
-            from gac.jobs.command_line import compose_config
             from gac.jobs.config import spec_from_config
+            from gac.jobs.sweep import compose_point
 
-            key = spec_from_config(OmegaConf.to_container(compose_config(list(o)), resolve=True)).key
+            cfg = compose_point(list(o), hydra_overrides)
+            key = spec_from_config(OmegaConf.to_container(cfg, resolve=True)).key
         out.append({"overrides": list(o), "key": key, "slurm_job": str(j.job_id), "log": str(j.paths.stderr)})
     return out
 

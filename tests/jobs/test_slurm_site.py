@@ -132,7 +132,7 @@ def test_an_unknown_constraint_stops_the_launch_in_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "experiments/run.py: error: Slurm site setting hydra.launcher.constraint=h100x: no node of partition 'gpu' "
         "has the feature 'h100x' (features there: a100, h100, ib); set constraint to null or to one of those "
-        "(conf/local/default.yaml or hydra.launcher.KEY=... on the command line)"]
+        "(conf/local/slurm.yaml, or hydra.launcher.KEY=... on the command line)"]
     assert not (tmp_path / "res").exists()
 
 
