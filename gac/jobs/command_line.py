@@ -101,6 +101,16 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
     unknown group option or an unknown key. The culprit is found from the parsed overrides and the config tree, not
     from Hydra's text."""
     msg = hydra_text(e)
+    for o in parsed:  # a misspelt Slurm launcher setting: the close match among the launcher's own
+        leaf = o.key_or_group.removeprefix("hydra.launcher.")
+        if leaf != o.key_or_group and "." not in leaf and f"Key '{leaf}' not in" in msg:
+            import difflib
+
+            from gac.jobs.site_files import launcher_keys
+
+            close = difflib.get_close_matches(leaf, sorted(launcher_keys()), n=3, cutoff=0.6)
+            if close:
+                return f"{msg}; did you mean {' or '.join(repr(f'hydra.launcher.{c}') for c in close)}?"
     groups = group_options(conf_dir)
     if "could not be converted to Integer" in msg:  # seed=1e20: a float where the schema wants an integer
         for o in parsed:

@@ -41,7 +41,7 @@ def hydra_text(e: BaseException) -> str:
         out = ""
         for ln in (x.strip() for x in text.strip().split("Config search path:")[0].splitlines()):
             if ln:
-                out += (" " if not out or out.endswith(":") else "; ") + ln
+                out += (" " if not out or out.endswith((":", ".")) else "; ") + ln
         return out.strip()
 
     msg = one_line(str(e)) or type(e).__name__

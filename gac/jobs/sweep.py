@@ -145,10 +145,14 @@ class SweepCallback(_Callback):
                 from gac.jobs.store_bench import check_bench_overrides
 
                 check_bench_overrides(list(config.bench.get("overrides") or []))
+            if _is_slurm(config):  # the launcher's own values (numbers, env names), before asking the cluster
+                from gac.jobs.slurm_site import check_values
+
+                check_values(_launcher_settings(config))
         except GacError as e:
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
-        if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
+        if _is_slurm(config):
             from gac.jobs.inputs import check_sweep_offline
             from gac.jobs.slurm_site import check_slurm
 
@@ -165,19 +169,15 @@ class SweepCallback(_Callback):
         note_points(config.hydra.sweep.dir, self._points)  # for the Slurm launcher's end-of-sweep job
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        from gac.jobs.sweep_end import finish_sweep, submitted, sweep_plan
+        from gac.jobs.sweep_end import finish_sweep, submitted, sweep_plan, unfinished
 
         plan = submitted(config.hydra.sweep.dir)
         if plan is not None:  # a Slurm sweep: its end-of-sweep job did (or will do) the bench, table and report
             if plan.get("end_failed"):  # said by the launcher, with the job's log
                 sys.exit(1)
-            report = plan.get("report")
-            if report and report.get("failed"):
-                n, first = len(report["failed"]), report["failed"][0]
-                print(f"experiments/run.py: error: {n} point(s) of the sweep did not finish, the first "
-                      f"[{' '.join(first['overrides'])}]: {first['detail']} (each is named above and in "
-                      f"{report.get('report')}); the table holds the others. Fix them and re-launch: finished points "
-                      f"are skipped", file=sys.stderr)
+            line = unfinished(plan)
+            if line:
+                print(f"experiments/run.py: error: {line}", file=sys.stderr)
                 sys.exit(1)
             return
         errors = {frozenset(point): e for point, e in FAILED_POINTS}
@@ -189,6 +189,10 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {n} point(s) of the sweep failed (each named above); the other points "
                   f"ran. Fix them and re-launch: finished points are skipped", file=sys.stderr)
             sys.exit(2)
+
+
+def _is_slurm(config) -> bool:
+    return str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
 
 
 def _launcher_settings(config) -> dict:
