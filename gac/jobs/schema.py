@@ -129,7 +129,7 @@ SLURM_LAUNCHER = "gac_slurm"
 #: what a Slurm job gets from the launching shell (when set there), through a file only the user reads
 #: (gac.launch.slurm): the caches, the hub token and endpoint, offline mode, the proxies and CA bundles, gac's own
 #: settings and W&B's; ``PREFIX*`` is every variable set with that prefix
-JOB_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "XDG_CACHE_HOME", "HF_TOKEN", "HF_TOKEN_PATH",
+JOB_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "GAC_CACHE", "XDG_CACHE_HOME", "HF_TOKEN", "HF_TOKEN_PATH",
            "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY",
            "https_proxy", "http_proxy", "no_proxy", "all_proxy", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
            "CURL_CA_BUNDLE", "GAC_*", "WANDB_*")
