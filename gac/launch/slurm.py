@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 #: the job script's line that sources the launch's environment file (an absolute path): a job that cannot read it
 #: (removed, or a node that does not mount the sweep directory) stops there, rather than run without the caches and
 #: the token it was launched with
-ENV_FILE_LINE = ('. {path} || {{ echo "gac: cannot read the launch\'s environment file {path} (the caches, HF_TOKEN, '
+ENV_FILE_LINE = ('. {path} || {{ echo "gac: cannot read the launch\'s environment file" {path} "(the caches, HF_TOKEN, '
                  'the proxies); re-launch the sweep" >&2; exit 1; }}')
 #: the end-of-sweep job's time limit (minutes) when the sweep has no bench: the outcomes, the table and the report
 END_TIMEOUT_MIN = 30
@@ -105,7 +105,7 @@ class SlurmLauncher(_SubmititSlurmLauncher):
                     env_file=str(env_file) if env_file else None,
                     report_path=str(Path(plan["sweep_dir"]) / f"{sweep_end.REPORT}.md"))
         try:
-            end = _executor(_end_params(params, bool(plan["bench"].get("after_sweep")), self.end_gpu),
+            end = _executor(_end_params(params, bool((plan.get("bench") or {}).get("after_sweep")), self.end_gpu),
                             end_of=array).submit(sweep_end.end_job, plan)
         except Exception as e:  # noqa: BLE001 - a sweep without its end: nothing would remove the env file
             stopped = _cancel(array)
@@ -299,10 +299,11 @@ def _record(plan: dict) -> None:
 
 
 def write_env_file(directory: Path, names: Sequence[str]) -> Path | None:
-    """The variables of ``names`` (``PREFIX*``: every one with that prefix) that are set here, as ``export NAME='value'`` lines in a new file under
-    ``directory`` that only this user can read (0600), plus ``SLURM_EXPORT_ENV=ALL`` / ``SRUN_EXPORT_ENV=ALL`` so that
-    ``srun`` inside the job passes them to the task even where ``sbatch`` ran with ``--export=NONE`` (whose setting
-    job steps otherwise inherit). None when none of them is set."""
+    """The variables of ``names`` (``PREFIX*``: every one with that prefix) that are set here, as ``export
+    NAME='value'`` lines in a new file under ``directory`` that only this user can read (0600), plus
+    ``SLURM_EXPORT_ENV=ALL`` / ``SRUN_EXPORT_ENV=ALL`` so that ``srun`` inside the job passes them to the task even
+    where ``sbatch`` ran with ``--export=NONE`` (whose setting job steps otherwise inherit). None when none of them is
+    set."""
     lines = [f"export {n}={shlex.quote(os.environ[n])}" for n in env_names(names) if os.environ.get(n)]
     if not lines:
         return None

@@ -221,8 +221,8 @@ def sweep_end_status(rows: Sequence[dict], slurm: _Slurm | None = None) -> dict 
             end, array = plan["end_job"], plan["array_job"]
             report = read_report(plan["sweep_dir"]) if plan["sweep_dir"] else None
             if report is not None and end and report.get("slurm_job_id") == end:
-                failed = _listed(report.get("failed"))
-                detail = (f"{len(_listed(report.get('done')))} point(s) done" + (f", {len(failed)} not" if failed else "")
+                done, failed = _listed(report.get("done")), _listed(report.get("failed"))
+                detail = (f"{len(done)} point(s) done" + (f", {len(failed)} not" if failed else "")
                           + f"; report: {report.get('report')}")
                 return {"end_job": end, "array_job": array, "state": "done", "detail": detail,
                         "report": report.get("report")}
