@@ -131,25 +131,33 @@ def test_hydra_finds_the_launcher_in_its_plugin_namespace():
     assert launcher.wait is False and launcher.env == ["HF_TOKEN"] and "wait" not in launcher.params
 
 
-def test_an_array_sbatch_refuses_is_one_line_not_a_traceback(tmp_path):
-    """Through experiments/run.py with a fake Slurm whose sbatch refuses (an account the site does not know): the
-    launcher (found by Hydra's plugin discovery) says so in one line, exit code 2, and leaves no env file behind."""
+def _sweep_on_fake_slurm(tmp_path, **tools):
+    """``experiments/run.py -m`` through gac's launcher (found by Hydra's plugin discovery) on a fake Slurm: each
+    of ``tools`` a shell body (sbatch, scancel, ...), srun and a one-partition sinfo beside them, HF_TOKEN set."""
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    refuse = ("echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
-              "specified' >&2; exit 1")
-    for name, body in (("sbatch", refuse), ("srun", "exit 1"), ("sinfo", "echo 'debug*|(null)|(null)|4096|2|infinite'")):
+    tools = {"srun": "exit 1", "sinfo": "echo 'debug*|(null)|(null)|4096|2|infinite'", **tools}
+    for name, body in tools.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
            "PYTHONPATH": str(root), "HF_TOKEN": "hf_x"}
-    r = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local",
-                        "eval=none", f"results_dir={tmp_path}/res", f"hydra.sweep.dir={tmp_path}/multirun"],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local",
+                           "eval=none", f"results_dir={tmp_path}/res", f"hydra.sweep.dir={tmp_path}/multirun"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_array_sbatch_refuses_is_one_line_not_a_traceback(tmp_path):
+    """Through experiments/run.py with a fake Slurm whose sbatch refuses (an account the site does not know): the
+    launcher (found by Hydra's plugin discovery) says so in one line, exit code 2, and leaves no env file behind."""
+
+    refuse = ("echo 'sbatch: error: Batch job submission failed: Invalid account or account/partition combination "
+              "specified' >&2; exit 1")
+    r = _sweep_on_fake_slurm(tmp_path, sbatch=refuse)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("experiments/run.py: error: Slurm refused the array: ") and "Traceback" not in r.stderr
@@ -160,23 +168,9 @@ def test_an_array_sbatch_refuses_is_one_line_not_a_traceback(tmp_path):
 def test_when_sbatch_refuses_the_end_of_sweep_job_the_array_is_cancelled_and_the_env_file_removed(tmp_path):
     """A sweep without its end would leave the token's file in the sweep directory and nothing to say how it ended:
     the array is cancelled (scancel), the file removed, and the launch ends in one line, exit code 2."""
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     sbatch = ('if grep -q dependency "$1"; then echo "sbatch: error: Batch job submission failed: Job dependency '
               'problem" >&2; exit 1; fi; echo "Submitted batch job 42"')
-    for name, body in (("sbatch", sbatch), ("srun", "exit 1"), ("scancel", f'echo "$@" >> {tmp_path}/cancelled'),
-                       ("sinfo", "echo 'debug*|(null)|(null)|4096|2|infinite'")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
-           "PYTHONPATH": str(root), "HF_TOKEN": "hf_x"}
-    r = subprocess.run([sys.executable, str(root / "experiments" / "run.py"), "-m", "hydra/launcher=slurm_local",
-                        "eval=none", f"results_dir={tmp_path}/res", f"hydra.sweep.dir={tmp_path}/multirun"],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    r = _sweep_on_fake_slurm(tmp_path, sbatch=sbatch, scancel=f'echo "$@" >> {tmp_path}/cancelled')
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("experiments/run.py: error: Slurm refused the end-of-sweep job, so array job 42 was "
