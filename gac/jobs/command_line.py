@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.jobs.compose import CONF_DIR, compose
+from gac.jobs.compose import compose, conf_root, hydra_text
 
 
 def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None,
@@ -22,9 +22,11 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     from omegaconf.errors import OmegaConfBaseException
 
     from gac.jobs.schema import register
+    from gac.jobs.site_files import check_site_files
 
     register()  # conf/config.yaml composes the typed schema first
-    d = str(Path(config_dir or CONF_DIR).resolve())
+    d = str(conf_root(config_dir))
+    check_site_files(d)
     parsed = parse_overrides(overrides)
     _check_experiment_override(parsed)
     _check_required_groups(parsed, d)
@@ -123,14 +125,20 @@ def _check_required_groups(parsed, conf_dir: str) -> None:
 
 
 def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
-    """Hydra's error (its first line), with a close-match suggestion when an override names an unknown group option
-    or an unknown key. The culprit is found from the parsed overrides and the config tree, not from Hydra's text."""
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    cause = e.__cause__
-    if cause is not None and str(cause).strip():  # "Error merging override x=y" says why only in its cause
-        why = str(cause).strip().splitlines()[0]
-        if why not in msg:
-            msg = f"{msg}: {why}"
+    """Hydra's error (whole, on one line, its cause kept), with a close-match suggestion when an override names an
+    unknown group option or an unknown key. The culprit is found from the parsed overrides and the config tree, not
+    from Hydra's text."""
+    msg = hydra_text(e)
+    for o in parsed:  # a misspelt Slurm launcher setting: the close match among the launcher's own
+        leaf = o.key_or_group.removeprefix("hydra.launcher.")
+        if leaf != o.key_or_group and "." not in leaf and f"Key '{leaf}' not in" in msg:
+            import difflib
+
+            from gac.jobs.site_files import launcher_keys
+
+            close = difflib.get_close_matches(leaf, sorted(launcher_keys()), n=3, cutoff=0.6)
+            if close:
+                return f"{msg}; did you mean {' or '.join(repr(f'hydra.launcher.{c}') for c in close)}?"
     groups = group_options(conf_dir)
     if "could not be converted to Integer" in msg:  # seed=1e20: a float where the schema wants an integer
         for o in parsed:

@@ -129,10 +129,12 @@ class GacConfig:
 
 SLURM_LAUNCHER = "gac_slurm"
 #: what a Slurm job gets from the launching shell (when set there), through a file only the user reads
-#: (gac.launch.slurm): the caches, the hub token and endpoint, offline mode, the proxies
-JOB_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "GAC_CACHE", "HF_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT",
-           "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY",
-           "https_proxy", "http_proxy", "no_proxy", "all_proxy")
+#: (gac.launch.slurm): the caches, the hub token and endpoint, offline mode, the proxies and CA bundles, gac's own
+#: settings and W&B's; ``PREFIX*`` is every variable set with that prefix
+JOB_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "GAC_CACHE", "XDG_CACHE_HOME", "HF_TOKEN", "HF_TOKEN_PATH",
+           "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY",
+           "https_proxy", "http_proxy", "no_proxy", "all_proxy", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+           "CURL_CA_BUNDLE", "GAC_*", "WANDB_*")
 
 try:  # hydra-submitit-launcher is a dependency; without it there are no Slurm launchers to type
     from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf as _SlurmQueueConf
@@ -144,11 +146,14 @@ if _SlurmQueueConf is not None:
     class GacSlurmConf(_SlurmQueueConf):
         """gac's Slurm launcher settings (``hydra/launcher: gac_slurm``, which ``conf/hydra/launcher/slurm_*.yaml``
         extend): hydra-submitit's ``submitit_slurm`` plus ``wait`` (the launching process waits for the end-of-sweep
-        job and prints its report; false: it returns once submitted) and ``env`` (:data:`JOB_ENV`)."""
+        job and prints its report; false: it returns once submitted), ``env`` (:data:`JOB_ENV`) and ``end_gpu``
+        (whether the end-of-sweep job asks for the array's GPU; null: only when it benches, true: always, for a
+        partition that refuses jobs without one)."""
 
         _target_: str = "hydra_plugins.gac_launcher.gac_launcher.GacSlurmLauncher"  # gac.launch.slurm.SlurmLauncher
         wait: bool = True
         env: List[str] = field(default_factory=lambda: list(JOB_ENV))  # noqa: UP006
+        end_gpu: Optional[bool] = None  # noqa: UP045 - the end-of-sweep job asks for the array's GPU: null, only to bench
 
 
 def register() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ from gac.errors import GacError, unknown_name
 
 # one row per partition and node group: partition (default marked *), features, gres, memory (MB), CPUs, time limit
 SINFO_FORMAT = "%P|%f|%G|%m|%c|%l"
-WHERE = "(conf/local/default.yaml or hydra.launcher.KEY=... on the command line)"
+WHERE = "(conf/local/slurm.yaml, or hydra.launcher.KEY=... on the command line)"
 
 
 @dataclass
@@ -124,6 +125,31 @@ _NUMBERS = (("nodes", 1, "nodes per job"), ("tasks_per_node", 1, "tasks per node
             ("array_parallelism", 1, "jobs at once"))
 
 
+def is_env_name(name: str) -> bool:
+    """A name a shell can export (ASCII letters, digits and ``_``, not starting with a digit), or such a prefix
+    followed by ``*``."""
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*?", str(name)) is not None
+
+
+def env_names(names: Sequence[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """``hydra.launcher.env`` expanded: each name once, a ``PREFIX*`` as the variables of ``environ`` (default: this
+    process's) with that prefix, in order; names a shell cannot export are left out (:func:`check_values` refuses
+    them first)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    out: dict[str, None] = {}
+    for n in names:
+        n = str(n)
+        if not is_env_name(n):
+            continue
+        if n.endswith("*"):
+            out.update(dict.fromkeys(sorted(k for k in environ if k.startswith(n[:-1]) and is_env_name(k))))
+        else:
+            out[n] = None
+    return list(out)
+
+
 def check_values(launcher: Mapping) -> None:
     """Every numeric launcher setting is a whole number in range (``mem_gb=-4`` or ``timeout_min=0`` would reach
     ``sbatch``, or make every job time out at once), and a job outlives its own timeout signal."""
@@ -134,6 +160,14 @@ def check_values(launcher: Mapping) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < low:
             raise GacError(f"Slurm site setting hydra.launcher.{key}={v}: give a whole number of {what} >= {low} "
                            f"{WHERE}")
+    env = launcher.get("env")
+    if env is not None:
+        names = env if isinstance(env, (list, tuple)) else [env]
+        bad = [str(n) for n in names if not isinstance(n, str) or not is_env_name(n)]
+        if bad or not isinstance(env, (list, tuple)):
+            raise GacError(f"Slurm site setting hydra.launcher.env: {(bad or [str(env)])[0]!r} is not a variable name "
+                           f"(ASCII letters, digits and _, not starting with a digit; NAME* for every variable with "
+                           f"that prefix); it would be written into every job's environment file {WHERE}")
     timeout, delay = launcher.get("timeout_min"), launcher.get("signal_delay_s")
     if timeout is not None and delay is not None and timeout * 60 <= delay + 60:
         raise GacError(f"Slurm site setting hydra.launcher.timeout_min={timeout}: a job is told to stop "
@@ -309,9 +343,18 @@ def resolve_gpu(launcher: dict, rows: Sequence[NodeGroup], where: str, gpu: str 
     return launcher
 
 
+SACCTMGR_ANSWER_S = 20  # how long the accounting may take before its checks are skipped (said)
+
+
+class _Silent(Exception):
+    """sacctmgr did not answer in time."""
+
+
 def _sacctmgr(sacctmgr: str, args: list[str]) -> list[str] | None:
     try:
-        r = subprocess.run([sacctmgr, "-n", "-P", *args], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([sacctmgr, "-n", "-P", *args], capture_output=True, text=True, timeout=SACCTMGR_ANSWER_S)
+    except subprocess.TimeoutExpired:
+        raise _Silent from None
     except (OSError, subprocess.SubprocessError):
         return None
     return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()] if r.returncode == 0 else None
@@ -319,18 +362,23 @@ def _sacctmgr(sacctmgr: str, args: list[str]) -> list[str] | None:
 
 def _check_accounting(launcher: Mapping, sacctmgr: str, user: str | None) -> None:
     """account: one of the user's associations; qos: one the accounting knows. A site without accounting (sacctmgr
-    fails or lists nothing) is left to sbatch."""
+    fails or lists nothing) is left to sbatch; so is one whose sacctmgr does not answer in
+    :data:`SACCTMGR_ANSWER_S` (once, said: sbatch still refuses an account or QOS it does not know)."""
     account, qos = launcher.get("account"), launcher.get("qos")
-    if account:
-        args = ["show", "assoc"] + (["where", f"user={user}"] if user else []) + ["format=account"]
-        accounts = _sacctmgr(sacctmgr, args)
-        if accounts and str(account) not in accounts:
-            raise unknown_name(f"Slurm account{f' of user {user}' if user else ''} (hydra.launcher.account=...)",
-                               str(account), set(accounts))
-    if qos:
-        names = _sacctmgr(sacctmgr, ["show", "qos", "format=name"])
-        if names and str(qos) not in names:
-            raise unknown_name("Slurm QOS (hydra.launcher.qos=...)", str(qos), set(names))
+    try:
+        if account:
+            args = ["show", "assoc"] + (["where", f"user={user}"] if user else []) + ["format=account"]
+            accounts = _sacctmgr(sacctmgr, args)
+            if accounts and str(account) not in accounts:
+                raise unknown_name(f"Slurm account{f' of user {user}' if user else ''} (hydra.launcher.account=...)",
+                                   str(account), set(accounts))
+        if qos:
+            names = _sacctmgr(sacctmgr, ["show", "qos", "format=name"])
+            if names and str(qos) not in names:
+                raise unknown_name("Slurm QOS (hydra.launcher.qos=...)", str(qos), set(names))
+    except _Silent:
+        print(f"warning: sacctmgr did not answer in {SACCTMGR_ANSWER_S} s: the account and QOS settings were not "
+              f"checked (sbatch refuses one it does not know)", file=sys.stderr)
 
 
 def check_slurm(launcher=None, gpu: str | None = None) -> dict:

@@ -269,10 +269,14 @@ def compose_bench(overrides: Sequence[str] = ()) -> dict:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from gac.jobs.compose import conf_root, hydra_text
+    from gac.jobs.site_files import check_site_files
+
+    check_site_files(conf_root())
     try:
         cfg = compose(CONF_NAME, overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        raise GacError(f"bench config: {str(e).strip().splitlines()[0]}") from None
+        raise GacError(f"bench config: {hydra_text(e)}") from None
     return OmegaConf.to_container(cfg, resolve=True)
 
 

@@ -65,26 +65,53 @@ def expand_sweep(overrides: Sequence[str], sweeper_params: dict | None = None) -
     return [list(job) for job in itertools.product(*axes)]
 
 
-def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None,
-                 sweeper_params: dict | None = None) -> list[dict]:
-    """Every point of the sweep ``overrides`` describes (experiment sweeper params included), each validated:
-    ``{"overrides", "config", "spec", "key"}``. Raises :class:`GacError` naming the first bad point.
+def is_hydra_override(override: str) -> bool:
+    """Whether ``override`` sets Hydra's own config (``hydra/launcher=slurm_h100``, ``hydra.launcher.partition=x``):
+    applied to every job of a sweep as it is, never swept."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
-    ``sweeper_params``: the sweep's ``hydra.sweeper.params`` when the caller has them (a running app); otherwise
-    they are read from the config the non-swept overrides compose to."""
+
+def hydra_overrides_of(config) -> list[str]:
+    """The hydra overrides a running sweep was launched with (``hydra.overrides.hydra``)."""
+    from omegaconf import OmegaConf
+
+    return [str(o) for o in OmegaConf.select(config, "hydra.overrides.hydra", default=None) or []]
+
+
+def compose_point(job: Sequence[str], hydra_overrides: Sequence[str] = (),
+                  config_dir: str | os.PathLike | None = None, return_hydra_config: bool = False):
+    """One point of a sweep composed as Hydra composes its job: the launch's hydra overrides (its launcher, with the
+    site's ``conf/local/slurm.yaml``, and ``hydra.launcher.*``) and the point's own overrides. The one way gac
+    composes a point: the sweep check, ``gac fetch``, ``gac launch status`` and the Slurm launcher all use it."""
+    return compose_config([*hydra_overrides, *job], config_dir=config_dir, return_hydra_config=return_hydra_config)
+
+
+def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None = None,
+                 sweeper_params: dict | None = None, hydra_overrides: Sequence[str] = ()) -> list[dict]:
+    """Every point of the sweep ``overrides`` describes (experiment sweeper params included), each composed as
+    Hydra will (:func:`compose_point`) and validated: ``{"overrides", "config", "spec", "key"}``; a point's
+    ``overrides`` are its task overrides, as Hydra's job has them. Raises :class:`GacError` naming the first bad point.
+
+    ``overrides``: a command line (hydra overrides among them are applied to every point); ``hydra_overrides``: the
+    launch's own, where the caller has them apart (a running app). ``sweeper_params``: the sweep's
+    ``hydra.sweeper.params`` when the caller has them; otherwise they are read from the config the non-swept
+    overrides compose to."""
     from omegaconf import OmegaConf
 
     from gac.jobs.axes import check_sweep
     from gac.jobs.config import spec_from_config
 
+    hydra = [*hydra_overrides, *(o for o in overrides if is_hydra_override(o))]
+    task = [o for o in overrides if not is_hydra_override(o)]
     if sweeper_params is None:
-        primary = compose_config(overrides=[o for o in overrides if not is_swept(o)],
-                                 config_dir=config_dir, return_hydra_config=True)
+        primary = compose_point([o for o in task if not is_swept(o)], hydra, config_dir=config_dir,
+                                return_hydra_config=True)
         sweeper_params = _sweeper_params(primary)
     points = []
-    for job in expand_sweep(overrides, sweeper_params):
+    for job in expand_sweep(task, sweeper_params):
         try:
-            cfg = compose_config(job, config_dir=config_dir)
+            cfg = compose_point(job, hydra, config_dir=config_dir)
             container = OmegaConf.to_container(cfg, resolve=True)
             spec = spec_from_config(container)
         except GacError as e:
@@ -112,15 +139,20 @@ class SweepCallback(_Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
-            points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config))
+            points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config),
+                                  hydra_overrides=hydra_overrides_of(config))
             if (config.get("bench") or {}).get("after_sweep"):
                 from gac.jobs.store_bench import check_bench_overrides
 
                 check_bench_overrides(list(config.bench.get("overrides") or []))
+            if _is_slurm(config):  # the launcher's own values (numbers, env names), before asking the cluster
+                from gac.jobs.slurm_site import check_values
+
+                check_values(_launcher_settings(config))
         except GacError as e:
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
-        if config.hydra.launcher.get("_target_", "").endswith("SlurmLauncher"):
+        if _is_slurm(config):
             from gac.jobs.inputs import check_sweep_offline
             from gac.jobs.slurm_site import check_slurm
 
@@ -137,19 +169,15 @@ class SweepCallback(_Callback):
         note_points(config.hydra.sweep.dir, self._points)  # for the Slurm launcher's end-of-sweep job
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        from gac.jobs.sweep_end import finish_sweep, submitted, sweep_plan
+        from gac.jobs.sweep_end import finish_sweep, submitted, sweep_plan, unfinished
 
         plan = submitted(config.hydra.sweep.dir)
         if plan is not None:  # a Slurm sweep: its end-of-sweep job did (or will do) the bench, table and report
             if plan.get("end_failed"):  # said by the launcher, with the job's log
                 sys.exit(1)
-            report = plan.get("report")
-            if report and report.get("failed"):
-                n, first = len(report["failed"]), report["failed"][0]
-                print(f"experiments/run.py: error: {n} point(s) of the sweep did not finish, the first "
-                      f"[{' '.join(first['overrides'])}]: {first['detail']} (each is named above and in "
-                      f"{report.get('report')}); the table holds the others. Fix them and re-launch: finished points "
-                      f"are skipped", file=sys.stderr)
+            line = unfinished(plan)
+            if line:
+                print(f"experiments/run.py: error: {line}", file=sys.stderr)
                 sys.exit(1)
             return
         errors = {frozenset(point): e for point, e in FAILED_POINTS}
@@ -161,6 +189,10 @@ class SweepCallback(_Callback):
             print(f"experiments/run.py: error: {n} point(s) of the sweep failed (each named above); the other points "
                   f"ran. Fix them and re-launch: finished points are skipped", file=sys.stderr)
             sys.exit(2)
+
+
+def _is_slurm(config) -> bool:
+    return str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
 
 
 def _launcher_settings(config) -> dict:

@@ -77,6 +77,17 @@ def submitted(sweep_dir: str | os.PathLike) -> dict | None:
     return _SUBMITTED.get(_dir(sweep_dir))
 
 
+def unfinished(plan: Mapping) -> str | None:
+    """The last line of a Slurm sweep whose report names points that did not finish, or None."""
+    report = plan.get("report")
+    if not report or not report.get("failed"):
+        return None
+    n, first = len(report["failed"]), report["failed"][0]
+    return (f"{n} point(s) of the sweep did not finish, the first [{' '.join(first['overrides'])}]: {first['detail']} "
+            f"(each is named above and in {report.get('report')}); the table holds the others. Fix them and "
+            f"re-launch: finished points are skipped")
+
+
 def outcomes(plan: Mapping, store: ResultsStore | None = None, errors: Mapping[frozenset, str] | None = None
              ) -> list[dict]:
     """Each point's outcome: ``{"overrides", "key", "state", "detail"}`` with state ``done``, ``failed`` (a failure

@@ -30,19 +30,28 @@ from pathlib import Path
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _SubmititSlurmLauncher
 
 from gac.errors import GacError
+from gac.jobs.slurm_site import env_names
 
 log = logging.getLogger(__name__)
 
-ENV_FILE_LINE = "test ! -r {path} || . {path}"
+#: the job script's line that sources the launch's environment file (an absolute path): a job that cannot read it
+#: (removed, or a node that does not mount the sweep directory) stops there, rather than run without the caches and
+#: the token it was launched with
+ENV_FILE_LINE = ('. {path} || {{ echo "gac: cannot read the launch\'s environment file" {path} "(the caches, HF_TOKEN, '
+                 'the proxies); re-launch the sweep" >&2; exit 1; }}')
+#: the end-of-sweep job's time limit (minutes) when the sweep has no bench: the outcomes, the table and the report
+END_TIMEOUT_MIN = 30
 
 
 class SlurmLauncher(_SubmititSlurmLauncher):
     """hydra-submitit's Slurm launcher with an end-of-sweep job, the job environment and site resolution (module
     docstring)."""
 
-    def __init__(self, wait: bool = True, env: Sequence[str] | None = None, **params) -> None:
+    def __init__(self, wait: bool = True, env: Sequence[str] | None = None, end_gpu: bool | None = None,
+                 **params) -> None:
         self.wait = bool(wait)
         self.env = [str(v) for v in (env or [])]
+        self.end_gpu = end_gpu
         super().__init__(**params)
 
     def launch(self, job_overrides, initial_job_idx):
@@ -50,11 +59,12 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         from hydra.core.utils import filter_overrides
         from omegaconf import OmegaConf
 
-        from gac.jobs.slurm_site import check_slurm
+        from gac.jobs.slurm_site import check_slurm, check_values
 
         config = self.config
         prog = _PROGS.get(OmegaConf.select(config, "hydra.job.config_name", default=None), "gac")
         try:
+            check_values({"env": self.env})
             params = check_slurm(self.params, gpu=OmegaConf.select(config, "gpu.name", default=None))
         except GacError as e:
             print(f"{prog}: error: {e}", file=sys.stderr)
@@ -67,7 +77,7 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         if "mode" in config.hydra.sweep:
             os.chmod(sweep_dir, mode=int(str(config.hydra.sweep.mode), 8))
-        env_file = write_env_file(sweep_dir, self.env)
+        env_file = write_env_file(sweep_dir.resolve(), self.env)  # absolute: a job may run in another directory
         if env_file is not None:
             params["setup"] = [ENV_FILE_LINE.format(path=shlex.quote(str(env_file))), *(params.get("setup") or [])]
         executor = _executor(params)
@@ -88,15 +98,23 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         from gac.jobs import sweep_end
 
         array = str(jobs[0].job_id).split("_")[0]
-        plan = sweep_end.sweep_plan(config, _points(sweep_dir, job_overrides, jobs))
+        from gac.jobs.sweep import hydra_overrides_of
+
+        plan = sweep_end.sweep_plan(config, _points(sweep_dir, job_overrides, jobs, hydra_overrides_of(config)))
         plan.update(array_job=array, submitit_folder=str(params["submitit_folder"]),
                     env_file=str(env_file) if env_file else None,
                     report_path=str(Path(plan["sweep_dir"]) / f"{sweep_end.REPORT}.md"))
         try:
-            end = _executor(params, end_of=array).submit(sweep_end.end_job, plan)
-        except Exception as e:  # noqa: BLE001 - the array runs; without its end, `gac report` makes the table
-            _refused(prog, f"the end-of-sweep job (array job {array} was submitted and runs; `gac report "
-                           f"{plan['results_dir']}` makes the table once it has ended)", e)
+            end = _executor(_end_params(params, bool((plan.get("bench") or {}).get("after_sweep")), self.end_gpu),
+                            end_of=array).submit(sweep_end.end_job, plan)
+        except Exception as e:  # noqa: BLE001 - a sweep without its end: nothing would remove the env file
+            stopped = _cancel(array)
+            if env_file is not None:
+                env_file.unlink(missing_ok=True)
+            _refused(prog, f"the end-of-sweep job, so array job {array} was "
+                           + ("cancelled" if stopped else f"left running (scancel {array} stops it)")
+                           + (" and the environment file removed" if env_file is not None else "")
+                           + "; fix it and re-launch", e)
         plan["end_job"] = str(end.job_id)
         _record(plan)
         sweep_end.note_submitted(plan)
@@ -120,21 +138,34 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         if report is not None:
             print("\n" + report.get("text", ""))
             plan["report"] = {k: v for k, v in report.items() if k != "text"}
-        return self._collect(jobs, job_overrides, None)
+        returns = self._collect(jobs, job_overrides, None)
+        failed = [r for r in returns if r.status.name != "COMPLETED"]
+        if failed or plan.get("end_failed"):
+            # Hydra's sweeper raises at the first failed return, before the callback ends the sweep: end it here,
+            # with the same line (the report names every point that did not finish)
+            line = sweep_end.unfinished(plan) or (
+                f"{len(failed)} point(s) of the sweep did not finish, the first [{' '.join(failed[0].overrides)}]: "
+                f"{failed[0]._return_value}" if failed else None)
+            if line:
+                print(f"{prog}: error: {line}", file=sys.stderr)
+            sys.exit(1)
+        return returns
 
     def _collect(self, jobs, job_overrides, env_file: Path | None) -> list:
-        """Every job's return once it has ended. A failed or vanished job is named by the end-of-sweep report and
-        the callback's exit code; Hydra gets a completed return for it, since its sweeper raises at the first
-        failed return, before the callback could end the sweep."""
+        """Every job's return once it has ended, as it ended: the job's own (completed, or failed with the app's
+        error), or failed with what became of it (killed, timed out, out of memory: submitit's error)."""
         out = []
         try:
             for j, o in zip(jobs, job_overrides, strict=True):
                 try:
                     r = j.results()[0]
                 except Exception as e:  # noqa: BLE001 - killed, timed out, out of memory: submitit's UncompletedJobError
-                    log.debug("Slurm job %s ended without a result: %s", j.job_id, e)
-                    r = None
-                out.append(r if r is not None and getattr(r.status, "name", "") == "COMPLETED" else _returned(o))
+                    lines = str(e).strip().splitlines()
+                    r = _failed(o, f"Slurm job {j.job_id} ended without a result ({type(e).__name__}"
+                                   f"{': ' + lines[-1].strip()[:300] if lines else ''}; its log: {j.paths.stderr})")
+                if getattr(getattr(r, "status", None), "name", None) not in ("COMPLETED", "FAILED"):
+                    r = _failed(o, f"Slurm job {j.job_id} returned no job result; its log: {j.paths.stderr}")
+                out.append(r)
         finally:
             if env_file is not None:  # no end-of-sweep job to remove it
                 env_file.unlink(missing_ok=True)
@@ -181,13 +212,47 @@ def _executor(params: dict, end_of: str | None = None):
     return executor
 
 
+def _end_params(params: dict, bench: bool, end_gpu: bool | None) -> dict:
+    """The end-of-sweep job's resources: the array's where it benches (the bench runs on the sweep's GPU); without
+    a bench, no GPU (unless ``end_gpu``: a partition that refuses jobs without one) and at most
+    :data:`END_TIMEOUT_MIN` minutes: the outcomes, the table and the report take seconds."""
+    if bench:
+        return dict(params)
+    out = dict(params, timeout_min=min(int(params.get("timeout_min") or END_TIMEOUT_MIN), END_TIMEOUT_MIN))
+    out["signal_delay_s"] = min(int(params.get("signal_delay_s") or 0), END_TIMEOUT_MIN * 60 // 4)
+    if not end_gpu:
+        for key in ("gpus_per_node", "gpus_per_task", "gres"):
+            out.pop(key, None)
+    return out
+
+
+def _cancel(job: str) -> bool:
+    """``scancel JOB``; whether it was cancelled."""
+    import shutil
+    import subprocess
+
+    scancel = shutil.which("scancel")
+    try:
+        return scancel is not None and subprocess.run([scancel, job], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def _returned(overrides):
+    """A submitted job's return when the launcher does not wait (``wait: false``): Hydra's sweeper takes only a
+    completed or a failed one; its outcome is the end-of-sweep report's (``gac launch status``)."""
     from hydra.core.utils import JobReturn, JobStatus
 
     return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
 
 
-def _points(sweep_dir: Path, job_overrides, jobs) -> list[dict]:
+def _failed(overrides, why: str):
+    from hydra.core.utils import JobReturn, JobStatus
+
+    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=GacError(why))
+
+
+def _points(sweep_dir: Path, job_overrides, jobs, hydra_overrides=()) -> list[dict]:
     """The plan's points: each job's overrides, record key (as the sweep check found them), Slurm job and log."""
     from gac.jobs import sweep_end
 
@@ -198,10 +263,11 @@ def _points(sweep_dir: Path, job_overrides, jobs) -> list[dict]:
         if key is None:
             from omegaconf import OmegaConf
 
-            from gac.jobs.command_line import compose_config
             from gac.jobs.config import spec_from_config
+            from gac.jobs.sweep import compose_point
 
-            key = spec_from_config(OmegaConf.to_container(compose_config(list(o)), resolve=True)).key
+            cfg = compose_point(list(o), hydra_overrides)
+            key = spec_from_config(OmegaConf.to_container(cfg, resolve=True)).key
         out.append({"overrides": list(o), "key": key, "slurm_job": str(j.job_id), "log": str(j.paths.stderr)})
     return out
 
@@ -233,12 +299,12 @@ def _record(plan: dict) -> None:
 
 
 def write_env_file(directory: Path, names: Sequence[str]) -> Path | None:
-    """The variables of ``names`` that are set here, as ``export NAME='value'`` lines in a new file under
-    ``directory`` that only this user can read (0600), plus ``SLURM_EXPORT_ENV=ALL`` / ``SRUN_EXPORT_ENV=ALL`` so that
-    ``srun`` inside the job passes them to the task even where ``sbatch`` ran with ``--export=NONE`` (whose setting
-    job steps otherwise inherit). None when none of them is set."""
-    lines = [f"export {n}={shlex.quote(os.environ[n])}" for n in dict.fromkeys(names)
-             if n.replace("_", "").isalnum() and os.environ.get(n)]
+    """The variables of ``names`` (``PREFIX*``: every one with that prefix) that are set here, as ``export
+    NAME='value'`` lines in a new file under ``directory`` that only this user can read (0600), plus
+    ``SLURM_EXPORT_ENV=ALL`` / ``SRUN_EXPORT_ENV=ALL`` so that ``srun`` inside the job passes them to the task even
+    where ``sbatch`` ran with ``--export=NONE`` (whose setting job steps otherwise inherit). None when none of them is
+    set."""
+    lines = [f"export {n}={shlex.quote(os.environ[n])}" for n in env_names(names) if os.environ.get(n)]
     if not lines:
         return None
     lines += ["export SLURM_EXPORT_ENV=ALL", "export SRUN_EXPORT_ENV=ALL"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,13 +65,44 @@ def _stage(events: list[dict]) -> str | None:
     return stages[-1] if stages else None
 
 
+#: every state squeue (%T) and sacct (State) print; any other word (a site banner's) is not a job's state
+SLURM_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "COMPLETING", "CONFIGURING", "DEADLINE", "FAILED", "NODE_FAIL",
+    "OUT_OF_MEMORY", "PENDING", "PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "REVOKED",
+    "RUNNING", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "SUSPENDED", "TIMEOUT"})
+SLURM_ANSWER_S = 10  # how long squeue / sacct may take before Slurm is taken as not answering (said, once)
+
+
+def slurm_states(text: str) -> list[str]:
+    """The job states in ``squeue -o %T`` or ``sacct -o State`` output, one per line that starts with one (``CANCELLED
+    by 0`` is CANCELLED); a banner or a message line around them is not a state."""
+    words = [ln.split()[0].upper() for ln in text.splitlines() if ln.split()]
+    return [w for w in words if w in SLURM_STATES]
+
+
 class _Slurm:
-    """Slurm job states from ``squeue`` (then ``sacct``), when Slurm is installed here; cached per status call."""
+    """Slurm job states from ``squeue`` (then ``sacct``), when Slurm is installed here; cached per status call. A
+    tool that does not answer in :data:`SLURM_ANSWER_S` is said once and not asked again in this call."""
 
     def __init__(self):
         self.squeue = shutil.which("squeue")
         self.sacct = shutil.which("sacct")
         self.cache: dict[str, str | None] = {}
+        self.silent: str | None = None  # the tool that did not answer
+
+    def _ask(self, args: list[str]) -> subprocess.CompletedProcess | None:
+        if self.silent is not None:
+            return None
+        try:
+            return subprocess.run(args, capture_output=True, text=True, timeout=SLURM_ANSWER_S)
+        except subprocess.TimeoutExpired:
+            self.silent = Path(args[0]).name
+            print(f"gac launch status: warning: {self.silent} did not answer in {SLURM_ANSWER_S} s; Slurm is not "
+                  f"asked again in this call, so a point held on another node is judged by its heartbeat alone",
+                  file=sys.stderr)
+        except (OSError, subprocess.SubprocessError):
+            pass
+        return None
 
     def state(self, job_id: str) -> str | None:
         """The job's state (``RUNNING``, ``PENDING``, ``FAILED``...), ``GONE`` if Slurm no longer knows it, None when
@@ -78,23 +110,18 @@ class _Slurm:
         if job_id in self.cache:
             return self.cache[job_id]
         state = None
-        try:
-            if self.squeue:
-                r = subprocess.run([self.squeue, "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True,
-                                   timeout=20)
-                if r.returncode == 0 and r.stdout.strip():
-                    state = r.stdout.split()[0].upper()
-                else:  # not in the queue any more (or unknown): ask the accounting, else call it gone
-                    if self.sacct:
-                        r2 = subprocess.run([self.sacct, "-n", "-X", "-P", "-j", str(job_id), "-o", "State"],
-                                            capture_output=True, text=True, timeout=20)
-                        got = r2.stdout.split()
-                        if r2.returncode == 0 and got:
-                            state = got[-1].upper()
-                    if state is None and (r.returncode == 0 or "invalid job id" in r.stderr.lower()):
-                        state = "GONE"
-        except (OSError, subprocess.SubprocessError):
-            state = None
+        r = self._ask([self.squeue, "-h", "-j", str(job_id), "-o", "%T"]) if self.squeue else None
+        if r is not None:
+            states = slurm_states(r.stdout) if r.returncode == 0 else []
+            if states:
+                state = states[0]
+            else:  # not in the queue any more (or unknown): ask the accounting, else call it gone
+                r2 = self._ask([self.sacct, "-n", "-X", "-P", "-j", str(job_id), "-o", "State"]) if self.sacct else None
+                got = slurm_states(r2.stdout) if r2 is not None and r2.returncode == 0 else []
+                if got:
+                    state = got[-1]
+                elif self.silent is None and (r.returncode == 0 or "invalid job id" in r.stderr.lower()):
+                    state = "GONE"
         self.cache[job_id] = state
         return state
 
@@ -188,14 +215,14 @@ def sweep_end_status(rows: Sequence[dict], slurm: _Slurm | None = None) -> dict 
         store = ResultsStore(root)
         if not store.root.is_dir():
             continue
-        for plan in store.iter_sweeps():
-            if {str(p.get("key")) for p in plan.get("points") or []} != keys:
+        for plan in filter(None, map(_launch, store.iter_sweeps())):
+            if {p["key"] for p in plan["points"]} != keys:
                 continue
-            end, array = plan.get("end_job"), plan.get("array_job")
-            report = read_report(plan.get("sweep_dir") or "")
+            end, array = plan["end_job"], plan["array_job"]
+            report = read_report(plan["sweep_dir"]) if plan["sweep_dir"] else None
             if report is not None and end and report.get("slurm_job_id") == end:
-                failed = report.get("failed") or []
-                detail = (f"{len(report.get('done') or [])} point(s) done" + (f", {len(failed)} not" if failed else "")
+                done, failed = _listed(report.get("done")), _listed(report.get("failed"))
+                detail = (f"{len(done)} point(s) done" + (f", {len(failed)} not" if failed else "")
                           + f"; report: {report.get('report')}")
                 return {"end_job": end, "array_job": array, "state": "done", "detail": detail,
                         "report": report.get("report")}
@@ -211,3 +238,20 @@ def sweep_end_status(rows: Sequence[dict], slurm: _Slurm | None = None) -> dict 
             return {"end_job": end, "array_job": array, "state": (st or "unknown").lower(), "detail": detail,
                     "report": plan.get("report_path")}
     return None
+
+
+def _launch(plan: dict) -> dict | None:
+    """A recorded launch in the shape the launcher writes (points: a list of mappings with a key; job ids and the
+    sweep directory as text), or None for one that is not (edited, or another tool's): it is skipped like an
+    unreadable one, so that it never hides the other sweeps of the store."""
+    points = plan.get("points")
+    if not isinstance(points, list) or not all(isinstance(p, dict) and isinstance(p.get("key"), str) for p in points):
+        return None
+    fields = {k: plan.get(k) for k in ("end_job", "array_job", "sweep_dir")}
+    if any(v is not None and not isinstance(v, (str, int)) or "\0" in str(v) for v in fields.values()):
+        return None
+    return {**plan, **{k: (str(v) if v is not None else None) for k, v in fields.items()}}
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else []

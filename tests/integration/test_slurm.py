@@ -238,3 +238,27 @@ def test_the_launchers_environment_file_reaches_the_task_under_export_none(clust
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = saved
+
+
+def test_a_sweep_with_the_documented_site_file_in_place(cluster, tmp_path):
+    """The first-run guide's conf/local/slurm.yaml (its loopback values: partition debug, no account or
+    constraint), in a config directory added with --config-dir: the sweep check, the array, the jobs (which run its
+    setup lines) and the end-of-sweep job all go through it."""
+    import yaml
+
+    from tests.jobs.test_site_file import documented_site_file
+
+    site = yaml.safe_load(documented_site_file())
+    site.update(partition="debug", account=None, qos=None, constraint=None)
+    site["setup"] = [line.replace("/scratch/$USER/hf", str(tmp_path / "hf")) for line in site["setup"]]
+    site["setup"].append(f"echo site-setup-ran > {tmp_path}/setup-ran")
+    (tmp_path / "conf" / "local").mkdir(parents=True)
+    (tmp_path / "conf" / "local" / "slurm.yaml").write_text(yaml.safe_dump(site))
+    sweep = ["compressor=none", "align=unaligned,gac", "eval=none", f"--config-dir={tmp_path}/conf"]
+    r = _multirun(cluster, tmp_path, sweep)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "sweep-end.md" in r.stdout and len(list(ResultsStore(tmp_path / "results").iter_records())) == 1
+    scripts = [p.read_text() for p in (tmp_path / "multirun" / ".submitit").rglob("*_submission.sh")]
+    assert scripts and all("module load cuda/12.4" in s and "#SBATCH --partition=debug" in s for s in scripts)
+    assert (tmp_path / "setup-ran").read_text() == "site-setup-ran\n"
+    assert len([s for s in scripts if "--dependency=afterany:" in s]) == 1  # the end of the sweep, through it too

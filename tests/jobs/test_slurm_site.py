@@ -91,6 +91,23 @@ def test_account_and_qos_against_sacctmgr(tmp_path):
     check_site({**SITE, "account": "anything"}, rows, str(fake), "bob")  # sacctmgr fails: left to sbatch
 
 
+def test_an_sacctmgr_that_does_not_answer_is_waited_for_once_and_said(tmp_path, monkeypatch, capsys):
+    import time
+
+    from gac.jobs import slurm_site
+
+    monkeypatch.setattr(slurm_site, "SACCTMGR_ANSWER_S", 1)
+    fake = tmp_path / "sacctmgr"
+    fake.write_text(f"#!/bin/sh\necho called >> {tmp_path}/calls\nexec sleep 30\n")
+    fake.chmod(0o755)
+    t = time.monotonic()
+    check_site({**SITE, "account": "proj", "qos": "high"}, parse_sinfo(SINFO), str(fake), "alice")
+    assert time.monotonic() - t < 20  # one wait, not one per question (each was a minute)
+    assert (tmp_path / "calls").read_text().count("called") == 1
+    err = capsys.readouterr().err
+    assert "sacctmgr did not answer in 1 s: the account and QOS settings were not checked" in err
+
+
 def test_the_launchers_default_the_constraint_to_null():
     for launcher in ("slurm_a100", "slurm_h100"):
         cfg = compose_config([f"hydra/launcher={launcher}"], return_hydra_config=True)
@@ -132,7 +149,7 @@ def test_an_unknown_constraint_stops_the_launch_in_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "experiments/run.py: error: Slurm site setting hydra.launcher.constraint=h100x: no node of partition 'gpu' "
         "has the feature 'h100x' (features there: a100, h100, ib); set constraint to null or to one of those "
-        "(conf/local/default.yaml or hydra.launcher.KEY=... on the command line)"]
+        "(conf/local/slurm.yaml, or hydra.launcher.KEY=... on the command line)"]
     assert not (tmp_path / "res").exists()
 
 

@@ -141,3 +141,57 @@ def test_array_tasks_show_as_squeue_does(store, tmp_path, monkeypatch):
     store.write_record("d", {**REC, "provenance": {"slurm_job_id": "780", "slurm_array_job_id": "777",
                                                    "slurm_array_task_id": "3"}})
     assert point_state(store, "d", _Slurm())["slurm_job"] == "777_3"
+
+
+def _tool(bin_dir, name, body):
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+    (bin_dir / name).chmod(0o755)
+
+
+def test_an_squeue_banner_is_not_read_as_the_jobs_state(store, tmp_path, monkeypatch):
+    """A site whose squeue prints a banner first: the state is the line that is one, never the banner's first
+    word; and sacct's 'CANCELLED by 0' is CANCELLED."""
+    from gac.launch.status import slurm_states
+
+    assert slurm_states("Welcome to the cluster\nRUNNING\n") == ["RUNNING"]
+    assert slurm_states("CANCELLED by 0\n") == ["CANCELLED"]
+    _tool(tmp_path / "bin", "squeue", "echo 'Welcome to the HPC cluster, read the rules'; echo RUNNING")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert _Slurm().state("777") == "RUNNING"
+    _tool(tmp_path / "bin", "squeue", "echo 'Welcome to the HPC cluster'")  # not in the queue: ask the accounting
+    _tool(tmp_path / "bin", "sacct", "echo 'CANCELLED by 0'")
+    assert _Slurm().state("777") == "CANCELLED"
+
+
+def test_an_squeue_that_hangs_is_waited_for_once_and_said(store, tmp_path, monkeypatch, capsys):
+    from gac.launch import status
+
+    monkeypatch.setattr(status, "SLURM_ANSWER_S", 1)
+    _tool(tmp_path / "bin", "squeue", "exec sleep 30")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    slurm = _Slurm()
+    assert slurm.state("1") is None and slurm.state("2") is None  # the second is not asked: no second wait
+    err = capsys.readouterr().err
+    assert err.count("squeue did not answer in 1 s") == 1 and "judged by its heartbeat" in err
+
+
+@pytest.mark.parametrize("points", ["abc", None, ["k1", "k2"], [None], [{"key": 5}], 7])
+def test_a_malformed_launch_record_is_skipped_not_a_traceback(store, points):
+    """A launch record (sweeps/*.json) whose points are not the launcher's: skipped like an unreadable one, and a
+    healthy launch of the store beside it is still found."""
+    from gac.launch.status import sweep_end_status
+
+    store.write_sweep("20260101T000000-1", {"kind": "gac-sweep", "points": points, "end_job": "1",
+                                            "array_job": "0", "sweep_dir": None})
+    rows = [{"key": "k1", "results_dir": str(store.root)}, {"key": "k2", "results_dir": str(store.root)}]
+    assert sweep_end_status(rows, _Slurm()) is None
+    store.write_sweep("20250101T000000-2", {"kind": "gac-sweep", "points": [{"key": "k1"}, {"key": "k2"}],
+                                            "end_job": "12", "array_job": "11", "sweep_dir": "/nonexistent"})
+
+    class Gone(_Slurm):
+        def state(self, job_id):
+            return "COMPLETED"
+
+    end = sweep_end_status(rows, Gone())
+    assert end is not None and end["end_job"] == "12" and "without a report" in end["detail"]
