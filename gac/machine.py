@@ -76,6 +76,13 @@ def utc_stamp(t: float | None = None) -> str:
     return time.strftime(TIME_FORMAT, time.gmtime(time.time() if t is None else t))
 
 
+def file_stamp(t: float | None = None) -> str:
+    """The time ``t`` (None: now) in UTC for a file name: ``20250102T030405.123456Z`` (sorts as it happened, whatever
+    the machine's time zone)."""
+    t = time.time() if t is None else t
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+
+
 def parse_stamp(text) -> float | None:
     """Seconds since the epoch of an ISO 8601 date and time (``2025-01-01T00:00:00Z``, ``...+00:00``, no zone: UTC),
     or None when ``text`` is not one. Python 3.10's ``fromisoformat`` refuses the ``Z`` gac writes: read here."""

@@ -122,13 +122,18 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+#: every package the wheel ships (pyproject's packages): a circle through any of them is a circle
+SHIPPED = (ROOT, ROOT.parent / "hydra_plugins")
+
+
 def module_graph() -> dict[str, dict[str, str]]:
-    """``{module: {imported gac module: "path:line"}}`` over every module in gac/, function-level imports included.
+    """``{module: {imported module: "path:line"}}`` over every module the wheel ships (gac/ and hydra_plugins/),
+    function-level imports included.
 
     ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``; an import of a name that is
     not a module goes to the nearest module above it. Importing a submodule is not counted as importing its
     package's ``__init__``."""
-    paths = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    paths = {_module_name(p): p for top in SHIPPED for p in sorted(top.rglob("*.py"))}
 
     def nearest(name: str) -> str:
         while name and name not in paths:
@@ -151,7 +156,8 @@ def module_graph() -> dict[str, dict[str, str]]:
             else:
                 continue
             for name in names:
-                dst = nearest(name) if name == "gac" or name.startswith("gac.") else ""
+                shipped = name.split(".")[0] in {top.name for top in SHIPPED}
+                dst = nearest(name) if shipped else ""
                 if dst and dst != mod:
                     edges.setdefault(dst, f"{path.relative_to(ROOT.parent)}:{node.lineno}")
         graph[mod] = edges

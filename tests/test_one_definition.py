@@ -67,6 +67,7 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"gethostname|platform\.node\(|uname\(\)\.nodename", ("gac/machine.py",), False,
      "the host: gac.machine.host/hostname"),
     (r"%Y-%m-%dT|isoformat\(timespec", ("gac/machine.py",), False, "a time stamp: gac.machine.utc_stamp"),
+    (r"%Y%m%dT|\blocaltime\(", ("gac/machine.py",), False, "a time stamp in a file name: gac.machine.file_stamp (UTC)"),
     (r"(?m)^LOSS_CHUNK_BYTES\s*=", ("gac/compression/footprint.py",), False, "the loss's chunk: footprint's"),
     (r"(?m)^\s*BASELINE\s*=|compressor\"?\]?\)? ?[!=]= \"none\"", ("gac/registry.py",), False,
      "the baseline's name: gac.registry.BASELINE"),

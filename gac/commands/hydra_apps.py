@@ -23,6 +23,23 @@ def _hydra_main(config_name: str, task):
     return hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")(task)
 
 
+def register_launcher() -> None:
+    """The typed schema and gac's Slurm launcher, for an app that launches: the launcher's class is registered with
+    Hydra's plugins by hand (Hydra's plugin discovery walks the ``hydra_plugins`` folders on ``sys.path`` and misses
+    a package an editable install maps, so ``hydra/launcher=gac_slurm`` would be an unknown plugin class there). Done
+    here, in the app, so that the config schema never imports the launcher, which imports the jobs."""
+    from gac.jobs.schema import register
+
+    register()
+    try:
+        from hydra_plugins.gac_launcher.gac_launcher import GacSlurmLauncher
+    except ImportError:  # hydra-submitit-launcher is not installed: the local launcher alone
+        return
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance().register(GacSlurmLauncher)
+
+
 def _run_task(cfg):
     from gac.jobs.experiment import run_from_hydra
 
@@ -33,10 +50,8 @@ def run() -> None:
     """The one job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record (``conf/config.yaml``)."""
     from gac.jobs.command_line import check_command_line
     from gac.jobs.experiment import interrupted
-    from gac.jobs.schema import register
-
     guard_closed_pipe("experiments/run.py")  # `... --cfg job | head`: quiet, no BrokenPipeError traceback
-    register()  # the typed schema (gac_schema) that conf/config.yaml composes first
+    register_launcher()  # the typed schema (gac_schema) that conf/config.yaml composes first, and the launcher
     try:
         check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
         _hydra_main("config", _run_task)()
@@ -54,10 +69,8 @@ def bench() -> None:
     """Side-by-side latency of a store's records in one process on one device (``gac bench`` as a Hydra app,
     ``conf/bench.yaml``: a Slurm launcher measures a stored sweep on a GPU node)."""
 
-    from gac.jobs.schema import register
-
     guard_closed_pipe("experiments/bench.py")
-    register()  # the Slurm launchers' settings (gac_slurm)
+    register_launcher()  # the Slurm launchers' settings (gac_slurm) and class
     try:
         _hydra_main("bench", _bench_task)()
     except KeyboardInterrupt:  # one line and exit code 130, not a traceback
@@ -101,8 +114,6 @@ def _profile(c: dict) -> None:
 
 def profile_device() -> None:
     """Kernel dimension sweeps on this machine -> a HardwareProfile directory (``conf/profile.yaml``)."""
-    from gac.jobs.schema import register
-
     guard_closed_pipe("experiments/profile_device.py")
-    register()  # the Slurm launchers' settings (gac_slurm), for a profile submitted with -m hydra/launcher=slurm_*
+    register_launcher()  # the Slurm launchers (gac_slurm), for a profile submitted with -m hydra/launcher=slurm_*
     _hydra_main("profile", _profile_task)()

@@ -17,7 +17,6 @@ or an index that is not the JSON object it should be, counts as missing, never a
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex

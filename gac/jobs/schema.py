@@ -157,20 +157,14 @@ if _SlurmQueueConf is not None:
 
 
 def register() -> None:
-    """Put the schema in Hydra's ConfigStore (idempotent); ``conf/config.yaml`` composes it first. Also gac's Slurm
-    launcher: its settings (:class:`GacSlurmConf`) and its class, registered with Hydra's plugins by hand: Hydra's
-    plugin discovery walks the ``hydra_plugins`` folders on ``sys.path`` and misses a package an editable install
-    (``pip install -e .``) maps, so ``hydra/launcher=gac_slurm`` would be an unknown plugin class there."""
+    """Put the schema in Hydra's ConfigStore (idempotent); ``conf/config.yaml`` composes it first. Also the settings
+    of gac's Slurm launcher (:class:`GacSlurmConf`); the launcher's class is registered by the apps that launch
+    (:func:`gac.commands.hydra_apps.register_launcher`)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=GacConfig)
     if _SlurmQueueConf is not None:
-        from hydra.core.plugins import Plugins
-
-        from hydra_plugins.gac_launcher.gac_launcher import GacSlurmLauncher
-
         ConfigStore.instance().store(group="hydra/launcher", name=SLURM_LAUNCHER, node=GacSlurmConf, provider="gac")
-        Plugins.instance().register(GacSlurmLauncher)
 
 
 def schema():

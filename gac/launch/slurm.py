@@ -23,7 +23,6 @@ import logging
 import os
 import shlex
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 
 from gac.errors import GacError
 from gac.jobs.slurm_site import env_names
+from gac.machine import file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ def _record(plan: dict) -> None:
     try:
         store = ResultsStore(plan["results_dir"])
         store.prepare_for_writing()
-        store.write_sweep(f"{time.strftime('%Y%m%dT%H%M%S')}-{plan['array_job']}", plan)
+        store.write_sweep(f"{file_stamp()}-{plan['array_job']}", plan)
     except GacError as e:
         log.warning("could not record the sweep in the store: %s", e)
 
@@ -308,7 +308,7 @@ def write_env_file(directory: Path, names: Sequence[str]) -> Path | None:
     if not lines:
         return None
     lines += ["export SLURM_EXPORT_ENV=ALL", "export SRUN_EXPORT_ENV=ALL"]
-    path = directory / f".gac-env-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.sh"
+    path = directory / f".gac-env-{file_stamp()}-{os.getpid()}.sh"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("# written by gac's Slurm launcher; removed by the end-of-sweep job\n" + "\n".join(lines) + "\n")

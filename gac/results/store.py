@@ -59,7 +59,6 @@ Record (``SCHEMA_VERSION`` 1) — the fields analysis code may rely on::
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,17 +74,12 @@ from gac.io import (
     read_json,
     write_json_atomic,
 )
-from gac.machine import utc_stamp
+from gac.machine import file_stamp, utc_stamp
 from gac.metrics import upgrade_record
 from gac.results.validate import SCHEMA_VERSION, bench_problem, is_int, record_problem
 
 MARKER = STORE_MARKER  # gac.io knows a store by it (no command writes an output into a store's own directories)
 MAX_RECORD_BYTES = 256 << 20  # a record is ~10-200 kB; a larger file is not one (and is not read into memory)
-
-
-def _utc_stamp() -> str:
-    t = time.time()
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
 
 
 def results_path(path: str | os.PathLike) -> Path:
@@ -333,7 +327,7 @@ class ResultsStore:
         if path.exists():
             if not rerun:
                 return path
-            path = self.records_dir / f"{key}.rerun-{_utc_stamp()}.json"
+            path = self.records_dir / f"{key}.rerun-{file_stamp()}.json"
         faults = ("record_write", "record_written")
         try:
             return write_json_atomic(path, record, faults=faults)
@@ -342,12 +336,12 @@ class ResultsStore:
                 raise
             if not rerun:
                 return path
-            return write_json_atomic(self.records_dir / f"{key}.rerun-{_utc_stamp()}.json", record, faults=faults)
+            return write_json_atomic(self.records_dir / f"{key}.rerun-{file_stamp()}.json", record, faults=faults)
 
     def write_failure(self, key: str, record: dict) -> Path:
         record = {"schema": SCHEMA_VERSION, "key": key, "status": "failed",
                   "created": utc_stamp(), **record}
-        return write_json_atomic(self.failures_dir / key / f"{_utc_stamp()}.json", record)
+        return write_json_atomic(self.failures_dir / key / f"{file_stamp()}.json", record)
 
     def iter_records(self, include_failures: bool = False) -> Iterator[dict]:
         """Every record (completed, re-runs included; optionally failures), in file-name order, each checked as
@@ -417,11 +411,11 @@ class ResultsStore:
         doc.pop("skipped", None)
         path = self.bench_path(key)
         if path.exists():
-            path = self.bench_dir / f"{key}.rerun-{_utc_stamp()}.json"
+            path = self.bench_dir / f"{key}.rerun-{file_stamp()}.json"
         try:
             return write_json_atomic(path, doc)
         except GacError:
-            return write_json_atomic(self.bench_dir / f"{key}.rerun-{_utc_stamp()}.json", doc)
+            return write_json_atomic(self.bench_dir / f"{key}.rerun-{file_stamp()}.json", doc)
 
     def read_bench(self, key: str | None = None, path: str | os.PathLike | None = None) -> dict:
         """The bench record of ``key`` (or at ``path``), with ``_path``, checked as result records are: no link out
