@@ -41,6 +41,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from gac.align.solver import upper_hull
 from gac.errors import GacError
 
 MAX_STATES_ENV = "GAC_EXACT_MAX_STATES"
@@ -154,7 +155,7 @@ def solve_exact(costs: Sequence[Sequence[Number]], values: Sequence[Sequence[Num
     # 2. the LP relaxation: hull segments by decreasing slope until one does not fit
     segs = []
     for i, (e, v) in enumerate(zip(ext, gain)):
-        h = _upper_hull(e, v)
+        h = upper_hull(e, v)
         segs += [(Fraction(v[b] - v[a], e[b] - e[a]), i, b, e[b] - e[a]) for a, b in zip(h[:-1], h[1:])]
     segs.sort(key=lambda s: (-s[0], s[1], s[2]))
     lp = [0] * n
@@ -376,20 +377,6 @@ class _Search:
         for s in unsure:
             ok[s] = p * int(c[s]) - q * int(v[s]) < gap
         return ok
-
-
-def _upper_hull(e: list[int], v: list[int]) -> list[int]:
-    """Indices of the upper concave hull of the points (e, v), e strictly increasing, from index 0."""
-    hull: list[int] = []
-    for k in range(len(e)):
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]
-            if (v[b] - v[a]) * (e[k] - e[a]) <= (v[k] - v[a]) * (e[b] - e[a]):
-                hull.pop()
-            else:
-                break
-        hull.append(k)
-    return hull
 
 
 def _greedy_fill(ext, gain, slack, start) -> list[int]:

@@ -41,7 +41,7 @@ from gac.align.candidates import (
 from gac.align.exact_mckp import solve_exact
 from gac.align.plan import Plan, make_plan
 from gac.align.solver import solve_mckp
-from gac.align.strategies import _check_magnitudes
+from gac.align.strategies import check_magnitudes
 from gac.align.targets import Target, check_unique
 from gac.errors import GacError, InfeasibleBudgetError
 
@@ -309,7 +309,7 @@ def align_latency(
     """
     t0 = time.perf_counter()
     targets, unit, window, cands = _setup(targets, unit, window, candidate_filter)
-    _check_magnitudes(targets, cands)
+    check_magnitudes(targets, cands)
     lat = latency_costs(targets, cands, table)
     values = [[t.score * (t.params(d) - t.params_star) for d in cs] for t, cs in zip(targets, cands)]
     res = solve_latency_budget(lat, values, latency_budget_ms, fixed_ms)

@@ -202,8 +202,9 @@ def _finish(choice, opt_cost, opt_val, opt_idx, t0, stats) -> MCKPResult:
     return MCKPResult(orig, cost, value, stats)
 
 
-def _upper_hull(e: np.ndarray, v: np.ndarray) -> list[int]:
-    """Indices of the upper concave hull of the points (e, v), e strictly increasing, starting at index 0."""
+def upper_hull(e, v) -> list[int]:
+    """Indices of the upper concave hull of the points (e, v), e strictly increasing, starting at index 0: exact on
+    Python integers (the exact planner's), in floating point on numpy arrays."""
     hull: list[int] = []
     for k in range(len(e)):
         while len(hull) >= 2:
@@ -221,7 +222,7 @@ def _lp_break(ext, gain, slack) -> tuple[float, list[int]]:
     """LP relaxation: take hull segments by decreasing slope. Returns (lambda, integral part of the LP plan)."""
     segs = []  # (slope, item, to_index, length)
     for i, (e, v) in enumerate(zip(ext, gain)):
-        h = _upper_hull(e, v)
+        h = upper_hull(e, v)
         for a, b in zip(h[:-1], h[1:]):
             length = int(e[b] - e[a])
             segs.append(((v[b] - v[a]) / length, i, b, length))

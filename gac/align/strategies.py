@@ -184,7 +184,7 @@ def _n(x: int) -> str:
 _MAX_PARAMS = 2**62  # costs are int64 in the solver; every model's parameter count is far below
 
 
-def _check_magnitudes(targets: Sequence[Target], cands) -> None:
+def check_magnitudes(targets: Sequence[Target], cands) -> None:
     """Parameter counts must fit the solver's int64 (2**62 with room for sums), and Eq. 4's values
     ``s_i * params_i(d)`` and their sum must stay finite in floating point (a score of 1e308 times a million
     parameters is inf, and an inf objective ranks nothing)."""
@@ -233,7 +233,7 @@ def align(
     check_unique(targets)
     t0 = time.perf_counter()
     cands = candidate_sets(targets, unit, window, candidate_filter)
-    _check_magnitudes(targets, cands)
+    check_magnitudes(targets, cands)
     if strategy in OWN_CANDIDATES:
         dims, notes, stats = STRATEGIES[strategy](targets, cands, budget, unit=unit)
         if candidate_filter is not None:

@@ -36,11 +36,11 @@ from gac.errors import GacError
 @torch.no_grad()
 def stable_rank(W: torch.Tensor) -> float:
     """``sqrt(||W||_F^2 / (||W||_2^2 + 1e-8))`` in float32 (the authors' arithmetic, so allocations match bit for bit)."""
-    from gac.compression.compressors.lowrank_math import _lapack_threads
+    from gac.compression.compressors.lowrank_math import lapack_threads
 
     w = W.detach().float()
     fro2 = torch.norm(w, p="fro") ** 2  # the authors' call (same reduction, same bits)
-    with _lapack_threads(w):
+    with lapack_threads(w):
         top = torch.linalg.svdvals(w)[0]
     return float(((fro2 / (top**2 + 1e-8)) ** 0.5).item())
 

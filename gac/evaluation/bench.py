@@ -238,7 +238,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     """Measure ``variants`` (the first is the baseline) side by side; returns the bench document (module docstring)."""
     import torch
 
-    from gac.evaluation.latency import _random_ids
+    from gac.evaluation.latency import random_ids
 
     protocol = protocol or Protocol()
     t_start = time.perf_counter()
@@ -269,8 +269,8 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         for i, v in enumerate(variants):
             models.append(v.structure.build(where, share_from=models[0] if i else None, seed=p["seed"] + i))
         build_s = time.perf_counter() - t0
-        inputs = {pt: _random_ids(models[0], pt[0], pt[1], p["seed"], dev) for pt in p["points"]}
-        prompt = _random_ids(models[0], 1, p["decode_prompt"], p["seed"], dev) if p["decode_tokens"] else None
+        inputs = {pt: random_ids(models[0], pt[0], pt[1], p["seed"], dev) for pt in p["points"]}
+        prompt = random_ids(models[0], 1, p["decode_prompt"], p["seed"], dev) if p["decode_tokens"] else None
         samples = [{pt: [] for pt in p["points"]} for _ in variants]
         wall = [{pt: [] for pt in p["points"]} for _ in variants]
         decode = [[] for _ in variants]

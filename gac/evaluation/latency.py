@@ -316,7 +316,7 @@ def _check_len(model, n: int, what: str) -> None:
         raise GacError(f"{what}={n} is above the model's maximum sequence length ({limit}); use at most {limit}")
 
 
-def _random_ids(model, batch: int, n: int, seed: int, device):
+def random_ids(model, batch: int, n: int, seed: int, device):
     import torch
 
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 32000
@@ -337,7 +337,7 @@ def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | No
     _check_len(model, seq_len, "seq_len")
     device = model_device(model)
     warmup, iters, trials = _resolve("prefill", device, warmup, iters, trials)
-    x = _random_ids(model, batch, seq_len, seed, device)
+    x = random_ids(model, batch, seq_len, seed, device)
     model.eval()
 
     def call():
@@ -388,7 +388,7 @@ def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int
     _check_len(model, prompt_len + new_tokens, "prompt_len + new_tokens")
     device = model_device(model)
     warmup, iters, trials = _resolve("decode", device, warmup, iters, trials)
-    prompt = _random_ids(model, batch, prompt_len, seed, device)
+    prompt = random_ids(model, batch, prompt_len, seed, device)
     model.eval()
 
     step = decode_step(model, prompt, new_tokens)

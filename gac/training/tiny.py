@@ -25,12 +25,12 @@ from gac.evaluation.perplexity import perplexity, perplexity_of_ids
 from gac.evaluation.tasks import evaluate_tasks
 from gac.fixtures._build import pip_download, publish
 from gac.fixtures.tiny import (
-    _EVAL_FILES,
-    _MODEL_FILES,
+    EVAL_FILES,
+    MODEL_FILES,
     RECIPE,
     TinyPaths,
-    _init_model,
-    _versions,
+    init_model,
+    package_versions,
     recipe_hash,
     remake_task_files,
     tiny_config,
@@ -161,7 +161,7 @@ def build_tiny(out: str | os.PathLike, sdist: str | os.PathLike | None = None, s
             train_ids = tokenize_text(tokenizer, train_text)
             val_ids = tokenize_text(tokenizer, load_text(full["validation"]))
             config = tiny_config()
-            model = _init_model(config, tr["seed"])
+            model = init_model(config, tr["seed"])
             untrained_val = _val_loss(model, val_ids, tr["seq_len"])
             losses = _train(model, train_ids, tr)
             trained_val = _val_loss(model, val_ids, tr["seq_len"])
@@ -187,14 +187,14 @@ def build_tiny(out: str | os.PathLike, sdist: str | os.PathLike | None = None, s
             "untrained_val_loss": round(untrained_val, 4),
             "untrained_val_ppl": round(math.exp(untrained_val), 3),
             "val_protocol": f"validation.txt joined rows, non-overlapping windows of {tr['seq_len']} tokens, fp32",
-            "versions": _versions(),
+            "versions": package_versions(),
             "build_seconds": None,
             "files_sha256": {},
         }
         if evaluate:
             prov["eval"] = _eval_summary(model, tokenizer, tmp)
         shutil.rmtree(work)
-        prov["files_sha256"] = {f: file_sha256(tmp / f) for f in (*_MODEL_FILES[:-1], *_EVAL_FILES)}
+        prov["files_sha256"] = {f: file_sha256(tmp / f) for f in (*MODEL_FILES[:-1], *EVAL_FILES)}
         prov["build_seconds"] = round(time.time() - t0, 1)
         (tmp / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
         publish(tmp, out)
@@ -267,7 +267,7 @@ def _train(model, ids, tr: dict) -> list[float]:
 def _eval_summary(model, tokenizer, root: Path) -> dict:
     """Trained vs untrained on the shipped eval files (recorded in the provenance)."""
     paths = TinyPaths(root)
-    untrained = _init_model(model.config, RECIPE["train"]["seed"])
+    untrained = init_model(model.config, RECIPE["train"]["seed"])
     out = {"limit": 200, "ppl_seq_len": RECIPE["model"]["max_position_embeddings"]}
     test_text = load_text(paths.wikitext["test"])
     for tag, m in (("trained", model), ("untrained", untrained)):

@@ -42,11 +42,11 @@ _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
 RANDOMIZED_OVERSAMPLE, RANDOMIZED_ITERS = 16, 2
 
 
-SMALL_CPU = 2048  # CPU LAPACK calls on matrices up to this size run single-threaded (see _lapack_threads)
+SMALL_CPU = 2048  # CPU LAPACK calls on matrices up to this size run single-threaded (see lapack_threads)
 
 
 @contextlib.contextmanager
-def _lapack_threads(*tensors: torch.Tensor):
+def lapack_threads(*tensors: torch.Tensor):
     """Run small CPU decompositions on one thread: multi-threaded LAPACK on small matrices gains nothing and, on a
     busy machine, OpenMP contention made a 128 x 344 float64 SVD 100x slower (1.4 s vs 12 ms measured)."""
     small_cpu = all(t.device.type == "cpu" and max(t.shape) <= SMALL_CPU for t in tensors)
@@ -61,7 +61,7 @@ def _lapack_threads(*tensors: torch.Tensor):
 
 
 def _svd(M: torch.Tensor):
-    with _lapack_threads(M):
+    with lapack_threads(M):
         return torch.linalg.svd(M, full_matrices=False)
 
 
@@ -96,7 +96,7 @@ def _dtype_of(method: str) -> torch.dtype:
 def _eigh_top(G: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k eigenpairs of a symmetric (PSD) ``G`` in its own dtype: ``(s, Q)`` with ``s = sqrt(lambda)`` descending
     (eigenvalues floored at a relative ``_FLOOR`` of the largest) and ``Q`` [n, k]."""
-    with _lapack_threads(G):
+    with lapack_threads(G):
         lam, Q = torch.linalg.eigh(G)
     lam, Q = lam.flip(0)[:k], Q.flip(1)[:, :k]
     top = lam[0].clamp_min(torch.finfo(G.dtype).tiny) if lam.numel() else lam.new_tensor(1.0)
@@ -182,7 +182,7 @@ def asvd_factors(
         return _out(A, right_inv(B), S[:k], return_sigma)
     if method == "randomized":
         return _out(*_lowrank_randomized(M, k, right_inv), return_sigma)
-    with _lapack_threads(M):
+    with lapack_threads(M):
         A, B, S = _lowrank_gram(M, Wd, k, right_inv)
     return _out(A, B, S, return_sigma)
 
@@ -228,7 +228,7 @@ def whitening(xtx: torch.Tensor, eps: float = 1e-6, name: str = "weight", tries:
 def _right_solve(L: torch.Tensor, how: str, Bm: torch.Tensor) -> torch.Tensor:
     """``Bm L^-1`` in float64 (triangular solve for a Cholesky factor, LU otherwise)."""
     Bm = Bm.to(torch.float64)
-    with _lapack_threads(L):
+    with lapack_threads(L):
         if how.startswith("cholesky"):
             return torch.linalg.solve_triangular(L, Bm, upper=False, left=False)
         return torch.linalg.solve(L.T, Bm.T, left=True).T
@@ -258,7 +258,7 @@ def svdllm_factors(
     dt = _dtype_of(method)
     Wd = W.detach().to(dt)
     if method.startswith("gram") and m <= n:
-        with _lapack_threads(Wd):
+        with lapack_threads(Wd):
             if yty is not None:
                 if not torch.isfinite(yty).all():
                     raise GacError(f"{name}: NaN or inf in Y^T Y; the calibration activations are not finite")
@@ -283,7 +283,7 @@ def svdllm_factors(
     if xtx is None:
         raise GacError(f"{name}: SVD-LLM with method {method!r} on a {m} x {n} weight needs X^T X, but calibration "
                        f"recorded only Y^T Y; collect X^T X (the compressor's stat_plan) or use method 'gram32'/'gram64'")
-    with _lapack_threads(xtx):
+    with lapack_threads(xtx):
         L, how = whitening(xtx.to(W.device), eps, name)
     if method == "exact":
         W64 = W.detach().to(torch.float64)
@@ -301,7 +301,7 @@ def svdllm_factors(
         def right_inv(Bm):
             return _right_solve(L, how, Bm)
 
-        with _lapack_threads(M):
+        with lapack_threads(M):
             A, B, S = (_lowrank_randomized(M, k, right_inv) if method == "randomized"
                        else _lowrank_gram(M, Wd, k, right_inv))
     if not torch.isfinite(B).all():
@@ -377,7 +377,7 @@ def whitened_factors(
         dt = _dtype_of(method) if (m <= n or method == "randomized") else torch.float64
         Wd = W.detach().to(dt)
         M = Wd @ L64.to(dt)
-        with _lapack_threads(M):
+        with lapack_threads(M):
             A, B, S = (_lowrank_randomized(M, k, right_inv) if method == "randomized"
                        else _lowrank_gram(M, Wd, k, right_inv))
     if not torch.isfinite(B).all() or not torch.isfinite(A).all():

@@ -60,7 +60,7 @@ from gac.compression.compressors.base import (
 from gac.compression.compressors.lowrank_math import (
     DEFAULT_SVD,
     SVD_METHODS,
-    _lapack_threads,
+    lapack_threads,
     svd_factors,
     whitened_factors,
     whitening,
@@ -170,7 +170,7 @@ class PaLU(Compressor):
                 st = stats.get(m)
                 if st is None or st.xtx is None:
                     raise GacError(f"PaLU's whiten decomposition needs X^T X for {m}; calibration did not record it")
-                with _lapack_threads(st.xtx):
+                with lapack_threads(st.xtx):
                     roots[m] = whitening(st.xtx, name=m)
             L, how = roots[m]
             A, B, S = whitened_factors(W[a:b], L, max_rank=u.d_cap, name=u.name, method=self.svd, how=how,
