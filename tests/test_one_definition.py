@@ -80,6 +80,8 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
      "the CPU clocks by name: gac.evaluation.latency.CPU_CLOCKS / CPU_CLOCKS_NS"),
     (r"\bn_samples\b.{0,4}\b32\b|calibration\w*\W{1,4}seq_len\b.{0,4}\b2048\b|default=32\)", ("gac/text.py",), False,
      "calibration by default: gac.text.CALIBRATION_SAMPLES / CALIBRATION_SEQ_LEN"),
+    (r"supports_sensitivity", ("gac/compression/preparation.py", "gac/compression/compressors/"), False,
+     "is this allocation available for the compressor: gac.compression.preparation.check_allocation"),
     (r"^marginal$", ("gac/registry.py",), True, "the knapsack score by default: gac.registry.DEFAULT_KNAPSACK_SCORE"),
     (r"\bunit: int = \d", ("gac/align/candidates.py",), False, "the alignment unit by default: DEFAULT_UNIT"),
     (r"\bOWN_CANDIDATES\s*=", ("gac/align/strategies.py",), False,

@@ -62,11 +62,11 @@ def validate(args) -> None:
     from gac.compression.allocation import resolve_allocation
     from gac.compression.checkpoint import check_output_dir
     from gac.compression.compressors import get_compressor
-    from gac.compression.preparation import check_probe_samples, check_sensitivity_reach
+    from gac.compression.preparation import check_allocation
     from gac.dtypes import resolve_dtype
     from gac.errors import GacError
     from gac.io import path_kind
-    from gac.text import is_named_source
+    from gac.text import CALIBRATION_SEQ_LEN, CALIBRATION_SOURCE, is_named_source
 
     check_ratio(args.ratio)
     try:
@@ -90,9 +90,7 @@ def validate(args) -> None:
         args.proxy = registry.PROXIES.resolve(args.proxy, "(--proxy)")
     args.allocation = registry.ALLOCATIONS.resolve(args.allocation, "(--allocation)")
     allocation = resolve_allocation(args.allocation, comp)
-    if allocation == "sensitivity" and not comp.supports_sensitivity:
-        raise GacError(f"--allocation sensitivity is not available for {comp.name}; use proportional or uniform")
-    check_sensitivity_reach(allocation, comp, args.ratio)  # a grid that cannot reach the ratio fails now
+    check_allocation(allocation, comp, args.ratio)  # available for this compressor, and its grid reaches the ratio
     _check_axes(args, opts, allocation, given)
     args.knapsack_score = registry.KNAPSACK_SCORES.resolve(args.knapsack_score, "(--knapsack-score)")
     from gac.fixtures import default_data
@@ -100,13 +98,13 @@ def validate(args) -> None:
 
     named = default_data(base_model_of(args.model))  # a named model's own text: no hub round trip offline
     if args.calib is None:
-        args.calib = named["calibration_source"] if named else "wikitext2"
+        args.calib = named["calibration_source"] if named else CALIBRATION_SOURCE
     if args.calib_seq_len is None:
-        args.calib_seq_len = named["calibration_seq_len"] if named else 2048
+        args.calib_seq_len = named["calibration_seq_len"] if named else CALIBRATION_SEQ_LEN
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
-    check_probe_samples(allocation, comp, args.calib_samples)  # ASVD's sensitivity_samples: within them
+    check_allocation(allocation, comp, args.ratio, args.calib_samples)  # and ASVD's sensitivity_samples: within them
     from gac.compression.sensitivity import parse_duration, sensitivity_limit
 
     given = getattr(args, "sensitivity_limit", None)

@@ -103,8 +103,7 @@ def prepare(
     allocation = resolve_allocation(allocation, comp)
     grid = check_sensitivity_grid(sensitivity_grid if sensitivity_grid is not None
                                   else comp.sensitivity_grid or SENSITIVITY_GRID)
-    if allocation == "sensitivity" and not comp.supports_sensitivity:
-        raise GacError(f"the sensitivity allocation is not available for {comp.name}; use 'proportional' or 'uniform'")
+    check_allocation(allocation, comp, grid=grid)  # no ratio yet: a prepared model serves every ratio
     layout = discover(model)
     units = comp.units(model, layout)
     if not units:
@@ -257,6 +256,19 @@ def gradient_note(report: dict) -> str:
                 f"after an overflow)")
     return (f"gradient pass: {how}; {100 * report['zero_fraction']:.3g}% of the {report['gradients']:,} weight "
             f"gradients were exactly zero")
+
+
+def check_allocation(allocation: str, comp: Compressor, ratio: float | None = None, n_samples: int | None = None,
+                     grid=None) -> None:
+    """Is this request valid: the allocation rule (resolved: never ``default``) available for the compressor, its
+    sensitivity grid reaching ``ratio`` (when one is given), its probe samples within the ``n_samples`` calibration
+    samples (when given). The one check a job's config, ``gac compress`` and :func:`prepare` make, before any work."""
+    if allocation == "sensitivity" and not comp.supports_sensitivity:
+        raise GacError(f"allocation=sensitivity is not available for {comp.name}; use proportional or uniform")
+    if ratio is not None:
+        check_sensitivity_reach(allocation, comp, ratio, grid)
+    if n_samples is not None:
+        check_probe_samples(allocation, comp, n_samples)
 
 
 def check_sensitivity_reach(allocation: str, comp: Compressor, ratio: float, grid=None) -> None:

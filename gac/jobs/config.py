@@ -281,21 +281,18 @@ def _check_compression(comp: str, options: dict, allocation: str, ratio: float, 
     Returns the resolved allocation."""
     from gac.compression.allocation import resolve_allocation
     from gac.compression.compressors import get_compressor
-    from gac.compression.preparation import check_probe_samples, check_sensitivity_reach
+    from gac.compression.preparation import check_allocation
 
     built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
     allocation = resolve_allocation(allocation, built)
-    if allocation == "sensitivity" and not built.supports_sensitivity:
-        raise GacError(f"config: allocation=sensitivity is not available for {comp}; use proportional or uniform")
-    check_sensitivity_reach(allocation, built, ratio)
+    try:
+        check_allocation(allocation, built, ratio, int(calibration.get("n_samples") or 0))
+    except GacError as e:
+        raise GacError(f"config allocation, compressor.options: {e}") from None
     if allocation == "sensitivity":
         from gac.compression.sensitivity import sensitivity_limit
 
         sensitivity_limit()  # a bad $GAC_SENSITIVITY_LIMIT fails with the config, not after calibration
-    try:
-        check_probe_samples(allocation, built, int(calibration.get("n_samples") or 0))
-    except GacError as e:
-        raise GacError(f"config compressor.options: {e}") from None
     return allocation
 
 
