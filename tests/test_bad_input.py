@@ -74,6 +74,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_axes import axes_files
 
     axes_files(T)  # the "Fourth catalogue: axes, numbers and crashes" rows
+    from tests.bad_input_fixtures_modelchecks import modelchecks_files
+
+    modelchecks_files(T)  # the "Fifth catalogue: models as they are on disk" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

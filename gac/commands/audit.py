@@ -1,7 +1,9 @@
 """``gac audit MODEL_OR_CHECKPOINT [--json]``: per-layer dimensions and the alignment rules they break.
 
 A gac checkpoint is audited from its weights (the shapes in the safetensors header), not from its editable JSON;
-a JSON that disagrees with the weights is reported (exit code 2 after the report)."""
+a JSON that disagrees with the weights is reported (exit code 2 after the report). A Hugging Face model directory
+is audited once its weights' shapes (safetensors headers, no weight data) are the ones its config.json describes
+(:func:`gac.models.checks.check_hf_dir`): else one line, exit 2, and no report of a model that is not on disk."""
 
 from __future__ import annotations
 
@@ -21,6 +23,16 @@ def run(args) -> int:
     from gac.compression.audit import audit, format_audit, mismatch_message
     from gac.errors import GacError
 
+    from gac.fixtures import is_named
+
+    if not is_named(args.model):
+        from pathlib import Path
+
+        from gac.models import model_kind
+        from gac.models.checks import check_hf_dir
+
+        if model_kind(args.model) == "local":  # the model on disk: its weights' shapes, not only its config.json
+            check_hf_dir(Path(args.model).expanduser())
     rep = audit(args.model)
     print(json.dumps(rep, indent=2) if args.json else format_audit(rep, all_weights=args.all))
     msg = mismatch_message(rep)
