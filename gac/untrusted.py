@@ -199,18 +199,15 @@ _SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_
 
 
 def _shape_field_problem(cfg: dict) -> str | None:
-    """A size that is not a whole number >= 1, query heads that KV heads do not divide, or an attention window
-    that is not a whole number >= 1 where the model uses one (0 or less masks every token: NaN logits)."""
+    """A size that is not a whole number >= 1, or an attention window that is not a whole number >= 1 where the
+    model uses one (0 or less masks every token: NaN logits). Sizes the weights disagree with are the weights
+    check's (:func:`gac.models.checks.check_hf_dir`)."""
     for name in _SIZE_FIELDS:
         v = cfg.get(name)
         per_layer = isinstance(v, list) and v and all(_positive(x, integer=True) for x in v)  # Gemma 3n's widths
         if v is not None and not per_layer and not _positive(v, integer=True):
             shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
             return f"{name} is {shown}, not a whole number >= 1"
-    h, k = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
-    if isinstance(h, int) and isinstance(k, int) and h % k:
-        return (f"num_attention_heads {h} is not a multiple of num_key_value_heads {k} (each KV head serves a whole "
-                f"group of query heads)")
     w = cfg.get("sliding_window")
     if w is not None and cfg.get("use_sliding_window") is not False and not _positive(w, integer=True):
         return (f"sliding_window is {w!r}, not a whole number >= 1 (the tokens each attention window sees, e.g. 4096; "
