@@ -11,6 +11,14 @@ NAME = "audit"
 HELP = "report which layer dimensions of a model or gac checkpoint break alignment rules (mod 8/16/32, head_dim)"
 
 
+DESCRIPTION = """\
+Report which layer dimensions of a model or gac checkpoint break alignment rules (mod 8/16/32, head_dim), as the
+model is on disk: a gac checkpoint's shapes are read from its weights, a Hugging Face model directory is audited
+once its weights' shapes (safetensors headers; no weight data read) are the ones its config.json gives, else one
+line and exit 2. A hub id is audited from its config.
+"""
+
+
 def add_arguments(p):
     p.add_argument("model", help="'tiny', a Hugging Face hub id, a local HF model directory, or a gac checkpoint directory")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
@@ -23,16 +31,9 @@ def run(args) -> int:
     from gac.compression.audit import audit, format_audit, mismatch_message
     from gac.errors import GacError
 
-    from gac.fixtures import is_named
+    from gac.models import check_on_disk
 
-    if not is_named(args.model):
-        from pathlib import Path
-
-        from gac.models import model_kind
-        from gac.models.checks import check_hf_dir
-
-        if model_kind(args.model) == "local":  # the model on disk: its weights' shapes, not only its config.json
-            check_hf_dir(Path(args.model).expanduser())
+    check_on_disk(args.model)  # the model on disk: its weights' shapes, not only its config.json
     rep = audit(args.model)
     print(json.dumps(rep, indent=2) if args.json else format_audit(rep, all_weights=args.all))
     msg = mismatch_message(rep)

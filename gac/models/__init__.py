@@ -121,6 +121,22 @@ def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
         check_config_values(config, repr(str(spec)))
 
 
+def check_on_disk(spec) -> None:
+    """For the commands that read only a model's architecture (``gac audit``, ``gac bench --model``, ``gac
+    predict --model``): a local Hugging Face directory's weights have the shapes its config.json gives
+    (:func:`gac.models.checks.check_hf_dir`, safetensors headers only), so they describe the model on disk, never
+    transformers' defaults for a config that disagrees with it. Nothing for any other spec (or a path that is no
+    model: the command says so)."""
+    if spec is None or str(spec) in BUILTIN:
+        return
+    try:
+        kind = model_kind(spec)
+    except GacError:
+        return
+    if kind == "local":
+        check_hf_dir(Path(str(spec)).expanduser())
+
+
 def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify: bool = True):
     """``(model, tokenizer)`` for ``spec`` (see the module docstring), in eval mode on ``device``.
 
@@ -227,5 +243,5 @@ def describe(model) -> dict:
     }
 
 
-__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_model_files", "config_field_problem", "describe", "hf_config",
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_model_files", "check_on_disk", "config_field_problem", "describe", "hf_config",
            "load_model", "model_kind", "model_label"]
