@@ -159,7 +159,15 @@ def _positive(v, integer: bool = False) -> bool:
 def config_field_problem(cfg: dict) -> str | None:
     """What in a raw ``config.json`` no model can run with (None when nothing): a maximum sequence length that is
     not a whole number >= 1 (perplexity windows would silently take another length), a RoPE base or a norm epsilon
-    that is not a finite number > 0 (every logit NaN or inf)."""
+    that is not a finite number > 0 (every logit NaN or inf), a size or attention window that is not a whole number
+    >= 1, a logit scale or soft-cap that wrecks every logit, a rotary fraction outside (0, 1] or an odd rotary
+    dimension, a number of experts per token outside 1..experts. The one place gac checks a config's values: a
+    local directory's config.json, a cached hub model's, a gac checkpoint's base config and a job's ``arch`` block
+    all come here before any weight loads."""
+    if isinstance(cfg.get("text_config"), dict):  # a multimodal config's language model (Gemma 3 4B and up)
+        why = config_field_problem(cfg["text_config"])
+        if why:
+            return f"text_config.{why}"
     if "max_position_embeddings" in cfg and not _positive(cfg["max_position_embeddings"], integer=True):
         return (f"max_position_embeddings is {cfg['max_position_embeddings']!r}, not a whole number >= 1 (the longest "
                 f"sequence the model was trained for)")
@@ -181,6 +189,106 @@ def config_field_problem(cfg: dict) -> str | None:
             why = _rope_problem(b)
             if why:
                 return f"{name}: {why}"
+    return _shape_field_problem(cfg) or _logit_field_problem(cfg) or _rotary_problem(cfg) or _experts_problem(cfg)
+
+
+#: whole-number sizes of a decoder's config (GPT-2's and Bloom's names beside Llama's): 0 or a negative or a fraction
+#: of one fails inside transformers with a message that names no field ("integer modulo by zero")
+_SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+                "vocab_size", "head_dim", "n_embd", "n_layer", "n_head", "n_inner")
+
+
+def _shape_field_problem(cfg: dict) -> str | None:
+    """A size that is not a whole number >= 1, or an attention window that is not a whole number >= 1 where the
+    model uses one (0 or less masks every token: NaN logits). Sizes the weights disagree with are the weights
+    check's (:func:`gac.models.checks.check_hf_dir`)."""
+    for name in _SIZE_FIELDS:
+        v = cfg.get(name)
+        per_layer = isinstance(v, list) and v and all(_positive(x, integer=True) for x in v)  # Gemma 3n's widths
+        if v is not None and not per_layer and not _positive(v, integer=True):
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+            return f"{name} is {shown}, not a whole number >= 1"
+    w = cfg.get("sliding_window")
+    if w is not None and cfg.get("use_sliding_window") is not False and not _positive(w, integer=True):
+        return (f"sliding_window is {w!r}, not a whole number >= 1 (the tokens each attention window sees, e.g. 4096; "
+                f"null for none)")
+    return None
+
+
+def _logit_field_problem(cfg: dict) -> str | None:
+    """A logit or attention transform that wrecks every output: Granite's ``logits_scaling`` (logits are divided by
+    it) or Cohere's ``logit_scale`` (multiplied) not > 0, a soft-cap below 1 (tanh squeezes every logit into
+    (-cap, cap): 0 gives NaN), Gemma's ``query_pre_attn_scalar`` not > 0 (its inverse square root scales the
+    scores)."""
+    for name, what in (("logits_scaling", "Granite divides the logits by it, e.g. 8.0"),
+                       ("logit_scale", "Cohere multiplies the logits by it, e.g. 0.0625"),
+                       ("query_pre_attn_scalar", "the attention scores are scaled by its inverse square root, e.g. 256"),
+                       ("attention_multiplier", "Granite scales the attention scores by it, e.g. 0.0078125"),
+                       ("embedding_multiplier", "Granite scales the embeddings by it, e.g. 12.0")):
+        v = cfg.get(name)
+        if v is not None and not _positive(v):
+            return f"{name} is {v!r}, not a number > 0 ({what})"
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        v = cfg.get(name)
+        if v is not None and not (_positive(v) and v >= 1):
+            return (f"{name} is {v!r}, not a number >= 1 or null (the soft-cap bounds every value to (-cap, cap): "
+                    f"Gemma 2 uses 30.0 for the logits and 50.0 for the attention)")
+    return None
+
+
+def _rotary_factors(cfg: dict) -> list[tuple[str, object]]:
+    """``(field, value)`` of every rotary fraction a config gives: top level (Phi's ``partial_rotary_factor``,
+    GPT-NeoX's ``rotary_pct``) or in its RoPE settings (transformers 5 moves them there)."""
+    out = [(n, cfg[n]) for n in ("partial_rotary_factor", "rotary_pct") if cfg.get(n) is not None]
+    for key in ("rope_parameters", "rope_scaling"):
+        block = cfg.get(key)
+        if not isinstance(block, dict):
+            continue
+        nested = block and all(isinstance(v, dict) or v is None for v in block.values())
+        for name, b in ({f"{key}.{k}": v for k, v in block.items() if v} if nested else {key: block}).items():
+            if b.get("partial_rotary_factor") is not None:
+                out.append((f"{name}.partial_rotary_factor", b["partial_rotary_factor"]))
+    return out
+
+
+def _rotary_problem(cfg: dict) -> str | None:
+    """A rotary fraction outside (0, 1], or a rotary dimension (head dim times that fraction) that is odd: RoPE
+    rotates pairs of dimensions."""
+    factors = _rotary_factors(cfg)
+    for name, v in factors:
+        if not (_positive(v) and v <= 1):
+            return (f"{name} is {v!r}, not a number in (0, 1] (the fraction of each head's dimensions RoPE rotates, "
+                    f"e.g. 0.5 or 0.25)")
+    heads = cfg.get("num_attention_heads", cfg.get("n_head"))
+    hidden = cfg.get("hidden_size", cfg.get("n_embd"))
+    hd = cfg.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads
+                                 and not hidden % heads else None)
+    rope = factors or any(cfg.get(k) is not None for k in ("rope_theta", "rope_parameters", "rotary_emb_base"))
+    if rope and isinstance(hd, int) and not isinstance(hd, bool):
+        name, v = factors[0] if factors else ("", 1.0)
+        dim = int(hd * v)
+        if dim % 2:
+            via = f" x {name} {v}" if factors else ""
+            return (f"the rotary dimension (head dimension {hd}{via}) is {dim}, an odd number: RoPE rotates pairs of "
+                    f"dimensions; give a head dimension{' and fraction' if factors else ''} whose rotary part is even")
+    return None
+
+
+#: the config fields that count a mixture-of-experts layer's experts (Mixtral, Qwen-MoE/OLMoE, DeepSeek)
+_EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _experts_problem(cfg: dict) -> str | None:
+    """``num_experts_per_tok`` not a whole number from 1 to the expert count: 0 runs no expert at all (every MoE
+    layer adds nothing), more than the experts fails in the router's top-k after loading."""
+    k = cfg.get("num_experts_per_tok")
+    if k is None:
+        return None
+    count = next(((n, cfg[n]) for n in _EXPERT_COUNTS if isinstance(cfg.get(n), int) and cfg[n] > 0), None)
+    upto = f" to {count[0]} {count[1]}" if count else ""
+    if not _positive(k, integer=True) or (count and k > count[1]):
+        return (f"num_experts_per_tok is {k!r}, not a whole number from 1{upto} (the experts each token is routed "
+                f"to, e.g. 2)")
     return None
 
 
@@ -249,6 +357,16 @@ def hf_config(path: Path):
     except Exception as e:  # noqa: BLE001 - transformers raises ValueError, KeyError, OSError, JSONDecodeError...
         raise GacError(f"{str(path / 'config.json')!r} is not a usable Hugging Face config ({short_error(e)}); copy the "
                        f"model directory again from its source") from None
+
+
+def check_config_values(config, where: str) -> None:
+    """A transformers config read elsewhere than from a local directory (a hub model's, from the hub or its cache)
+    checked as a directory's config.json is (:func:`config_field_problem`); ``where`` names it in the one line."""
+    to_dict = getattr(config, "to_dict", None)
+    why = config_field_problem(to_dict()) if callable(to_dict) else None
+    if why:
+        raise GacError(f"the config of {where}: {why}; the model cannot run with it (fix that field in its "
+                       f"config.json, or download the model again)")
 
 
 def differing_tied_copies(files, groups) -> tuple[str, str] | None:

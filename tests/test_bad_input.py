@@ -80,6 +80,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_planner import planner_files
 
     planner_files(T)  # the "Fifth catalogue: planner bounds and fetched inputs" rows
+    from tests.bad_input_fixtures_modelchecks import modelchecks_files
+
+    modelchecks_files(T)  # the "Fifth catalogue: models as they are on disk" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -83,6 +83,9 @@ def run(args) -> int:
     options = option_values(args.option)
     if args.plan and (args.where or args.sweep or args.experiment):
         raise GacError("--plan benches plan files; --where/--sweep/--experiment select records — use one or the other")
+    from gac.models import check_on_disk
+
+    check_on_disk(args.model)  # its architecture is the one on disk
     doc = bench_store(
         args.results_dir, where=args.where, sweep=args.sweep, experiment=args.experiment, plans=args.plan,
         model=args.model, compressor=args.compressor, options=options, device=args.device, dtype=args.dtype,

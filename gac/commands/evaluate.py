@@ -6,7 +6,9 @@ NAME = "evaluate"
 HELP = "perplexity, lm-eval task scores and latency of a model or a gac checkpoint"
 DESCRIPTION = """\
 Evaluate MODEL: 'tiny' (the embedded model, offline), 'smollm2' (a real 135M Llama, built once), a gac
-checkpoint directory, a local Hugging Face model directory or a hub id. Prints a table whose rows carry the names results records use (ppl_<dataset>,
+checkpoint directory, a local Hugging Face model directory or a hub id: any causal LM transformers can load (a
+family gac has no compression layout for, such as Bloom or DeepSeek-V3, is scored too). Its config's values and
+its weights' shapes are checked before any weight loads. Prints a table whose rows carry the names results records use (ppl_<dataset>,
 <task>_<metric>, prefill_ms, decode_ms_per_token); --json writes the full report (metrics, lm-eval's own results
 layout, protocol details, provenance). Tasks are lm-eval's registry names; an unknown name exits 2 with suggestions.
 Data: for 'tiny', 'smollm2' and gac checkpoints built from them their local files are the defaults (no network;

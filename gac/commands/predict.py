@@ -48,6 +48,9 @@ def run(args) -> int:
     from gac.commands.bench import option_values
 
     options = option_values(args.option)
+    from gac.models import check_on_disk
+
+    check_on_disk(args.model)  # its architecture is the one on disk
     doc = predict_document(args.gpu, args.model, args.plan, args.compressor, options, args.seq_len or [1024],
                            args.batch)
     print(format_prediction(doc))

@@ -191,6 +191,9 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
 
             check_hub_model(str(spec))  # the hub behind a closed proxy: one line now, not half a minute of retries
             config = AutoConfig.from_pretrained(str(spec), **NO_REMOTE_CODE)
+            from gac.untrusted import check_config_values
+
+            check_config_values(config, repr(str(spec)))
     except (OSError, ValueError) as e:
         raise GacError(f"cannot read a model config from {str(spec)!r}: {str(e).splitlines()[0]}") from None
     with torch.device("meta"):
@@ -271,7 +274,11 @@ def audit_checkpoint(path: str | os.PathLike) -> dict:
 
     meta = read_meta(path)
     recorded = meta.get("modules") or {}
-    layout = discover(build_skeleton(meta, meta_device=True), check_heads=False)
+    try:
+        skeleton = build_skeleton(meta, meta_device=True)
+    except GacError as e:
+        raise GacError(f"checkpoint {str(path)!r}: {e}; copy the checkpoint again from its source") from None
+    layout = discover(skeleton, check_heads=False)
     from_weights = weights_specs(path, recorded)
     mismatch = []
     for n, spec in recorded.items():

@@ -113,6 +113,25 @@ def meta_problem(meta: dict) -> str | None:
     return None
 
 
+def base_config(meta: dict):
+    """The transformers config of a checkpoint's recorded base model (the uncompressed architecture), once
+    :func:`meta_problem` finds nothing (the fields and the values no model runs with); a one-line :class:`GacError`
+    naming the field otherwise."""
+    from transformers import AutoConfig
+
+    problem = meta_problem(meta)
+    if problem:
+        raise GacError(problem)
+    base = dict(meta["base_config"])
+    model_type = base.pop("model_type", None)
+    try:
+        return AutoConfig.for_model(model_type, **base)
+    except (ValueError, KeyError, TypeError) as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): "
+                       f"{why if len(why) < 200 else why[:197] + '...'}") from None
+
+
 SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64",
                        "I32": "int32", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 

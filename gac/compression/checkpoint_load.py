@@ -16,6 +16,7 @@ from gac.compression.checkpoint_format import (
     COPY_CHECKPOINT_AGAIN,
     META_FILE,
     SAFETENSORS_DTYPES,
+    base_config,
     check_hashes_present,
     file_inside,
     meta_problem,
@@ -25,7 +26,7 @@ from gac.compression.checkpoint_format import (
     torch_dtype,
     verify_checkpoint,
 )
-from gac.compression.modules import build_module, get_module, module_spec, set_module
+from gac.compression.modules import build_module, get_module, is_fused_experts, module_spec, set_module
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.io import missing_reason, read_json
@@ -109,20 +110,11 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
 
 def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = False) -> nn.Module:
     """The compressed architecture described by ``meta`` (weights not loaded). ``meta_device``: shapes only."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    problem = meta_problem(meta)
-    if problem:
-        raise GacError(problem)
-    base = dict(meta["base_config"])
-    model_type = base.pop("model_type", None)
-    try:
-        config = AutoConfig.for_model(model_type, **base)
-    except (ValueError, KeyError, TypeError) as e:
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GacError(f"cannot rebuild the base config (model_type {model_type!r}): "
-                       f"{why if len(why) < 200 else why[:197] + '...'}") from None
+    config = base_config(meta)  # the fields and values checked first (meta_problem)
+    model_type = config.model_type
     dt = torch_dtype(dtype or meta.get("dtype", "float32"))
     dev = torch.device("meta") if meta_device else torch.device(device)
     try:
@@ -140,6 +132,11 @@ def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = Fal
             raise GacError(f"it names the module {name!r}, which a {model_type} model with this base_config does not "
                            f"have") from None
         if module_spec(cur) != spec:
+            routed = int(cur.gate_up_proj.shape[0]) if is_fused_experts(cur) else None
+            if spec.get("type") == "experts" and routed is not None and len(spec.get("widths") or ()) != routed:
+                raise GacError(f"module {name!r} holds {len(spec.get('widths') or ())} experts, but the model's router "
+                               f"picks among {routed} (its base_config): the tokens routed to the others would get no "
+                               f"MLP output")
             try:
                 set_module(model, name, build_module(spec, dtype=dt, device=dev))
                 swapped = True

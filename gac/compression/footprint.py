@@ -74,7 +74,7 @@ class EvalLoad:
 def _evaluation_parts(config, dtype: str, load: EvalLoad) -> list[tuple[int, int]]:
     """``(through the layers, at the LM head)`` bytes of each evaluation of ``load``: the batch through one decoder
     layer with the hidden states, and the logits with their loss."""
-    s = _shapes(config)
+    s = _evaluated_shapes(config)
     h, inter, V = s["h"], s["inter"], s["V"]
     b = _BYTES.get(dtype_str(dtype), 4)
     layer = INF_PER_TOKEN_H * h + INF_PER_TOKEN_I * inter
@@ -150,6 +150,28 @@ def _shapes(config) -> dict:
     q, kv = lay.num_heads * lay.head_dim, lay.num_kv_heads * lay.head_dim
     return {"h": lay.hidden_size, "inter": lay.intermediate_size, "L": lay.num_layers, "V": lay.vocab_size, "q": q,
             "kv": kv, "lin": lin}
+
+
+def _evaluated_shapes(config) -> dict:
+    """The widths an evaluation's estimate reads: from the family's layout (:func:`_shapes`), or, for a causal LM
+    gac has no layout for (Bloom, DeepSeek-V3: evaluated, never compressed), read off its architecture on the
+    ``meta`` device: the embedding's rows and width, and the widest weight dimension that is not the vocabulary
+    (an MLP's, as an upper bound of one layer's transients)."""
+    from gac.compression.layouts import family_of
+
+    try:
+        family_of(config)
+    except GacError:
+        pass
+    else:
+        return _shapes(config)
+    from gac.compression.discovery import skeleton
+
+    model = skeleton(config)
+    emb = model.get_input_embeddings().weight
+    V, h = (int(x) for x in emb.shape)
+    widths = [int(x) for p in model.parameters() if p.dim() >= 2 for x in p.shape[-2:] if int(x) != V]
+    return {"h": h, "inter": max(widths, default=h), "V": V}
 
 
 def count_params(config) -> int:

@@ -155,6 +155,11 @@ class ExpertMLPs(nn.Module):
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
         out = torch.zeros_like(hidden_states)
         with torch.no_grad():
+            top = int(top_k_index.max()) if top_k_index.numel() else -1
+            if top >= self.num_experts:  # its tokens would get no MLP output at all, silently
+                raise GacError(f"the router picked expert {top}, but this ExpertMLPs holds {self.num_experts} experts "
+                               f"(0..{self.num_experts - 1}): the router and the experts come from different models; "
+                               f"re-save the checkpoint from the model")
             mask = nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
             hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
         for e in hit:
@@ -175,7 +180,8 @@ def _is_conv1d(m: nn.Module) -> bool:
     return type(m).__name__ == "Conv1D" and hasattr(m, "nf") and getattr(m, "weight", None) is not None
 
 
-def _is_fused_experts(m: nn.Module) -> bool:
+def is_fused_experts(m: nn.Module) -> bool:
+    """transformers 5's experts block: 3-D ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I] parameters."""
     gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
     return isinstance(gu, nn.Parameter) and isinstance(dn, nn.Parameter) and gu.dim() == 3 and dn.dim() == 3
 
@@ -187,7 +193,7 @@ def module_spec(m: nn.Module) -> dict:
                 "parts": [module_spec(p) for p in m.parts]}
     if isinstance(m, ExpertMLPs):
         return {"type": "experts", "hidden": m.hidden, "widths": list(m.widths), "act": m.act}
-    if _is_fused_experts(m):
+    if is_fused_experts(m):
         E, two_i, H = m.gate_up_proj.shape
         return {"type": "fused_experts", "experts": int(E), "hidden": int(H), "width": int(two_i) // 2}
     if _is_conv1d(m):
@@ -239,7 +245,7 @@ def weight_params(m: nn.Module) -> int:
         return sum(weight_params(p) for p in m.parts)
     if isinstance(m, ExpertMLPs):
         return sum(g.weight.numel() + d.weight.numel() for g, d in zip(m.gate_up, m.down))
-    if _is_fused_experts(m):
+    if is_fused_experts(m):
         return m.gate_up_proj.numel() + m.down_proj.numel()
     if isinstance(m, LowRankLinear):
         return m.down.weight.numel() + m.up.weight.numel()

@@ -89,10 +89,12 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
     p = Path(s).expanduser()
     if p.is_dir():
         if (p / CHECKPOINT_FILE).is_file():
-            from gac.compression.checkpoint_format import read_meta
+            from gac.compression.checkpoint_format import base_config, read_meta
 
-            base = dict(read_meta(p)["base_config"])
-            return AutoConfig.for_model(base.pop("model_type", None), **base)
+            try:
+                return base_config(read_meta(p))  # its fields checked as a config.json's are
+            except GacError as e:
+                raise GacError(f"checkpoint {s!r}: {e}; copy the checkpoint again from its source") from None
         if (p / "config.json").is_file():
             from gac.untrusted import hf_config
 
@@ -106,11 +108,15 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
 
     check_hub_model(s)  # the hub behind a closed proxy: one line now, not half a minute of retries
     try:
-        return AutoConfig.from_pretrained(s, **NO_REMOTE_CODE)
+        config = AutoConfig.from_pretrained(s, **NO_REMOTE_CODE)
     except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise GacError(f"could not read the config of {s!r} ({msg}); without network pass a local model directory, "
                        f"or a job config with model.random_weights=true and its `arch` block") from None
+    from gac.untrusted import check_config_values
+
+    check_config_values(config, repr(s))
+    return config
 
 
 def _skeleton(config, dtype: torch.dtype, device) -> nn.Module:

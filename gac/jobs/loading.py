@@ -88,13 +88,10 @@ def model_config_offline(model_spec: str, arch: dict | None = None):
         except Exception:  # noqa: BLE001 - not cached / not readable: fall back to the arch block
             pass
     if kind == "checkpoint":
-        from gac.compression.checkpoint_format import read_meta
+        from gac.compression.checkpoint_format import base_config, read_meta
 
         try:
-            from transformers import AutoConfig
-
-            base = dict(read_meta(model_spec)["base_config"])
-            return AutoConfig.for_model(base.pop("model_type"), **base)  # an upper bound: the uncompressed model
+            return base_config(read_meta(model_spec))  # an upper bound: the uncompressed model
         except Exception:  # noqa: BLE001 - loading reports a damaged checkpoint itself
             return None
     if arch:

@@ -29,6 +29,7 @@ from gac.models.checks import check_finite_weights, check_hf_dir
 from gac.registry import NAMED_MODELS as BUILTIN
 from gac.untrusted import (
     NO_REMOTE_CODE,
+    check_config_values,
     check_model_path,
     config_field_problem,
     hf_config,
@@ -110,6 +111,30 @@ def check_model_files(spec: str | os.PathLike, verify: bool = True) -> None:
         from gac.compression.checkpoint_load import check_checkpoint
 
         check_checkpoint(Path(str(spec)).expanduser(), verify=verify)
+    elif kind == "hub":
+        from transformers import AutoConfig
+
+        try:  # a cached hub model's config.json (nothing else is read here: the hub is asked when it loads)
+            config = AutoConfig.from_pretrained(str(spec), local_files_only=True, **NO_REMOTE_CODE)
+        except Exception:  # noqa: BLE001 - not cached: its config is checked when it is downloaded (load_model)
+            return
+        check_config_values(config, repr(str(spec)))
+
+
+def check_on_disk(spec) -> None:
+    """For the commands that read only a model's architecture (``gac audit``, ``gac bench --model``, ``gac
+    predict --model``): a local Hugging Face directory's weights have the shapes its config.json gives
+    (:func:`gac.models.checks.check_hf_dir`, safetensors headers only), so they describe the model on disk, never
+    transformers' defaults for a config that disagrees with it. Nothing for any other spec (or a path that is no
+    model: the command says so)."""
+    if spec is None or str(spec) in BUILTIN:
+        return
+    try:
+        kind = model_kind(spec)
+    except GacError:
+        return
+    if kind == "local":
+        check_hf_dir(Path(str(spec)).expanduser())
 
 
 def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify: bool = True):
@@ -158,7 +183,7 @@ def _tokenizer_from(path: Path):
 
 
 def _load_hf(spec: str, kind: str, dtype, device: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     if kind == "local":
@@ -168,11 +193,22 @@ def _load_hf(spec: str, kind: str, dtype, device: str):
     level = hf_logging.get_verbosity()
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec, **NO_REMOTE_CODE)
+        config = AutoConfig.from_pretrained(spec, **NO_REMOTE_CODE)
+        if kind == "hub":
+            check_config_values(config, repr(spec))  # before its weights are downloaded
         hf_logging.set_verbosity_error()  # its load report (a table on stderr) becomes the one line below
-        model, info = AutoModelForCausalLM.from_pretrained(spec, output_loading_info=True, use_safetensors=True,
+        # ignore_mismatched_sizes: a tensor of another shape is reported in `info` (the one line below), not as
+        # transformers' "look at the above report!" with the report switched off
+        model, info = AutoModelForCausalLM.from_pretrained(spec, config=config, output_loading_info=True,
+                                                           use_safetensors=True, ignore_mismatched_sizes=True,
                                                            **NO_REMOTE_CODE, **kwargs)  # never a pickle
+    except GacError:
+        raise
     except Exception as e:  # the hub client raises many kinds when offline or when the id is wrong
         msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        if "above report" in msg:  # transformers' report of its weight conversion, which gac keeps off stderr
+            msg = ("transformers could not convert its weights into the architecture its config.json describes: a "
+                   "tensor is missing or of another shape")
         if kind == "hub":
             raise GacError(
                 f"could not load {spec!r} from the Hugging Face hub ({msg}); without network, download it where the "
@@ -207,5 +243,5 @@ def describe(model) -> dict:
     }
 
 
-__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_model_files", "config_field_problem", "describe", "hf_config",
+__all__ = ["BUILTIN", "CHECKPOINT_MARKER", "check_model_files", "check_on_disk", "config_field_problem", "describe", "hf_config",
            "load_model", "model_kind", "model_label"]

@@ -151,6 +151,73 @@ def _renamed(key: str, renames) -> str:
     return key
 
 
+def _mergeable(conversion) -> bool:
+    """A conversion :func:`_converted` can follow on shapes alone: a rename, or per-expert tensors stacked into one
+    (``MergeModulelist(dim=0)``), the stacks then concatenated (``Concatenate``): the experts of Mixtral, Qwen-MoE,
+    OLMoE and DeepSeek."""
+    kind = type(conversion).__name__
+    if kind == "WeightRenaming":
+        return True
+    ops = [type(o).__name__ for o in getattr(conversion, "operations", ())]
+    return (kind == "WeightConverter" and ops in (["MergeModulelist"], ["MergeModulelist", "Concatenate"])
+            and getattr(conversion.operations[0], "dim", None) == 0)
+
+
+def _converted(path: Path, header: dict, conversions) -> dict:
+    """``header`` (``{name: (shape, dtype)}``) as transformers converts it on load: names renamed, each group of
+    per-expert tensors stacked (and concatenated) into the one tensor the architecture has, its shape computed from
+    the parts. An expert missing from the stack, or parts of unequal shapes, is refused here: transformers would
+    fail after reading every weight, with a report it prints elsewhere."""
+    import re
+
+    renames = [c for c in conversions if type(c).__name__ == "WeightRenaming"]
+    converters = [c for c in conversions if type(c).__name__ == "WeightConverter"]
+    out: dict = {}
+    parts: dict[str, dict[str, list]] = {}  # target -> source pattern -> [(expert, name, shape, dtype)]
+    for k, v in header.items():
+        name = _renamed(k, renames)
+        for conv in converters:
+            target, pattern = conv.rename_source_key(name)
+            if pattern is None:
+                continue
+            m = re.search(re.escape(pattern).replace(r"\*", r"(\d+)"), name)
+            parts.setdefault(target, {}).setdefault(pattern, []).append(
+                (int(m.group(1)) if m and m.groups() else 0, k, v[0], v[1]))
+            break
+        else:
+            out[name] = v
+    for target, by_pattern in parts.items():
+        conv = next(c for c in converters if set(by_pattern) <= set(c.source_patterns))
+        stacks = []
+        for pattern in conv.source_patterns:
+            items = sorted(by_pattern.get(pattern, ()))
+            if not items:
+                raise GacError(f"{str(path)!r}: its weights have no tensor {pattern.replace('*', 'N')!r} for "
+                               f"{target!r} (transformers stacks those of every expert into it); {COPY_MODEL_AGAIN}")
+            held = [e for e, *_ in items]
+            gap = next((e for e in range(max(held) + 1) if e not in held), None)
+            if gap is not None or len(set(held)) != len(held):
+                what = f"expert {gap} is missing" if gap is not None else "an expert is stored twice"
+                raise GacError(f"{str(path)!r}: its weights hold {len(set(held))} experts' {pattern.replace('*', 'N')!r} "
+                               f"for {target!r}, but {what}; {COPY_MODEL_AGAIN}")
+            shapes = {tuple(sh) for _, _, sh, _ in items}
+            if len(shapes) > 1:
+                raise GacError(f"{str(path)!r}: the experts' {pattern.replace('*', 'N')!r} for {target!r} have "
+                               f"different shapes ({', '.join(str(list(x)) for x in sorted(shapes))}); "
+                               f"{COPY_MODEL_AGAIN}")
+            stacks.append(((len(items), *shapes.pop()), items[0][3]))
+        shape = list(stacks[0][0])
+        if len(stacks) > 1:
+            dim = conv.operations[1].dim
+            if any(len(st) != len(shape) or any(a != b for i, (a, b) in enumerate(zip(st, shape)) if i != dim)
+                   for st, _ in stacks[1:]):
+                raise GacError(f"{str(path)!r}: the tensors transformers joins into {target!r} have shapes that do "
+                               f"not join ({', '.join(str(list(st)) for st, _ in stacks)}); {COPY_MODEL_AGAIN}")
+            shape[dim] = sum(st[dim] for st, _ in stacks)
+        out[target] = (tuple(shape), stacks[0][1])
+    return out
+
+
 def _check_tied(path: Path, config, files: list[Path], shared: dict, prefix: str) -> None:
     """A weight the config ties (``tie_word_embeddings: true``: the output layer is the embedding) stored twice with
     other values is refused: transformers would load one copy and silently drop the other."""
@@ -192,13 +259,13 @@ def check_hf_dir(path: Path):
         raise GacError(f"{str(path / 'config.json')!r} describes no causal language model transformers can build "
                        f"({short_error(e)}); copy the model directory again from its source") from None
     # transformers' own renames on load, keyed by the model's class first, then its model_type (GPT-NeoX's
-    # embed_out. -> lm_head. is keyed by GPTNeoXForCausalLM): plain renames are applied to the file's names here;
-    # a conversion that fuses or splits tensors is checked after loading instead
+    # embed_out. -> lm_head. is keyed by GPTNeoXForCausalLM): renames and expert stacks are applied to the file's
+    # names and shapes here; another conversion (one that splits tensors) is checked after loading instead
     conversions = (get_checkpoint_conversion_mapping(type(skeleton).__name__)
                    or get_checkpoint_conversion_mapping(getattr(config, "model_type", None)) or [])
-    if any(type(c).__name__ != "WeightRenaming" for c in conversions):
-        return config
-    header = {_renamed(k, conversions): v for k, v in header.items()}
+    if not all(_mergeable(c) for c in conversions):
+        return config  # a conversion that is no rename or expert stack is checked after loading instead
+    header = _converted(path, header, conversions)
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     prefix = getattr(skeleton, "base_model_prefix", "")
     if prefix and header and not set(header) & set(expected):  # saved from the bare base model
