@@ -357,3 +357,58 @@ def test_a_plan_builds_its_structure_without_weights(model_type, compressor):
         assert module_spec(built.get_submodule(name)) == module_spec(cm.get_submodule(name)) == spec
     with torch.no_grad():
         assert torch.isfinite(built(_calib(5)).logits).all()
+
+
+
+def _big_biases(m):
+    """Projection biases of std 3 (Qwen2's q/k/v, GPT-2's every Conv1D): large against the outputs' own scale."""
+    with torch.no_grad():
+        biases = [p for n, p in m.named_parameters() if n.endswith(".bias") and "ln" not in n and "norm" not in n]
+        for p in biases:
+            p.normal_(0.0, 3.0)
+    return len(biases)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "gpt2"])
+def test_the_output_gram_is_the_weight_s_not_the_bias_s(model_type):
+    """The output Gram SVD-LLM's Gram methods read for ``out <= in`` is ``W X^T X W^T`` (the module's output less its
+    bias), on a Linear (Qwen2's biased q/k/v) and a Conv1D (GPT-2's c_proj)."""
+    from gac.compression.discovery import discover
+    from gac.compression.importance import collect_activation_stats
+    from gac.compression.parts import module_weight
+
+    m = family_model(model_type)
+    assert _big_biases(m)
+    lay = discover(m)
+    mods = sorted({p.module for p in lay.projections})
+    biased = [n for n in mods if getattr(m.get_submodule(n), "bias", None) is not None]
+    assert biased
+    st = collect_activation_stats(m, lay, _calib(), mods, xtx=True, yty=set(mods))
+    for n in mods:
+        W = module_weight(m.get_submodule(n)).detach().double()
+        want = W @ st[n].xtx @ W.T  # the outputs are float32: agreement to float32 rounding of the largest entry
+        torch.testing.assert_close(st[n].yty, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "gpt2"])
+def test_svd_llm_gram_methods_factorise_a_biased_weight_as_exact_does(model_type):
+    """With large biases, SVD-LLM's Gram method compresses exactly as ``svd=exact`` does (the same ranks, the same
+    logits)."""
+    import copy
+
+    from gac.compression.compress import compress_model
+
+    m = family_model(model_type)
+    assert _big_biases(m)
+    ids = _calib(1)
+    with torch.no_grad():
+        dense = m(ids).logits
+    err, params = {}, {}
+    for svd in ("exact", "gram64"):
+        cm, plan, _ = compress_model(copy.deepcopy(m), None, "svd_llm", ratio=0.3, calib_ids=_calib(), unit=8,
+                                     compressor_options={"svd": svd})
+        with torch.no_grad():
+            err[svd] = float((cm(ids).logits - dense).norm() / dense.norm())
+        params[svd] = plan.params
+    assert params["gram64"] == params["exact"]
+    assert err["gram64"] == pytest.approx(err["exact"], rel=1e-6)
