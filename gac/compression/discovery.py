@@ -27,6 +27,7 @@ from gac.compression.layouts import (
     Family,
     Slot,
     family_of,
+    logit_transform,
     role_of,
 )
 from gac.errors import GacError
@@ -269,7 +270,7 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
             _check_heads(projections, li.index, heads, kv, hd)
     mlp = [p for p in projections if p.role in ("gate", "fc_in")]
     inter = mlp[0].out_features if mlp else (widths[0] if widths else 0)
-    value = getattr(cfg, fam.logits_attr, None) if fam.logits_attr else None
+    logits, value = logit_transform(fam, model, cfg)
     return ModelLayout(
         model_type=str(getattr(config, "model_type", fam.model_types[0])),
         family=fam.name,
@@ -284,8 +285,8 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
         projections=tuple(projections),
         experts=tuple(experts),
         norm=fam.norm,
-        logits=fam.logits if value is not None else "none",
-        logit_value=None if value is None else float(value),
+        logits=logits,
+        logit_value=value,
         mlp_kind=fam.mlp_kind,
     )
 

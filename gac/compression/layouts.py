@@ -13,7 +13,7 @@ gac compresses *roles*, not module names: the attention's ``q``, ``k``, ``v``, `
 It also names the decoder layers' list, the final norm, the mixture-of-experts block (3-D expert parameters
 ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I], as transformers 5 stores Mixtral, Qwen3-MoE and OLMoE), and
 the logit transform after the head (Granite divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``,
-Gemma 2/3 soft-cap). The entries restate what transformers' own tensor-parallel plans say
+Gemma 2 and Gemma 3's text model soft-cap), with the model classes whose forward applies it. The entries restate what transformers' own tensor-parallel plans say
 (``config.base_model_tp_plan``: which modules are column- or row-parallel, which are packed); a test checks every
 entry against its family's plan, so the two cannot drift apart.
 
@@ -82,11 +82,17 @@ class Family:
     norm: str = "model.norm"
     logits: str = "none"  # the transform after the head: none | divide | multiply | softcap
     logits_attr: str = ""  # the config attribute the transform reads
+    #: the model classes whose forward applies the transform (read from transformers' source): a model of another
+    #: class of the family (or a wrapper) gets no transform, whatever its config says
+    logits_classes: tuple[str, ...] = ()
     tp_plan_names: tuple[str, ...] = ()  # the plan's module paths, when they are not the slots' (a test compares)
 
     def __post_init__(self):
         if self.logits not in LOGIT_TRANSFORMS:
             raise GacError(f"family {self.name}: unknown logit transform {self.logits!r}")
+        if (self.logits != "none") != bool(self.logits_attr and self.logits_classes):
+            raise GacError(f"family {self.name}: a logit transform names its config attribute and the model classes "
+                           f"that apply it")
         roles = [r for s in self.attn + self.mlp for r in s.roles]
         if sorted(set(roles)) != sorted(roles):
             raise GacError(f"family {self.name}: a role is held by two slots")
@@ -117,16 +123,19 @@ FAMILIES: tuple[Family, ...] = (
     Family("Qwen3", ("qwen3",), _llama_attn(), _LLAMA_MLP),
     Family("SmolLM3", ("smollm3",), _llama_attn(), _LLAMA_MLP),
     Family("Gemma", ("gemma",), _llama_attn(), _LLAMA_MLP),
-    Family("Gemma 2", ("gemma2",), _llama_attn(), _LLAMA_MLP, logits="softcap", logits_attr="final_logit_softcapping"),
+    Family("Gemma 2", ("gemma2",), _llama_attn(), _LLAMA_MLP, logits="softcap", logits_attr="final_logit_softcapping",
+           logits_classes=("Gemma2ForCausalLM",)),
     Family("Gemma 3 (text)", ("gemma3_text",), _llama_attn(), _LLAMA_MLP, logits="softcap",
-           logits_attr="final_logit_softcapping"),
+           logits_attr="final_logit_softcapping", logits_classes=("Gemma3ForCausalLM",)),
+    # Gemma3ForConditionalGeneration's forward is lm_head alone: no soft-cap, whatever its text config says
     Family("Gemma 3 (multimodal: its language model)", ("gemma3",), _llama_attn(), _LLAMA_MLP,
-           layers="model.language_model.layers", norm="model.language_model.norm", logits="softcap",
-           logits_attr="final_logit_softcapping"),
+           layers="model.language_model.layers", norm="model.language_model.norm"),
     Family("OLMo", ("olmo",), _llama_attn(), _LLAMA_MLP),
     Family("OLMo 2", ("olmo2",), _llama_attn(), _LLAMA_MLP),
-    Family("Granite", ("granite",), _llama_attn(), _LLAMA_MLP, logits="divide", logits_attr="logits_scaling"),
-    Family("Cohere Command-R", ("cohere",), _llama_attn(), _LLAMA_MLP, logits="multiply", logits_attr="logit_scale"),
+    Family("Granite", ("granite",), _llama_attn(), _LLAMA_MLP, logits="divide", logits_attr="logits_scaling",
+           logits_classes=("GraniteForCausalLM",)),
+    Family("Cohere Command-R", ("cohere",), _llama_attn(), _LLAMA_MLP, logits="multiply", logits_attr="logit_scale",
+           logits_classes=("CohereForCausalLM",)),
     Family("Phi-3 / Phi-4-mini", ("phi3",),
            (Slot("self_attn.qkv_proj", ("q", "k", "v")), Slot("self_attn.o_proj", ("o",))),
            (Slot("mlp.gate_up_proj", ("gate", "up")), Slot("mlp.down_proj", ("down",)))),
@@ -197,6 +206,17 @@ def role_of(name: str) -> str:
         raise GacError(f"unknown projection {name!r}; choose among the roles {', '.join(ROLES)} (or Llama's names "
                        f"{', '.join(LLAMA_NAMES)})")
     return r
+
+
+def logit_transform(fam: Family, model, text_config) -> tuple[str, float | None]:
+    """``(kind, value)`` of the transform ``model``'s own forward applies after its head: the family's, when the
+    model's class (or a class it derives from) is one of ``fam.logits_classes`` and its text config sets the value;
+    ``("none", None)`` otherwise."""
+    value = getattr(text_config, fam.logits_attr, None) if fam.logits_attr else None
+    applies = {c.__name__ for c in type(model).__mro__} & set(fam.logits_classes)
+    if value is None or not applies:
+        return "none", None
+    return fam.logits, float(value)
 
 
 def transform_logits(logits, kind: str, value):

@@ -210,30 +210,69 @@ def test_a_split_module_with_dense_parts_is_the_fused_module():
                 torch.testing.assert_close(split(x), fused(x), rtol=1e-6, atol=1e-6)
 
 
-def test_the_sensitivity_tail_is_the_family_tail():
+def gemma3_multimodal(seed: int = 0, **text):
+    """A small Gemma3ForConditionalGeneration (the multimodal Gemma 3: its language model under
+    model.language_model); ``text``: more text-config arguments. Its text vocabulary is 300 (ids below 290 are
+    text)."""
+    from transformers import AutoModelForCausalLM, Gemma3Config
+
+    cfg = Gemma3Config(
+        text_config=dict(hidden_size=H, intermediate_size=WIDTH, num_hidden_layers=L, num_attention_heads=4,
+                         num_key_value_heads=1, head_dim=16, vocab_size=300, max_position_embeddings=64,
+                         sliding_window=16, **text),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=28, patch_size=14),
+        mm_tokens_per_image=4, image_token_index=299, boi_token_index=297, eoi_token_index=298)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+#: every family whose config can ask for a logit transform, built with it set; the multimodal Gemma 3's class does
+#: not apply the soft-cap its text config names (transformers' Gemma3ForConditionalGeneration), its text model does
+TAIL_MODELS = {"granite": lambda: family_model("granite"), "cohere": lambda: family_model("cohere"),
+               "gemma2": lambda: family_model("gemma2"), "gemma3_text": lambda: family_model("gemma3_text"),
+               "gemma3": lambda: gemma3_multimodal(final_logit_softcapping=3.0)}
+
+
+@pytest.mark.parametrize("name", TAIL_MODELS)
+def test_the_sensitivity_tail_is_the_model_s_own(name):
     """ASVD's sensitivity search scores probes with the family's tail (norm -> head -> logit transform): its layer-
-    cached perplexity equals the model's own on Granite (logits_scaling), Cohere (logit_scale) and Gemma 2
-    (soft-capping)."""
+    cached perplexity equals the model's own forward on Granite (logits_scaling), Cohere (logit_scale), Gemma 2 and
+    Gemma 3's text model (soft-capping) and the multimodal Gemma 3 (no soft-cap, though its config sets one)."""
     from gac.compression.discovery import discover
     from gac.compression.sensitivity import _LayerCache, calibration_perplexity
 
-    for t in ("granite", "cohere", "gemma2"):
-        m = family_model(t)
-        ids = _calib(2)
-        cache = _LayerCache(m, discover(m), ids)
-        assert cache.perplexity() == pytest.approx(calibration_perplexity(m, ids), rel=1e-5), t
+    m = TAIL_MODELS[name]()
+    ids = _calib(2)
+    cache = _LayerCache(m, discover(m), ids)
+    assert cache.perplexity() == pytest.approx(calibration_perplexity(m, ids), rel=1e-6)
 
 
-def test_perplexity_applies_the_family_tail():
-    from gac.evaluation.perplexity import window_nll
+@pytest.mark.parametrize("name", TAIL_MODELS)
+def test_perplexity_applies_the_model_s_own_tail(name):
+    from gac.evaluation.perplexity import _plain_head, window_nll
 
-    for t in ("granite", "gemma2", "cohere"):
-        m = family_model(t)
-        x = _calib(3)
-        with torch.no_grad():
-            logits = m(x).logits[:, :-1].float()
-            ref = torch.nn.functional.cross_entropy(logits.reshape(-1, V), x[:, 1:].reshape(-1), reduction="sum")
-            assert float(window_nll(m, x)) == pytest.approx(float(ref), rel=1e-5), t
+    m = TAIL_MODELS[name]()
+    assert _plain_head(m) is not None  # scored through the family's tail, not the model's forward
+    x = _calib(3)
+    with torch.no_grad():
+        logits = m(x).logits[:, :-1].float()
+        ref = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
+                                                reduction="sum")
+        assert float(window_nll(m, x)) == pytest.approx(float(ref), rel=1e-6)
+
+
+def test_a_logit_transform_names_the_classes_that_apply_it():
+    """Each class a family names as applying its logit transform exists in transformers and is its causal LM."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from gac.compression.layouts import FAMILIES
+
+    for f in FAMILIES:
+        for c in f.logits_classes:
+            assert hasattr(transformers, c), (f.name, c)
+            assert c in {MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(t) for t in f.model_types}, (f.name, c)
 
 
 def test_moe_experts_are_targets_of_their_own():
@@ -291,21 +330,11 @@ def test_compressed_family_models_keep_their_params_exact():
 def test_the_multimodal_gemma3_compresses_its_language_model():
     """Gemma-3-4B and larger are multimodal (Gemma3ForConditionalGeneration): the layout is the text model's under
     model.language_model; the vision tower is left alone."""
-    from transformers import AutoModelForCausalLM, Gemma3Config
-
     from gac.compression.compress import compress_model
 
-    cfg = Gemma3Config(
-        text_config=dict(hidden_size=H, intermediate_size=WIDTH, num_hidden_layers=L, num_attention_heads=4,
-                         num_key_value_heads=1, head_dim=16, vocab_size=300, max_position_embeddings=64,
-                         sliding_window=16),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=28, patch_size=14),
-        mm_tokens_per_image=4, image_token_index=299, boi_token_index=297, eoi_token_index=298)
-    torch.manual_seed(0)
     ids = torch.randint(0, 290, (2, 16), generator=torch.Generator().manual_seed(0))
     for comp, opts in (("asvd", {}), ("llm_pruner", {"layers": "0:"})):
-        m = AutoModelForCausalLM.from_config(cfg).eval()
+        m = gemma3_multimodal()
         vision = {n: p.clone() for n, p in m.named_parameters() if "vision" in n}
         cm, plan, rep = compress_model(m, None, comp, ratio=0.3, calib_ids=ids, compressor_options=opts,
                                        allocation="proportional" if comp == "asvd" else None)
