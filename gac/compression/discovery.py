@@ -247,7 +247,8 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
                 block = layer.get_submodule(fam.experts.path)
             except AttributeError:
                 block = None
-        slots = fam.attn + (() if block is not None else fam.mlp)
+        shared = tuple(s for s in fam.shared if _has(layer, s.path))  # a model configured without a shared expert
+        slots = fam.attn + (shared if block is not None else fam.mlp)
         if block is None and not fam.mlp:
             raise GacError(f"{li.prefix} has no {fam.experts.path if fam.experts else 'MLP'} (the {fam.name} layout)")
         for slot in slots:
@@ -289,6 +290,14 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
         logit_value=value,
         mlp_kind=fam.mlp_kind,
     )
+
+
+def _has(module: nn.Module, path: str) -> bool:
+    try:
+        module.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
 
 
 def _expert_block(block: nn.Module, fam: Family, li: LayerInfo, hidden: int) -> ExpertBlock:

@@ -78,6 +78,9 @@ class Family:
     attn: tuple[Slot, ...]
     mlp: tuple[Slot, ...] = ()  # a dense MLP (gated: gate/up/down, plain: fc_in/fc_out)
     experts: Experts | None = None  # a mixture-of-experts block (layers without it have the dense ``mlp``)
+    #: a dense MLP beside the experts in a mixture-of-experts layer (a shared expert): compressed as a dense MLP is;
+    #: the gate that scales its output, like the router, is not touched; a model configured without one has none
+    shared: tuple[Slot, ...] = ()
     layers: str = "model.layers"
     norm: str = "model.norm"
     logits: str = "none"  # the transform after the head: none | divide | multiply | softcap
@@ -93,13 +96,16 @@ class Family:
         if (self.logits != "none") != bool(self.logits_attr and self.logits_classes):
             raise GacError(f"family {self.name}: a logit transform names its config attribute and the model classes "
                            f"that apply it")
-        roles = [r for s in self.attn + self.mlp for r in s.roles]
-        if sorted(set(roles)) != sorted(roles):
-            raise GacError(f"family {self.name}: a role is held by two slots")
+        for mlp in (self.mlp, self.shared):
+            roles = [r for s in self.attn + mlp for r in s.roles]
+            if sorted(set(roles)) != sorted(roles):
+                raise GacError(f"family {self.name}: a role is held by two slots")
+        if self.shared and (self.experts is None or any(r in ATTN_ROLES for s in self.shared for r in s.roles)):
+            raise GacError(f"family {self.name}: a shared expert is an MLP beside an experts block")
 
     @property
     def mlp_kind(self) -> str:
-        roles = {r for s in self.mlp for r in s.roles}
+        roles = {r for s in (self.mlp or self.shared) for r in s.roles}
         if roles == set(GATED_ROLES):
             return "gated"
         if roles == set(PLAIN_ROLES):
@@ -115,6 +121,11 @@ def _llama_attn(o: str = "o_proj", prefix: str = "self_attn") -> tuple[Slot, ...
 
 
 _LLAMA_MLP = tuple(Slot(f"mlp.{p}", (r,)) for p, r in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")))
+
+def _shared(path: str) -> tuple[Slot, ...]:
+    return tuple(Slot(f"{path}.{p}", (r,)) for p, r in (("gate_proj", "gate"), ("up_proj", "up"),
+                                                         ("down_proj", "down")))
+
 
 FAMILIES: tuple[Family, ...] = (
     Family("Llama 2/3, TinyLlama, SmolLM", ("llama",), _llama_attn(), _LLAMA_MLP),
@@ -151,16 +162,37 @@ FAMILIES: tuple[Family, ...] = (
            (Slot("attn.c_attn", ("q", "k", "v"), conv1d=True), Slot("attn.c_proj", ("o",), conv1d=True)),
            (Slot("mlp.c_fc", ("fc_in",), conv1d=True), Slot("mlp.c_proj", ("fc_out",), conv1d=True)),
            layers="transformer.h", norm="transformer.ln_f"),
+    Family("OLMo 3", ("olmo3",), _llama_attn(), _LLAMA_MLP),
+    Family("Ministral, Ministral 3", ("ministral", "ministral3"), _llama_attn(), _LLAMA_MLP),
+    Family("EXAONE 4", ("exaone4",), _llama_attn(), _LLAMA_MLP),
+    Family("Seed-OSS", ("seed_oss",), _llama_attn(), _LLAMA_MLP),
+    Family("InternLM3", ("internlm3",), _llama_attn(), _LLAMA_MLP),
+    Family("ERNIE 4.5", ("ernie4_5",), _llama_attn(), _LLAMA_MLP),
+    Family("Cohere2: Command R7B / A", ("cohere2",), _llama_attn(), _LLAMA_MLP, logits="multiply",
+           logits_attr="logit_scale", logits_classes=("Cohere2ForCausalLM",)),
+    Family("StableLM", ("stablelm",), _llama_attn(), _LLAMA_MLP),
+    Family("GLM-4 (glm, glm4)", ("glm", "glm4"), _llama_attn(),
+           (Slot("mlp.gate_up_proj", ("gate", "up")), Slot("mlp.down_proj", ("down",)))),
+    Family("GPT-J", ("gptj",), _llama_attn(o="out_proj", prefix="attn"),
+           (Slot("mlp.fc_in", ("fc_in",)), Slot("mlp.fc_out", ("fc_out",))), layers="transformer.h",
+           norm="transformer.ln_f"),
     Family("Mixtral", ("mixtral",), _llama_attn(), experts=Experts("mlp.experts")),
     Family("Qwen3-MoE", ("qwen3_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts")),
     Family("OLMoE", ("olmoe",), _llama_attn(), experts=Experts("mlp.experts")),
+    Family("Qwen2-MoE / Qwen1.5-MoE", ("qwen2_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts"),
+           shared=_shared("mlp.shared_expert")),
+    Family("GLM-4-MoE (GLM-4.5)", ("glm4_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts"),
+           shared=_shared("mlp.shared_experts")),
+    Family("ERNIE 4.5 MoE", ("ernie4_5_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts"),
+           shared=_shared("mlp.shared_experts")),
 )
 
 #: families whose layout is known but that gac cannot compress well: model_type -> why (said before loading)
 REFUSED = {
-    "deepseek_v3": "its multi-head latent attention (q_a/q_b, kv_a/kv_b projections) is already low rank and its "
-                   "experts share a routed + shared structure gac's compressors do not model",
-    "deepseek_v2": "its multi-head latent attention is already low rank (kv_a/kv_b projections)",
+    "deepseek_v3": "its multi-head latent attention (q_a/q_b, kv_a/kv_b projections) is already low rank (a "
+                   "low-rank compressor would factorise factors, and there are no K/V head groups for PaLU)",
+    "deepseek_v2": "its multi-head latent attention (kv_a/kv_b projections) is already low rank (a low-rank "
+                   "compressor would factorise factors, and there are no K/V head groups for PaLU)",
     "gpt_oss": "its experts interleave gate and up rows and carry biases and a clamped activation gac's expert "
                "module does not reproduce",
     "llama4": "a multimodal mixture of experts whose experts are stored transposed (packed_rowwise)",
