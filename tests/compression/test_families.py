@@ -385,7 +385,7 @@ def test_the_multimodal_gemma3_compresses_its_language_model():
         assert all(torch.equal(p, vision[n]) for n, p in cm.named_parameters() if n in vision)
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "phi3", "mixtral", "gpt_neox"])
+@pytest.mark.parametrize("model_type", ["gpt2", "phi3", "mixtral", "gpt_neox", "qwen2_moe", "gptj"])
 def test_flops_count_every_family_weight(model_type):
     """Prefill FLOPs count a Conv1D, a split fused module and expert blocks (top_k of E experts per token): the dense
     model's linear FLOPs are 2 T times its decoder weights (experts weighted by top_k / E)."""
@@ -408,7 +408,8 @@ def test_flops_count_every_family_weight(model_type):
 
 
 @pytest.mark.parametrize("model_type,compressor", [("phi3", "asvd"), ("phi3", "palu"), ("phi3", "llm_pruner"),
-                                                   ("gpt2", "asvd"), ("gpt_neox", "palu"), ("mixtral", "llm_pruner")])
+                                                   ("gpt2", "asvd"), ("gpt_neox", "palu"), ("mixtral", "llm_pruner"),
+                                                   ("qwen2_moe", "llm_pruner"), ("qwen2_moe", "asvd")])
 def test_a_plan_builds_its_structure_without_weights(model_type, compressor):
     """What the bench and the predictor build from a plan's shapes alone (gac.compression.structure): the same
     modules, with the plan's parameter count, as the compressed model itself."""
