@@ -11,7 +11,8 @@ gac compresses *roles*, not module names: the attention's ``q``, ``k``, ``v``, `
 * a transposed ``Conv1D`` (GPT-2, whose weight is stored ``in x out``).
 
 It also names the decoder layers' list, the final norm, the mixture-of-experts block (3-D expert parameters
-``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I], as transformers 5 stores Mixtral, Qwen3-MoE and OLMoE), and
+``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I], as transformers 5 stores Mixtral, Qwen3-MoE and OLMoE) and
+the shared expert beside it (Qwen2-MoE, GLM-4-MoE: a dense MLP), and
 the logit transform after the head (Granite divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``,
 Gemma 2 and Gemma 3's text model soft-cap), with the model classes whose forward applies it. The entries restate what transformers' own tensor-parallel plans say
 (``config.base_model_tp_plan``: which modules are column- or row-parallel, which are packed); a test checks every
