@@ -27,6 +27,7 @@ from gac.compression.layouts import (
     Family,
     Slot,
     family_of,
+    logit_transform,
     role_of,
 )
 from gac.errors import GacError
@@ -246,7 +247,8 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
                 block = layer.get_submodule(fam.experts.path)
             except AttributeError:
                 block = None
-        slots = fam.attn + (() if block is not None else fam.mlp)
+        shared = tuple(s for s in fam.shared if _has(layer, s.path))  # a model configured without a shared expert
+        slots = fam.attn + (shared if block is not None else fam.mlp)
         if block is None and not fam.mlp:
             raise GacError(f"{li.prefix} has no {fam.experts.path if fam.experts else 'MLP'} (the {fam.name} layout)")
         for slot in slots:
@@ -269,7 +271,7 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
             _check_heads(projections, li.index, heads, kv, hd)
     mlp = [p for p in projections if p.role in ("gate", "fc_in")]
     inter = mlp[0].out_features if mlp else (widths[0] if widths else 0)
-    value = getattr(cfg, fam.logits_attr, None) if fam.logits_attr else None
+    logits, value = logit_transform(fam, model, cfg)
     return ModelLayout(
         model_type=str(getattr(config, "model_type", fam.model_types[0])),
         family=fam.name,
@@ -284,10 +286,18 @@ def _walk(model: nn.Module, fam: Family, config, check_heads: bool = True) -> Mo
         projections=tuple(projections),
         experts=tuple(experts),
         norm=fam.norm,
-        logits=fam.logits if value is not None else "none",
-        logit_value=None if value is None else float(value),
+        logits=logits,
+        logit_value=value,
         mlp_kind=fam.mlp_kind,
     )
+
+
+def _has(module: nn.Module, path: str) -> bool:
+    try:
+        module.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
 
 
 def _expert_block(block: nn.Module, fam: Family, li: LayerInfo, hidden: int) -> ExpertBlock:

@@ -200,8 +200,8 @@ def iter_activation_stats(
     layer's statistics after use holds one layer's worth at a time. Layers after the last one needed are not run.
 
     Statistics stay on the model's device, in float64: per input channel ``sum x^2`` and ``sum |x|`` always,
-    ``X^T X`` for the modules in ``xtx`` (``True``: all) and the output Gram ``Y^T Y`` (``Y = X W^T``, out x out) for
-    the modules in ``yty``. Projections fed the *same* input tensor (q/k/v, gate/up) share one set of input sums (the
+    ``X^T X`` for the modules in ``xtx`` (``True``: all) and the output Gram ``Y^T Y`` (``Y = X W^T``: the module's
+    output less its bias, out x out) for the modules in ``yty``. Projections fed the *same* input tensor (q/k/v, gate/up) share one set of input sums (the
     same tensors, computed once), so a layer's X^T X memory is one matrix per distinct input.
     """
     if calib_ids.ndim != 2 or calib_ids.numel() == 0:
@@ -245,13 +245,14 @@ def iter_activation_stats(
 def _layer_stats(model, li, layer, names, hidden, kw, want_xtx, want_yty) -> dict[str, WeightStats]:
     """Run ``layer`` on every sample (``hidden`` is advanced in place) and return its modules' statistics."""
     seen: list = []  # (module, input tensor) of the current sample, in call order
-    outs: list = []  # (module, output tensor) for the output Grams
+    outs: list = []  # (module, output tensor, its bias) for the output Grams
     handles = []
     for n in names:
         mod = model.get_submodule(n)
         handles.append(mod.register_forward_pre_hook(lambda m, args, _n=n: seen.append((_n, args[0]))))
         if n in want_yty:
-            handles.append(mod.register_forward_hook(lambda m, args, out, _n=n: outs.append((_n, out))))
+            handles.append(mod.register_forward_hook(
+                lambda m, args, out, _n=n: outs.append((_n, out, getattr(m, "bias", None)))))
     acc_of: dict[str, _InputAcc] = {}
     yty: dict[str, torch.Tensor] = {}
     per = max(1, CALIB_CHUNK_TOKENS // max(1, int(hidden[0].shape[-2]))) if hidden else 1  # samples per forward
@@ -283,8 +284,10 @@ def _layer_stats(model, li, layer, names, hidden, kw, want_xtx, want_yty) -> dic
                 a.add(x, any(n in want_xtx for n in members))
                 for n in members:
                     acc_of[n] = a
-            for n, y in outs:
+            for n, y, b in outs:
                 y2 = y.detach().reshape(-1, y.shape[-1]).to(torch.float64)
+                if isinstance(b, torch.Tensor):  # the Gram of X W^T: the bias is not part of the factorised weight
+                    y2 = y2 - b.detach().to(torch.float64)
                 if n in yty:
                     yty[n].addmm_(y2.T, y2)
                 else:

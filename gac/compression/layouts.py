@@ -11,9 +11,10 @@ gac compresses *roles*, not module names: the attention's ``q``, ``k``, ``v``, `
 * a transposed ``Conv1D`` (GPT-2, whose weight is stored ``in x out``).
 
 It also names the decoder layers' list, the final norm, the mixture-of-experts block (3-D expert parameters
-``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I], as transformers 5 stores Mixtral, Qwen3-MoE and OLMoE), and
+``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I], as transformers 5 stores Mixtral, Qwen3-MoE and OLMoE) and
+the shared expert beside it (Qwen2-MoE, GLM-4-MoE: a dense MLP), and
 the logit transform after the head (Granite divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``,
-Gemma 2/3 soft-cap). The entries restate what transformers' own tensor-parallel plans say
+Gemma 2 and Gemma 3's text model soft-cap), with the model classes whose forward applies it. The entries restate what transformers' own tensor-parallel plans say
 (``config.base_model_tp_plan``: which modules are column- or row-parallel, which are packed); a test checks every
 entry against its family's plan, so the two cannot drift apart.
 
@@ -78,22 +79,34 @@ class Family:
     attn: tuple[Slot, ...]
     mlp: tuple[Slot, ...] = ()  # a dense MLP (gated: gate/up/down, plain: fc_in/fc_out)
     experts: Experts | None = None  # a mixture-of-experts block (layers without it have the dense ``mlp``)
+    #: a dense MLP beside the experts in a mixture-of-experts layer (a shared expert): compressed as a dense MLP is;
+    #: the gate that scales its output, like the router, is not touched; a model configured without one has none
+    shared: tuple[Slot, ...] = ()
     layers: str = "model.layers"
     norm: str = "model.norm"
     logits: str = "none"  # the transform after the head: none | divide | multiply | softcap
     logits_attr: str = ""  # the config attribute the transform reads
+    #: the model classes whose forward applies the transform (read from transformers' source): a model of another
+    #: class of the family (or a wrapper) gets no transform, whatever its config says
+    logits_classes: tuple[str, ...] = ()
     tp_plan_names: tuple[str, ...] = ()  # the plan's module paths, when they are not the slots' (a test compares)
 
     def __post_init__(self):
         if self.logits not in LOGIT_TRANSFORMS:
             raise GacError(f"family {self.name}: unknown logit transform {self.logits!r}")
-        roles = [r for s in self.attn + self.mlp for r in s.roles]
-        if sorted(set(roles)) != sorted(roles):
-            raise GacError(f"family {self.name}: a role is held by two slots")
+        if (self.logits != "none") != bool(self.logits_attr and self.logits_classes):
+            raise GacError(f"family {self.name}: a logit transform names its config attribute and the model classes "
+                           f"that apply it")
+        for mlp in (self.mlp, self.shared):
+            roles = [r for s in self.attn + mlp for r in s.roles]
+            if sorted(set(roles)) != sorted(roles):
+                raise GacError(f"family {self.name}: a role is held by two slots")
+        if self.shared and (self.experts is None or any(r in ATTN_ROLES for s in self.shared for r in s.roles)):
+            raise GacError(f"family {self.name}: a shared expert is an MLP beside an experts block")
 
     @property
     def mlp_kind(self) -> str:
-        roles = {r for s in self.mlp for r in s.roles}
+        roles = {r for s in (self.mlp or self.shared) for r in s.roles}
         if roles == set(GATED_ROLES):
             return "gated"
         if roles == set(PLAIN_ROLES):
@@ -110,6 +123,11 @@ def _llama_attn(o: str = "o_proj", prefix: str = "self_attn") -> tuple[Slot, ...
 
 _LLAMA_MLP = tuple(Slot(f"mlp.{p}", (r,)) for p, r in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")))
 
+def _shared(path: str) -> tuple[Slot, ...]:
+    return tuple(Slot(f"{path}.{p}", (r,)) for p, r in (("gate_proj", "gate"), ("up_proj", "up"),
+                                                         ("down_proj", "down")))
+
+
 FAMILIES: tuple[Family, ...] = (
     Family("Llama 2/3, TinyLlama, SmolLM", ("llama",), _llama_attn(), _LLAMA_MLP),
     Family("Mistral", ("mistral",), _llama_attn(), _LLAMA_MLP),
@@ -117,16 +135,19 @@ FAMILIES: tuple[Family, ...] = (
     Family("Qwen3", ("qwen3",), _llama_attn(), _LLAMA_MLP),
     Family("SmolLM3", ("smollm3",), _llama_attn(), _LLAMA_MLP),
     Family("Gemma", ("gemma",), _llama_attn(), _LLAMA_MLP),
-    Family("Gemma 2", ("gemma2",), _llama_attn(), _LLAMA_MLP, logits="softcap", logits_attr="final_logit_softcapping"),
+    Family("Gemma 2", ("gemma2",), _llama_attn(), _LLAMA_MLP, logits="softcap", logits_attr="final_logit_softcapping",
+           logits_classes=("Gemma2ForCausalLM",)),
     Family("Gemma 3 (text)", ("gemma3_text",), _llama_attn(), _LLAMA_MLP, logits="softcap",
-           logits_attr="final_logit_softcapping"),
+           logits_attr="final_logit_softcapping", logits_classes=("Gemma3ForCausalLM",)),
+    # Gemma3ForConditionalGeneration's forward is lm_head alone: no soft-cap, whatever its text config says
     Family("Gemma 3 (multimodal: its language model)", ("gemma3",), _llama_attn(), _LLAMA_MLP,
-           layers="model.language_model.layers", norm="model.language_model.norm", logits="softcap",
-           logits_attr="final_logit_softcapping"),
+           layers="model.language_model.layers", norm="model.language_model.norm"),
     Family("OLMo", ("olmo",), _llama_attn(), _LLAMA_MLP),
     Family("OLMo 2", ("olmo2",), _llama_attn(), _LLAMA_MLP),
-    Family("Granite", ("granite",), _llama_attn(), _LLAMA_MLP, logits="divide", logits_attr="logits_scaling"),
-    Family("Cohere Command-R", ("cohere",), _llama_attn(), _LLAMA_MLP, logits="multiply", logits_attr="logit_scale"),
+    Family("Granite", ("granite",), _llama_attn(), _LLAMA_MLP, logits="divide", logits_attr="logits_scaling",
+           logits_classes=("GraniteForCausalLM",)),
+    Family("Cohere Command-R", ("cohere",), _llama_attn(), _LLAMA_MLP, logits="multiply", logits_attr="logit_scale",
+           logits_classes=("CohereForCausalLM",)),
     Family("Phi-3 / Phi-4-mini", ("phi3",),
            (Slot("self_attn.qkv_proj", ("q", "k", "v")), Slot("self_attn.o_proj", ("o",))),
            (Slot("mlp.gate_up_proj", ("gate", "up")), Slot("mlp.down_proj", ("down",)))),
@@ -142,16 +163,37 @@ FAMILIES: tuple[Family, ...] = (
            (Slot("attn.c_attn", ("q", "k", "v"), conv1d=True), Slot("attn.c_proj", ("o",), conv1d=True)),
            (Slot("mlp.c_fc", ("fc_in",), conv1d=True), Slot("mlp.c_proj", ("fc_out",), conv1d=True)),
            layers="transformer.h", norm="transformer.ln_f"),
+    Family("OLMo 3", ("olmo3",), _llama_attn(), _LLAMA_MLP),
+    Family("Ministral, Ministral 3", ("ministral", "ministral3"), _llama_attn(), _LLAMA_MLP),
+    Family("EXAONE 4", ("exaone4",), _llama_attn(), _LLAMA_MLP),
+    Family("Seed-OSS", ("seed_oss",), _llama_attn(), _LLAMA_MLP),
+    Family("InternLM3", ("internlm3",), _llama_attn(), _LLAMA_MLP),
+    Family("ERNIE 4.5", ("ernie4_5",), _llama_attn(), _LLAMA_MLP),
+    Family("Cohere2: Command R7B / A", ("cohere2",), _llama_attn(), _LLAMA_MLP, logits="multiply",
+           logits_attr="logit_scale", logits_classes=("Cohere2ForCausalLM",)),
+    Family("StableLM", ("stablelm",), _llama_attn(), _LLAMA_MLP),
+    Family("GLM-4 (glm, glm4)", ("glm", "glm4"), _llama_attn(),
+           (Slot("mlp.gate_up_proj", ("gate", "up")), Slot("mlp.down_proj", ("down",)))),
+    Family("GPT-J", ("gptj",), _llama_attn(o="out_proj", prefix="attn"),
+           (Slot("mlp.fc_in", ("fc_in",)), Slot("mlp.fc_out", ("fc_out",))), layers="transformer.h",
+           norm="transformer.ln_f"),
     Family("Mixtral", ("mixtral",), _llama_attn(), experts=Experts("mlp.experts")),
     Family("Qwen3-MoE", ("qwen3_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts")),
     Family("OLMoE", ("olmoe",), _llama_attn(), experts=Experts("mlp.experts")),
+    Family("Qwen2-MoE / Qwen1.5-MoE", ("qwen2_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts"),
+           shared=_shared("mlp.shared_expert")),
+    Family("GLM-4-MoE (GLM-4.5)", ("glm4_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts"),
+           shared=_shared("mlp.shared_experts")),
+    Family("ERNIE 4.5 MoE", ("ernie4_5_moe",), _llama_attn(), _LLAMA_MLP, experts=Experts("mlp.experts"),
+           shared=_shared("mlp.shared_experts")),
 )
 
 #: families whose layout is known but that gac cannot compress well: model_type -> why (said before loading)
 REFUSED = {
-    "deepseek_v3": "its multi-head latent attention (q_a/q_b, kv_a/kv_b projections) is already low rank and its "
-                   "experts share a routed + shared structure gac's compressors do not model",
-    "deepseek_v2": "its multi-head latent attention is already low rank (kv_a/kv_b projections)",
+    "deepseek_v3": "its multi-head latent attention (q_a/q_b, kv_a/kv_b projections) is already low rank (a "
+                   "low-rank compressor would factorise factors, and there are no K/V head groups for PaLU)",
+    "deepseek_v2": "its multi-head latent attention (kv_a/kv_b projections) is already low rank (a low-rank "
+                   "compressor would factorise factors, and there are no K/V head groups for PaLU)",
     "gpt_oss": "its experts interleave gate and up rows and carry biases and a clamped activation gac's expert "
                "module does not reproduce",
     "llama4": "a multimodal mixture of experts whose experts are stored transposed (packed_rowwise)",
@@ -197,6 +239,17 @@ def role_of(name: str) -> str:
         raise GacError(f"unknown projection {name!r}; choose among the roles {', '.join(ROLES)} (or Llama's names "
                        f"{', '.join(LLAMA_NAMES)})")
     return r
+
+
+def logit_transform(fam: Family, model, text_config) -> tuple[str, float | None]:
+    """``(kind, value)`` of the transform ``model``'s own forward applies after its head: the family's, when the
+    model's class (or a class it derives from) is one of ``fam.logits_classes`` and its text config sets the value;
+    ``("none", None)`` otherwise."""
+    value = getattr(text_config, fam.logits_attr, None) if fam.logits_attr else None
+    applies = {c.__name__ for c in type(model).__mro__} & set(fam.logits_classes)
+    if value is None or not applies:
+        return "none", None
+    return fam.logits, float(value)
 
 
 def transform_logits(logits, kind: str, value):

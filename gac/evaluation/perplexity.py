@@ -78,7 +78,7 @@ def _plain_head(model):
     (``head`` applies the lm_head and the family's logit transform: gac.compression.layouts), else None (a family
     gac has no layout for is scored window by window through the model's own forward)."""
     from gac.compression.discovery import text_config
-    from gac.compression.layouts import family_of, transform_logits
+    from gac.compression.layouts import family_of, logit_transform, transform_logits
 
     cfg = getattr(model, "config", None)
     try:
@@ -94,10 +94,10 @@ def _plain_head(model):
         return None
     if dec is None or head is None:
         return None
-    value = getattr(text_config(cfg), fam.logits_attr, None) if fam.logits_attr else None
-    if value is None:
+    kind, value = logit_transform(fam, model, text_config(cfg))
+    if kind == "none":
         return dec, head
-    return dec, lambda h: transform_logits(head(h), fam.logits, value)
+    return dec, lambda h: transform_logits(head(h), kind, value)
 
 
 def _nll_chunks(head, hidden, targets, chunk_tokens: int):

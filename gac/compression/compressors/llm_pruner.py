@@ -72,10 +72,11 @@ class LLMPruner(Compressor):
         out = []
         for i in idx:
             block = layout.experts_of(i)
+            mlp = layout.mlp_of(i)
             if block is not None:
                 out.extend(self._expert_units(model, block))
-                continue
-            mlp = layout.mlp_of(i)
+                if not mlp:  # no shared expert beside the experts
+                    continue
             if set(mlp) == {"gate", "up", "down"}:
                 ins, outs = (mlp["gate"], mlp["up"]), mlp["down"]
             elif set(mlp) == {"fc_in", "fc_out"}:

@@ -15,7 +15,7 @@ factors are ``A = U_k sqrt(s_k)``, ``B = U_k^T W / sqrt(s_k)`` with ``U_k``, ``s
 * ``"exact"``: the full float64 LAPACK SVD of ``M`` (gesdd), truncated to k: the reference.
 * ``"gram64"`` / ``"gram32"``: the top-k eigenpairs of the smaller Gram matrix of ``M`` in float64 / float32: ``M M^T``
   (out x out) when ``out <= in``, else ``M^T M`` (in x in, then ``U_k = M V_k / s_k``). For SVD-LLM with
-  ``out <= in`` the Gram is ``W (X^T X) W^T``, or the accumulated output Gram ``Y^T Y`` (``Y = X W^T``) when
+  ``out <= in`` the Gram is ``W (X^T X) W^T``, or the accumulated output Gram ``Y^T Y`` (``Y = X W^T``, bias-free) when
   calibration collected it, which needs no X^T X and no whitening at all; with ``out > in`` the float64 Cholesky
   whitening is kept and, because ``B`` then goes through ``L^-1``, that whole path is float64 in both methods. Eigenvalues below ``1e-12`` (float64) /
   ``1e-6`` (float32) of the largest are floored there (they carry no energy); everything is computed on the
@@ -242,7 +242,8 @@ def svdllm_factors(
 
     Truncating the SVD of ``W L`` minimises the output error ``||(W - AB) X^T||_F`` directly. Returns (A, B, how)
     (and S with ``return_sigma``). ``yty``: the output Gram ``Y^T Y`` (out x out), which the Gram methods use instead
-    of X^T X when ``out <= in`` (``W (X^T X + c I) W^T = Y^T Y + c W W^T``; ``trace`` = tr(X^T X) gives ``c``);
+    of X^T X when ``out <= in`` (``W (X^T X + c I) W^T = Y^T Y + c W W^T``, so ``Y`` must not hold the module's
+    bias: calibration subtracts it; ``trace`` = tr(X^T X) gives ``c``);
     ``how`` is then ``"gram"`` (no whitening needed).
     """
     _check_method(method)

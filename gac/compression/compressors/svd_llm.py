@@ -16,8 +16,9 @@ from gac.errors import GacError
 class SVDLLM(LowRankCompressor):
     """``eps``: relative regulariser of X^T X before Cholesky (grown tenfold on failure, then an eigh fallback).
     ``svd``: the factorisation method (:data:`~gac.compression.compressors.lowrank_math.SVD_METHODS`). With the Gram
-    methods a projection with ``out <= in`` (q, k, v, o, down on Llama) is factorised from its output Gram ``Y^T Y``,
-    collected in calibration instead of X^T X (no Cholesky, and no in x in matrix for down_proj).
+    methods a projection with ``out <= in`` (q, k, v, o, down on Llama) is factorised from its output Gram ``Y^T Y``
+    (of ``X W^T``: the output less its bias), collected in calibration instead of X^T X (no Cholesky, and no in x in
+    matrix for down_proj).
     ``update``: run the reference's parameter-update step after truncation (module docstring)."""
 
     name = "svd_llm"
