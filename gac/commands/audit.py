@@ -30,7 +30,6 @@ def run(args) -> int:
 
     from gac.compression.audit import audit, format_audit, mismatch_message
     from gac.errors import GacError
-
     from gac.models import check_on_disk
 
     check_on_disk(args.model)  # the model on disk: its weights' shapes, not only its config.json

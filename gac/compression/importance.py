@@ -112,7 +112,7 @@ class _StopForward(Exception):
     pass
 
 
-def _capture_layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor, all_kwargs: bool = True):
+def capture_layer_inputs(model: nn.Module, layers: nn.ModuleList, ids: torch.Tensor, all_kwargs: bool = True):
     """Layer 0's input for ``ids`` and (with ``all_kwargs``) every layer's keyword arguments (masks, rotary embeddings).
 
     Decoder layers are short-circuited to the identity and the forward stops at the last layer needed, so this costs
@@ -225,8 +225,8 @@ def iter_activation_stats(
     model.eval()
     try:
         with torch.no_grad():
-            h0, kw = _capture_layer_inputs(model, layers, calib_ids[:1].to(dev))
-            hidden = [h0] + [_capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev), all_kwargs=False)[0]
+            h0, kw = capture_layer_inputs(model, layers, calib_ids[:1].to(dev))
+            hidden = [h0] + [capture_layer_inputs(model, layers, calib_ids[s : s + 1].to(dev), all_kwargs=False)[0]
                              for s in range(1, calib_ids.shape[0])]
             todo = dict(per_layer)
             for li in track(layout.layers[: last + 1], "calibration", "layers"):

@@ -291,12 +291,12 @@ def calibration_perplexity(model: nn.Module, calib_ids: torch.Tensor) -> float:
     return _ppl(sample_nll(model, calib_ids), calib_ids.shape[1] - 1)
 
 
-class _LayerCache:
+class LayerCache:
     """The inputs of one decoder layer for every calibration sample, and the tail forward from there."""
 
     @torch.no_grad()
     def __init__(self, model: nn.Module, layout, calib_ids: torch.Tensor, chunk_tokens: int = CHUNK_TOKENS):
-        from gac.compression.importance import _capture_layer_inputs
+        from gac.compression.importance import capture_layer_inputs
 
         self.model = model
         self.layers = model.get_submodule(layout.layers_path)
@@ -306,8 +306,8 @@ class _LayerCache:
         dev = model_device(model)
         self.ids = calib_ids.to(dev)
         self.targets = self.ids[:, 1:]  # moved to the logits' device at the first probe (below)
-        h0, self.kwargs = _capture_layer_inputs(model, self.layers, self.ids[:1])
-        hidden = [h0] + [_capture_layer_inputs(model, self.layers, self.ids[s : s + 1], all_kwargs=False)[0]
+        h0, self.kwargs = capture_layer_inputs(model, self.layers, self.ids[:1])
+        hidden = [h0] + [capture_layer_inputs(model, self.layers, self.ids[s : s + 1], all_kwargs=False)[0]
                          for s in range(1, self.ids.shape[0])]
         self.hidden = torch.cat(hidden)
         self.layer = 0
@@ -473,7 +473,7 @@ def sensitivity_table(model: nn.Module, comp, units: list, factors: dict, calib_
         model.train(was)
 
 
-def _check_cache(model, cache: _LayerCache, calib_ids: torch.Tensor, base_nll: torch.Tensor) -> dict:
+def _check_cache(model, cache: LayerCache, calib_ids: torch.Tensor, base_nll: torch.Tensor) -> dict:
     """The layer-cached dense NLL against the plain full forward on the first :data:`CHECK_SAMPLES` samples."""
     k = min(CHECK_SAMPLES, calib_ids.shape[0])
     seq = calib_ids.shape[1] - 1
@@ -501,7 +501,7 @@ def _table(model, comp, units, factors, calib_ids, grid, layout, progress_every,
     base_nll = None
     if all(x is not None for x in layers):
         order.sort(key=lambda i: layers[i])  # probe layer by layer; the table keeps the units' order
-        cache = _LayerCache(model, layout, calib_ids, chunk_tokens)
+        cache = LayerCache(model, layout, calib_ids, chunk_tokens)
         base_nll = cache.sample_nll()
         check = _check_cache(model, cache, calib_ids, base_nll)
         probe.update(check)

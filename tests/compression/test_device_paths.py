@@ -96,14 +96,14 @@ def test_gradient_statistics_accumulate_on_the_device_and_equal_the_host_copies(
 def _old_local_update(model, units, dims, originals, calib_ids, layout, ridge=1e-8):
     """local_update as it was before issue 21 (X^T X accumulated and solved on the host), for comparison."""
     from gac.compression.compressors.local_update import LowRankLinear, replace_module
-    from gac.compression.sensitivity import _LayerCache
+    from gac.compression.sensitivity import LayerCache
 
     by_layer = {}
     for u in units:
         if u.name in dims and u.name in originals and isinstance(get_module(model, u.name), LowRankLinear):
             by_layer.setdefault(u.meta["layer"], []).append(u)
     errors = {}
-    cache = _LayerCache(model, layout, calib_ids)
+    cache = LayerCache(model, layout, calib_ids)
     for layer in sorted(by_layer):
         cache.advance_to(layer)
         group = by_layer[layer]

@@ -258,11 +258,11 @@ def test_the_sensitivity_tail_is_the_model_s_own(name):
     cached perplexity equals the model's own forward on Granite (logits_scaling), Cohere (logit_scale), Gemma 2 and
     Gemma 3's text model (soft-capping) and the multimodal Gemma 3 (no soft-cap, though its config sets one)."""
     from gac.compression.discovery import discover
-    from gac.compression.sensitivity import _LayerCache, calibration_perplexity
+    from gac.compression.sensitivity import LayerCache, calibration_perplexity
 
     m = TAIL_MODELS[name]()
     ids = _calib(2)
-    cache = _LayerCache(m, discover(m), ids)
+    cache = LayerCache(m, discover(m), ids)
     assert cache.perplexity() == pytest.approx(calibration_perplexity(m, ids), rel=1e-6)
 
 

@@ -51,12 +51,12 @@ def test_the_check_passes_with_the_dtype_tolerance_and_says_so(dtype):
 
 
 def _perturb_cache(monkeypatch, factor):
-    real = S._LayerCache.sample_nll
+    real = S.LayerCache.sample_nll
 
     def off(self):
         return real(self) * factor
 
-    monkeypatch.setattr(S._LayerCache, "sample_nll", off)
+    monkeypatch.setattr(S.LayerCache, "sample_nll", off)
 
 
 def test_a_disagreement_above_the_tolerance_falls_back_and_is_announced(monkeypatch, caplog):

@@ -108,20 +108,20 @@ def test_the_gradient_pass_over_two_devices_counts_each_device_apart(tiny_data, 
 def test_the_sensitivity_layer_cache_scores_on_the_heads_device(tiny_data):
     """The cached probes' targets meet the logits on the device of an untied LM head (the last one)."""
     from gac.compression.discovery import discover
-    from gac.compression.sensitivity import _LayerCache, sample_nll
+    from gac.compression.sensitivity import LayerCache, sample_nll
 
     _, calib = tiny_data
     ref_model = _tiny(untied=True)
     with fake_devices():
         _spread(ref_model, two=False)
-        ref = _LayerCache(ref_model, discover(ref_model), calib).sample_nll()
+        ref = LayerCache(ref_model, discover(ref_model), calib).sample_nll()
         full = sample_nll(ref_model, calib)  # the plain full forward, one sample at a time
     assert torch.allclose(ref, full, rtol=1e-5)
     model = _tiny(untied=True)
     with fake_devices():
         plan = _spread(model)
         assert plan["lm_head"] == D1 and plan["model.embed_tokens"] == D0
-        cache = _LayerCache(model, discover(model), calib)
+        cache = LayerCache(model, discover(model), calib)
         got = cache.sample_nll()
         cache.advance_to(3)  # a probe of the last layer: its input now on D1
         assert cache.hidden.device == torch.device(D1)

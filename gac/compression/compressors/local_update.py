@@ -41,7 +41,7 @@ def local_update(model: nn.Module, units: list, dims: dict, originals: dict, cal
                  ridge: float = 1e-8) -> dict:
     """Refit ``A`` of every factorised unit in ``dims`` (see the module docstring). ``originals``: the dense modules
     that :meth:`Compressor.apply` replaced, by name. Returns ``{unit: (relative output error before, after)}``."""
-    from gac.compression.sensitivity import _LayerCache
+    from gac.compression.sensitivity import LayerCache
 
     if calib_ids is None:
         raise GacError("SVD-LLM's update step needs the calibration token ids; prepare with calibration data "
@@ -57,7 +57,7 @@ def local_update(model: nn.Module, units: list, dims: dict, originals: dict, cal
     model.eval()
     errors = {}
     try:
-        cache = _LayerCache(model, layout, calib_ids)
+        cache = LayerCache(model, layout, calib_ids)
         for layer in sorted(by_layer):
             cache.advance_to(layer)  # inputs of `layer` from the compressed layers before it
             group = by_layer[layer]
