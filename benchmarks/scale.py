@@ -99,10 +99,10 @@ def one_job(args) -> int:
            "eval": {"ppl": False, "tasks": [], "latency": False}}
     if args.compressor == "palu" and args.svd:
         cfg["compressor"]["options"] = {}
-    spec, cfg = job_from_config(cfg)
-    fp = check_job_fits(spec)
+    job = job_from_config(cfg)
+    fp = check_job_fits(job.spec)
     with tempfile.TemporaryDirectory() as d:
-        rec = run_job(spec, ResultsStore(d), cfg)
+        rec = run_job(job, ResultsStore(d))
     row = {"kind": "job", "shape": args.shape, "compressor": args.compressor, "threads": args.threads,
            "allocation": args.allocation,
            "svd": args.svd, "samples": args.samples, "calib_len": args.calib_len, "arch": arch,

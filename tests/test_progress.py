@@ -108,7 +108,7 @@ def test_perplexity_reports_its_windows_and_gac_q_silences_it(tmp_path, caplog, 
 
     monkeypatch.setenv("GAC_PROGRESS_INTERVAL", "0")  # a line per window
     caplog.set_level(logging.INFO, logger="gac.progress")
-    assert main(["evaluate", "tiny", "--ppl", "--ppl-data", str(tiny_text), "--seq-len", "64"]) == 0
+    assert main(["evaluate", "tiny", "--ppl", "--ppl-data", str(tiny_text), "--seq-len", "64", "--batch-size", "1"]) == 0
     got = lines(caplog)
     assert any(g.startswith("perplexity 1/") and ", ETA " in g for g in got)
     assert got[-1].startswith("perplexity: ") and " windows in " in got[-1]

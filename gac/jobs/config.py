@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.jobs.spec import EvalSpec, JobSpec, task_files_of
+from gac.jobs.spec import EvalSpec, Job, JobSpec, RunOptions, task_files_of
 from gac.registry import BASELINE
 from gac.results.keys import canonical_number
 from gac.results.query import MISSING, config_value
@@ -36,21 +36,32 @@ def _require(d: dict, path: str):
 _MISSING = object()
 
 
-def job_from_config(cfg: dict) -> tuple[JobSpec, dict]:
-    """The job of a resolved config (plain dict) and the config its record keeps, from one reading: checked against
-    the schema's types and keys, the model's label and data worked out once (:func:`resolve_model_data`: the record
-    says what ran, not ``auto``) and applied to both, then the registry's names and the ranges. Every error names
-    the key and the fix."""
+def job_from_config(cfg: dict, overrides=(), sweep_dir: str | None = None) -> Job:
+    """The :class:`Job` of a resolved config (plain dict), from one reading: checked against the schema's types and
+    keys (its defaults filled in), the model's label and data worked out once (:func:`resolve_model_data`: the record
+    says what ran, not ``auto``) and applied to the spec and to the config its record keeps, then the registry's
+    names and the ranges; the run options from the same checked config. ``overrides``: the command line's (the
+    record keeps them); ``sweep_dir``: a sweep point's directory (the spec's ``sweep`` when the config names none).
+    Every error names the key and the fix."""
     from gac.jobs.schema import validate_config
 
     checked = validate_config(cfg)  # types and keys (gac.jobs.schema), defaults filled in
     data = _model_data(checked)  # the model's label and data: worked out once (a checkpoint's header read once)
-    return _build_spec(_with_model_data(checked, data)), _with_model_data(cfg, data)
+    spec = _build_spec(_with_model_data(checked, data))
+    if spec.sweep is None and sweep_dir is not None:
+        spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
+    wandb = _get(checked, "logger.wandb")
+    run = RunOptions(results_dir=str(checked["results_dir"]), force=bool(checked["force"]),
+                     on_busy=str(checked["on_busy"]), save_model=checked.get("save_model"),
+                     wandb=wandb if isinstance(wandb, dict) else None,
+                     quiet=None if cfg.get("quiet") is None else bool(checked["quiet"]),
+                     verbose=bool(checked["verbose"]), overrides=tuple(str(o) for o in overrides))
+    return Job(spec, run, _with_model_data(cfg, data))
 
 
 def spec_from_config(cfg: dict) -> JobSpec:
-    """The job of a resolved config (:func:`job_from_config` without the record's config)."""
-    return job_from_config(cfg)[0]
+    """The job of a resolved config (:func:`job_from_config`'s spec alone)."""
+    return job_from_config(cfg).spec
 
 
 def _build_spec(cfg: dict) -> JobSpec:

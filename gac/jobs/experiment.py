@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from gac.errors import GacError
 from gac.jobs.sweep import FAILED_POINTS
@@ -20,30 +19,18 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
     from gac.checks import check_environment
     from gac.jobs.config import job_from_config
     from gac.jobs.pipeline import run_job
-    from gac.jobs.tracking import build_loggers
     from gac.progress import quiet_libraries, set_quiet
-    from gac.results import ResultsStore
 
     check_environment()  # the environment of the node the job runs on, before any work
-    if cfg.get("quiet") is not None:
-        set_quiet(bool(cfg["quiet"]))
-    quiet_libraries(verbose=bool(cfg.get("verbose", False)))
-    spec, resolved = job_from_config(cfg)  # the config read once: the job, and what its record says ran
+    job = job_from_config(cfg, overrides, sweep_dir)  # the config read once: the job, how it runs, what its record says
+    if job.run.quiet is not None:
+        set_quiet(job.run.quiet)
+    quiet_libraries(verbose=job.run.verbose)
     if overrides and sweep_dir is None:  # a sweep's points were checked together when it started (SweepCallback)
         from gac.jobs.axes import check_overrides
 
-        check_overrides(spec, cfg, overrides)  # a setting this job cannot use: refused before any work
-    cfg = resolved
-    if spec.sweep is None and sweep_dir is not None:
-        spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
-    from gac.results.store import results_root
-
-    results_dir = results_root(cfg.get("results_dir", "results"))
-    store = ResultsStore(results_dir)
-    loggers = build_loggers(results_dir, (cfg.get("logger") or {}).get("wandb"))
-    save_model = cfg.get("save_model")
-    return run_job(spec, store, config=cfg, overrides=overrides, force=bool(cfg.get("force", False)),
-                   loggers=loggers, save_model=save_model, on_busy=str(cfg.get("on_busy", "wait")))
+        check_overrides(job.spec, cfg, overrides)  # a setting this job cannot use: refused before any work
+    return run_job(job)
 
 
 def run_from_hydra(cfg) -> dict | None:

@@ -1,7 +1,8 @@
 """One job, as a recipe: lock -> attempt -> stages (load, prepare, plan, evaluate, latency) -> record.
 
-:func:`gac.jobs.config.spec_from_config` turns a resolved config into a :class:`~gac.jobs.spec.JobSpec`;
-:func:`run_job` runs it against a :class:`~gac.results.ResultsStore`. Nothing here reads Hydra objects.
+:func:`gac.jobs.config.job_from_config` turns a resolved config into a :class:`~gac.jobs.spec.Job` (what it
+computes, how it runs, the config its record keeps); :func:`run_job` runs it against its
+:class:`~gac.results.ResultsStore`. Nothing here reads Hydra objects or a config.
 
 Resumption. Every finished stage leaves its output under ``<results_dir>/work/<key>/``
 (:mod:`gac.jobs.attempts`); a job that is requeued after a timeout or preemption, or simply launched again, skips
@@ -20,37 +21,39 @@ from pathlib import Path
 
 from gac.errors import ConfigRefused, GacError
 from gac.jobs.attempts import Attempt
-from gac.jobs.config import ON_BUSY
 from gac.jobs.memory_fits import check_job_fits, is_out_of_memory, out_of_memory
 from gac.jobs.preflight import preflight
 from gac.jobs.provenance import checkout_at_start, job_provenance, safe_provenance
-from gac.jobs.spec import JobSpec
+from gac.jobs.spec import Job, JobSpec
 from gac.jobs.stages import JobStages, model_aligned_fraction
 from gac.results import ResultsStore
 
 log = logging.getLogger(__name__)
 
 
-def run_job(spec: JobSpec, store: ResultsStore, config: dict, overrides: Sequence[str] = (),
-            force: bool = False, loggers: Sequence = (), save_model: str | None = None, on_busy: str = "wait",
+def run_job(job: Job, store: ResultsStore | None = None, loggers: Sequence | None = None,
             lock_timeout: float | None = None) -> dict:
     """Run one job end to end and write its record. Returns the record (or the existing one if done).
 
-    ``config`` is what the record keeps as the job's config: the resolved config ``spec`` was built from
-    (:func:`gac.jobs.config.job_from_config` gives both), one shape for every entry point.
+    ``store``: the job's own results store (``job.run.results_dir``) unless given; ``loggers``: the job's own
+    (the store's event log, and W&B when ``job.run.wandb`` says so) unless given.
 
     The job holds the store's lock for its key while it runs (:mod:`gac.results.lock`): an identical job started
     meanwhile waits for it (``on_busy="wait"``, then returns its record marked ``skipped``) or returns at once
     (``"skip"``). A failure is written to the store with its error (``failures/<key>/``) and re-raised; each
     attempt (completed, failed, or interrupted by a kill) is kept in the record's ``attempts`` with its own timings.
     """
-    from gac.jobs.tracking import append_event
+    from gac.jobs.tracking import append_event, build_loggers
+    from gac.results.store import results_root
 
-    if on_busy not in ON_BUSY:
-        raise GacError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
-    key = spec.key
+    spec, run = job.spec, job.run
+    if store is None:
+        store = ResultsStore(results_root(run.results_dir))
+    if loggers is None:
+        loggers = build_loggers(store.root, run.wandb)
+    key, force = spec.key, run.force
     checkout_at_start()  # the commit this process's code came from, before a long job lets the checkout move
-    preflight(spec, store, save_model, force, overrides)
+    preflight(spec, store, run.save_model, force, run.overrides)
     lock = store.lock(key)
     if store.is_done(key) and not force:
         log.info("job %s is done (%s); skipping (force=true re-runs it)", key, store.record_path(key))
@@ -63,7 +66,7 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict, overrides: Sequenc
         from gac.results.lock import describe_holder
 
         holder = lock.holder()
-        if on_busy == "skip":
+        if run.on_busy == "skip":
             log.info("job %s is running on %s; skipping it (on_busy=skip)", key, describe_holder(holder))
             return {"key": key, "job": spec.job_fields(), "skipped": True, "skip_reason": "busy", "busy": holder}
 
@@ -81,17 +84,18 @@ def run_job(spec: JobSpec, store: ResultsStore, config: dict, overrides: Sequenc
             if fresh:
                 return _skipped(store, key, path=fresh[-1], why="re-run by an identical forced job")
         store.clean_leftovers(key)
-        return _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_model)
+        return _run_locked(job, store, lock, loggers)
     finally:
         lock.release()
 
 
-def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_model) -> dict:
+def _run_locked(job: Job, store: ResultsStore, lock, loggers) -> dict:
     """The job under its lock: one attempt through the stages, then its record (or its failure record)."""
     from gac.jobs.tracking import append_event
 
-    base = {"job": spec.job_fields(), "config": config, "overrides": list(overrides)}
-    with Attempt(store, key, fresh=force) as attempt, _finishing(loggers, key):
+    spec, run, key = job.spec, job.run, job.spec.key
+    base = {"job": spec.job_fields(), "config": job.config, "overrides": list(run.overrides)}
+    with Attempt(store, key, fresh=run.force) as attempt, _finishing(loggers, key):
         stages = JobStages(spec, store, attempt, loggers)
         estimate = None  # the memory estimate, named by an out-of-memory error
         try:
@@ -102,16 +106,16 @@ def _run_locked(spec, store, key, lock, config, overrides, force, loggers, save_
             compressed = None
             if not spec.is_baseline:
                 compressed = stages.compress(
-                    model, tokenizer, refresh=force, save_model=save_model,
+                    model, tokenizer, refresh=run.force, save_model=run.save_model,
                     on_wait=lambda h: append_event(store.root, key, "waiting", what="scoring", holder=h))
                 model = compressed.model
             ev = stages.evaluate(model, tokenizer)
             stages.finish(key)
             attempt.end("completed")
             record = _record(base, spec, stages, compressed, ev, model)
-            return _publish(store, key, record, attempt, lock, force, loggers)
+            return _publish(store, key, record, attempt, lock, run.force, loggers)
         except BaseException as e:
-            error = _record_failure(e, spec, store, key, base, attempt, stages, estimate, loggers)
+            error = _record_failure(e, job, store, base, attempt, stages, estimate, loggers)
             if error is e:
                 raise
             raise error from None
@@ -176,11 +180,12 @@ def _publish(store: ResultsStore, key: str, record: dict, attempt: Attempt, lock
     return stored
 
 
-def _record_failure(e: BaseException, spec, store, key, base, attempt: Attempt, stages: JobStages, estimate,
-                    loggers) -> BaseException:
+def _record_failure(e: BaseException, job: Job, store: ResultsStore, base: dict, attempt: Attempt,
+                    stages: JobStages, estimate, loggers) -> BaseException:
     """End the attempt as failed (or interrupted) and write the failure record; returns the error to raise: ``e``
     itself, or one line naming the stage, the estimate and the fix for an out-of-memory error (the traceback stays
     in the failure record)."""
+    spec, key = job.spec, job.spec.key
     attempt.release_space()  # on a full disk: room for the attempt's outcome and the failure record
     if is_out_of_memory(e):
         e = out_of_memory(e, attempt.stage, spec, estimate)

@@ -132,3 +132,30 @@ def task_files_of(task_files) -> dict | None:
     if isinstance(task_files, dict):
         return dict(task_files)
     raise GacError(f"model.task_files must be null, 'tiny', 'enwiki' or a {{task: path}} mapping, got {task_files!r}")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a job runs, beside what it computes (:class:`JobSpec`; never part of its key): the results store, whether
+    a done job runs again, what an identical running job makes it do, where its checkpoint goes, its W&B logger, the
+    command line's overrides. Built by :func:`gac.jobs.config.job_from_config` from the config the schema checked
+    (:class:`gac.jobs.schema.GacConfig`'s defaults are the only defaults)."""
+
+    results_dir: str
+    force: bool
+    on_busy: str
+    save_model: str | None
+    wandb: dict | None
+    quiet: bool | None
+    verbose: bool
+    overrides: tuple = ()
+
+
+@dataclass
+class Job:
+    """One job, checked once: what it computes (``spec``), how it runs (``run``) and the resolved config its record
+    keeps (``config``). Every entry point that runs a job builds one (:func:`gac.jobs.config.job_from_config`)."""
+
+    spec: JobSpec
+    run: RunOptions
+    config: dict

@@ -195,9 +195,9 @@ def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
         "model=tiny", "gpu=auto", "model.dtype=float16", "gpu.profile=measure", "eval=quick", "eval.limit=20",
         "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "calibration.n_samples=4", "calibration.seq_len=128",
         "seq_len=256", "eval.latency_seq_lens=[256]", f"results_dir={tmp_path / 'r'}"]), resolve=True)
-    spec, cfg = job_from_config(cfg)
-    fp = check_job_fits(spec)
-    rec = run_job(spec, ResultsStore(tmp_path / "r"), cfg)
+    job = job_from_config(cfg)
+    fp = check_job_fits(job.spec)
+    rec = run_job(job, ResultsStore(tmp_path / "r"))
     stages = rec["memory"]["stages"]
     assert rec["memory"]["gpu_peak_mb"] > 0 and all(v["gpu_peak_mb"] >= 0 for v in stages.values())
     # what the estimate covers (the model, compression and evaluation; the dimension sweep's rotating input pool,

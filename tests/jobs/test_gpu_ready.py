@@ -55,8 +55,7 @@ def test_a_profiled_job_opens_no_profiler_session_and_pauses_the_sampler_while_t
     cfg = make_cfg("gpu.profile=measure", "align.window=1", "align=round_up", "eval.ppl=false", "eval.tasks=[]",
                    "ratio=0.15",
                    "compressor=llm_pruner", "results_dir=" + str(tmp_path / "r"))
-    spec, cfg = job_from_config(cfg)
-    rec = run_job(spec, ResultsStore(tmp_path / "r"), cfg)
+    rec = run_job(job_from_config(cfg), ResultsStore(tmp_path / "r"))
     kinds = [e[0] for e in events]
     assert "time kernel" in kinds and "time latency" in kinds
     assert kinds.index("time latency") > kinds.index("time kernel")  # the sweep ran before the latency

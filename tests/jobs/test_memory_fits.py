@@ -78,7 +78,7 @@ class _FakeOOM(torch.cuda.OutOfMemoryError):
 def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg, monkeypatch, tmp_path):
     import gac.jobs.loading as loading
 
-    spec, cfg = job_from_config(make_cfg("compressor=none", "eval=none"))
+    job = job_from_config(make_cfg("compressor=none", "eval=none"))
 
     def boom(_spec):
         raise _FakeOOM("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of "
@@ -87,13 +87,13 @@ def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg
     monkeypatch.setattr(loading, "load_job_model", boom)
     store = ResultsStore(tmp_path / "r")
     with pytest.raises(GacError) as e:
-        run_job(spec, store, cfg)
+        run_job(job, store)
     msg = str(e.value)
     assert "\n" not in msg and "out of memory on cpu in stage load" in msg
     assert "Tried to allocate 2.00 GiB" in msg and "the estimate before loading was" in msg and "try " in msg
     import json
 
-    (path,) = store.failure_paths(spec.key)  # the failure is recorded with the same line (and torch's traceback)
+    (path,) = store.failure_paths(job.spec.key)  # the failure is recorded with the same line (and torch's traceback)
     failure = json.loads(path.read_text())
     assert failure["error"].startswith("GacError: out of memory on cpu in stage load")
 
