@@ -74,6 +74,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_axes import axes_files
 
     axes_files(T)  # the "Fourth catalogue: axes, numbers and crashes" rows
+    from tests.bad_input_fixtures_export import export_files
+
+    export_files(T)  # the "Fifth catalogue: export" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

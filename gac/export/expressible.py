@@ -244,13 +244,12 @@ def hf_config_of(src: Source) -> dict:
 
 
 def _refuse_widths(src: Source):
-    layers = {}
+    widths = {}
     for name, spec in (src.meta or {}).get("modules", {}).items():
         if spec.get("type") == "linear" and name.rsplit(".", 1)[-1] in ("gate_proj", "fc1", "c_fc", "fc_in"):
-            layers[name.rsplit(".", 3)[0]] = spec["out"]
-    if len(set(layers.values())) > 1 or (layers and len(layers) < getattr(src.config, "num_hidden_layers", 0)):
-        shown = ", ".join(f"{w}" for w in list(layers.values())[:6])
-        raise GacError(f"its MLP widths differ from layer to layer ({shown}{' ...' if len(layers) > 6 else ''} "
-                       f"where pruned, the config's {getattr(src.config, 'intermediate_size', '?')} elsewhere), and a "
-                       f"transformers config has one width for every layer")
+            widths[name.rsplit(".", 2)[0]] = spec["out"]
+    if len(set(widths.values())) > 1:
+        shown = ", ".join(str(w) for w in list(widths.values())[:8])
+        raise GacError(f"its MLP widths differ from layer to layer ({shown}{' ...' if len(widths) > 8 else ''}), and "
+                       f"a transformers config has one width for every layer")
     raise GacError(f"no {src.model_type} config builds its parameters' shapes")
