@@ -166,12 +166,14 @@ def _add_tokenizer(w, tokenizer, cfg) -> None:
 
 def quantize(src: Path, out: Path, qtype: str) -> None:
     """``out``: the f32 GGUF ``src`` quantized by llama.cpp's quantizer to ``qtype`` (a :data:`GGUF_TYPES` name)."""
+    import ctypes
+
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_" + GGUF_TYPES[qtype])
     params.nthread = 0
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), params)
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
     if rc != 0:
         raise GacError(f"llama.cpp's quantizer failed on the export (code {rc}) for --quant {qtype}; the f32 export "
                        f"(--quant f32) works without it")

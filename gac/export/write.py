@@ -83,22 +83,18 @@ def _gguf(model, tokenizer, layout, staged: Path, quant: str, tmp: Path) -> dict
 
 
 def _place(tmp: Path, staged: Path, out: Path) -> None:
-    """Move the checked export into place: its side files first (an ONNX graph's ``.data``), the output last; a
-    folder replaces an earlier one only once the new one is complete."""
+    """Move the checked export into place: its side files first (an ONNX graph's ``.data``), the output last, each by
+    one rename (:func:`gac.io.replace_file`); a folder replaces an earlier one only once the new one is complete
+    (:func:`gac.fixtures._build.publish`)."""
+    from gac.fixtures._build import publish
+    from gac.io import replace_file
+
     for f in sorted(tmp.iterdir()):
         if f != staged and f.is_file() and f.name.startswith(out.name):
-            os.replace(f, out.with_name(f.name))
+            replace_file(out.with_name(f.name), lambda t, f=f: shutil.move(f, t))
     if staged.is_dir():
-        if out.exists():
-            from gac.io import temp_path
-
-            trash = temp_path(out.with_name(out.name + "-replaced"))
-            os.rename(out, trash)
-            os.rename(staged, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(staged, out)
+        publish(staged, out)
     else:
-        os.replace(staged, out)
+        replace_file(out, lambda t: shutil.move(staged, t))
     if not out.exists():
         raise GacError(f"the export could not be moved to {str(out)!r}")

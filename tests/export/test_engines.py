@@ -44,9 +44,10 @@ def tiny_checkpoints(tmp_path_factory):
     T = tmp_path_factory.mktemp("engines")
     out = {}
     for c in COMPRESSORS:
-        extra = ["--allocation", "proportional"] if c == "asvd" else []
+        extra = {"asvd": ["--allocation", "proportional"], "stable_rank_svd": []}.get(c, [])  # sensitivity search: hours
+        calib = [] if c == "stable_rank_svd" else ["--calib-samples", "4", "--calib-seq-len", "64"]  # data-free
         r = subprocess.run([sys.executable, "-m", "gac.cli", "-q", "compress", "tiny", "--compressor", c, "--ratio",
-                            "0.2", "--calib-samples", "4", "--calib-seq-len", "64", *extra, "-o", str(T / c)],
+                            "0.2", *calib, *extra, "-o", str(T / c)],
                            cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, (c, r.stderr[-2000:])
         out[c] = T / c
@@ -173,6 +174,8 @@ def test_quantized_gguf_runs_and_is_reported(qtype, tiny_checkpoints, tmp_path, 
     assert types["main"] == {"q8_0": "Q8_0", "q4_K": "Q4_K"}[qtype]
     if qtype == "q4_K":  # widths 552 and 544 are whole blocks of 32, not of 256: the quantizer falls back there
         assert any(".ffn_" in n for n in types["fallback"]), types
+    again = _export(capsys, ck, "gguf", tmp_path / "f32.gguf", "--quant", qtype, "--force")  # replaced in place
+    assert (tmp_path / "f32.gguf").stat().st_size == again["bytes"] == summary["bytes"]
     print(f"gguf llm_pruner {qtype}: {summary['bytes']} bytes (f32 {f32['bytes']}), max rel diff "
           f"{check['max_rel_diff']:.2e}, top-1 agreement {check['top1_agreement']:.3f}, types {types['types']}, "
           f"fallback {types['fallback']}")
