@@ -8,7 +8,8 @@ one; norms in f32; the tokenizer as llama.cpp's ``gpt2`` (byte-level BPE) vocabu
 left out (llama.cpp reuses the embedding). ``f32`` and ``f16`` are written directly; a quantized type
 (``q8_0``, ``q4_0``, ``q4_K``, ...) is made from the f32 file by llama.cpp's own quantizer
 (``llama_model_quantize``), which falls back to another type for a tensor whose rows are not whole blocks (32
-values for q4_0/q8_0, 256 for the k-quants): :func:`tensor_types` reads what each tensor became.
+values for q4_0/q8_0, 256 for the k-quants): :func:`quantize` returns those fallbacks, :func:`tensor_types` counts
+what the tensors became.
 
 :func:`verify_gguf` loads the file in llama.cpp (``llama-cpp-python``) and compares the logits of a token sequence
 with the model's.
@@ -16,8 +17,12 @@ with the model's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import re
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -29,9 +34,10 @@ from torch import nn
 from gac.errors import GacError
 from gac.export.expressible import GGUF_TYPES, GgufLayout
 
-#: logits through llama.cpp against the model's, max |difference| / max |logit|: llama.cpp keeps its KV cache and
-#: (for f16 weights) the matmul inputs in f16, so the bound is f16 rounding carried through the layers
-GGUF_TOLERANCE = {"f32": 5e-3, "f16": 2e-2}
+#: logits through llama.cpp (its KV cache in f32 for the check) against the model's, max |difference| / max |logit|:
+#: f32 as tight as ONNX; f16 weights (and llama.cpp's f16 matmul inputs for them) within f16 rounding carried through
+#: the layers (tiny's LLM-Pruner checkpoint: 7e-7 and 4.5e-4; with llama.cpp's default f16 KV cache 2.1e-4 and 3.3e-4)
+GGUF_TOLERANCE = {"f32": 1e-4, "f16": 2e-3}
 
 
 def _permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -164,39 +170,75 @@ def _add_tokenizer(w, tokenizer, cfg) -> None:
         special.add_to_gguf(w, quiet=True)
 
 
-def quantize(src: Path, out: Path, qtype: str) -> None:
-    """``out``: the f32 GGUF ``src`` quantized by llama.cpp's quantizer to ``qtype`` (a :data:`GGUF_TYPES` name)."""
+@contextlib.contextmanager
+def _quiet_c_output():
+    """File descriptors 1 and 2 sent to /dev/null: what C code prints there bypasses Python."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "wb") as f:
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+_FALLBACK = re.compile(r"^warning: (?P<name>\S+)\s+- ncols\s+(?P<ncols>\d+) not divisible by\s+(?P<block>\d+).*"
+                       r"falling back to\s+(?P<type>\S+)", re.M)
+
+
+def quantize(src: Path, out: Path, qtype: str) -> dict:
+    """``out``: the f32 GGUF ``src`` quantized by llama.cpp's quantizer to ``qtype`` (a :data:`GGUF_TYPES` name).
+    Returns ``{tensor: {"ncols", "block", "type"}}`` for every tensor the quantizer stored in another type because
+    its rows are not whole blocks (its fallbacks, read from its log, which is collected rather than printed)."""
     import ctypes
 
     import llama_cpp
+    from llama_cpp import _logger
+
+    lines: list[str] = []
+
+    @llama_cpp.llama_log_callback
+    def collect(level, text, user_data):
+        lines.append(text.decode("utf-8", errors="replace"))
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_" + GGUF_TYPES[qtype])
     params.nthread = 0
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
+    llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
+    try:
+        with _quiet_c_output():
+            rc = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
+    finally:
+        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))  # llama-cpp-python's own again
+    text = "".join(lines)
     if rc != 0:
-        raise GacError(f"llama.cpp's quantizer failed on the export (code {rc}) for --quant {qtype}; the f32 export "
-                       f"(--quant f32) works without it")
+        last = (text.strip().splitlines() or ["no output"])[-1][:200]
+        raise GacError(f"llama.cpp's quantizer failed on the export (code {rc}: {last}) for --quant {qtype}; the f32 "
+                       f"export (--quant f32) works without it")
+    return {m["name"]: {"ncols": int(m["ncols"]), "block": int(m["block"]), "type": m["type"]}
+            for m in _FALLBACK.finditer(text)}
 
 
 def tensor_types(path: Path) -> dict:
-    """``{"types": {type: tensors}, "fallback": [tensor, ...]}``: what each 2-D tensor of a GGUF file is stored as,
-    and those stored otherwise than the file's most common matrix type (the quantizer's fallbacks)."""
+    """``{type: tensors}``: what the 2-D tensors of a GGUF file are stored as."""
     from gguf import GGUFReader
 
-    mats = {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors if len(t.shape) >= 2}
-    counts = Counter(mats.values())
-    main = counts.most_common(1)[0][0] if counts else None
-    return {"types": dict(sorted(counts.items())), "main": main,
-            "fallback": sorted(n for n, t in mats.items() if t != main)}
+    mats = [t.tensor_type.name for t in GGUFReader(str(path)).tensors if len(t.shape) >= 2]
+    return dict(sorted(Counter(mats).items()))
 
 
 def verify_gguf(path: Path, model: nn.Module, dtype: str, threads: int | None = None, n_tokens: int = 48) -> dict:
-    """Run ``path`` in llama.cpp on a token sequence and compare each position's logits with ``model``'s.
+    """Run ``path`` in llama.cpp (KV cache in f32) on a token sequence and compare each position's logits with
+    ``model``'s.
     ``dtype`` f32/f16: a :class:`GacError` above :data:`GGUF_TOLERANCE`; a quantized type: the difference and how
     often the top token agrees are reported, not judged."""
-    import os
-
     import llama_cpp
 
     from gac.export.onnx import sample_ids
@@ -204,8 +246,10 @@ def verify_gguf(path: Path, model: nn.Module, dtype: str, threads: int | None = 
     ids = sample_ids(int(model.config.vocab_size), (1, n_tokens), seed=3)
     with torch.no_grad():
         ref = model(input_ids=ids, use_cache=False).logits[0].float().numpy()
+    f32 = llama_cpp.GGML_TYPE_F32  # the KV cache in f32: the check sees the file's weights, not the cache's rounding
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(64, n_tokens), n_batch=n_tokens, logits_all=True,
-                          n_threads=threads or max(1, (os.cpu_count() or 2) // 2), verbose=False, seed=0)
+                          n_threads=threads or max(1, (os.cpu_count() or 2) // 2), verbose=False, seed=0,
+                          type_k=f32, type_v=f32)
     try:
         llm.eval(ids[0].tolist())
         got = np.asarray(llm.scores[:n_tokens], dtype=np.float32)

@@ -70,15 +70,18 @@ def export(src: Source, model: nn.Module, tokenizer, fmt: str, holds, output: st
 def _gguf(model, tokenizer, layout, staged: Path, quant: str, tmp: Path) -> dict:
     from gac.export.gguf import quantize, tensor_types, verify_gguf, write_gguf
 
+    fallback = {}
     if quant in UNQUANTIZED:
         write_gguf(model, tokenizer, layout, staged, dtype=quant)
     else:
-        f32 = tmp / "f32.gguf"  # the quantizer's input, removed with the temp directory
+        (tmp / "input").mkdir()  # the quantizer's input: never the output's name, removed with the temp directory
+        f32 = tmp / "input" / "f32.gguf"
         write_gguf(model, tokenizer, layout, f32, dtype="f32")
-        quantize(f32, staged, quant)
+        fallback = quantize(f32, staged, quant)
         f32.unlink()
     check = verify_gguf(staged, model, quant)
     check["tensor_types"] = tensor_types(staged)
+    check["fallback"] = fallback  # tensors whose rows are not whole blocks of the type, stored in another
     return check
 
 
