@@ -129,7 +129,4 @@ def check_output_dir(path: Path, force: bool, inputs=()) -> None:
     owner = owned_directory(p, itself=False)
     if owner:
         raise GacError(f"{where} {owner}; write the export outside it")
-    parent = p.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    check_writable(parent, "export's parent directory")
+    check_writable(p.parent, "directory of -o", probe_bytes=1)  # as for a file output (gac.io.check_output_file)

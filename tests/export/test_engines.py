@@ -1,8 +1,9 @@
 """``gac export`` run in the engines (marker ``engines``: needs ``pip install 'gac[engines]'``; .ci/run runs it).
 
-* ONNX: every compressor's checkpoint of tiny, and an LLM-Pruner checkpoint of every family's layout model (random
-  weights, tests/compression/test_families.py's configs), exported, then run here in onnxruntime on a shape the export
-  never saw: float32 logits within 1e-4 of gac's (relative to the largest logit).
+* ONNX: every compressor's checkpoint of tiny, an LLM-Pruner checkpoint of every family's layout model (random
+  weights, tests/compression/test_families.py's configs) and low-rank ones of the fused layouts (split parts),
+  exported, then run here in onnxruntime on a shape the export never saw: float32 logits within 1e-4 of gac's
+  (relative to the largest logit).
 * GGUF: tiny's LLM-Pruner checkpoint (per-layer widths: llama.cpp's ``deci``) and a uniform one (``llama``) in f32
   and f16, run here in llama.cpp: logits within f16 rounding of gac's; q8_0 and q4_K run and are reported (their
   fallback tensors included).
@@ -111,14 +112,16 @@ def test_onnx_of_every_compressors_tiny_checkpoint(compressor, tiny_checkpoints,
     assert rel <= 1e-4
 
 
-def _family_types():
+def _family_cases():
+    """LLM-Pruner on every family's layout model (pruned widths, per-expert widths); a low-rank compressor on the
+    fused layouts, whose compressed roles become ``SplitLinear`` parts."""
     from tests.compression.test_families import TYPES
 
-    return TYPES
+    return [(t, "llm_pruner") for t in TYPES] + [("phi3", "palu"), ("gpt_neox", "asvd"), ("gpt2", "svd_llm")]
 
 
-@pytest.mark.parametrize("model_type", _family_types())
-def test_onnx_of_every_familys_pruned_layout_model(model_type, tmp_path, capsys):
+@pytest.mark.parametrize("model_type,compressor", _family_cases())
+def test_onnx_of_every_familys_layout_model(model_type, compressor, tmp_path, capsys):
     import copy
 
     from gac.compression.checkpoint import save_checkpoint
@@ -126,13 +129,15 @@ def test_onnx_of_every_familys_pruned_layout_model(model_type, tmp_path, capsys)
     from tests.compression.test_families import V, _calib, family_model
 
     m = family_model(model_type)
-    cm, _, _ = compress_model(copy.deepcopy(m), None, "llm_pruner", ratio=0.3, calib_ids=_calib(), unit=8)
+    alloc = "proportional" if compressor == "asvd" else None
+    cm, _, _ = compress_model(copy.deepcopy(m), None, compressor, ratio=0.3, calib_ids=_calib(), unit=8,
+                              allocation=alloc)
     ck = save_checkpoint(cm, None, tmp_path / "ck")
     summary = _export(capsys, ck, "onnx", tmp_path / "m.onnx")
     assert summary["check"]["max_rel_diff"] <= 1e-4
     ids = torch.randint(0, V, (2, 21), generator=torch.Generator().manual_seed(12))
     rel = _rel(_onnx_logits(tmp_path / "m.onnx", ids), _gac_logits(ck, ids))
-    print(f"onnx {model_type} llm_pruner: max rel diff {rel:.2e}")
+    print(f"onnx {model_type} {compressor}: max rel diff {rel:.2e}")
     assert rel <= 1e-4
 
 
