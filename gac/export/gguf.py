@@ -36,8 +36,8 @@ from gac.export.expressible import GGUF_TYPES, GgufLayout
 
 #: logits through llama.cpp (its KV cache in f32 for the check) against the model's, max |difference| / max |logit|:
 #: f32 as tight as ONNX; f16 weights (and llama.cpp's f16 matmul inputs for them) within f16 rounding carried through
-#: the layers (tiny's LLM-Pruner checkpoint: 7e-7 and 4.5e-4; with llama.cpp's default f16 KV cache 2.1e-4 and 3.3e-4)
-GGUF_TOLERANCE = {"f32": 1e-4, "f16": 2e-3}
+#: the layers (measured, LLM-Pruner checkpoints: tiny 4.7e-7 and 2.5e-4, smollm2's 30 layers 1.8e-6 and 1.6e-3)
+GGUF_TOLERANCE = {"f32": 1e-4, "f16": 5e-3}
 
 
 def _permute(w: torch.Tensor, n_head: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import types
+import warnings
 from pathlib import Path
 
 import torch
@@ -88,7 +89,8 @@ def export_onnx(model: nn.Module, path: Path) -> Path:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # "torchvision is not installed", once per operator
     try:
-        with traceable(model), torch.no_grad(), contextlib.redirect_stdout(None):
+        with traceable(model), torch.no_grad(), contextlib.redirect_stdout(None), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's exporter warns about its own internals
             program = torch.onnx.export(wrapper, (ids,), dynamo=True, input_names=["input_ids"],
                                         output_names=["logits"], dynamic_shapes={"input_ids": {0: batch, 1: seq}},
                                         verbose=False, optimize=True)
