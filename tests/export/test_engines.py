@@ -31,12 +31,11 @@ COMPRESSORS = ("asvd", "svd_llm", "llm_pruner", "palu", "stable_rank_svd")
 
 @pytest.fixture(scope="module", autouse=True)
 def tier_time(request):
+    from tests.export.conftest import TIER_TIMES
+
     t0 = time.perf_counter()
     yield
-    rep = request.config.pluginmanager.get_plugin("terminalreporter")
-    if rep is not None:
-        rep.write_line(f"engines tier ({request.module.__name__}): {time.perf_counter() - t0:.0f} s, load "
-                       f"{os.getloadavg()[0]:.1f}")
+    TIER_TIMES[request.module.__name__] = (time.perf_counter() - t0, os.getloadavg()[0])
 
 
 class _Checkpoints(dict):
