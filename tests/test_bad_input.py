@@ -83,6 +83,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_modelchecks import modelchecks_files
 
     modelchecks_files(T)  # the "Fifth catalogue: models as they are on disk" rows
+    from tests.bad_input_fixtures_export import export_files
+
+    export_files(T)  # the "Fifth catalogue: export" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:
