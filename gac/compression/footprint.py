@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.registry import BASELINE
+from gac.transformers_lock import transformers_lock
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ def _shapes(config) -> dict:
             "kv": kv, "lin": lin}
 
 
+@transformers_lock()
 def count_params(config) -> int:
     """Exact parameter count of ``config``'s causal LM (built on the meta device: no memory, no weights)."""
     import torch
