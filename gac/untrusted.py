@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.transformers_lock import transformers_lock
 
 #: the keyword every ``from_pretrained`` in gac passes
 NO_REMOTE_CODE = {"trust_remote_code": False}
@@ -342,6 +343,7 @@ def raw_config(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
+@transformers_lock()
 def hf_config(path: Path):
     """``config.json`` of a local model directory as a transformers config, or a one-line :class:`GacError`."""
     from transformers import AutoConfig

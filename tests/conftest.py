@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 from tests.bench_store import tiny_store  # noqa: E402, F401 - the bench's shared store, built once per session
+from tests.transformers_state import after_test, install  # noqa: E402
+
+install()  # keeps transformers' own init_weights from its import on: the guard below can put it back
 
 
 @pytest.fixture(scope="session")
@@ -45,16 +48,14 @@ def tiny_files():
 
 
 @pytest.fixture(autouse=True)
-def _transformers_initialises_weights():
-    """A test that leaves transformers' weight initialisation off (``no_init_weights`` not exited: an abandoned
-    generator, a thread) fails here, not in a later test whose models come out untied."""
+def _transformers_initialises_weights(request):
+    """The first test after which transformers' process-wide patches are still on (``no_init_weights``'s no-op
+    init functions: a thread still inside it, two builds interleaved; torch's default dtype not put back) errors
+    here, named, and the patches are switched back: the tests after it build their models as usual."""
     yield
-    import sys
-
-    mu = sys.modules.get("transformers.modeling_utils")
-    if mu is not None:
-        fn = mu.PreTrainedModel.init_weights
-        assert getattr(fn, "__name__", "") != "empty_func", "transformers' init_weights is still switched off"
+    why = after_test(request.node.nodeid)
+    if why:
+        pytest.fail(why, pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -97,22 +96,37 @@ def test_a_link_to_stdout_is_written_as_the_stream_and_stays_a_link(target, file
     assert plan["dims"] == {"a": 16}
 
 
-def test_a_named_pipe_is_written_to_its_reader_and_stays_a_pipe(files, capsys):
+def test_a_named_pipe_is_written_to_its_reader_and_stays_a_pipe(files, capsys, monkeypatch):
+    import builtins
+
+    import gac.io
     from gac.cli import main
 
     fifo = files / "plan.fifo"
     os.mkfifo(fifo)
     got: list[bytes] = []
+    said, gave_up = threading.Event(), threading.Event()
 
-    def reader():
-        time.sleep(0.5)  # the writer finds no reader first: it says so and waits, as the shell's `> fifo` does
-        with open(fifo, "rb") as f:
-            got.append(f.read())
+    def say(*a, **k):  # gac.io's print: set once the writer has said it waits for a reader
+        builtins.print(*a, **k)
+        if "waiting for a reader" in " ".join(map(str, a)):
+            said.set()
+
+    monkeypatch.setattr(gac.io, "print", say, raising=False)
+
+    def reader():  # opens once the writer found no reader: it says so and waits, as the shell's `> fifo` does
+        if said.wait(600) and not gave_up.is_set():
+            with open(fifo, "rb") as f:
+                got.append(f.read())
 
     t = threading.Thread(target=reader)
     t.start()
-    assert main(["align", str(files / "alloc.json"), "-o", str(fifo)]) == 0
-    t.join(30)
+    try:
+        assert main(["align", str(files / "alloc.json"), "-o", str(fifo)]) == 0
+    finally:
+        gave_up.set()  # a writer that never waited: the reader ends without opening (and the test fails below)
+        said.set()
+        t.join()
     assert json.loads(got[0])["dims"] == {"a": 16}
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert "waiting for a reader of the named pipe" in capsys.readouterr().err

@@ -31,6 +31,7 @@ from torch import nn
 from gac.compression.modules import get_module, module_spec
 from gac.errors import GacError
 from gac.io import CHECKPOINT_FILE
+from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 
 AUDIT_UNITS = (8, 16, 32)
@@ -158,6 +159,7 @@ def _local_or_hub(spec: str | os.PathLike) -> Path | None:
     return None
 
 
+@transformers_lock()
 def load_structure(spec: str | os.PathLike) -> nn.Module:
     """A model with the right module shapes and no weights read where avoidable (meta device)."""
     import torch

@@ -41,6 +41,7 @@ from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.hashing import file_sha256
 from gac.io import missing_reason, read_json, write_json_atomic
+from gac.transformers_lock import transformers_lock
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
 # ----------------------------------------------------------------------------------------- the save_pretrained trap
 
 
+@transformers_lock()
 def hf_loadable(model: nn.Module) -> bool:
     """Would ``from_pretrained`` on a folder written by ``save_pretrained`` rebuild this model's every weight?
 

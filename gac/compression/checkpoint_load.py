@@ -30,6 +30,7 @@ from gac.compression.modules import build_module, get_module, is_fused_experts, 
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.io import missing_reason, read_json
+from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE, differing_tied_copies, refuse_remote_code
 
 
@@ -108,6 +109,7 @@ def check_checkpoint(path: str | os.PathLike, verify: bool = True, meta: dict | 
     return meta
 
 
+@transformers_lock()
 def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = False) -> nn.Module:
     """The compressed architecture described by ``meta`` (weights not loaded). ``meta_device``: shapes only."""
     from transformers import AutoModelForCausalLM
@@ -197,7 +199,8 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
 
         try:
             refuse_remote_code(p)
-            tokenizer = AutoTokenizer.from_pretrained(str(p), **NO_REMOTE_CODE)
+            with transformers_lock():
+                tokenizer = AutoTokenizer.from_pretrained(str(p), **NO_REMOTE_CODE)
         except Exception as e:  # noqa: BLE001 - tokenizers raise many kinds for a damaged file
             why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise GacError(f"checkpoint {str(p)!r}: its tokenizer cannot be loaded ({why}); {COPY_CHECKPOINT_AGAIN}") from None

@@ -31,6 +31,7 @@ from gac.compression.layouts import (
     role_of,
 )
 from gac.errors import GacError
+from gac.transformers_lock import transformers_lock
 
 # Llama's module names, still accepted wherever roles are chosen (gac.compression.layouts.LLAMA_NAMES)
 ATTN_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -333,6 +334,7 @@ def discover_config(config) -> ModelLayout:
     return discover(skeleton(config))
 
 
+@transformers_lock()
 def skeleton(config, dtype=None, device="meta") -> nn.Module:
     """``config``'s causal LM with unallocated (``meta``) or uninitialised storage, in eval mode (tied weights tied)."""
     import torch

@@ -42,6 +42,7 @@ from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.registry import BASELINE
 from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN
+from gac.transformers_lock import transformers_lock
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ def _evaluated_shapes(config) -> dict:
     return {"h": h, "inter": max(widths, default=h), "V": V}
 
 
+@transformers_lock()
 def count_params(config) -> int:
     """Exact parameter count of ``config``'s causal LM (built on the meta device: no memory, no weights)."""
     import torch

@@ -33,6 +33,7 @@ from torch import nn
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
 from gac.io import CHECKPOINT_FILE
+from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Structure", "architecture"]
 
 
+@transformers_lock()
 def architecture(model_spec: str | os.PathLike, random_weights: bool = False, arch: dict | None = None):
     """The transformers config of a model spec, without reading any weight.
 

@@ -2,45 +2,42 @@
 
 from __future__ import annotations
 
-import threading
-
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.jobs.spec import JobSpec
+from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE
-
-_LOAD_LOCK = threading.Lock()  # transformers' loading patches process-wide state: one load at a time per process
 
 
 def load_job_model(spec: JobSpec, reserve=0):
     """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights).
-    Loads in one process are serialised (jobs run from threads of a notebook or a test).
+    Jobs may run in threads of one process (a notebook, a test): every transformers build and read inside holds
+    :func:`gac.transformers_lock.transformers_lock`.
 
     With ``model.device_map=auto`` the model is loaded on the host, in the dtype of the job's device, and spread
     over the devices (:func:`gac.models.placement.place_model`), each GPU that ``model.max_memory`` does not limit
     keeping its share of ``reserve`` (the job's working set, :func:`gac.models.placement.working_set`) free of
     weights."""
-    with _LOAD_LOCK:
-        if spec.device_map != "auto":
-            return _load_job_model(spec)
-        import tempfile
-        from dataclasses import replace
+    if spec.device_map != "auto":
+        return _load_job_model(spec)
+    import tempfile
+    from dataclasses import replace
 
-        from gac.dtypes import resolve_dtype
-        from gac.models.offload import OffloadFolder
-        from gac.models.placement import parse_max_memory, place_model
+    from gac.dtypes import resolve_dtype
+    from gac.models.offload import OffloadFolder
+    from gac.models.placement import parse_max_memory, place_model
 
-        folder = None
-        if "disk" in parse_max_memory(spec.max_memory):  # made (so checked writable) before the weights load
-            folder = OffloadFolder(spec.offload_dir if spec.offload_dir is not None else tempfile.gettempdir())
-        try:
-            dtype = resolve_dtype(spec.dtype or "auto", spec.device)
-            model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)))
-            return place_model(model, spec.device, spec.max_memory, folder, reserve=reserve), tokenizer
-        except BaseException:
-            if folder is not None:
-                folder.remove()
-            raise
+    folder = None
+    if "disk" in parse_max_memory(spec.max_memory):  # made (so checked writable) before the weights load
+        folder = OffloadFolder(spec.offload_dir if spec.offload_dir is not None else tempfile.gettempdir())
+    try:
+        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
+        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)))
+        return place_model(model, spec.device, spec.max_memory, folder, reserve=reserve), tokenizer
+    except BaseException:
+        if folder is not None:
+            folder.remove()
+        raise
 
 
 def _load_job_model(spec: JobSpec):
@@ -56,8 +53,8 @@ def _load_job_model(spec: JobSpec):
 
         config = architecture(spec.model_spec, random_weights=True, arch=dict(spec.arch))
         dtype = resolve_dtype(spec.dtype or "auto", spec.device)
-        torch.manual_seed(spec.seed)
-        with torch.device(spec.device):
+        with transformers_lock(), torch.device(spec.device):
+            torch.manual_seed(spec.seed)  # under the lock: no other build draws from the generator in between
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         return model.eval(), None
     from gac.models import load_model
@@ -65,6 +62,7 @@ def _load_job_model(spec: JobSpec):
     return load_model(spec.model_spec, dtype=spec.dtype or "auto", device=spec.device)
 
 
+@transformers_lock()
 def model_config_offline(model_spec: str, arch: dict | None = None):
     """A model's config without loading weights or touching the network: tiny's, a local or cached hub model's
     ``config.json``, a gac checkpoint's base config, else one built from ``arch`` (the ``model.arch`` block of the
@@ -114,6 +112,7 @@ def job_model_config(spec: JobSpec):
     return model_config_offline(spec.model_spec, spec.arch)
 
 
+@transformers_lock()
 def model_max_positions(model_spec: str) -> int | None:
     """A model's ``max_position_embeddings`` from its config alone (no weights read): tiny's, a gac checkpoint's
     base config, a local directory's or a cached hub model's config.json; None when it cannot be had offline."""

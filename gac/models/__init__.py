@@ -27,6 +27,7 @@ from gac.errors import GacError
 from gac.io import CHECKPOINT_FILE as CHECKPOINT_MARKER
 from gac.models.checks import check_finite_weights, check_hf_dir
 from gac.registry import NAMED_MODELS as BUILTIN
+from gac.transformers_lock import transformers_lock
 from gac.untrusted import (
     NO_REMOTE_CODE,
     check_config_values,
@@ -173,6 +174,7 @@ def load_model(spec: str | os.PathLike, dtype=None, device: str = "cpu", verify:
     return model, tokenizer
 
 
+@transformers_lock()
 def _tokenizer_from(path: Path):
     from transformers import AutoTokenizer
 
@@ -182,6 +184,7 @@ def _tokenizer_from(path: Path):
         raise GacError(f"no tokenizer in {path} ({type(e).__name__}); save the tokenizer beside the weights") from None
 
 
+@transformers_lock()
 def _load_hf(spec: str, kind: str, dtype, device: str):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

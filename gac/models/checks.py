@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gac.dtypes import dtype_str
 from gac.errors import GacError
+from gac.transformers_lock import transformers_lock
 from gac.untrusted import (
     COPY_MODEL_AGAIN,
     NO_REMOTE_CODE,
@@ -233,6 +234,7 @@ def _check_tied(path: Path, config, files: list[Path], shared: dict, prefix: str
                        f"config.json; else remove {other!r} ({COPY_MODEL_AGAIN})")
 
 
+@transformers_lock()
 def check_hf_dir(path: Path):
     """A local Hugging Face model directory: its config loads and its safetensors weights are exactly the tensors
     the config's architecture has, with the config's shapes (tied weights may be stored once). Returns the config."""

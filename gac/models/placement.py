@@ -34,6 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gac.errors import GacError
+from gac.transformers_lock import transformers_lock
 
 log = logging.getLogger(__name__)
 
@@ -430,7 +431,7 @@ def plan_for_config(config, dtype, device: str, max_memory: Mapping | None = Non
 
     from gac.dtypes import resolve_dtype
 
-    with torch.device("meta"):
+    with transformers_lock(), torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype, device))
     return _plan(skeleton, device, max_memory, reserve, available)
 

@@ -40,6 +40,7 @@ from gac.fixtures.tiny import (
 from gac.hashing import file_sha256
 from gac.io import file_problem
 from gac.text import load_text, tokenize_text
+from gac.transformers_lock import transformers_lock
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +218,10 @@ def rebuild_task_files(root: str | os.PathLike, evaluate: bool = True) -> dict:
         from transformers import AutoTokenizer, LlamaForCausalLM
 
         root = Path(root).expanduser().resolve()
-        model = LlamaForCausalLM.from_pretrained(str(root), dtype=torch.float32).eval()
-        prov["eval"] = _eval_summary(model, AutoTokenizer.from_pretrained(str(root)), root)
+        with transformers_lock():
+            model = LlamaForCausalLM.from_pretrained(str(root), dtype=torch.float32).eval()
+            tokenizer = AutoTokenizer.from_pretrained(str(root))
+        prov["eval"] = _eval_summary(model, tokenizer, root)
         prov["task_files_build"]["seconds"] = round(time.time() - t0, 1)
         write_provenance(root, prov)
     return prov

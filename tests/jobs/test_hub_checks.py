@@ -39,9 +39,18 @@ def env(monkeypatch, tmp_path):
 
 
 def _serve(handler_cls):
+    """A local HTTP server on a free port, serving from a thread until :func:`_stop`."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.thread = threading.Thread(target=server.serve_forever, daemon=True)
+    server.thread.start()
     return server
+
+
+def _stop(server) -> None:
+    """Stop ``server`` and join its thread (and its request threads): none outlives the test."""
+    server.shutdown()
+    server.server_close()
+    server.thread.join()
 
 
 def _free_port() -> int:
@@ -81,7 +90,7 @@ def proxy():
     server.seen, server.state = seen, state
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield server
-    server.shutdown()
+    _stop(server)
 
 
 def test_the_hub_is_asked_through_the_environments_proxy(env, proxy):
@@ -164,7 +173,7 @@ def fake_hub(env, tmp_path):
     env.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))  # no stored login token either
     server.calls = calls
     yield server
-    server.shutdown()
+    _stop(server)
 
 
 def test_a_gated_model_without_a_token_is_refused_naming_the_fix(fake_hub):

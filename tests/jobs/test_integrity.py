@@ -21,25 +21,60 @@ def shared(tmp_path_factory):
     return tmp_path_factory.mktemp("shared") / "results"
 
 
-def _run_threads(*cfgs):
+def _start(*cfgs):
+    """``run_config`` of each config in a thread of its own: the threads, their records and their errors (each
+    thread is joined by :func:`_join` before the test returns)."""
     out, errors = [None] * len(cfgs), []
 
     def one(i, cfg):
         try:
             out[i] = run_config(cfg)
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:  # noqa: BLE001 - reported by _join
             errors.append(e)
 
-    threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate(cfgs)]
+    threads = [threading.Thread(target=one, args=(i, c), name=f"job-{i}") for i, c in enumerate(cfgs)]
     for t in threads:
         t.start()
+    return threads, out, errors
+
+
+def _join(threads, out, errors):
     for t in threads:
         t.join()
     assert not errors, errors
     return out
 
 
-def test_two_identical_jobs_at_once_leave_one_record_and_score_once(make_cfg):
+def _run_threads(*cfgs):
+    return _join(*_start(*cfgs))
+
+
+@pytest.fixture
+def waiting_seen(monkeypatch):
+    """An event set when a job records that it waits for an identical job (its ``waiting`` event)."""
+    import gac.jobs.tracking as tracking
+
+    seen, real = threading.Event(), tracking.append_event
+
+    def append_event(root, key, event, **fields):
+        real(root, key, event, **fields)
+        if event == "waiting" and fields.get("what") == "job":
+            seen.set()
+
+    monkeypatch.setattr(tracking, "append_event", append_event)
+    return seen
+
+
+def test_two_identical_jobs_at_once_leave_one_record_and_score_once(make_cfg, waiting_seen, monkeypatch):
+    from gac.jobs.stages import JobStages
+
+    real_load = JobStages.load
+
+    def load_once_the_other_waits(self, *a, **k):  # the job holding the key goes on once the other waits for it
+        assert waiting_seen.wait(600), "the second job never waited for the first"
+        return real_load(self, *a, **k)
+
+    monkeypatch.setattr(JobStages, "load", load_once_the_other_waits)
     cfg = make_cfg(*FAST, "align=gac")
     a, b = _run_threads(cfg, dict(cfg))
     store = ResultsStore(cfg["results_dir"])
@@ -62,7 +97,7 @@ def test_parallel_points_of_a_sweep_share_one_scoring_pass(make_cfg):
     assert not list((store.cache_dir / "prepared").glob("*.lock"))
 
 
-def test_busy_key_waits_or_skips(make_cfg, shared):
+def test_busy_key_waits_or_skips(make_cfg, shared, waiting_seen):
     cfg = make_cfg(*FAST, "align=round_up", results_dir=shared)
     store = ResultsStore(cfg["results_dir"])
     store.prepare_for_writing()
@@ -72,10 +107,17 @@ def test_busy_key_waits_or_skips(make_cfg, shared):
     busy = run_config({**cfg, "on_busy": "skip"})
     assert busy["skipped"] and busy["skip_reason"] == "busy" and busy["busy"]["token"] == holder.info["token"]
     assert not store.is_done(key)
-    threading.Timer(0.5, holder.release).start()  # the holder fails (no record): the waiter runs the job itself
-    t0 = time.monotonic()
-    rec = run_config(cfg)
-    assert time.monotonic() - t0 >= 0.5 and not rec.get("skipped") and store.is_done(key)
+    waiter = _start(cfg)
+    try:
+        waited = waiting_seen.wait(600)
+        done_while_held = store.is_done(key)
+    finally:
+        holder.release()  # the holder fails (no record): the waiter runs the job itself
+        (rec,) = _join(*waiter)
+    assert waited and not done_while_held
+    assert not rec.get("skipped") and store.is_done(key)
+    events = [json.loads(x)["event"] for x in (store.root / "runs" / f"{key}.jsonl").read_text().splitlines()]
+    assert events.index("waiting") < events.index("started")
 
 
 def test_a_resumed_record_keeps_per_attempt_timings(make_cfg, monkeypatch):

@@ -127,9 +127,13 @@ def test_acquire_waits_then_times_out_with_who_holds_it(tmp_path):
     with pytest.raises(GacError, match=f"held by .* pid {os.getpid()}"):
         FileLock(path).acquire(timeout=0.3, poll_s=0.05, on_wait=seen.append)
     assert seen and seen[0]["pid"] == os.getpid()
-    threading.Timer(0.2, a.release).start()
+    releaser = threading.Thread(target=a.release)  # the holder lets go once the waiter waits: no timing
     b = FileLock(path)
-    b.acquire(timeout=10, poll_s=0.05)
+    try:
+        b.acquire(timeout=600, poll_s=0.05, on_wait=lambda holder: releaser.start())
+    finally:
+        if releaser.ident is not None:
+            releaser.join()
     assert b.held
     b.release()
 
