@@ -69,7 +69,10 @@ def bench() -> None:
     """Side-by-side latency of a store's records in one process on one device (``gac bench`` as a Hydra app,
     ``conf/bench.yaml``: a Slurm launcher measures a stored sweep on a GPU node)."""
 
+    from gac.jobs.command_line import check_config_dir
+
     guard_closed_pipe("experiments/bench.py")
+    check_config_dir(sys.argv[1:], "experiments/bench.py")
     register_launcher()  # the Slurm launchers' settings (gac_slurm) and class
     try:
         _hydra_main("bench", _bench_task)()
@@ -114,6 +117,9 @@ def _profile(c: dict) -> None:
 
 def profile_device() -> None:
     """Kernel dimension sweeps on this machine -> a HardwareProfile directory (``conf/profile.yaml``)."""
+    from gac.jobs.command_line import check_config_dir
+
     guard_closed_pipe("experiments/profile_device.py")
+    check_config_dir(sys.argv[1:], "experiments/profile_device.py")
     register_launcher()  # the Slurm launchers (gac_slurm), for a profile submitted with -m hydra/launcher=slurm_*
     _hydra_main("profile", _profile_task)()

@@ -88,6 +88,10 @@ def _parse_hint(overrides: list[str]) -> str:
                     f"whole override for the shell: '{key}=\"{value} {o}\"'")
     for o in overrides:
         key, sep, value = o.partition("=")
+        if sep and "~" in value and not value.startswith(("'", '"')):
+            fix = f"'{key}=\"{value}\"'" if "/" in value else f"{key}={value.replace('~', '')} or '{key}=\"{value}\"'"
+            return (f"; '~' in a value must be quoted for Hydra inside shell quotes: write {fix} (unquoted, '~' only "
+                    f"deletes a key: ~{key.lstrip('+~')})")
         if sep and any(c in value for c in " ()[]{}:,'\"") and not value.startswith(("[", "{", "'", '"')):
             return (f"; a value with spaces or special characters must be quoted for Hydra inside shell quotes: "
                     f"'{key}=\"{value}\"'")
@@ -144,6 +148,16 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         for o in parsed:
             if o.input_line in msg:
                 return f"{msg}; give {o.key_or_group} a whole number (e.g. {o.key_or_group}=0)"
+    if "could not be converted to Float" in msg:  # align.latency_budget_ms=5ms: the unit is in the key's name
+        for o in parsed:
+            if o.input_line in msg:
+                unit = " in milliseconds, without a unit" if o.key_or_group.endswith("_ms") else " alone"
+                return f"{msg}; give {o.key_or_group} a number{unit} (e.g. {o.key_or_group}=5)"
+    if "Cannot assign str to Dict" in msg:  # model.max_memory=40GB: a mapping of device to size
+        for o in parsed:
+            if o.input_line in msg:
+                return (f"{msg}; {o.key_or_group} is a mapping: set one entry at a time, e.g. "
+                        f"'+{o.key_or_group}.0=40GiB +{o.key_or_group}.cpu=100GiB'")
     if "ListConfig" in msg or "list or tuple" in msg:  # eval.tasks=piqa: Hydra wants a list
         for o in parsed:
             text = o.get_value_element_as_str() if not o.is_delete() else ""
@@ -241,6 +255,7 @@ def check_command_line(argv: Sequence[str]) -> None:
 
     Only plain runs and ``-m`` sweeps are checked (``--help``, ``--cfg`` and the like are Hydra's own); swept
     values (``a,b``, ``range(...)``) are left to :class:`gac.jobs.sweep.SweepCallback`, which checks every point."""
+    check_config_dir(argv, "experiments/run.py")
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in ("-m", "--multirun") for f in flags):
         return
@@ -262,6 +277,25 @@ def check_command_line(argv: Sequence[str]) -> None:
     except GacError as e:
         print(f"experiments/run.py: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def check_config_dir(argv: Sequence[str], prog: str) -> None:
+    """Hydra's ``--config-dir DIR`` (``-cd DIR``) names an existing directory, else exit code 2 and one line: Hydra's
+    own answer to a missing one or a file is three lines and exit code 1."""
+    for i, a in enumerate(argv):
+        flag, sep, value = a.partition("=")
+        if flag not in ("--config-dir", "-cd"):
+            continue
+        if not sep:
+            if i + 1 >= len(argv):
+                continue  # Hydra's argparse says a value is missing
+            value = argv[i + 1]
+        path = Path(os.path.expanduser(value))
+        if not path.is_dir():
+            what = "is a file, not a directory" if path.exists() else "does not exist"
+            print(f"{prog}: error: {flag} {value}: {what}; give the directory that holds your own config groups "
+                  f"(e.g. DIR with DIR/model/my_model.yaml), or leave {flag} out", file=sys.stderr)
+            sys.exit(2)
 
 
 def _check_given_once(argv: Sequence[str]) -> None:
