@@ -83,6 +83,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_modelchecks import modelchecks_files
 
     modelchecks_files(T)  # the "Fifth catalogue: models as they are on disk" rows
+    from tests.bad_input_fixtures_unclear import unclear_files
+
+    unclear_files(T)  # the "Fifth catalogue: the last catalogue's unclear cases" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -34,6 +34,24 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
         return compose("config", overrides, config_dir=d, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as e:
         raise GacError(_hydra_message(e, parsed, d)) from None
+    except UnicodeDecodeError as e:  # Hydra reads a config file that is not UTF-8 and does not say which
+        check_utf8_configs(d)
+        raise GacError(f"a config file under {d} is not UTF-8 text ({e.reason}); save it as UTF-8") from None
+
+
+def check_utf8_configs(conf_dir: str | os.PathLike) -> None:
+    """Every ``*.yaml`` under ``conf_dir`` UTF-8 text, else one line naming the first that is not (Hydra's own
+    answer is a ``UnicodeDecodeError`` traceback naming no file). Three levels deep: config groups, not a whole
+    home directory given as ``--config-dir``."""
+    root = Path(conf_dir)
+    for f in sorted(f for pattern in ("*.yaml", "*/*.yaml", "*/*/*.yaml") for f in root.glob(pattern)):
+        try:
+            f.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GacError(f"config file {str(f)!r} is not UTF-8 text (byte {e.start}: {e.reason}); save it as "
+                           f"UTF-8") from None
+        except OSError:
+            continue  # unreadable: Hydra names it
 
 
 def parse_overrides(overrides: Sequence[str]) -> list:
@@ -280,8 +298,9 @@ def check_command_line(argv: Sequence[str]) -> None:
 
 
 def check_config_dir(argv: Sequence[str], prog: str) -> None:
-    """Hydra's ``--config-dir DIR`` (``-cd DIR``) names an existing directory, else exit code 2 and one line: Hydra's
-    own answer to a missing one or a file is three lines and exit code 1."""
+    """Hydra's ``--config-dir DIR`` (``-cd DIR``) names an existing directory of UTF-8 configs, else exit code 2 and
+    one line: Hydra's own answer to a missing one or a file is three lines and exit code 1, to a non-UTF-8 file a
+    traceback."""
     for i, a in enumerate(argv):
         flag, sep, value = a.partition("=")
         if flag not in ("--config-dir", "-cd"):
@@ -291,7 +310,13 @@ def check_config_dir(argv: Sequence[str], prog: str) -> None:
                 continue  # Hydra's argparse says a value is missing
             value = argv[i + 1]
         path = Path(os.path.expanduser(value))
-        if not path.is_dir():
+        if path.is_dir():
+            try:
+                check_utf8_configs(path)
+            except GacError as e:
+                print(f"{prog}: error: {e}", file=sys.stderr)
+                sys.exit(2)
+        else:
             what = "is a file, not a directory" if path.exists() else "does not exist"
             print(f"{prog}: error: {flag} {value}: {what}; give the directory that holds your own config groups "
                   f"(e.g. DIR with DIR/model/my_model.yaml), or leave {flag} out", file=sys.stderr)
