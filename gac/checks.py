@@ -114,3 +114,17 @@ def arg_type(check):
 
     convert.__name__ = check.__name__
     return convert
+
+
+def check_utf8_args(argv) -> None:
+    """Every command-line argument valid UTF-8: a path whose name is not (``mod\\xff``, kept by Python as a surrogate
+    escape) cannot go into the JSON records, checkpoint manifests and safetensors headers gac writes (it was
+    reported as a truncated safetensors file, or a traceback once the work was done)."""
+    for a in argv:
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(a).decode("utf-8", "backslashreplace")
+            raise GacError(f"argument '{shown}' is not valid UTF-8 text; gac records paths in JSON and safetensors "
+                           f"headers, which hold UTF-8 only: rename it (or make a link with a UTF-8 name) and give "
+                           f"that") from None

@@ -16,6 +16,7 @@ import pkgutil
 import sys
 
 from gac import __version__, commands
+from gac.checks import check_utf8_args
 from gac.errors import GacError
 
 _NOT_COMMANDS = {"hydra_apps"}  # the Hydra entry points (gac-run, gac-bench, gac-profile-device) live beside them
@@ -104,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         prog = getattr(args, "_prog", prog)
         if guard is not None:
             guard.prog = prog
+        try:
+            check_utf8_args(sys.argv[1:] if argv is None else argv)  # before any work: see check_utf8_args
+        except GacError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
         rc = _run(parser, args, sys.argv[1:] if argv is None else list(argv))
         if guard is not None:
             guard.flush()  # the output still buffered: a full disk says so now, not at exit with a traceback

@@ -273,7 +273,6 @@ def check_command_line(argv: Sequence[str]) -> None:
 
     Only plain runs and ``-m`` sweeps are checked (``--help``, ``--cfg`` and the like are Hydra's own); swept
     values (``a,b``, ``range(...)``) are left to :class:`gac.jobs.sweep.SweepCallback`, which checks every point."""
-    check_config_dir(argv, "experiments/run.py")
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in ("-m", "--multirun") for f in flags):
         return
