@@ -18,7 +18,7 @@ def add_arguments(p):
     from gac.registry import LATENCY_STRATEGIES, STRATEGIES
 
     p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (format: docs/algorithm.md, 'The gac align file format')")
-    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default: print it)")
+    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default, or -: print it)")
     p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac); "
                    f"{', '.join(LATENCY_STRATEGIES)} with a latency budget and per-target latencies in the file")
     p.add_argument("--unit", type=int, default=None, help="alignment unit (overrides the file's; default 8)")
@@ -48,6 +48,8 @@ def run(args) -> int:
         why = window_unused(args.strategy)
         if why:  # the sweep refuses align.window under these strategies too
             raise refusal(f"--window {args.window}", axis_of("align.window"), why)
+    if args.output == "-":  # the plan is text: '-' is stdout, as without -o (no summary line then)
+        args.output = None
     if args.output:
         check_output_file(args.output, "-o", args.force, inputs=[args.allocation])
     alloc = load_allocation(args.allocation)
