@@ -165,7 +165,9 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
     if "could not be converted to Integer" in msg:  # seed=1e20: a float where the schema wants an integer
         for o in parsed:
             if o.input_line in msg:
-                return f"{msg}; give {o.key_or_group} a whole number (e.g. {o.key_or_group}=0)"
+                example = _default_of(o.key_or_group, conf_dir)  # a value the config takes (0 may not be one)
+                example = example if isinstance(example, int) and not isinstance(example, bool) else 1
+                return f"{msg}; give {o.key_or_group} a whole number (e.g. {o.key_or_group}={example})"
     if "could not be converted to Float" in msg:  # align.latency_budget_ms=5ms: the unit is in the key's name
         for o in parsed:
             if o.input_line in msg:
@@ -205,6 +207,16 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         if not _key_exists(o.key_or_group, conf_dir, [x.input_line for x in parsed if x.key_or_group in groups]):
             return _unknown_key(o.key_or_group, conf_dir)
     return msg
+
+
+def _default_of(path: str, conf_dir: str):
+    """The value of ``path`` in the config composed without overrides (None where it has none or does not compose)."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.select(compose("config", [], config_dir=conf_dir), path)
+    except Exception:  # noqa: BLE001 - a courtesy hint only
+        return None
 
 
 def _is_list_key(path: str, conf_dir: str) -> bool:
