@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             guard.prog = prog
         try:
             check_utf8_args(sys.argv[1:] if argv is None else argv)  # before any work: see check_utf8_args
+            if sys.stdout is None:  # `gac demo >&-`: Python drops a closed stdout; every print went nowhere, exit 0
+                raise GacError("stdout is closed (>&-): gac prints its results and summaries there; redirect it to a "
+                               "file or to /dev/null instead (> out.txt)")
         except GacError as e:
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
