@@ -96,10 +96,32 @@ def env_number(var: str) -> float:
 
 
 def check_environment() -> None:
-    """Every number of :data:`ENV_NUMBERS` set in the environment is one: checked when a command or job starts,
-    not when the value is first read in the middle of the work."""
+    """Every number of :data:`ENV_NUMBERS` set in the environment is one, and the Hugging Face token one line:
+    checked when a command or job starts, not when the value is first read in the middle of the work."""
     for var in ENV_NUMBERS:
         env_number(var)
+    check_hub_token()
+
+
+def check_hub_token() -> None:
+    """The Hugging Face token (``HF_TOKEN``, else the file ``hf auth login`` stored) holds no space or line break
+    inside it: such a token cannot go into an HTTP header, and every hub request failed as if the hub could not be
+    reached ("couldn't connect"). Spaces at its ends are stripped by the hub client and harmless."""
+    from pathlib import Path
+
+    token, where = os.environ.get("HF_TOKEN"), "HF_TOKEN"
+    if token is None:
+        home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+        path = Path(os.environ.get("HF_TOKEN_PATH") or os.path.join(home, "token"))
+        try:
+            token, where = path.read_text(errors="replace"), f"the token file {str(path)!r}"
+        except OSError:
+            return
+    inner = token.strip()
+    bad = next((c for c in inner if c.isspace() or not c.isprintable()), None)
+    if bad is not None:
+        raise GacError(f"{where} holds {bad!r} inside the token (two lines pasted, or a quote lost?), which no hub "
+                       f"request can send: set the token alone, e.g. export HF_TOKEN=hf_... (or run `hf auth login`)")
 
 
 def arg_type(check):
@@ -114,3 +136,17 @@ def arg_type(check):
 
     convert.__name__ = check.__name__
     return convert
+
+
+def check_utf8_args(argv) -> None:
+    """Every command-line argument valid UTF-8: a path whose name is not (``mod\\xff``, kept by Python as a surrogate
+    escape) cannot go into the JSON records, checkpoint manifests and safetensors headers gac writes (it was
+    reported as a truncated safetensors file, or a traceback once the work was done)."""
+    for a in argv:
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(a).decode("utf-8", "backslashreplace")
+            raise GacError(f"argument '{shown}' is not valid UTF-8 text; gac records paths in JSON and safetensors "
+                           f"headers, which hold UTF-8 only: rename it (or make a link with a UTF-8 name) and give "
+                           f"that") from None

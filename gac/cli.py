@@ -16,6 +16,7 @@ import pkgutil
 import sys
 
 from gac import __version__, commands
+from gac.checks import check_utf8_args
 from gac.errors import GacError
 
 _NOT_COMMANDS = {"hydra_apps"}  # the Hydra entry points (gac-run, gac-bench, gac-profile-device) live beside them
@@ -68,6 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMANDS: dict = {}  # "gac NAME" -> its module (for the Ctrl-C message)
 
 
+def _dash_value_hint(message: str, argv: list[str]) -> str:
+    """argparse's "expected one argument" for a value that starts with '-' (``--sensitivity-limit -1h``): argparse
+    read the value as a flag; say how to give it."""
+    import re
+
+    m = re.match(r"argument (\S+?)(?:/(\S+))?: expected one argument", message)
+    if not m:
+        return ""
+    flags = {m[1], m[2]} - {None}
+    for i, a in enumerate(argv[:-1]):
+        if a in flags and argv[i + 1].startswith("-"):
+            return f" (argparse read {argv[i + 1]!r} as a flag): write {a}={argv[i + 1]}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``gac ARGV``. Bad input: one line ``gac CMD: error: ...`` on stderr, exit code 2. Ctrl-C (at any point,
     start-up included): one line ``gac CMD: interrupted; ...``, exit code 130, never a traceback."""
@@ -83,11 +99,20 @@ def main(argv: list[str] | None = None) -> int:
             if where == parser.prog:  # unrecognized arguments are the top parser's to report: name the command
                 with contextlib.suppress(_UsageError):
                     where = getattr(parser.parse_known_args(argv)[0], "_prog", where)
-            print(f"{where}: error: {e}; see {where} --help", file=sys.stderr)
+            print(f"{where}: error: {e}{_dash_value_hint(str(e), sys.argv[1:] if argv is None else argv)}; see "
+                  f"{where} --help", file=sys.stderr)
             return 2
         prog = getattr(args, "_prog", prog)
         if guard is not None:
             guard.prog = prog
+        try:
+            check_utf8_args(sys.argv[1:] if argv is None else argv)  # before any work: see check_utf8_args
+            if sys.stdout is None:  # `gac demo >&-`: Python drops a closed stdout; every print went nowhere, exit 0
+                raise GacError("stdout is closed (>&-): gac prints its results and summaries there; redirect it to a "
+                               "file or to /dev/null instead (> out.txt)")
+        except GacError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
         rc = _run(parser, args, sys.argv[1:] if argv is None else list(argv))
         if guard is not None:
             guard.flush()  # the output still buffered: a full disk says so now, not at exit with a traceback

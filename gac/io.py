@@ -323,6 +323,14 @@ def _open_fd_link(path: Path) -> int | None:
     return None
 
 
+def check_not_dash(path: str | os.PathLike, flag: str, what: str) -> None:
+    """``-`` as an output path: not stdout where a command writes ``what`` (a file beside its printed summary, a
+    directory); it would have made a file named ``-``. One line; ``./-`` names such a file on purpose."""
+    if str(path) == "-":
+        raise GacError(f"{flag} -: this command writes {what} there, not to stdout (its summary goes to stdout); give "
+                       f"a path (./- for a file named '-')")
+
+
 def check_output_file(path: str | os.PathLike, flag: str = "--json", force: bool = False,
                       inputs: tuple | list = ()) -> str:
     """Where a command writes one file (``-o``, ``--json``, ``--save-allocation``), checked before the work: the
@@ -332,6 +340,7 @@ def check_output_file(path: str | os.PathLike, flag: str = "--json", force: bool
     one line: a directory, a dangling or looping link, a block device or a socket, an existing file without
     ``force``, one of the command's ``inputs``, a path inside a model directory or a results store's own
     directories."""
+    check_not_dash(path, flag, "a file")
     p = Path(path).expanduser()
     if _open_fd_link(p) is not None:
         return "stream"

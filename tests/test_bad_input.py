@@ -86,6 +86,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_export import export_files
 
     export_files(T)  # the "Fifth catalogue: export" rows
+    from tests.bad_input_fixtures_unclear import unclear_files
+
+    unclear_files(T)  # the "Fifth catalogue: the last catalogue's unclear cases" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

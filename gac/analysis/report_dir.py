@@ -24,6 +24,7 @@ without ``plan.d_star``) is skipped. ``index.md`` lists what was written and wha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -109,6 +110,19 @@ def check_out_dir(out_dir: str | os.PathLike, force: bool = False) -> Path:
     return out
 
 
+def _discard(rep: Report, made: bool) -> None:
+    """Remove what a failed report wrote (and its directory, when the report made it and nothing else is there)."""
+    for p in rep.written:
+        with contextlib.suppress(OSError):
+            p.unlink()
+    for tmp in rep.out_dir.glob(f".*.{os.getpid()}.*.tmp"):  # this process's temp file a write stopped in
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    if made:
+        with contextlib.suppress(OSError):
+            rep.out_dir.rmdir()
+
+
 def write_report(
     df: pd.DataFrame,
     out_dir: str | os.PathLike,
@@ -138,65 +152,75 @@ def write_report(
         raise GacError("no completed records to report on; run jobs first")
     df = S.filter_settings(df, where, "gac report")
     df.attrs["bench"] = bench
+    made = not Path(out_dir).exists()
     rep = Report(check_out_dir(out_dir, force))
-    fig_formats = [f.lower() for f in figure_formats]
+    try:
+        fig_formats = [f.lower() for f in figure_formats]
 
-    def table(name: str, t: pd.DataFrame, caption: str | None = None):
-        if t.empty:
-            rep.skipped.append(f"{name}: empty table")
-            return
-        for k in dict.fromkeys(kinds):
-            p = rep.out_dir / f"{name}.{k}"
-            write_text_atomic(p, format_table(t, k, caption=caption if k == "md" else None), overwrite=True)
-            rep.written.append(p)
-        if "md" in kinds:
-            rep.sections.append(f"## {caption or name}\n\n" + format_table(t, "md"))
+        def table(name: str, t: pd.DataFrame, caption: str | None = None):
+            if t.empty:
+                rep.skipped.append(f"{name}: empty table")
+                return
+            for k in dict.fromkeys(kinds):
+                p = rep.out_dir / f"{name}.{k}"
+                write_text_atomic(p, format_table(t, k, caption=caption if k == "md" else None), overwrite=True)
+                rep.written.append(p)
+            if "md" in kinds:
+                rep.sections.append(f"## {caption or name}\n\n" + format_table(t, "md"))
 
-    def figure(name: str, fig):
-        rep.written += F.save_figure(fig, rep.out_dir / name, fig_formats)
+        def figure(name: str, fig):
+            rep.written += F.save_figure(fig, rep.out_dir / name, fig_formats)
 
-    for experiment, part in experiments(df):
-        arts = EXPERIMENT_ARTEFACTS.get(experiment, ALL_ARTEFACTS)
-        names = _Names(experiment)
-        if experiment != DEFAULT_EXPERIMENT:
-            rep.sections.append(f"# Experiment {experiment}")
-        keys = set(part["key"].astype(str))
-        part.attrs["bench"] = [b for b in bench or [] if keys & {k for pt in (b.get("points") or {}).values()
-                                                               for k in pt.get("variants", {})}]
-        tag_seq = part["seq_len"].nunique() > 1
-        for (model, gpu, seq_len), g in _groups(part, ["model", "gpu", "seq_len"]):
-            if "table5" in arts:
-                _table5s(g, model, gpu, seq_len, tag_seq, table, rep, names("table5"))
-            if "ratio_sweep" in arts:
-                _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("ratio_sweep"))
-            if "latency_pareto" in arts:
-                _pareto(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("latency_pareto"))
-        if "latency" in arts:
-            for (model, gpu), g in _groups(part, ["model", "gpu"]):
-                _latency(g, model, gpu, table, figure, rep, names("latency_seq"))
-        if "proxies" in arts:
-            _proxies(part, table, figure, rep, names("proxies"))
-        if "plans" in arts:
-            _plans(part, table, figure, rep, names("plans"))
-        if "bench" in arts:
-            _benches(part, figure, rep, names("bench"))
-    for prof in profiles:
-        _staircases(prof, table, figure, rep)
+        for experiment, part in experiments(df):
+            arts = EXPERIMENT_ARTEFACTS.get(experiment, ALL_ARTEFACTS)
+            names = _Names(experiment)
+            if experiment != DEFAULT_EXPERIMENT:
+                rep.sections.append(f"# Experiment {experiment}")
+            keys = set(part["key"].astype(str))
+            part.attrs["bench"] = [b for b in bench or [] if keys & {k for pt in (b.get("points") or {}).values()
+                                                                   for k in pt.get("variants", {})}]
+            tag_seq = part["seq_len"].nunique() > 1
+            for (model, gpu, seq_len), g in _groups(part, ["model", "gpu", "seq_len"]):
+                if "table5" in arts:
+                    _table5s(g, model, gpu, seq_len, tag_seq, table, rep, names("table5"))
+                if "ratio_sweep" in arts:
+                    _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("ratio_sweep"))
+                if "latency_pareto" in arts:
+                    _pareto(g, model, gpu, seq_len, tag_seq, table, figure, rep, names("latency_pareto"))
+            if "latency" in arts:
+                for (model, gpu), g in _groups(part, ["model", "gpu"]):
+                    _latency(g, model, gpu, table, figure, rep, names("latency_seq"))
+            if "proxies" in arts:
+                _proxies(part, table, figure, rep, names("proxies"))
+            if "plans" in arts:
+                _plans(part, table, figure, rep, names("plans"))
+            if "bench" in arts:
+                _benches(part, figure, rep, names("bench"))
+        for prof in profiles:
+            _staircases(prof, table, figure, rep)
 
-    index = rep.out_dir / "index.md"
-    lines = ["# gac report", "", f"{len(df)} completed records.", "", "## Files", ""]
-    lines += [f"- {p.name}" for p in rep.written]
-    wrecked = df[df["ppl_warning"].notna()] if "ppl_warning" in df.columns else df.iloc[:0]
-    if len(wrecked):  # said once at the top: their rows sit in the tables like any other
-        lines += ["", "## Warnings", ""] + [
-            f"- {r.model}, {r.compressor}" + (f" ratio {r.ratio:g}" if pd.notna(r.ratio) else "")
-            + f" ({r.strategy}; record {r.key}): {r.ppl_warning}" for r in wrecked.itertuples()]
-    if rep.skipped:
-        lines += ["", "## Skipped", ""] + [f"- {s}" for s in rep.skipped]
-    lines += [""] + rep.sections
-    write_text_atomic(index, "\n".join(lines) + "\n", overwrite=True)
-    rep.written.append(index)
-    log.info("report: %d files in %s (%d skipped)", len(rep.written), rep.out_dir, len(rep.skipped))
+        index = rep.out_dir / "index.md"
+        lines = ["# gac report", "", f"{len(df)} completed records.", "", "## Files", ""]
+        lines += [f"- {p.name}" for p in rep.written]
+        wrecked = df[df["ppl_warning"].notna()] if "ppl_warning" in df.columns else df.iloc[:0]
+        if len(wrecked):  # said once at the top: their rows sit in the tables like any other
+            lines += ["", "## Warnings", ""] + [
+                f"- {r.model}, {r.compressor}" + (f" ratio {r.ratio:g}" if pd.notna(r.ratio) else "")
+                + f" ({r.strategy}; record {r.key}): {r.ppl_warning}" for r in wrecked.itertuples()]
+        if rep.skipped:
+            lines += ["", "## Skipped", ""] + [f"- {s}" for s in rep.skipped]
+        lines += [""] + rep.sections
+        write_text_atomic(index, "\n".join(lines) + "\n", overwrite=True)
+        rep.written.append(index)
+        log.info("report: %d files in %s (%d skipped)", len(rep.written), rep.out_dir, len(rep.skipped))
+    except (GacError, OSError) as e:  # a full disk half-way: no partial report is left behind as if complete
+        _discard(rep, made)
+        why = e if isinstance(e, GacError) else f"{e.strerror or e}"
+        raise GacError(f"the report in {str(rep.out_dir)!r} could not be written ({why}); the files it had written "
+                       f"were removed: free space there or choose another directory, and run gac report again") from None
+    except BaseException:
+        _discard(rep, made)
+        raise
     return rep
 
 

@@ -18,7 +18,7 @@ def add_arguments(p):
     from gac.registry import LATENCY_STRATEGIES, STRATEGIES
 
     p.add_argument("allocation", metavar="ALLOCATION.json", help="input allocation (format: docs/algorithm.md, 'The gac align file format')")
-    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default: print it)")
+    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default, or -: print it)")
     p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac); "
                    f"{', '.join(LATENCY_STRATEGIES)} with a latency budget and per-target latencies in the file")
     p.add_argument("--unit", type=int, default=None, help="alignment unit (overrides the file's; default 8)")
@@ -43,6 +43,13 @@ def run(args) -> int:
         check_unit(args.unit)  # before reading anything
     if args.window is not None:
         check_window(args.window)
+        from gac.jobs.axes import axis_of, refusal, window_unused
+
+        why = window_unused(args.strategy)
+        if why:  # the sweep refuses align.window under these strategies too
+            raise refusal(f"--window {args.window}", axis_of("align.window"), why)
+    if args.output == "-":  # the plan is text: '-' is stdout, as without -o (no summary line then)
+        args.output = None
     if args.output:
         check_output_file(args.output, "-o", args.force, inputs=[args.allocation])
     alloc = load_allocation(args.allocation)
@@ -111,20 +118,31 @@ def by_unit(plan) -> str:
     return ", ".join(f"{u}: {plan.aligned_by_unit[u]:.0%}" for u in (8, 16, 32) if u in plan.aligned_by_unit)
 
 
-def format_comparison(alloc, unit: int, window: int) -> str:
+def comparison(alloc, unit: int, window: int) -> list:
+    """``(strategy, plan or the GacError it refused with)`` for every strategy (``gac_latency`` too when the
+    allocation has a latency budget)."""
     from gac.align.strategies import STRATEGIES
+    from gac.errors import GacError
+
+    out = []
+    for name in [*STRATEGIES] + (["gac_latency"] if alloc.latency_budget_ms is not None else []):
+        try:
+            out.append((name, solve(alloc, name, unit, window)))
+        except GacError as e:
+            out.append((name, e))
+    return out
+
+
+def format_comparison(alloc, unit: int, window: int, rows: list | None = None) -> str:
     from gac.errors import GacError
 
     lines = [
         f"{'strategy':<14} {'params':>16} {'budget':>16} {'met':>4} {'align%':>7} {'@8':>5} {'@16':>5} {'@32':>5} "
         f"{'objective':>14} {'ms':>8}" + (f" {'latency_ms':>12}" if alloc.latency is not None else ""),
     ]
-    names = [*STRATEGIES] + (["gac_latency"] if alloc.latency_budget_ms is not None else [])
-    for name in names:
-        try:
-            p = solve(alloc, name, unit, window)
-        except GacError as e:
-            lines.append(f"{name:<14} error: {e}")
+    for name, p in comparison(alloc, unit, window) if rows is None else rows:
+        if isinstance(p, GacError):
+            lines.append(f"{name:<14} error: {p}")
             continue
         lines.append(
             f"{name:<14} {p.params:>16,} {p.budget:>16,} {'yes' if p.budget_met else 'NO':>4} "

@@ -30,7 +30,8 @@ def run(args) -> int:
     from gac.align.candidates import check_unit, check_window
     from gac.align.synthetic import lowrank_problem
     from gac.align.targets import check_ratio
-    from gac.commands.align import format_comparison
+    from gac.commands.align import comparison, format_comparison
+    from gac.errors import GacError
     from gac.io import check_output_file, write_output
 
     check_ratio(args.ratio)  # before any work: a bad value would otherwise print an error on every row, exit 0
@@ -40,9 +41,15 @@ def run(args) -> int:
         check_output_file(args.save_allocation, "--save-allocation", args.force)
     prob = lowrank_problem(args.shape, args.ratio, seed=args.seed)
     alloc = Allocation(prob.targets, prob.budget, args.unit, args.window)
+    rows = comparison(alloc, args.unit, args.window)
+    refused = [(name, p) for name, p in rows if isinstance(p, GacError)]
+    if refused:  # a table with error rows, exit 0, would read as a result
+        name, e = refused[0]
+        raise GacError(f"--unit {args.unit} --window {args.window} --ratio {args.ratio}: strategy {name} cannot plan "
+                       f"this problem ({e}); give a smaller --unit (8, 16, 32 or 64) or --ratio")
     print(f"{args.shape}: {len(prob.targets)} low-rank targets, full size {prob.full_params:,} parameters, "
           f"ratio {args.ratio} -> budget {prob.budget:,} (synthetic scores, real shapes)\n")
-    print(format_comparison(alloc, args.unit, args.window))
+    print(format_comparison(alloc, args.unit, args.window, rows))
     if args.save_allocation:
         write_output(args.save_allocation, allocation_to_json(alloc), "--save-allocation", args.force)
         print(f"\nallocation written to {args.save_allocation}; try: gac align {args.save_allocation} --compare")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 NAME = "evaluate"
 HELP = "perplexity, lm-eval task scores and latency of a model or a gac checkpoint"
 DESCRIPTION = """\
@@ -57,7 +60,8 @@ def add_arguments(p):
     p.add_argument("--json", metavar="OUT.json", help="write the report here")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     p.add_argument("--no-verify", action="store_true",
-                   help="gac checkpoints: skip the sha256 check of the weights (about 1 s per 1.5 GB) for a file you trust")
+                   help="gac checkpoints: skip the sha256 checks of the weights, the config and the tokenizer files "
+                        "(about 1 s per 1.5 GB) for a checkpoint you trust; a warning says it was skipped")
 
 
 def _task_files(items: list[str]) -> dict[str, str]:
@@ -158,6 +162,13 @@ def run(args) -> int:
 
     check_model_here(args.model)
     check_model_files(args.model, verify=not args.no_verify)  # weights that match their config, before the data
+    if args.no_verify:
+        from gac.compression.checkpoint import is_checkpoint
+
+        if is_checkpoint(Path(args.model).expanduser()):  # the scores rest on files nothing checked: say so once
+            logging.getLogger("gac.evaluate").warning(
+                "--no-verify: the sha256 checks of %s (weights, config, tokenizer files) are off; these scores are of "
+                "the files as they are now, not checked against what was saved", args.model)
     if args.ppl:
         check_source(ppl_source, "test", "--ppl-data")  # a binary file, a fifo, the hub while offline
     check_hub_tasks([t for t in tasks if t not in files])  # not a minute of retries after the model is loaded

@@ -17,6 +17,21 @@ from gac.cli import guard_closed_pipe
 from gac.io import conf_dir
 
 
+def check_argv(prog: str) -> None:
+    """The command line's arguments UTF-8 and its ``--config-dir`` a directory of UTF-8 configs, before Hydra reads
+    them: else exit code 2 and one line."""
+    from gac.checks import check_utf8_args
+    from gac.errors import GacError
+    from gac.jobs.command_line import check_config_dir
+
+    try:
+        check_utf8_args(sys.argv[1:])
+    except GacError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    check_config_dir(sys.argv[1:], prog)
+
+
 def _hydra_main(config_name: str, task):
     import hydra
 
@@ -51,6 +66,7 @@ def run() -> None:
     from gac.jobs.command_line import check_command_line
     from gac.jobs.experiment import interrupted
     guard_closed_pipe("experiments/run.py")  # `... --cfg job | head`: quiet, no BrokenPipeError traceback
+    check_argv("experiments/run.py")
     register_launcher()  # the typed schema (gac_schema) that conf/config.yaml composes first, and the launcher
     try:
         check_command_line(sys.argv[1:])  # an unknown option or key: exit 2 and one line, before Hydra starts
@@ -70,6 +86,7 @@ def bench() -> None:
     ``conf/bench.yaml``: a Slurm launcher measures a stored sweep on a GPU node)."""
 
     guard_closed_pipe("experiments/bench.py")
+    check_argv("experiments/bench.py")
     register_launcher()  # the Slurm launchers' settings (gac_slurm) and class
     try:
         _hydra_main("bench", _bench_task)()
@@ -115,5 +132,6 @@ def _profile(c: dict) -> None:
 def profile_device() -> None:
     """Kernel dimension sweeps on this machine -> a HardwareProfile directory (``conf/profile.yaml``)."""
     guard_closed_pipe("experiments/profile_device.py")
+    check_argv("experiments/profile_device.py")
     register_launcher()  # the Slurm launchers (gac_slurm), for a profile submitted with -m hydra/launcher=slurm_*
     _hydra_main("profile", _profile_task)()

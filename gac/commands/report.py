@@ -51,7 +51,9 @@ def _where(args) -> dict:
 
 def run(args) -> int:
     from gac.analysis import load_results, write_report
+    from gac.io import check_not_dash
 
+    check_not_dash(args.out, "-o", "a report directory")
     where = _where(args)
     df = load_results(args.results_dir)
     rep = write_report(df, args.out, table_formats=_split(args.format), figure_formats=_split(args.figures),

@@ -122,8 +122,9 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
     one of ``inputs`` (the model being compressed) or a directory that holds one, never inside a model directory or
     a results store's own directories. ``replace_hint``: how this command replaces a checkpoint (run.py cannot).
     A one-line :class:`GacError` otherwise."""
-    from gac.io import check_writable, directory_kind, owned_directory
+    from gac.io import check_not_dash, check_writable, directory_kind, owned_directory
 
+    check_not_dash(path, flag, "a checkpoint directory")
     out = Path(path).expanduser()
     where = f"{flag} {str(path)!r}"
     if out.is_symlink() and not out.exists():

@@ -83,10 +83,16 @@ def _calibration(spec: JobSpec, cfg: dict) -> str | None:
             f"{spec.allocation} reads no calibration data")
 
 
-def _window(spec: JobSpec, cfg: dict) -> str | None:
-    if spec.strategy in OWN_CANDIDATES:
-        return f"align={spec.strategy} chooses among candidates of its own (gac's window does not apply)"
+def window_unused(strategy: str) -> str | None:
+    """Why the candidate window does nothing under ``strategy`` (None: it is read); the sweep's check and
+    ``gac align --window`` both ask this."""
+    if strategy in OWN_CANDIDATES:
+        return f"align={strategy} chooses among candidates of its own (gac's window does not apply)"
     return None
+
+
+def _window(spec: JobSpec, cfg: dict) -> str | None:
+    return window_unused(spec.strategy)
 
 
 def _profile_filter(spec: JobSpec, cfg: dict) -> str | None:

@@ -34,6 +34,24 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
         return compose("config", overrides, config_dir=d, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as e:
         raise GacError(_hydra_message(e, parsed, d)) from None
+    except UnicodeDecodeError as e:  # Hydra reads a config file that is not UTF-8 and does not say which
+        check_utf8_configs(d)
+        raise GacError(f"a config file under {d} is not UTF-8 text ({e.reason}); save it as UTF-8") from None
+
+
+def check_utf8_configs(conf_dir: str | os.PathLike) -> None:
+    """Every ``*.yaml`` under ``conf_dir`` UTF-8 text, else one line naming the first that is not (Hydra's own
+    answer is a ``UnicodeDecodeError`` traceback naming no file). Three levels deep: config groups, not a whole
+    home directory given as ``--config-dir``."""
+    root = Path(conf_dir)
+    for f in sorted(f for pattern in ("*.yaml", "*/*.yaml", "*/*/*.yaml") for f in root.glob(pattern)):
+        try:
+            f.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GacError(f"config file {str(f)!r} is not UTF-8 text (byte {e.start}: {e.reason}); save it as "
+                           f"UTF-8") from None
+        except OSError:
+            continue  # unreadable: Hydra names it
 
 
 def parse_overrides(overrides: Sequence[str]) -> list:
@@ -88,6 +106,10 @@ def _parse_hint(overrides: list[str]) -> str:
                     f"whole override for the shell: '{key}=\"{value} {o}\"'")
     for o in overrides:
         key, sep, value = o.partition("=")
+        if sep and "~" in value and not value.startswith(("'", '"')):
+            fix = f"'{key}=\"{value}\"'" if "/" in value else f"{key}={value.replace('~', '')} or '{key}=\"{value}\"'"
+            return (f"; '~' in a value must be quoted for Hydra inside shell quotes: write {fix} (unquoted, '~' only "
+                    f"deletes a key: ~{key.lstrip('+~')})")
         if sep and any(c in value for c in " ()[]{}:,'\"") and not value.startswith(("[", "{", "'", '"')):
             return (f"; a value with spaces or special characters must be quoted for Hydra inside shell quotes: "
                     f"'{key}=\"{value}\"'")
@@ -143,7 +165,19 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
     if "could not be converted to Integer" in msg:  # seed=1e20: a float where the schema wants an integer
         for o in parsed:
             if o.input_line in msg:
-                return f"{msg}; give {o.key_or_group} a whole number (e.g. {o.key_or_group}=0)"
+                example = _default_of(o.key_or_group, conf_dir)  # a value the config takes (0 may not be one)
+                example = example if isinstance(example, int) and not isinstance(example, bool) else 1
+                return f"{msg}; give {o.key_or_group} a whole number (e.g. {o.key_or_group}={example})"
+    if "could not be converted to Float" in msg:  # align.latency_budget_ms=5ms: the unit is in the key's name
+        for o in parsed:
+            if o.input_line in msg:
+                unit = " in milliseconds, without a unit" if o.key_or_group.endswith("_ms") else " alone"
+                return f"{msg}; give {o.key_or_group} a number{unit} (e.g. {o.key_or_group}=5)"
+    if "Cannot assign str to Dict" in msg:  # model.max_memory=40GB: a mapping of device to size
+        for o in parsed:
+            if o.input_line in msg:
+                return (f"{msg}; {o.key_or_group} is a mapping: set one entry at a time, e.g. "
+                        f"'+{o.key_or_group}.0=40GiB +{o.key_or_group}.cpu=100GiB'")
     if "ListConfig" in msg or "list or tuple" in msg:  # eval.tasks=piqa: Hydra wants a list
         for o in parsed:
             text = o.get_value_element_as_str() if not o.is_delete() else ""
@@ -173,6 +207,16 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         if not _key_exists(o.key_or_group, conf_dir, [x.input_line for x in parsed if x.key_or_group in groups]):
             return _unknown_key(o.key_or_group, conf_dir)
     return msg
+
+
+def _default_of(path: str, conf_dir: str):
+    """The value of ``path`` in the config composed without overrides (None where it has none or does not compose)."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.select(compose("config", [], config_dir=conf_dir), path)
+    except Exception:  # noqa: BLE001 - a courtesy hint only
+        return None
 
 
 def _is_list_key(path: str, conf_dir: str) -> bool:
@@ -262,6 +306,32 @@ def check_command_line(argv: Sequence[str]) -> None:
     except GacError as e:
         print(f"experiments/run.py: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def check_config_dir(argv: Sequence[str], prog: str) -> None:
+    """Hydra's ``--config-dir DIR`` (``-cd DIR``) names an existing directory of UTF-8 configs, else exit code 2 and
+    one line: Hydra's own answer to a missing one or a file is three lines and exit code 1, to a non-UTF-8 file a
+    traceback."""
+    for i, a in enumerate(argv):
+        flag, sep, value = a.partition("=")
+        if flag not in ("--config-dir", "-cd"):
+            continue
+        if not sep:
+            if i + 1 >= len(argv):
+                continue  # Hydra's argparse says a value is missing
+            value = argv[i + 1]
+        path = Path(os.path.expanduser(value))
+        if path.is_dir():
+            try:
+                check_utf8_configs(path)
+            except GacError as e:
+                print(f"{prog}: error: {e}", file=sys.stderr)
+                sys.exit(2)
+        else:
+            what = "is a file, not a directory" if path.exists() else "does not exist"
+            print(f"{prog}: error: {flag} {value}: {what}; give the directory that holds your own config groups "
+                  f"(e.g. DIR with DIR/model/my_model.yaml), or leave {flag} out", file=sys.stderr)
+            sys.exit(2)
 
 
 def _check_given_once(argv: Sequence[str]) -> None:

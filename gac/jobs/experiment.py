@@ -43,7 +43,7 @@ def run_from_hydra(cfg) -> dict | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
-        container = OmegaConf.to_container(cfg, resolve=True)
+        container = from_launch_dir(OmegaConf.to_container(cfg, resolve=True), hc.runtime.cwd)
         record = run_config(container, list(hc.overrides.task), sweep_dir=hc.sweep.dir if multirun else None)
     except GacError as e:
         if not multirun:
@@ -61,6 +61,24 @@ def run_from_hydra(cfg) -> dict | None:
     if not multirun:
         print(format_record(record))
     return record.get("metrics")
+
+
+#: the settings that name a place to write: a relative one is taken from the directory the command ran in
+LAUNCH_RELATIVE = ("results_dir", "save_model")
+
+
+def from_launch_dir(container: dict, launch_dir: str) -> dict:
+    """``container`` with a relative ``results_dir`` / ``save_model`` made absolute against ``launch_dir``
+    (Hydra's ``hydra.runtime.cwd``, the directory the user ran the command from): with ``hydra.job.chdir=true`` a
+    job runs in its ``hydra.run.dir``, and the results would land there instead."""
+    import os
+
+    out = dict(container)
+    for key in LAUNCH_RELATIVE:
+        v = out.get(key)
+        if isinstance(v, str) and v and not os.path.isabs(os.path.expanduser(v)):
+            out[key] = os.path.join(launch_dir, v)
+    return out
 
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a process stopped by Ctrl-C

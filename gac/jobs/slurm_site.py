@@ -56,7 +56,7 @@ def parse_sinfo(text: str) -> list[NodeGroup]:
             continue
         groups.append(NodeGroup(partition=f[0].rstrip("*"), default=f[0].endswith("*"),
                                 features=frozenset(x for x in f[1].split(",") if x and x != "(null)"),
-                                gpus=parse_gres(f[2]), mem_mb=_int(f[3]), cpus=_int(f[4]), time_min=slurm_minutes(f[5])))
+                                gpus=parse_gres(f[2]), mem_mb=_mem_mb(f[3]), cpus=_int(f[4]), time_min=slurm_minutes(f[5])))
     return groups
 
 
@@ -94,6 +94,16 @@ def slurm_minutes(limit: str) -> float | None:
     if b is not None:  # minutes:seconds
         return a + b / 60
     return float(a)  # minutes
+
+
+_MEM_UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
+def _mem_mb(s: str) -> int | None:
+    """sinfo's memory in MB: plain megabytes (``%m``), or with Slurm's unit suffix where a site prints one
+    (``1000G``, ``2T``: 1000 GB read as 1000 MB refused every job "at most 0 GB"); ``+`` (nodes vary) is dropped."""
+    m = re.match(r"(\d+(?:\.\d+)?)\s*([KMGTP]?)", s.strip().upper())
+    return int(float(m[1]) * _MEM_UNITS[m[2]]) if m else None
 
 
 def _int(s: str) -> int | None:

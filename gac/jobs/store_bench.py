@@ -68,6 +68,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
         if not root.is_dir():
             raise GacError(f"results directory {str(root)!r} does not exist; give the results_dir your sweep wrote to")
         store = ResultsStore(root)
+        store.check_layout()  # bench/ (or locks/) a file: refused now, not after measuring
     if plans:
         variants, ident, dtype, measured = plan_variants(plans, model, compressor, options, dtype)
         selection = {"plans": [str(p) for p in plans], "model": model, "compressor": compressor, "options": options}

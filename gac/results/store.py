@@ -409,6 +409,7 @@ class ResultsStore:
         doc = {**doc, "key": key, "created": doc.get("created") or utc_stamp()}
         doc.pop("_path", None)
         doc.pop("skipped", None)
+        self._require_dir(self.bench_dir, contained=True)
         path = self.bench_path(key)
         if path.exists():
             path = self.bench_dir / f"{key}.rerun-{file_stamp()}.json"

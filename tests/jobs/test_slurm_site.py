@@ -38,6 +38,14 @@ def test_sinfo_rows_parse():
     assert parse_sinfo("debug*\nWelcome to Cluster X\n") == []
 
 
+def test_sinfo_memory_with_a_unit_suffix_is_read_in_its_unit():
+    """Some sites print memory as ``1000G``: read as 1000 MB it refused a 64 GB job, "at most 0 GB"."""
+    rows = parse_sinfo("gpu*|a100|gpu:a100:4|1000G|64|infinite\nbig|(null)|(null)|2T|64|infinite\n"
+                       "cpu|(null)|(null)|256000+|64|infinite\n")
+    assert [r.mem_mb for r in rows] == [1000 * 1024, 2 * 1024**2, 256000]
+    assert check_site(SITE, rows[:1]) == SITE  # 64 GB fits in 1000 GB
+
+
 @pytest.mark.parametrize(("text", "minutes"), [("infinite", math.inf), ("30", 30), ("30:00", 30), ("4:00:00", 240),
                                                ("2-00:00:00", 2880), ("1-12", 2160), ("n/a", None)])
 def test_slurm_minutes(text, minutes):
