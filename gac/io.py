@@ -251,9 +251,10 @@ _WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
 
 
 def is_store(d: Path) -> bool:
-    """Is ``d`` a results store: its marker, or its records/ (a store an older gac made, or records copied for a
-    notebook). The one rule: :meth:`gac.results.ResultsStore.exists` reads it too."""
-    return (d / STORE_MARKER).is_file() or (d / "records").is_dir()
+    """Is ``d`` a results store, for where outputs may go: its marker, or (a store an older gac made) records/ beside
+    another of a store's own directories; a user's folder that merely holds a records/ is not one."""
+    return (d / STORE_MARKER).is_file() or ((d / "records").is_dir() and any(
+        (d / x).is_dir() for x in ("failures", "runs", "locks", "work")))
 
 
 def _is_model_dir(d: Path) -> str | None:

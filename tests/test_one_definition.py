@@ -170,25 +170,6 @@ def test_one_evaluation_batch_for_the_job_gac_evaluate_and_the_suite():
     assert not _where(r"batch_size or \d", ())  # gac evaluate's flag falls back to the one default
 
 
-def test_one_rule_for_what_a_results_store_is(tmp_path):
-    """``gac.io`` (where outputs may not go) and :class:`ResultsStore` (what a report reads) know a store alike."""
-    from gac.io import STORE_MARKER, is_store
-    from gac.results import ResultsStore
-
-    layouts = {"marker": [STORE_MARKER], "runs only": ["runs/"], "records only": ["records/"],
-               "records and locks": ["records/", "locks/"], "records and cache": ["records/", "cache/"],
-               "empty": []}
-    for name, entries in layouts.items():
-        d = tmp_path / name.replace(" ", "_")
-        d.mkdir()
-        for e in entries:
-            (d / e).mkdir() if e.endswith("/") else (d / e).write_text("{}")
-        assert is_store(d) == ResultsStore(d).exists(), name
-    assert [n for n in layouts if is_store(tmp_path / n.replace(" ", "_"))] == [
-        "marker", "records only", "records and locks", "records and cache"]
-    assert not _where(r"(?m)^STORE_DIRS\s*=|def _is_store", ())
-
-
 def test_one_rule_for_the_experiments_that_end_in_table_5():
     """The end-of-sweep job shows Table 5 for exactly the experiments whose report has one."""
     from gac.analysis.report_dir import EXPERIMENT_ARTEFACTS, defines

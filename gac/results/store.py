@@ -69,7 +69,6 @@ from gac.io import (
     STORE_OWN_DIRS,
     check_writable,
     clean_temp_files,
-    is_store,
     owned_directory,
     read_json,
     write_json_atomic,
@@ -79,6 +78,7 @@ from gac.metrics import upgrade_record
 from gac.results.validate import SCHEMA_VERSION, bench_problem, is_int, record_problem
 
 MARKER = STORE_MARKER  # gac.io knows a store by it (no command writes an output into a store's own directories)
+STORE_DIRS = ("records", "failures", "runs", "work", "locks")
 MAX_RECORD_BYTES = 256 << 20  # a record is ~10-200 kB; a larger file is not one (and is not read into memory)
 
 
@@ -131,8 +131,10 @@ class ResultsStore:
 
     # ------------------------------------------------------------------------------------------------ the store
     def exists(self) -> bool:
-        """Is ``root`` a results store (:func:`gac.io.is_store`)?"""
-        return self.root.is_dir() and is_store(self.root)
+        """Does ``root`` hold results to read (its marker, or one of its directories: a copy of records/ alone is read
+        too)? Wider than :func:`gac.io.is_store`, which decides where outputs may not go."""
+        return self.root.is_dir() and ((self.root / MARKER).is_file() or any((self.root / d).is_dir()
+                                                                               for d in STORE_DIRS))
 
     def require(self) -> ResultsStore:
         """This store, or a :class:`GacError` when ``root`` is not one (a mistyped ``--results-dir``)."""
@@ -145,8 +147,8 @@ class ResultsStore:
         if not self.root.is_dir():
             raise GacError(f"{str(self.root)!r} is a file, not a results directory; check --results-dir / results_dir")
         if not self.exists():
-            raise GacError(f"{str(self.root)!r} is not a gac results store (no {MARKER} or records/ in it); check "
-                           f"--results-dir / results_dir")
+            raise GacError(f"{str(self.root)!r} is not a gac results store (no {MARKER}, records/, failures/ or "
+                           f"runs/ in it); check --results-dir / results_dir")
         self._check_marker()
         return self
 
