@@ -103,7 +103,7 @@ def prepare(
     allocation = resolve_allocation(allocation, comp)
     grid = check_sensitivity_grid(sensitivity_grid if sensitivity_grid is not None
                                   else comp.sensitivity_grid or SENSITIVITY_GRID)
-    check_allocation(allocation, comp, grid=grid)  # no ratio yet: a prepared model serves every ratio
+    check_allocation(allocation, comp)  # no ratio yet (a prepared model serves every ratio): the rule's availability
     layout = discover(model)
     units = comp.units(model, layout)
     if not units:

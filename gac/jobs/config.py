@@ -50,9 +50,12 @@ def job_from_config(cfg: dict, overrides=(), sweep_dir: str | None = None) -> Jo
     spec = _build_spec(_with_model_data(checked, data))
     if spec.sweep is None and sweep_dir is not None:
         spec.sweep = "/".join(Path(sweep_dir).parts[-2:])
+    on_busy = checked["on_busy"]
+    if on_busy not in ON_BUSY:  # a run option: checked with the others, once
+        raise GacError(f"config: on_busy must be one of {', '.join(ON_BUSY)}, got {on_busy!r}")
     wandb = _get(checked, "logger.wandb")
     run = RunOptions(results_dir=str(checked["results_dir"]), force=bool(checked["force"]),
-                     on_busy=str(checked["on_busy"]), save_model=checked.get("save_model"),
+                     on_busy=str(on_busy), save_model=checked.get("save_model"),
                      wandb=wandb if isinstance(wandb, dict) else None,
                      quiet=None if cfg.get("quiet") is None else bool(checked["quiet"]),
                      verbose=bool(checked["verbose"]), overrides=tuple(str(o) for o in overrides))
@@ -77,8 +80,8 @@ def _build_spec(cfg: dict) -> JobSpec:
     strategy = str(_require(cfg, "align.strategy"))
     if strategy not in registry.LATENCY_STRATEGIES:
         strategy = registry.STRATEGIES.resolve(strategy, "(config align.strategy)", extra=registry.LATENCY_STRATEGIES)
-    knapsack_score = registry.KNAPSACK_SCORES.resolve(str(_get(cfg, "align.knapsack_score", registry.DEFAULT_KNAPSACK_SCORE)),
-                                                      "(config align.knapsack_score)")
+    knapsack_score = registry.KNAPSACK_SCORES.resolve(
+        str(_get(cfg, "align.knapsack_score", registry.DEFAULT_KNAPSACK_SCORE)), "(config align.knapsack_score)")
     proxy = _get(cfg, "proxy.name")
     if proxy is not None:
         proxy = registry.PROXIES.resolve(str(proxy), "(config proxy=...)")
@@ -98,9 +101,6 @@ def _build_spec(cfg: dict) -> JobSpec:
         check_unit(_require(cfg, "align.unit"))
     except GacError as e:
         raise GacError(f"config: align.unit: {e}") from None
-    on_busy = cfg.get("on_busy", "wait")
-    if on_busy not in ON_BUSY:
-        raise GacError(f"config: on_busy must be one of {', '.join(ON_BUSY)}, got {on_busy!r}")
     device = str(_require(cfg, "gpu.device"))
     from gac.devices import parse_device
 

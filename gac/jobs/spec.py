@@ -48,7 +48,7 @@ class JobSpec:
     unit: int = DEFAULT_UNIT
     window: int = DEFAULT_WINDOW
     use_profile: bool = True
-    knapsack_score: str = DEFAULT_KNAPSACK_SCORE  # s_i of Eq. 4: "marginal" (the compressor's error per parameter) or "proxy"
+    knapsack_score: str = DEFAULT_KNAPSACK_SCORE  # s_i of Eq. 4: "marginal" (the error per parameter) or "proxy"
     proxy: str | None = None
     compressor_options: dict = field(default_factory=dict)
     allocation: str = "default"  # "default": the compressor's own rule (its reference's); else see gac.compression.allocation
