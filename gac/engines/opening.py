@@ -28,7 +28,7 @@ def _why_not(name: str, model, tokenizer) -> str | None:
     from gac.devices import model_device
 
     dev = model_device(model)
-    if dev.type != "cpu":
+    if dev.type not in ("cpu", "meta"):  # meta: a skeleton checked before any weights exist
         return f"it runs on the CPU here and the model is on {dev}"
     if name == "onnxruntime":
         dtype = next(model.parameters()).dtype
