@@ -248,3 +248,29 @@ def budget_note(row) -> str:
     state = "?" if held is None or held != held else "held" if held else "over"
     return f"latency <= {what}: {state}"
 
+
+#: the engine every latency of gac measured before engines were an axis: its columns keep their plain names
+DEFAULT_ENGINE = "torch"
+
+
+def engine_label(column: str, engine: str | None) -> str:
+    """A latency column named by the engine that measured it (``Prefill (ms), onnxruntime``); torch (PyTorch
+    eager) and an unknown engine keep the plain name."""
+    return column if engine in (None, "", DEFAULT_ENGINE) else f"{column}, {engine}"
+
+
+def rows_engine(rows: Iterable) -> str | None:
+    """The engine the records' own latency was measured in (``eval.engine`` of their config; torch where it is
+    not set), ``"mixed engines"`` when they differ, None without rows."""
+    from gac.analysis.load import CONFIG
+
+    seen = []
+    for rec in rows:
+        if rec is None:
+            continue
+        cfg = rec.get(CONFIG) if hasattr(rec, "get") else None
+        name = (cfg or {}).get("eval.engine") if isinstance(cfg, Mapping) else None
+        name = DEFAULT_ENGINE if name is None or (isinstance(name, float) and math.isnan(name)) else str(name)
+        if name not in seen:
+            seen.append(name)
+    return None if not seen else seen[0] if len(seen) == 1 else "mixed engines"

@@ -142,6 +142,7 @@ def bench_summary(doc: Mapping) -> dict:
     return {"key": doc.get("key"), "created": doc.get("created"), "model": (doc.get("model") or {}).get("name"),
             "device": dev.get("name"), "device_type": dev.get("type"),
             "rounds": (doc.get("protocol") or {}).get("rounds"), "baseline_record": doc.get("baseline_record"),
+            "engine": (doc.get("engine") or {}).get("name", "torch"),  # what measured it (benches before: torch)
             "path": doc.get("_path"), "points": points}
 
 

@@ -17,12 +17,14 @@ import pandas as pd
 
 from gac.align.candidates import DEFAULT_UNIT
 from gac.analysis.labels import (
+    DEFAULT_ENGINE,
     PPL,
     STRATEGY_LABELS,
     baseline_mask,
     budget_note,
     compressor_label,
     compressor_order,
+    engine_label,
     is_baseline,
     method_label,
     method_order,
@@ -30,6 +32,7 @@ from gac.analysis.labels import (
     ppl_column,
     proxy_order,
     row_number,
+    rows_engine,
     sweep_metric_rank,
     sweep_task_labels,
     task_metric_labels,
@@ -155,6 +158,8 @@ def table5(
     base_lat = lat(rows[0][1]) if not base.empty else math.nan
     keys = [str(rec["key"]) for label, rec in rows if rec is not None and label != BASELINE_LABEL]
     hit = pick_bench(bench, keys, model, 1, seq_len) if latency == "prefill_ms" and seq_len is not None else None
+    engine = hit[0].get("engine") if hit is not None else rows_engine(rec for _, rec in rows)
+    lat_col = engine_label(LAT_COL, engine)  # torch's column keeps its name; another engine's says which
     out = []
     for label, rec in rows:
         align = row_number(rec, f"aligned_{unit}") if unit is not None else row_number(rec, "aligned_fraction")
@@ -164,7 +169,7 @@ def table5(
         if hit is not None:
             pt = hit[1]
             v = None if label == BASELINE_LABEL else pt["variants"][str(rec["key"])]
-            r[LAT_COL] = pt["baseline_ms"] if v is None else v["ms"]
+            r[lat_col] = pt["baseline_ms"] if v is None else v["ms"]
             r[DELTA_COL] = math.nan if v is None else 100.0 * (v["ratio"] - 1.0)
             r[CI_LO_COL] = math.nan if v is None or v["lo"] is None else 100.0 * (v["lo"] - 1.0)
             r[CI_HI_COL] = math.nan if v is None or v["hi"] is None else 100.0 * (v["hi"] - 1.0)
@@ -172,16 +177,16 @@ def table5(
             if pr:  # the bench also predicted another GPU (gac bench --predict): its own, labelled column
                 r[f"Prefill (ms), {pr['label']}"] = pr["baseline_ms"] if v is None else pr["by_key"].get(str(rec["key"]))
         else:
-            r[LAT_COL] = lat(rec)
+            r[lat_col] = lat(rec)
             has_base = label != BASELINE_LABEL and base_lat and not math.isnan(base_lat)
-            r[DELTA_COL] = 100.0 * (r[LAT_COL] / base_lat - 1.0) if has_base else math.nan
+            r[DELTA_COL] = 100.0 * (r[lat_col] / base_lat - 1.0) if has_base else math.nan
         out.append(r)
-    cols = [ALIGN_COL] + [labels.get(m, c) for c, m in TABLE5_METRICS] + [LAT_COL, DELTA_COL]
+    cols = [ALIGN_COL] + [labels.get(m, c) for c, m in TABLE5_METRICS] + [lat_col, DELTA_COL]
     pred_cols = sorted({k for r in out for k in r if k.startswith("Prefill (ms), predicted")})
     table = pd.DataFrame(out, index=pd.Index([lbl for lbl, _ in rows], name="Method"),
                          columns=cols + ([CI_LO_COL, CI_HI_COL] if hit is not None else []) + pred_cols).astype(float)
     table.attrs["formats"] = dict(TABLE5_FORMATS) | {c: TASK_FORMAT for c in labels.values()} | \
-        {c: "{:.1f}" for c in pred_cols}
+        {c: "{:.1f}" for c in pred_cols} | {lat_col: TABLE5_FORMATS[LAT_COL]}
     parts = [str(model)]
     if gpu is not None:
         parts.append(f"on {gpu}")
@@ -194,8 +199,10 @@ def table5(
         lat_where = f"{ppl}; {lat_where}"
     if hit is not None:
         lat_where += "; " + bench_source(hit[0])
-    elif table[LAT_COL].notna().any():
+    elif table[lat_col].notna().any():
         lat_where += "; latency: per-job smoke numbers, each job timed alone (run `gac bench` for ratios with CIs)"
+    if lat_col != LAT_COL:
+        lat_where += f"; latency measured in {engine}, not PyTorch eager"
     if task_note:
         lat_where += f"; {task_note}"
     table.attrs["caption"] = f"Table 5: {' '.join(parts)} ({lat_where})"
@@ -245,10 +252,12 @@ def bench_ratios(summary: Mapping) -> pd.DataFrame:
 
 
 def bench_source(summary: Mapping) -> str:
-    """How a table's latency was measured, for its caption."""
+    """How a table's latency was measured, for its caption (the engine named when it is not torch)."""
+    engine = summary.get("engine")
+    run_by = "" if engine in (None, DEFAULT_ENGINE) else f" in {engine}"
     return (f"latency: side-by-side bench {str(summary.get('key'))[:8]} on {summary.get('device')} "
-            f"({summary.get('device_type')}), {summary.get('rounds')} interleaved rounds, paired bootstrap 95% CI "
-            f"over rounds")
+            f"({summary.get('device_type')}){run_by}, {summary.get('rounds')} interleaved rounds, paired bootstrap "
+            f"95% CI over rounds")
 
 
 # ---------------------------------------------------------------------------------------------- ratio sweep
