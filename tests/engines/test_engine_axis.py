@@ -75,6 +75,10 @@ def test_bench_engines_from_flags_and_config():
     assert engine_list("onnxruntime") == ("onnxruntime",)
     with pytest.raises(GacError, match="--engine: unknown engine 'ort'"):
         engine_list(["torch,ort"])
+    from gac.jobs.store_bench import compose_bench
+
+    assert compose_bench([])["engine"] == "torch"
+    assert engine_list(compose_bench(["engine=[torch,llama.cpp]"])["engine"]) == ("torch", "llama.cpp")
 
 
 def test_the_bench_protocol_refuses_what_an_engine_cannot_time():
