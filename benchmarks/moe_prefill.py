@@ -1,6 +1,6 @@
 """Prefill of a dense mixture-of-experts model against its pruned experts at one parameter budget, side by side.
 
-    python benchmarks/moe_prefill.py --out docs/results-moe.md          # alone on the machine: about 2-3 minutes
+    python benchmarks/moe_prefill.py --out docs/results-moe.md          # about 1.5 CPU minutes (alone: ~2 min)
     python benchmarks/moe_prefill.py --quick --out /tmp/moe.md          # a smoke run (tests/test_benchmarks.py)
 
 A random-weight Mixtral-shaped model (``--hidden`` 1024, ``--experts`` 8 routed ``--top-k`` 2 per token, each of

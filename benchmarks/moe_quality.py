@@ -1,6 +1,6 @@
 """The quality cost of one shared expert width against per-expert widths, at the same parameter budget.
 
-    python benchmarks/moe_quality.py --out docs/results-moe.md        # about a minute on a CPU
+    python benchmarks/moe_quality.py --out docs/results-moe.md        # about 1.5 CPU minutes
     python benchmarks/moe_quality.py --quick --out /tmp/moe.md        # a smoke run (tests/test_benchmarks.py)
 
 gac has no trained mixture-of-experts model (none can be downloaded here), and a random-weight one has no quality to
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 import time
 from pathlib import Path
@@ -105,38 +106,16 @@ def _recon_error(pruned, io) -> float:
     return sum(errs) / len(errs)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--experts", type=int, default=4)
-    ap.add_argument("--ratios", type=float, nargs="+", default=[0.2, 0.4])
-    ap.add_argument("--splits", nargs="+", default=["contiguous", "sorted"])
-    ap.add_argument("--allocations", nargs="+", default=["uniform", "proportional"])
-    ap.add_argument("--calib", default="16x256", help="calibration samples x tokens of tiny's training text")
-    ap.add_argument("--ppl-seq-len", type=int, default=256)
-    ap.add_argument("--quick", action="store_true", help="one split, one ratio, few tokens: checks the script runs")
-    ap.add_argument("--out", required=True, help="the markdown file the table goes into")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.ratios, a.splits, a.allocations, a.calib, a.ppl_seq_len = [0.3], ["sorted"], ["uniform"], "2x32", 32
-    command = "python benchmarks/moe_quality.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    t_start = time.perf_counter()
-
+def _measure(a, tok, dense, calib, probe) -> list[tuple]:
+    """One row per plan (and per split's dense model): split, allocation, expert width, ratio, params / budget,
+    perplexity, layer error, widths."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gac.compression.calibration import Calibration
     from gac.compression.compressors import get_compressor
     from gac.compression.preparation import prepare
     from gac.evaluation.perplexity import perplexity
-    from gac.io import write_marked_block
 
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(str(TINY))
-    dense = AutoModelForCausalLM.from_pretrained(str(TINY), dtype=torch.float32).eval()
-    n, t = (int(x) for x in a.calib.split("x"))
-    calib = Calibration("tiny", n, t).token_ids(tok)
-    probe = calib[: min(4, n)]
-    max_windows = 1 if a.quick else None
+    windows = a.ppl_windows or None
     rows = []
     for split in a.splits:
         moe = moe_from_dense(dense, a.experts, split)
@@ -145,7 +124,7 @@ def main(argv=None) -> int:
         err = float((got - want).norm() / want.norm())
         if err > 1e-4:
             raise SystemExit(f"the {split} MoE does not compute tiny's logits (relative error {err:.2e})")
-        base_ppl = perplexity(moe, tok, "tiny", seq_len=a.ppl_seq_len, max_windows=max_windows)["ppl"]
+        base_ppl = perplexity(moe, tok, "tiny", seq_len=a.ppl_seq_len, max_windows=windows)["ppl"]
         layers = get_compressor("llm_pruner").layer_indices(moe.config.num_hidden_layers)
         io = _layer_io(moe, probe, layers)
         rows.append((split, "dense", "", "", "", base_ppl, 0.0, f"{moe.config.intermediate_size} (every expert)"))
@@ -155,7 +134,7 @@ def main(argv=None) -> int:
                                compressor_options={"expert_width": mode})
                 for ratio in a.ratios:
                     cm, plan, _ = prep.compress(ratio, "gac", unit=8)
-                    ppl = perplexity(cm, tok, "tiny", seq_len=a.ppl_seq_len, max_windows=max_windows)["ppl"]
+                    ppl = perplexity(cm, tok, "tiny", seq_len=a.ppl_seq_len, max_windows=windows)["ppl"]
                     ws = sorted(plan.dims.values())
                     widths = f"{ws[0]}-{ws[-1]}" if ws[0] != ws[-1] else f"{ws[0]}"
                     rows.append((split, alloc, mode, ratio, f"{plan.params:,} / {plan.budget:,}", ppl,
@@ -164,11 +143,51 @@ def main(argv=None) -> int:
                           f"widths {widths}", file=sys.stderr)
                     del cm
                 del prep
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--ratios", type=float, nargs="+", default=[0.2, 0.4])
+    ap.add_argument("--splits", nargs="+", default=["contiguous", "sorted"])
+    ap.add_argument("--allocations", nargs="+", default=["uniform", "proportional"])
+    ap.add_argument("--calib", default="16x256", help="calibration samples x tokens of tiny's training text")
+    ap.add_argument("--ppl-seq-len", type=int, default=256)
+    ap.add_argument("--ppl-windows", type=int, default=64, help="windows of tiny's test text scored (0: all)")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (more measured slower on a shared machine)")
+    ap.add_argument("--quick", action="store_true", help="one split, one ratio, few tokens: checks the script runs")
+    ap.add_argument("--out", required=True, help="the markdown file the table goes into")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.ratios, a.splits, a.allocations, a.calib, a.ppl_seq_len, a.ppl_windows = [0.3], ["sorted"], ["uniform"], "2x32", 32, 1
+    command = "python benchmarks/moe_quality.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    t_start = time.perf_counter()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gac.compression.calibration import Calibration
+    from gac.io import write_marked_block
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(str(TINY))
+    dense = AutoModelForCausalLM.from_pretrained(str(TINY), dtype=torch.float32).eval()
+    n, t = (int(x) for x in a.calib.split("x"))
+    calib = Calibration("tiny", n, t).token_ids(tok)
+    probe = calib[: min(4, n)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(a.threads)
+    try:
+        rows = _measure(a, tok, dense, calib, probe)
+    finally:
+        torch.set_num_threads(threads)
     lines = [
-        f"`{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.perf_counter() - t_start:.0f} s). "
-        f"The MoE is tiny made into a Mixtral of {a.experts} experts per layer, every expert active (see the script's "
+        f"`{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.perf_counter() - t_start:.0f} s, "
+        f"load average {os.getloadavg()[0]:.2f} at the end; quality numbers, not timings). "
+        f"{a.threads} thread(s). The MoE is tiny made into a Mixtral of {a.experts} experts per layer, every expert active (see the script's "
         f"docstring): its perplexity is tiny's. Calibration {n} x {t} tokens of tiny's training text; perplexity on "
-        f"tiny's test text in windows of {a.ppl_seq_len}; layer error: mean over the pruned layers of "
+        f"tiny's test text ({a.ppl_windows or 'all'} windows of {a.ppl_seq_len} tokens); layer error: mean over the pruned layers of "
         f"||y' - y|| / ||y|| with the dense layer inputs ({probe.shape[0]} calibration samples).",
         "",
         "| split | allocation | expert width | ratio | expert params / budget | widths | perplexity | layer error |",

@@ -129,7 +129,7 @@ class LLMPruner(Compressor):
         keys = (block.gate_up_key, block.down_key)
         if self.expert_width == "shared":
             return [Unit(block.module, "width", E * 3 * H, E * 3 * H * w, w, w, keys,
-                         {"layer": block.layer, "block": block, "experts": tuple(range(E))},
+                         {"layer": block.layer, "block": block, "experts": tuple(range(E)), "shared": True},
                          parts=tuple((block.module, f"expert{e}") for e in range(E)))]
         return [Unit(f"{block.module}.{e}", "width", 3 * H, 3 * H * w, w, w, keys,
                      {"layer": block.layer, "block": block, "experts": (e,)}, parts=((block.module, f"expert{e}"),))
@@ -176,7 +176,7 @@ class LLMPruner(Compressor):
     def factorize(self, model, units, stats, proxy: Proxy):
         out = {}
         for u in track(units, "channel ranking", "units"):
-            if "block" in u.meta and len(u.meta["experts"]) > 1:  # one width for all the experts (module docstring)
+            if u.meta.get("shared"):  # one width for all the experts (module docstring)
                 b = u.meta["block"]
                 ranked = [self._ranked(self._expert_pieces(model, b, e, stats, f"{b.module}.{e}"), proxy,
                                        f"{b.module}.{e}") for e in u.meta["experts"]]
@@ -204,7 +204,7 @@ class LLMPruner(Compressor):
         expert (the shared width's blocks are not here)."""
         by: dict = {}
         for u in units:
-            if "block" in u.meta and len(u.meta["experts"]) == 1:
+            if "block" in u.meta and not u.meta.get("shared"):
                 by.setdefault(u.meta["block"], []).append(u)
         out = {}
         for b, us in by.items():
@@ -216,7 +216,7 @@ class LLMPruner(Compressor):
     @staticmethod
     def _shared_blocks(units, dims) -> list:
         """The units ``dims`` prunes that give all the experts of a block one width."""
-        return [u for u in units if u.name in dims and "block" in u.meta and len(u.meta["experts"]) > 1]
+        return [u for u in units if u.name in dims and u.meta.get("shared")]
 
     def _act(self, model) -> str:
         from gac.compression.discovery import text_config
