@@ -200,3 +200,33 @@ def test_a_plan_builds_the_fused_experts_without_weights():
     assert s.specs[name]["type"] == "fused_experts"
     with torch.no_grad():
         assert torch.isfinite(built(_calib(5)).logits).all()
+
+
+def test_the_default_expert_width_leaves_a_job_s_record_key_as_it_was():
+    """``expert_width: shared`` (the config's default) adds nothing to a job's key: the records of LLM-Pruner jobs
+    made before the option existed stay theirs; ``per_expert`` is another job."""
+    from dataclasses import replace
+
+    from tests.jobs.test_configs import _spec
+
+    spec = _spec(["model=tiny", "compressor=llm_pruner"])
+    assert spec.compressor_options["expert_width"] == "shared"
+    before = replace(spec, compressor_options={k: v for k, v in spec.compressor_options.items() if k != "expert_width"})
+    assert spec.key == before.key
+    other = _spec(["model=tiny", "compressor=llm_pruner", "compressor.options.expert_width=per_expert"])
+    assert other.key != spec.key
+
+
+@pytest.mark.engines
+def test_onnx_of_per_expert_widths_still_matches(tmp_path, capsys):
+    """The engines' family cases export LLM-Pruner's default (one shared width, the fused experts); ExpertMLPs' own
+    export path keeps a case: a per-expert Mixtral checkpoint in onnxruntime equals gac's logits."""
+    from gac.compression.checkpoint import save_checkpoint
+    from tests.compression.test_families import V
+    from tests.export.test_engines import _export, _gac_logits, _onnx_logits, _rel
+
+    cm, _, _ = _compress(family_model("mixtral"), ratio=0.3, expert_width="per_expert")
+    ck = save_checkpoint(cm, None, tmp_path / "ck")
+    assert _export(capsys, ck, "onnx", tmp_path / "m.onnx")["check"]["max_rel_diff"] <= 1e-4
+    ids = torch.randint(0, V, (2, 21), generator=torch.Generator().manual_seed(12))
+    assert _rel(_onnx_logits(tmp_path / "m.onnx", ids), _gac_logits(ck, ids)) <= 1e-4
