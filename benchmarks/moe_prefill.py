@@ -128,9 +128,9 @@ def main(argv=None) -> int:
     command = "python benchmarks/moe_prefill.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     from gac.compression.structure import Structure
-    from gac.io import write_marked_block
     from gac.evaluation.bench import Protocol, Variant, run_bench
     from gac.evaluation.bench_format import format_bench
+    from gac.io import write_marked_block
 
     config = _config(a)
     plans = _plans(config, a.ratio)

@@ -92,11 +92,11 @@ def test_each_expert_keeps_its_own_best_channels_and_the_curve_is_their_sum():
     cm, plan, _ = ps.compress(0.3, unit=8)
     w = plan.dims[name]
     new, old = cm.get_submodule(name), m.get_submodule(name)
-    I = old.down_proj.shape[2]
+    width = old.down_proj.shape[2]
     for e in range(E):
         keep = kept_channels(f["orders"][e], w)
         assert torch.equal(new.gate_up_proj[e, :w], old.gate_up_proj[e][keep])
-        assert torch.equal(new.gate_up_proj[e, w:], old.gate_up_proj[e][I + keep])
+        assert torch.equal(new.gate_up_proj[e, w:], old.gate_up_proj[e][width + keep])
         assert torch.equal(new.down_proj[e], old.down_proj[e][:, keep])
 
 
@@ -120,8 +120,8 @@ def test_a_shared_width_checkpoint_reloads_bit_for_bit(model_type, tmp_path):
 
 
 def test_a_prepared_state_with_expert_orders_reloads(tmp_path):
-    from gac.compression.prepared import Prepared
     from gac.compression.preparation import prepare
+    from gac.compression.prepared import Prepared
 
     m = family_model("olmoe")
     p = prepare(copy.deepcopy(m), None, "llm_pruner", calib_ids=_calib(), compressor_options=ALL_LAYERS)
@@ -135,8 +135,8 @@ def test_a_prepared_state_with_expert_orders_reloads(tmp_path):
 def test_a_prepared_state_whose_expert_orders_are_not_permutations_is_refused(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from gac.compression.prepared import Prepared
     from gac.compression.preparation import prepare
+    from gac.compression.prepared import Prepared
 
     m = family_model("mixtral")
     p = prepare(copy.deepcopy(m), None, "llm_pruner", calib_ids=_calib(), compressor_options=ALL_LAYERS)
