@@ -134,3 +134,20 @@ def test_moe_benchmarks_quick(name, expect, tmp_path, keep_torch_threads):
     text = out.read_text()
     assert text.startswith("# kept above\n") and text.endswith("kept below\n") and expect in text
     assert "an older table" not in text and text.count(f"<!-- {name}: begin -->") == 1
+
+
+def test_a_marked_block_is_appended_once_then_replaced(tmp_path):
+    """gac.io.write_marked_block (the MoE scripts' tables): a missing file is created, a file without the markers
+    gets them appended after its text, and a later block replaces the earlier one."""
+    from gac.io import write_marked_block
+
+    new = tmp_path / "new.md"
+    write_marked_block(new, "t", "| a |")
+    assert new.read_text() == "<!-- t: begin -->\n| a |\n<!-- t: end -->\n"
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Title\n\nprose\n")
+    write_marked_block(doc, "t", "| a |")
+    write_marked_block(doc, "u", "| u |")
+    write_marked_block(doc, "t", "| b |\n")
+    assert doc.read_text() == ("# Title\n\nprose\n\n<!-- t: begin -->\n| b |\n<!-- t: end -->\n\n"
+                               "<!-- u: begin -->\n| u |\n<!-- u: end -->\n")
