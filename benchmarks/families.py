@@ -13,7 +13,8 @@ baseline and gac's against its unaligned sibling. On a CPU the numbers say nothi
 
 Low-rank compressors use the ``proportional`` allocation (ASVD's sensitivity search would cost minutes per model and
 is beside the point); LLM-Pruner its own (uniform). Fused weights (Phi-4-mini's ``qkv_proj``) are split by role,
-mixture-of-experts models are pruned expert by expert (docs/families.md).
+mixture-of-experts models get one expert width per layer, kept in the fused experts
+(LLM-Pruner's default; docs/families.md).
 """
 
 from __future__ import annotations

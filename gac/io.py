@@ -482,6 +482,25 @@ def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = Fals
     return p
 
 
+def write_marked_block(path: str | os.PathLike, name: str, block: str) -> Path:
+    """Put ``block`` between the markers ``<!-- name: begin -->`` and ``<!-- name: end -->`` of the text file
+    ``path`` (a results document a script keeps a table in), the rest of the file kept as it is; appended with its
+    markers when the file has none (created when missing). Atomic, as :func:`write_text_atomic`."""
+    p = Path(path)
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    try:
+        text = p.read_text(encoding="utf-8") if p.exists() else ""
+    except (OSError, UnicodeDecodeError) as e:
+        raise GacError(f"cannot read {str(p)!r} to put the {name} table in it ({e})") from None
+    new = f"{begin}\n{block.strip()}\n{end}"
+    if begin in text and end in text.split(begin, 1)[1]:
+        head, rest = text.split(begin, 1)
+        text = head + new + rest.split(end, 1)[1]
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text.strip() else "") + new + "\n"
+    return write_text_atomic(p, text, overwrite=True)
+
+
 def replace_file(path: str | os.PathLike, write) -> Path:
     """Make ``path`` by ``write(tmp)`` (a callable that writes a file at the path it is given: a figure's
     ``savefig``) into a temp file beside it, then rename that over ``path``. Like ``overwrite=True`` in

@@ -92,6 +92,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_engineaxis import engineaxis_files
 
     engineaxis_files(T)  # the "Engines as an axis" rows
+    from tests.bad_input_fixtures_moefused import moefused_files
+
+    moefused_files(T)  # the "Pruned MoE experts" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -33,7 +33,8 @@ def keep_torch_threads():
 
 
 def test_every_benchmark_is_covered():
-    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale", "evidence"}
+    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale", "evidence",
+               "moe_prefill", "moe_quality"}
     assert {p.stem for p in BENCH.glob("*.py")} == covered  # a new script gets a --quick run here
 
 
@@ -120,3 +121,33 @@ def test_evidence_stops_within_its_budget_and_keeps_what_it_has(tmp_path, keep_t
     assert "is not JSON" in capsys.readouterr().err
     assert evidence.main(["--out", str(tmp_path / "g.json")]) == 2  # no GPU here: says so before any work
     assert "--cpu-smoke" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,expect", [("moe_prefill", "| shared (fused) |"),
+                                         ("moe_quality", "| sorted | uniform | shared |")])
+def test_moe_benchmarks_quick(name, expect, tmp_path, keep_torch_threads):
+    """Each puts its table between its own markers in --out: an older table there is replaced, the rest of the file
+    kept."""
+    out = tmp_path / "results.md"
+    out.write_text(f"# kept above\n<!-- {name}: begin -->\nan older table\n<!-- {name}: end -->\nkept below\n")
+    assert _module(name).main(["--quick", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# kept above\n") and text.endswith("kept below\n") and expect in text
+    assert "an older table" not in text and text.count(f"<!-- {name}: begin -->") == 1
+
+
+def test_a_marked_block_is_appended_once_then_replaced(tmp_path):
+    """gac.io.write_marked_block (the MoE scripts' tables): a missing file is created, a file without the markers
+    gets them appended after its text, and a later block replaces the earlier one."""
+    from gac.io import write_marked_block
+
+    new = tmp_path / "new.md"
+    write_marked_block(new, "t", "| a |")
+    assert new.read_text() == "<!-- t: begin -->\n| a |\n<!-- t: end -->\n"
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Title\n\nprose\n")
+    write_marked_block(doc, "t", "| a |")
+    write_marked_block(doc, "u", "| u |")
+    write_marked_block(doc, "t", "| b |\n")
+    assert doc.read_text() == ("# Title\n\nprose\n\n<!-- t: begin -->\n| b |\n<!-- t: end -->\n\n"
+                               "<!-- u: begin -->\n| u |\n<!-- u: end -->\n")

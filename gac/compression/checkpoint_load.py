@@ -140,7 +140,7 @@ def build_skeleton(meta: dict, dtype=None, device="cpu", meta_device: bool = Fal
                                f"picks among {routed} (its base_config): the tokens routed to the others would get no "
                                f"MLP output")
             try:
-                set_module(model, name, build_module(spec, dtype=dt, device=dev))
+                set_module(model, name, build_module(spec, dtype=dt, device=dev, like=cur))
                 swapped = True
             except GacError as e:
                 raise GacError(f"module {name!r}: {e}") from None

@@ -11,6 +11,9 @@
 * :class:`ExpertMLPs` — a mixture-of-experts block whose experts have their own widths (pruned expert by expert):
   per expert a ``gate_up`` Linear (H -> 2 w_e: gate rows then up rows) and a ``down`` Linear (w_e -> H), called as
   transformers 5's expert modules are (``hidden [T, H], top_k_index [T, k], top_k_weights [T, k]``).
+* the model's own experts module at a narrower width (:func:`fused_experts_like`) — experts pruned to one width
+  shared by all the experts of a layer stay in transformers' fused 3-D ``gate_up_proj`` [E, 2w, H] and ``down_proj``
+  [E, H, w], run by the model's own forward (its grouped or batched GEMM); spec ``fused_experts``.
 
 Every module is described by a JSON-able *spec* (:func:`module_spec`) and rebuilt from it (:func:`build_module`):
 a gac checkpoint records the spec of every projection, so a reload rebuilds the compressed structure before any
@@ -176,6 +179,34 @@ class ExpertMLPs(nn.Module):
         return f"hidden={self.hidden}, widths={self.widths}, act={self.act}"
 
 
+def fused_experts_like(like: nn.Module, width: int, gate_up: torch.Tensor | None = None,
+                       down: torch.Tensor | None = None, dtype=None, device=None) -> nn.Module:
+    """A module of ``like``'s own class (its forward, activation and experts implementation) whose 3-D expert
+    parameters are ``width`` wide: ``gate_up`` [E, 2 width, H] and ``down`` [E, H, width] when given (taken as they
+    are: pass tensors of their own, not views of ``like``'s), uninitialised otherwise. ``like`` itself is left as it is (a probe can put it back)."""
+    import copy
+
+    if not is_fused_experts(like):
+        raise GacError(f"fused experts are rebuilt from the model's own experts module (3-D gate_up_proj and "
+                       f"down_proj), not from a {type(like).__name__}")
+    E, _, H = like.gate_up_proj.shape
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise GacError(f"fused experts need a whole width >= 1, got {width!r}")
+    dtype = dtype or like.gate_up_proj.dtype
+    device = device if device is not None else like.gate_up_proj.device
+    want = {"gate_up_proj": (E, 2 * width, H), "down_proj": (E, H, width)}
+    new = copy.copy(like)  # the same class and attributes; its own parameter, buffer and child dicts below
+    new._parameters, new._buffers, new._modules = dict(like._parameters), dict(like._buffers), dict(like._modules)
+    for name, t in (("gate_up_proj", gate_up), ("down_proj", down)):
+        if t is not None and tuple(t.shape) != want[name]:
+            raise GacError(f"fused experts {name}: shape {tuple(t.shape)}, expected {want[name]}")
+        data = torch.empty(want[name], dtype=dtype, device=device) if t is None else t.detach().to(device=device, dtype=dtype)
+        new._parameters[name] = nn.Parameter(data, requires_grad=like._parameters[name].requires_grad)
+    if hasattr(new, "intermediate_dim"):  # transformers' experts record their width (their forward reads the shapes)
+        new.intermediate_dim = int(width)
+    return new
+
+
 def _is_conv1d(m: nn.Module) -> bool:
     return type(m).__name__ == "Conv1D" and hasattr(m, "nf") and getattr(m, "weight", None) is not None
 
@@ -209,10 +240,21 @@ def module_spec(m: nn.Module) -> dict:
                    f"GroupedLowRankLinear, SplitLinear, ExpertMLPs")
 
 
-def build_module(spec: dict, dtype=None, device=None) -> nn.Module:
-    """An (uninitialised-valued) module of the shape ``spec`` describes."""
+def build_module(spec: dict, dtype=None, device=None, like: nn.Module | None = None) -> nn.Module:
+    """An (uninitialised-valued) module of the shape ``spec`` describes. ``like``: the module the spec replaces (a
+    ``fused_experts`` spec is the model's own experts class at another width, built from it)."""
     kind = spec.get("type")
     try:
+        if kind == "fused_experts":
+            if like is None or not is_fused_experts(like):
+                raise GacError("a fused_experts spec replaces the model's own experts module (3-D gate_up_proj and "
+                               "down_proj); there is none at its place")
+            E, _, H = like.gate_up_proj.shape
+            if (spec["experts"], spec["hidden"]) != (int(E), int(H)):
+                raise GacError(f"it holds {spec['experts']} experts of hidden size {spec['hidden']}, but the model's "
+                               f"router picks among {int(E)} experts of hidden size {int(H)} (its base_config): the "
+                               f"experts and the router come from different models")
+            return fused_experts_like(like, spec["width"], dtype=dtype, device=device)
         if kind == "lowrank":
             return LowRankLinear(spec["in"], spec["out"], spec["rank"], bias=spec["bias"], dtype=dtype, device=device)
         if kind == "grouped_lowrank":
@@ -234,7 +276,7 @@ def build_module(spec: dict, dtype=None, device=None) -> nn.Module:
     except KeyError as e:
         raise GacError(f"module spec {spec} lacks the key {e}; the checkpoint config is damaged") from None
     raise GacError(f"unknown module spec type {kind!r} in {spec}; known: linear, conv1d, lowrank, grouped_lowrank, "
-                   f"split, experts")
+                   f"split, experts, fused_experts")
 
 
 def weight_params(m: nn.Module) -> int:

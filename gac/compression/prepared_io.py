@@ -191,7 +191,8 @@ def _check_sensitivity(sens, n_units: int, where: str) -> None:
 
 
 def _check_factors(u, f: dict, where: str) -> None:
-    """Shapes a unit's factors must have (low rank: A out x k, B k x in with k <= d_cap; pruning: a permutation)."""
+    """Shapes a unit's factors must have (low rank: A out x k, B k x in with k <= d_cap; pruning: a permutation, one
+    per expert for experts pruned to one width)."""
     if ("A" in f or "B" in f) and not ("A" in f and "B" in f):  # compact: one factor + S (lowrank_math.compact_factors)
         one, S, kept_a = f.get("A", f.get("B")), f.get("S"), "A" in f
         ok = one.ndim == 2 and S is not None and S.ndim == 1
@@ -214,6 +215,12 @@ def _check_factors(u, f: dict, where: str) -> None:
         order = f["order"]
         if order.ndim != 1 or order.numel() != u.d_full or not torch.equal(order.sort().values, torch.arange(u.d_full)):
             raise GacError(f"{where}: the channel order of {u.name} is not a permutation of its {u.d_full} channels")
+    if "orders" in f:  # one channel order per expert of a shared-width experts unit
+        orders, n = f["orders"], len(u.meta.get("experts", ()))
+        if (orders.ndim != 2 or tuple(orders.shape) != (n, u.d_full)
+                or not torch.equal(orders.sort(dim=1).values, torch.arange(u.d_full).expand(n, -1))):
+            raise GacError(f"{where}: the channel orders of {u.name} are not {n} permutations of its {u.d_full} "
+                           f"channels")
 
 
 _CODE_PARTS = ("compression", "text.py", "models", "fixtures", "training")  # what a prepared state depends on

@@ -3,7 +3,8 @@
 Latency depends on shapes, not values. :class:`Structure` holds what decides them — the base architecture (a
 transformers config), the dtype, the compressor with its options and the plan's dims — and builds the compressed
 model with the module classes the compressor itself installs (:class:`~gac.compression.modules.LowRankLinear`,
-:class:`~gac.compression.modules.GroupedLowRankLinear`, a narrower ``nn.Linear``), each compressor describing its
+:class:`~gac.compression.modules.GroupedLowRankLinear`, a narrower ``nn.Linear``, the model's own experts module at a
+narrower width), each compressor describing its
 own modules through :meth:`Compressor.module_specs <gac.compression.compressors.base.Compressor.module_specs>`;
 the swap goes through :func:`~gac.compression.checkpoint.replace_module` as everywhere else.
 
@@ -195,10 +196,10 @@ class Structure:
 
     def _apply_specs(self, model: nn.Module, device) -> nn.Module:
         from gac.compression.checkpoint import replace_module
-        from gac.compression.modules import build_module
+        from gac.compression.modules import build_module, get_module
 
         for name, spec in self.specs.items():
-            replace_module(model, name, build_module(spec, dtype=self.dtype, device=device))
+            replace_module(model, name, build_module(spec, dtype=self.dtype, device=device, like=get_module(model, name)))
         return model
 
     def build(self, device="cpu", share_from: nn.Module | None = None, seed: int = 0) -> nn.Module:

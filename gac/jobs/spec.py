@@ -95,6 +95,8 @@ class JobSpec:
             d.pop("max_memory")
         if self.latency is None:  # the keys of the jobs that plan by parameters stay as they were
             d.pop("latency")
+        if d["compressor_options"].get("expert_width") == "shared":  # LLM-Pruner's default: keys from before it stay
+            d["compressor_options"] = {k: v for k, v in d["compressor_options"].items() if k != "expert_width"}
         if self.is_baseline:
             for k in ("strategy", "ratio", "unit", "window", "use_profile", "knapsack_score", "proxy", "compressor_options",
                       "allocation", "calibration", "latency"):

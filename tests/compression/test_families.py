@@ -293,13 +293,13 @@ def test_a_logit_transform_names_the_classes_that_apply_it():
             assert c in {MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(t) for t in f.model_types}, (f.name, c)
 
 
-def test_moe_experts_are_targets_of_their_own():
+def test_moe_experts_are_targets_of_their_own_with_per_expert_widths():
     from gac.compression.compress import compress_model
     from gac.compression.modules import ExpertMLPs
 
     m = family_model("mixtral")
     cm, plan, _ = compress_model(m, None, "llm_pruner", ratio=0.3, calib_ids=_calib(), unit=8,
-                                 compressor_options={"layers": "0:"})
+                                 compressor_options={"layers": "0:", "expert_width": "per_expert"})
     blocks = [mod for mod in cm.modules() if isinstance(mod, ExpertMLPs)]
     assert len(blocks) == L and all(len(b.widths) == 4 for b in blocks)
     assert all(w % 8 == 0 for b in blocks for w in b.widths)
@@ -568,7 +568,7 @@ def test_a_compressor_that_drops_nothing_the_model_uses_is_exact(model_type, com
         from gac.compression.discovery import discover
 
         lay = discover(m)
-        full = {f"{b.module}.{e}": b.width for b in lay.experts for e in range(b.num_experts)}
+        full = {b.module: b.width for b in lay.experts}  # one width for all the experts of a layer (the default)
         full |= {p.module.rpartition(".")[0]: p.in_features for p in lay.projections if p.role in ("down", "fc_out")}
         assert all(d >= full[n] - int(DEAD_FRACTION * full[n]) for n, d in plan.dims.items()), plan.dims
     else:

@@ -112,7 +112,7 @@ def test_onnx_of_every_compressors_tiny_checkpoint(compressor, tiny_checkpoints,
 
 
 def _family_cases():
-    """LLM-Pruner on every family's layout model (pruned widths, per-expert widths); a low-rank compressor on the
+    """LLM-Pruner on every family's layout model (pruned widths, shared expert widths); a low-rank compressor on the
     fused layouts, whose compressed roles become ``SplitLinear`` parts."""
     from tests.compression.test_families import TYPES
 

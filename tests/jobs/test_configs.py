@@ -51,8 +51,8 @@ def test_gpu_configs_select_cuda_and_a_profile():
 
 def test_model_specialisation_applies():
     spec = _spec(["model=llama3_8b", "compressor=llm_pruner"])
-    assert spec.compressor_options == {"layers": "paper"}
-    assert _spec(["model=tiny", "compressor=llm_pruner"]).compressor_options == {"layers": None}
+    assert spec.compressor_options == {"layers": "paper", "expert_width": "shared"}
+    assert _spec(["model=tiny", "compressor=llm_pruner"]).compressor_options == {"layers": None, "expert_width": "shared"}
     # smollm2's ASVD probes on one calibration sample (its full search is over the 2 h limit); tiny's on all
     assert _spec(["model=smollm2", "compressor=asvd"]).compressor_options["sensitivity_samples"] == 1
     assert "sensitivity_samples" not in _spec(["model=tiny", "compressor=asvd"]).compressor_options

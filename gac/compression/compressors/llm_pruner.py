@@ -21,6 +21,19 @@ gac adds as named options:
   ``range(floor(3 L / 32), L - ceil(L / 32))`` (the first ~10% and the last ~3% of the layers stay dense; tiny's 4
   layers: 0..2). ``"paper"``: the GAC paper's "layers 3-31 (29/32)", ``range(floor(3 L / 32), L)``. A python slice
   string (``"3:"``), a ``(start, end)`` pair or a list of indices also work.
+
+Mixture-of-experts layers (the reference has none), option ``expert_width``:
+
+* ``"shared"`` (default): one width per layer for all its experts, a single target whose cost per channel is
+  ``E * 3 H`` (every expert loses the channel count). Each expert keeps its *own* top channels at that width: an
+  expert's channels are its own neurons, channel c of one expert has nothing to do with channel c of another, so
+  one channel set shared across experts would mean nothing. The importance of keeping width w is the sum over the
+  experts of each one's w best channels, so the target's error curve at rank k is the sum over experts of each
+  one's k-th largest channel energy: the group choice is exact (keeping w channels in each expert can keep no more
+  importance than that). The pruned experts stay in the model's own fused 3-D ``gate_up_proj`` / ``down_proj``
+  (narrower), run by its own forward.
+* ``"per_expert"``: each expert its own width (a target per expert), installed as
+  :class:`~gac.compression.modules.ExpertMLPs` (one Linear pair per expert, run in a loop).
 """
 
 from __future__ import annotations
@@ -33,13 +46,15 @@ from gac.compression.checkpoint import replace_module
 from gac.compression.compressors.base import Compressor, Unit, parse_layers
 from gac.compression.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
 from gac.compression.discovery import ModelLayout
-from gac.compression.modules import ExpertMLPs, get_module
+from gac.compression.modules import ExpertMLPs, fused_experts_like, get_module
 from gac.compression.parts import is_dense, linear_from, part_bias, part_weight
 from gac.compression.proxies import Proxy, check_score
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 
 LAYER_PRESETS = ("reference", "paper")
+#: how the experts of a mixture-of-experts layer are pruned (module docstring); the first is the default
+EXPERT_WIDTHS = ("shared", "per_expert")
 
 
 def layer_range(preset: str, n_layers: int) -> range:
@@ -57,10 +72,15 @@ class LLMPruner(Compressor):
     default_proxy = "taylor"
     default_allocation = "uniform"
 
-    def __init__(self, layers=None):
+    def __init__(self, layers=None, expert_width: str = EXPERT_WIDTHS[0]):
         if isinstance(layers, str) and layers not in LAYER_PRESETS and not any(c.isdigit() for c in layers):
             raise unknown_name("LLM-Pruner layers (a preset, or a slice such as '3:31')", layers, LAYER_PRESETS)
+        if expert_width not in EXPERT_WIDTHS:
+            raise GacError(f"LLM-Pruner expert_width={expert_width!r}: choose 'shared' (one width per layer for all "
+                           f"its experts, kept in the model's fused expert tensors) or 'per_expert' (each expert its "
+                           f"own width, looped ExpertMLPs)")
         self.layers = layers
+        self.expert_width = expert_width
 
     def layer_indices(self, n_layers: int) -> list[int]:
         if self.layers is None or self.layers in LAYER_PRESETS:
@@ -99,29 +119,41 @@ class LLMPruner(Compressor):
         return out
 
     def _expert_units(self, model, block) -> list[Unit]:
-        """One width unit per expert of a mixture-of-experts block (its gate and up rows, its down columns)."""
+        """The width units of a mixture-of-experts block (its experts' gate and up rows, their down columns): one for
+        all its experts (``expert_width="shared"``) or one per expert."""
         mod = get_module(model, block.module)
         if not hasattr(mod, block.gate_up):
-            raise GacError(f"{block.module} is already pruned; LLM-Pruner prunes the experts of a dense model")
-        H, w = block.hidden, block.width
-        return [Unit(f"{block.module}.{e}", "width", 3 * H, 3 * H * w, w, w, (block.gate_up_key, block.down_key),
-                     {"layer": block.layer, "block": block, "expert": e}, parts=((block.module, f"expert{e}"),))
-                for e in range(block.num_experts)]
+            raise GacError(f"{block.module} is already pruned expert by expert; LLM-Pruner prunes the experts of a "
+                           f"model whose experts are the model's own 3-D tensors")
+        H, w, E = block.hidden, block.width, block.num_experts
+        keys = (block.gate_up_key, block.down_key)
+        if self.expert_width == "shared":
+            return [Unit(block.module, "width", E * 3 * H, E * 3 * H * w, w, w, keys,
+                         {"layer": block.layer, "block": block, "experts": tuple(range(E)), "shared": True},
+                         parts=tuple((block.module, f"expert{e}") for e in range(E)))]
+        return [Unit(f"{block.module}.{e}", "width", 3 * H, 3 * H * w, w, w, keys,
+                     {"layer": block.layer, "block": block, "experts": (e,)}, parts=((block.module, f"expert{e}"),))
+                for e in range(E)]
+
+    @staticmethod
+    def _expert_pieces(model, b, e: int, stats, name: str):
+        """The pieces (see :meth:`_pieces`) of expert ``e`` of block ``b``."""
+        mod = get_module(model, b.module)
+        gu, dn = getattr(mod, b.gate_up)[e], getattr(mod, b.down)[e]
+        w = b.width
+        sgu, sdn = stats.get(b.gate_up_key), stats.get(b.down_key)
+        sgu = None if sgu is None else sgu.expert(e)
+        sdn = None if sdn is None else sdn.expert(e)
+        return [(f"{name}.gate", gu[:w], None if sgu is None else sgu.part(list(range(w))), "row"),
+                (f"{name}.up", gu[w:], None if sgu is None else sgu.part(list(range(w, 2 * w))), "row"),
+                (f"{name}.down", dn, sdn, "col")]
 
     def _pieces(self, model, u, stats):
         """``(name, W, stats, side)`` of each weight a unit prunes: ``side`` "row" (its rows are the channels) or
-        "col" (its columns are)."""
+        "col" (its columns are); an experts unit's, expert after expert."""
         if "block" in u.meta:
-            b, e = u.meta["block"], u.meta["expert"]
-            mod = get_module(model, b.module)
-            gu, dn = getattr(mod, b.gate_up)[e], getattr(mod, b.down)[e]
-            w = b.width
-            sgu, sdn = stats.get(b.gate_up_key), stats.get(b.down_key)
-            sgu = None if sgu is None else sgu.expert(e)
-            sdn = None if sdn is None else sdn.expert(e)
-            return [(f"{u.name}.gate", gu[:w], None if sgu is None else sgu.part(list(range(w))), "row"),
-                    (f"{u.name}.up", gu[w:], None if sgu is None else sgu.part(list(range(w, 2 * w))), "row"),
-                    (f"{u.name}.down", dn, sdn, "col")]
+            b = u.meta["block"]
+            return [p for e in u.meta["experts"] for p in self._expert_pieces(model, b, e, stats, f"{b.module}.{e}")]
         out = []
         for p in u.meta["ins"]:
             st = stats.get(p.module)
@@ -144,28 +176,47 @@ class LLMPruner(Compressor):
     def factorize(self, model, units, stats, proxy: Proxy):
         out = {}
         for u in track(units, "channel ranking", "units"):
-            e = 0
-            for n, W, st, side in self._pieces(model, u, stats):
-                e = e + (proxy.row_energy(n, W, st) if side == "row" else proxy.col_energy(n, W, st)).double().cpu()
-            order = channel_order(e, u.name)
-            out[u.name] = {"order": order, "energy": e[order]}
+            if u.meta.get("shared"):  # one width for all the experts (module docstring)
+                b = u.meta["block"]
+                ranked = [self._ranked(self._expert_pieces(model, b, e, stats, f"{b.module}.{e}"), proxy,
+                                       f"{b.module}.{e}") for e in u.meta["experts"]]
+                out[u.name] = {"orders": torch.stack([o for o, _ in ranked]),
+                               "energy": torch.stack([en for _, en in ranked]).sum(0)}
+                continue
+            order, energy = self._ranked(self._pieces(model, u, stats), proxy, u.name)
+            out[u.name] = {"order": order, "energy": energy}
         return out
+
+    @staticmethod
+    def _ranked(pieces, proxy: Proxy, name: str):
+        """``(order, energy)``: the channels most important first, and their importance in that order."""
+        e = 0
+        for n, W, st, side in pieces:
+            e = e + (proxy.row_energy(n, W, st) if side == "row" else proxy.col_energy(n, W, st)).double().cpu()
+        order = channel_order(e, name)
+        return order, e[order]
 
     def error_curve(self, unit, factors):
         return factors.get(unit.name, {}).get("energy")
 
     def _expert_widths(self, units, dims) -> dict:
-        """block -> (its units in expert order, the width of each expert) for the blocks ``dims`` prunes."""
+        """block -> (its units in expert order, the width of each expert) for the blocks ``dims`` prunes expert by
+        expert (the shared width's blocks are not here)."""
         by: dict = {}
         for u in units:
-            if "block" in u.meta:
+            if "block" in u.meta and not u.meta.get("shared"):
                 by.setdefault(u.meta["block"], []).append(u)
         out = {}
         for b, us in by.items():
             if any(u.name in dims for u in us):
-                us = sorted(us, key=lambda u: u.meta["expert"])
+                us = sorted(us, key=lambda u: u.meta["experts"][0])
                 out[b] = (us, [int(dims.get(u.name, b.width)) for u in us])
         return out
+
+    @staticmethod
+    def _shared_blocks(units, dims) -> list:
+        """The units ``dims`` prunes that give all the experts of a block one width."""
+        return [u for u in units if u.name in dims and u.meta.get("shared")]
 
     def _act(self, model) -> str:
         from gac.compression.discovery import text_config
@@ -190,6 +241,10 @@ class LLMPruner(Compressor):
                 out[p.module] = {"type": "linear", "in": w, "out": p.out_features, "bias": part_bias(model, p) is not None}
         for b, (_, widths) in self._expert_widths(units, dims).items():
             out[b.module] = {"type": "experts", "hidden": b.hidden, "widths": widths, "act": self._act(model)}
+        for u in self._shared_blocks(units, dims):
+            b = u.meta["block"]
+            out[b.module] = {"type": "fused_experts", "experts": b.num_experts, "hidden": b.hidden,
+                             "width": int(dims[u.name])}
         return out
 
     def apply(self, model, units, dims, factors):
@@ -216,10 +271,21 @@ class LLMPruner(Compressor):
             new = ExpertMLPs(b.hidden, widths, self._act(model), dtype=gu.dtype, device=gu.device)
             with torch.no_grad():
                 for u, w in zip(us, widths):
-                    e = u.meta["expert"]
+                    e = u.meta["experts"][0]
                     keep = (kept_channels(factors[u.name]["order"], w) if u.name in dims
                             else torch.arange(b.width)).to(gu.device)
                     new.gate_up[e].weight.copy_(torch.cat([gu[e][keep], gu[e][b.width + keep]]))
                     new.down[e].weight.copy_(dn[e][:, keep])
             old[b.module] = replace_module(model, b.module, new)
+        for u in self._shared_blocks(units, dims):
+            b, w = u.meta["block"], int(dims[u.name])
+            mod = get_module(model, b.module)
+            gu, dn = getattr(mod, b.gate_up), getattr(mod, b.down)
+            # each expert's own w best channels, in their original order: [E, w]
+            keep = torch.stack([kept_channels(o, w) for o in factors[u.name]["orders"]]).to(gu.device)
+            rows = keep[:, :, None].expand(-1, -1, gu.shape[2])
+            with torch.no_grad():
+                new_gu = torch.cat([gu.gather(1, rows), gu.gather(1, rows + b.width)], dim=1)  # gate rows, then up rows
+                new_dn = dn.gather(2, keep[:, None, :].expand(-1, dn.shape[1], -1))
+            old[b.module] = replace_module(model, b.module, fused_experts_like(mod, w, new_gu, new_dn))
         return old
