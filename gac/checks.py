@@ -109,19 +109,22 @@ def check_hub_token() -> None:
     reached ("couldn't connect"). Spaces at its ends are stripped by the hub client and harmless."""
     from pathlib import Path
 
+    from gac.text import hf_home
+
     token, where = os.environ.get("HF_TOKEN"), "HF_TOKEN"
+    fix = "set the token alone on one line, e.g. export HF_TOKEN=hf_... (or run `hf auth login`)"
     if token is None:
-        home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-        path = Path(os.environ.get("HF_TOKEN_PATH") or os.path.join(home, "token"))
+        path = Path(os.environ.get("HF_TOKEN_PATH") or hf_home() / "token").expanduser()
         try:
             token, where = path.read_text(errors="replace"), f"the token file {str(path)!r}"
         except OSError:
             return
+        fix = "write the token alone on one line there (or run `hf auth login` again), or export HF_TOKEN=hf_..."
     inner = token.strip()
     bad = next((c for c in inner if c.isspace() or not c.isprintable()), None)
     if bad is not None:
         raise GacError(f"{where} holds {bad!r} inside the token (two lines pasted, or a quote lost?), which no hub "
-                       f"request can send: set the token alone, e.g. export HF_TOKEN=hf_... (or run `hf auth login`)")
+                       f"request can send as it is: {fix}")
 
 
 def arg_type(check):
