@@ -100,7 +100,6 @@ def test_the_hubs_own_json_answers_are_the_hub(hub, status, body):
     ["compress", "meta-llama/Meta-Llama-3-8B", "--compressor", "asvd", "--ratio", "0.2", "-o", "{tmp}/out"],
     ["audit", "meta-llama/Meta-Llama-3-8B"],
     ["evaluate", "tiny", "--ppl", "--ppl-data", "wikitext2"],  # WikiText-2 from the hub
-    ["evaluate", "tiny", "--tasks", "arc_easy"],  # an lm-eval task's data from the hub
 ])
 def test_every_command_that_asks_the_hub_names_the_page(hub, argv, tmp_path, capsys):
     from gac.cli import main
@@ -113,7 +112,8 @@ def test_every_command_that_asks_the_hub_names_the_page(hub, argv, tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
-def test_a_job_and_the_doctor_name_the_page(hub, tmp_path):
+def test_a_job_the_tasks_and_the_doctor_name_the_page(hub, tmp_path):
+    from gac.evaluation.tasks import check_hub_tasks
     from gac.jobs.doctor import check_hub
     from gac.jobs.doctor_check import guard
     from gac.jobs.inputs import check_offline
@@ -123,6 +123,9 @@ def test_a_job_and_the_doctor_name_the_page(hub, tmp_path):
     spec = sweep_points(["model=llama3_8b", "compressor=none", "eval=none", f"results_dir={tmp_path}/r"])[0]["spec"]
     with pytest.raises(GacError) as e:
         check_offline(spec)
+    _portal_line(str(e.value))
+    with pytest.raises(GacError) as e:  # what `gac evaluate --tasks arc_easy` and a job's tasks ask first
+        check_hub_tasks(["arc_easy"])
     _portal_line(str(e.value))
     c = guard("hub", check_hub)
     assert c.status == "FAIL"
