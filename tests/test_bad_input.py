@@ -89,6 +89,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_unclear import unclear_files
 
     unclear_files(T)  # the "Fifth catalogue: the last catalogue's unclear cases" rows
+    from tests.bad_input_fixtures_catalogue import catalogue_files
+
+    catalogue_files(T)  # the "Catalogue five, the rest" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:
