@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from gac.errors import GacError
 
@@ -103,14 +104,15 @@ def check_environment() -> None:
     check_hub_token()
 
 
+def hf_home() -> Path:
+    """Hugging Face's home (its caches and the login token by default): ``HF_HOME``, else ~/.cache/huggingface."""
+    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
+
+
 def check_hub_token() -> None:
     """The Hugging Face token (``HF_TOKEN``, else the file ``hf auth login`` stored) holds no space or line break
     inside it: such a token cannot go into an HTTP header, and every hub request failed as if the hub could not be
     reached ("couldn't connect"). Spaces at its ends are stripped by the hub client and harmless."""
-    from pathlib import Path
-
-    from gac.text import hf_home
-
     token, where = os.environ.get("HF_TOKEN"), "HF_TOKEN"
     fix = "set the token alone on one line, e.g. export HF_TOKEN=hf_... (or run `hf auth login`)"
     if token is None:

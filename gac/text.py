@@ -24,6 +24,7 @@ import logging
 import os
 from pathlib import Path
 
+from gac.checks import hf_home  # Hugging Face's home, defined with the token check that reads its file
 from gac.errors import GacError, unknown_name
 from gac.io import missing_reason, path_kind
 from gac.metrics import ENWIKI_ALIASES, TINY_ALIASES, WIKITEXT2_ALIASES
@@ -239,11 +240,6 @@ def datasets_cache_dir() -> Path:
     """Where ``datasets`` keeps prepared datasets (WikiText-2, lm-eval's tasks): ``HF_DATASETS_CACHE``, else
     ``$HF_HOME/datasets``."""
     return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
-
-
-def hf_home() -> Path:
-    """Hugging Face's home (its caches and the login token by default): ``HF_HOME``, else ~/.cache/huggingface."""
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
 
 
 def check_source(source: str | os.PathLike, split: str = "test", what: str = "text source") -> None:
