@@ -208,12 +208,14 @@ def stage_done(desc: str, seconds: float, detail: str = "") -> None:
 
 def quiet_libraries(verbose: bool = False, stream=None) -> None:
     """Keep other libraries' chatter out of gac's output unless ``verbose``: lm-eval's warnings, the profiler's
-    ``USDT: profiler_start`` lines, and (when quiet, or off a terminal where gac's own lines say the same in one
+    ``USDT: profiler_start`` lines, the hub client's one line per HTTP request, and (when quiet, or off a terminal where gac's own lines say the same in one
     line per stage) the progress bars of ``datasets``, ``transformers`` and lm-eval. Call it before those libraries
     are imported (the environment variables are read at import)."""
     global _library_bars
     for name in ("lm_eval", "lm-eval"):  # lm-eval's loggers (every module's is a child of "lm_eval")
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    for name in ("httpx", "httpx2", "httpcore"):  # the hub client's HTTP stack: one INFO line per request
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
     _library_bars = not is_quiet() and (verbose or _on_terminal(sys.stderr if stream is None else stream))
     if verbose:
         return

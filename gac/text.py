@@ -24,6 +24,7 @@ import logging
 import os
 from pathlib import Path
 
+from gac.checks import hf_home  # Hugging Face's home, defined with the token check that reads its file
 from gac.errors import GacError, unknown_name
 from gac.io import missing_reason, path_kind
 from gac.metrics import ENWIKI_ALIASES, TINY_ALIASES, WIKITEXT2_ALIASES
@@ -89,7 +90,9 @@ def _proxy_for(url: str) -> str | None:
 def hub_unreachable(timeout: float = 5.0) -> str | None:
     """Why the Hugging Face hub cannot be reached from here (offline env vars, DNS, a refused connection, a proxy
     that refuses), or None. Asked the way the hub clients ask: one HEAD request through huggingface_hub's own HTTP
-    session, so ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` and ``HF_ENDPOINT`` count as they do for a download."""
+    session, so ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` and ``HF_ENDPOINT`` count as they do for a download.
+    Raises :class:`GacError` when something else answers in the hub's place (:func:`check_hub_answers`): no
+    download can work there, and "not reachable" would name the wrong cause."""
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
             return f"{var} is set"
@@ -101,14 +104,57 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
     try:
         from huggingface_hub import get_session
 
-        r = get_session().head(url, timeout=timeout)
+        session = get_session()  # httpx's (huggingface_hub 1.0 on) or requests': a redirect is looked at, not followed
+        stay = {"follow_redirects": False} if hasattr(session, "follow_redirects") else {"allow_redirects": False}
+        r = session.head(url, timeout=timeout, **stay)
     except ImportError:
         return "huggingface_hub is not installed"
     except Exception as e:  # noqa: BLE001 - DNS, refused, timeout, proxy errors: each is a reason, not a crash
         return f"{where}: {_short(e)}"
     if r.status_code == 407 or r.status_code >= 500:
         return f"{where}: HTTP {r.status_code}" + (" (the proxy asks for credentials)" if r.status_code == 407 else "")
+    try:
+        r = session.get(url + HUB_PROBE, timeout=timeout, **stay)
+    except Exception as e:  # noqa: BLE001 - as above: a reason
+        return f"{where}: {_short(e)}"
+    check_hub_answers(r, url + HUB_PROBE)
     return None
+
+
+# an API path every hub and hub mirror answers with JSON (the repository's metadata, or a JSON error for one it lacks)
+HUB_PROBE = "api/models/openai-community/gpt2/revision/main"
+
+
+def check_hub_answers(response, url: str) -> None:
+    """``response`` (to ``url``, an API path of the hub) is the hub's: JSON, or an error status. A 200 page that is
+    not JSON (a captive portal's login page, a proxy's notice, a server that is not a hub behind ``HF_ENDPOINT``) or
+    a redirect to another host is one :class:`GacError` naming it and the fix; every hub client would report it as
+    "couldn't connect" or a JSON error."""
+    from urllib.parse import urlparse
+
+    status = response.status_code
+    host = urlparse(url).hostname
+    moved = response.headers.get("location") if 300 <= status < 400 else None
+    if moved is not None and urlparse(moved).hostname not in (None, host):
+        what = f"redirects to {moved[:120]}"
+    elif 200 <= status < 300:
+        try:
+            json.loads(response.content)
+            return
+        except ValueError:
+            kind = (response.headers.get("content-type") or "no content type").split(";")[0]
+            head = response.content[:60].decode("utf-8", "replace").strip().replace("\n", " ")
+            what = f"answers HTTP {status} with {kind} ({head!r}...), not the hub's JSON"
+    else:
+        return
+    endpoint = hub_endpoint()
+    named = (f"HF_ENDPOINT={endpoint} is not a hub or a mirror of it (unset HF_ENDPOINT, or set it to one)"
+             if os.environ.get("HF_ENDPOINT") else f"HF_ENDPOINT is unset, so this is {endpoint}")
+    proxy = _proxy_for(url)
+    raise GacError(f"the Hugging Face hub's address {url} {what}: something else answers in the hub's place, a "
+                   f"captive portal (log in to the network first) or a proxy's page"
+                   + (f" (HTTPS_PROXY/HTTP_PROXY {proxy})" if proxy else "") + f", or {named}; to use only what "
+                   f"is in the local caches, set HF_HUB_OFFLINE=1")
 
 
 def hub_access_problem(repo: str, kind: str = "model", timeout: float = 10.0) -> str | None:
@@ -194,11 +240,6 @@ def datasets_cache_dir() -> Path:
     """Where ``datasets`` keeps prepared datasets (WikiText-2, lm-eval's tasks): ``HF_DATASETS_CACHE``, else
     ``$HF_HOME/datasets``."""
     return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets").expanduser()
-
-
-def hf_home() -> Path:
-    """Hugging Face's home (its caches and the login token by default): ``HF_HOME``, else ~/.cache/huggingface."""
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
 
 
 def check_source(source: str | os.PathLike, split: str = "test", what: str = "text source") -> None:

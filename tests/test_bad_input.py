@@ -95,6 +95,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_moefused import moefused_files
 
     moefused_files(T)  # the "Pruned MoE experts" rows
+    from tests.bad_input_fixtures_catalogue import catalogue_files
+
+    catalogue_files(T)  # the "Catalogue five, the rest" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -78,6 +78,14 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"^rev-parse$", ("gac/provenance.py",), True, "gac's checkout: gac.provenance.checkout / git_commit"),
     (r"time\.thread_time_ns|time\.thread_time\b", ("gac/evaluation/latency.py",), False,
      "the CPU clocks by name: gac.evaluation.latency.CPU_CLOCKS / CPU_CLOCKS_NS"),
+    (r'"HF_HOME"\)|"\.cache"[,/ ]+"huggingface"|\.cache/huggingface', ("gac/checks.py",), False,
+     "Hugging Face's home (its caches, the token file): gac.checks.hf_home (gac.text.hf_home)"),
+    (r"\bcomp\w*\.name\s*(==|!=|in\b)", ("gac/compression/compressors/", "gac/registry.py"), False,
+     "what a compressor needs is the compressor's to say (its attributes), not a branch on its name"),
+    (r"\* F\.linear\(", ("gac/profiling/sweeps.py",), False,
+     "a width target's kernels: gac.profiling.sweeps.width_kernels"),
+    (r"gac_export\.json|already holds an? (gac )?(export|checkpoint)", ("gac/export/hf.py",
+     "gac/compression/checkpoint.py"), True, "a model directory gac writes: gac.compression.checkpoint.check_output_dir"),
     (r"\bn_samples\b.{0,4}\b32\b|calibration\w*\W{1,4}seq_len\b.{0,4}\b2048\b|default=32\)", ("gac/text.py",), False,
      "calibration by default: gac.text.CALIBRATION_SAMPLES / CALIBRATION_SEQ_LEN"),
     (r"supports_sensitivity", ("gac/compression/preparation.py", "gac/compression/compressors/"), False,
@@ -317,3 +325,31 @@ def test_one_clock_rule_for_every_cpu_timing():
         DEFAULTS["kernel"]["cuda"]
     assert (TimingProtocol.quick().warmup, TimingProtocol.quick().iters, TimingProtocol.quick().trials) == \
         DEFAULTS["kernel"]["cpu"]
+
+
+# ------------------------------------------------------------------------------------------------ width kernels
+def test_a_width_targets_kernels_are_measured_and_predicted_alike():
+    """The predicted table of a width target is the predictor's own gate, up, gate product and down kernels of a
+    layer at that width (gac.predict.predictor.model_kernels), the kernels the measured op times."""
+    from gac.align.targets import Target
+    from gac.predict import Predictor
+    from gac.predict.latency_tables import _KERNELS, predicted_latency_tables
+    from gac.predict.predictor import model_kernels
+    from gac.profiling.sweeps import _target_op, width_kernels
+    from transformers import LlamaConfig
+
+    from gac.compression.structure import Structure
+
+    pred = Predictor("h100")
+    hidden, width = 1024, 2816
+    st = Structure(LlamaConfig(hidden_size=hidden, intermediate_size=width, num_hidden_layers=1,
+                               num_attention_heads=8, num_key_value_heads=8, vocab_size=1000), "float16")
+    ks = {k.name: k.ms for k in model_kernels(st, pred.cal, 1, 512) if k.layer == 0}
+    mlp = Target("mlp", 1000.0, 1.0, 3 * hidden, d_max=width, kind="width", meta={"hidden_size": hidden},
+                 candidates=(width,))
+    table = predicted_latency_tables([mlp], [(width,)], pred, batch=1, seq_len=512)
+    parts = [v for n, v in ks.items() if n.endswith(("gate_proj", "up_proj", "gate_mul", "down_proj"))]
+    assert len(parts) == len(width_kernels(512, hidden, width)) == _KERNELS["width"]
+    assert table["mlp"][width] == pytest.approx(sum(parts), rel=1e-9)
+    flops = _target_op("width", {"hidden": 64}, 16, 8, 1, 8, None)[2]
+    assert flops == 2.0 * 8 * 16 * 64 * 3  # the three GEMMs of width_kernels, the product adds none

@@ -116,58 +116,66 @@ def _not_checkpoint_files(d: Path) -> list[str] | None:
 
 
 def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_bytes: int = 0, inputs=(),
-                     flag: str = "-o", replace_hint: str = "pass --force to replace the checkpoint there") -> Path:
-    """Before compressing: ``path`` can become a checkpoint and its file system takes a file (and has ``need_bytes``
-    free). It is absent, an empty directory, or (``overwrite``) a gac checkpoint holding only its own files; never
-    one of ``inputs`` (the model being compressed) or a directory that holds one, never inside a model directory or
-    a results store's own directories. ``replace_hint``: how this command replaces a checkpoint (run.py cannot).
-    A one-line :class:`GacError` otherwise."""
+                     flag: str = "-o", replace_hint: str = "pass --force to replace the checkpoint there",
+                     kind: str = "gac checkpoint", replaced: str = "a checkpoint gac saved", stray=None) -> Path:
+    """Before writing a model directory (a checkpoint; ``gac export --format hf`` the same with its own ``kind``):
+    ``path`` can become one and its file system takes a file (and has ``need_bytes`` free). It is absent, an empty
+    directory, or (``overwrite``) a ``kind`` holding only its own files; never a link, never one of ``inputs`` (the
+    model being compressed or exported) or a directory that holds one, never inside a model directory or a results
+    store's own directories. ``stray(dir)``: the files of ``dir`` that are not the ``kind``'s own, or None when it
+    is no ``kind`` at all (default: a gac checkpoint's); ``replaced``: what ``--force`` replaces, for the message;
+    ``replace_hint``: how this command replaces one (run.py cannot). A one-line :class:`GacError` otherwise."""
     from gac.io import check_not_dash, check_writable, directory_kind, owned_directory
 
-    check_not_dash(path, flag, "a checkpoint directory")
+    noun = kind.removeprefix("gac ")
+    check_not_dash(path, flag, f"{'an' if noun[0] in 'aeiou' else 'a'} {noun} directory")
+    stray = _not_checkpoint_files if stray is None else stray
     out = Path(path).expanduser()
     where = f"{flag} {str(path)!r}"
     if out.is_symlink() and not out.exists():
-        raise GacError(f"{where} {missing_reason(out)}; remove it or choose another checkpoint path")
+        raise GacError(f"{where} {missing_reason(out)}; remove it or choose another path")
+    if out.is_symlink():  # the write replaces or renames the directory: the link, not where it points
+        raise GacError(f"{where} is a link; give the directory itself or another path")
     if out.exists() and not out.is_dir():
-        raise GacError(f"{where} exists and is not a directory; choose another checkpoint path")
+        raise GacError(f"{where} exists and is not a directory; choose another path")
     for i in inputs:
         src = Path(str(i)).expanduser()
         if not src.exists():
             continue
         if os.path.realpath(src) == os.path.realpath(out):
-            raise GacError(f"{where} is the input model; write the checkpoint to another directory (the model being "
-                           f"compressed is never replaced)")
+            raise GacError(f"{where} is the input model; write the {noun} to another directory (the model it is "
+                           f"made from is never replaced)")
         if out.is_dir() and Path(os.path.realpath(src)).is_relative_to(os.path.realpath(out)):
-            raise GacError(f"{where} holds the input model {str(i)!r}; write the checkpoint to another directory")
+            raise GacError(f"{where} holds the input model {str(i)!r}; write the {noun} to another directory")
     if out.is_dir() and any(out.iterdir()):
-        other = _not_checkpoint_files(out)
+        other = stray(out)
         if other is None:
             names = sorted(f.name for f in out.iterdir())
             what = directory_kind(out) or f"a directory holding {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
             if overwrite:
-                raise GacError(f"{where} is {what}, not a gac checkpoint; refusing to overwrite it: only a checkpoint "
-                               f"gac saved is ever replaced (--force), never another directory; choose another path")
+                raise GacError(f"{where} is {what}, not a {kind}; refusing to overwrite it: only {replaced} is ever "
+                               f"replaced (--force), never another directory; choose another path")
             raise GacError(f"{where} exists and is {what}; refusing to overwrite it: choose another path")
         if other:
-            raise GacError(f"{where} is a gac checkpoint that also holds {', '.join(other[:3])}"
+            raise GacError(f"{where} is a {kind} that also holds {', '.join(other[:3])}"
                            f"{' ...' if len(other) > 3 else ''}, which replacing it would delete; move them out of it "
                            f"or choose another path")
         if not overwrite:
-            raise GacError(f"{where} already holds a gac checkpoint; refusing to overwrite it ({replace_hint}, or "
+            raise GacError(f"{where} already holds a {kind}; refusing to overwrite it ({replace_hint}, or "
                            f"choose another path)")
     owner = owned_directory(out, itself=False)
     if owner:
-        raise GacError(f"{where} {owner}; write the checkpoint outside it")
+        raise GacError(f"{where} {owner}; write the {noun} outside it")
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    check_writable(parent, "checkpoint's parent directory")
+    check_writable(parent, f"{noun}'s parent directory")
     if need_bytes:
         free = shutil.disk_usage(parent).free
         if free < need_bytes:
-            raise GacError(f"not enough space for the checkpoint in {str(parent)!r}: about {need_bytes / 2**20:,.0f} MiB "
-                           f"needed, {free / 2**20:,.0f} MiB free; free space or choose another output directory")
+            raise GacError(f"not enough space for the {noun} in {str(parent)!r}: about "
+                           f"{need_bytes / 2**20:,.0f} MiB needed, {free / 2**20:,.0f} MiB free; free space or choose "
+                           f"another output directory")
     return out
 
 

@@ -194,20 +194,8 @@ def _linears(s: dict) -> dict[str, tuple[int, int]]:
 def _scored_params(comp, s: dict, lin: dict) -> tuple[int, int]:
     """``(layers, elements per layer)`` of the projections the gradient pass scores (its statistics modules), from
     shapes alone."""
-    from gac.compression.compressors.base import parse_layers
-
-    L = s["L"]
-    if comp.name == "llm_pruner":
-        from gac.compression.compressors.llm_pruner import LAYER_PRESETS, layer_range
-
-        layers = comp.layers
-        idx = (parse_layers(None, L, default=layer_range(layers or "reference", L))
-               if layers is None or layers in LAYER_PRESETS else parse_layers(layers, L))
-        projs = ("gate", "up", "down", "fc_in", "fc_out", "experts_gate_up", "experts_down")
-    else:
-        idx = parse_layers(getattr(comp, "layers", None), L)
-        projs = _roles(comp, lin)
-    return len(idx), sum(o * i for p, (o, i) in lin.items() if p in projs)
+    projs = comp.scored_roles if comp.scored_roles is not None else _roles(comp, lin)
+    return len(comp.layer_indices(s["L"])), sum(o * i for p, (o, i) in lin.items() if p in projs)
 
 
 def _roles(comp, lin: dict) -> tuple[str, ...]:
@@ -261,15 +249,15 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         f64 = 2 * t * max(h, inter) * 8  # float64 copy of the widest input and its square
         calibration = n_samples * seq_len * h * b + t * (4 * h + 3 * inter + 2 * s["kv"]) * b + inputs + f64
     statistics = 0
-    if comp.name == "svd_llm":
+    if comp.needs_xtx and comp.xtx_of == "whitening":
         if method.startswith("gram"):  # X^T X where out > in (gate/up share it), Y^T Y where out <= in
             ins = {h} if any(o > i for o, i in lin.values()) else set()
             statistics = 8 * (sum(n * n for n in ins) + sum(o * o for o, i in lin.values() if o <= i))
         else:  # X^T X per distinct input: q/k/v, o, gate/up, down
             statistics = 8 * (h * h + s["q"] ** 2 + h * h + inter * inter)
-    elif comp.name == "palu" and comp.needs_xtx:  # k_proj and v_proj share their input
+    elif comp.needs_xtx and comp.xtx_of == "kv":  # k_proj and v_proj share their input
         statistics = 8 * h * h
-    elif getattr(comp, "needs_xtx", False):
+    elif comp.needs_xtx:
         statistics = 8 * (h * h + s["q"] ** 2 + h * h + inter * inter)
     if not stream:
         statistics *= L
@@ -281,7 +269,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
             k = max(1, mn // (o + i))
             if method == "exact":
                 ws = (2 * mn + o * lo + lo * i + 4 * lo * lo) * 8
-            elif comp.name == "svd_llm" and o > i:  # through the whitening, float64
+            elif comp.xtx_of == "whitening" and o > i:  # through the whitening, float64
                 ws = (2 * mn + 4 * i * i) * 8 + k * (o + i) * 8
             else:
                 ws = 2 * mn * c + 3 * lo * lo * c + k * (o + i) * c

@@ -103,30 +103,18 @@ def verify_hf(path: Path, model: nn.Module, timeout_s: float = 600) -> dict:
 
 
 def check_output_dir(path: Path, force: bool, inputs=()) -> None:
-    """Where ``--format hf`` writes: absent, an empty directory, or (``force``) a folder an earlier export wrote
-    (its :data:`EXPORT_FILE` and the Hugging Face files only); never an input, never another directory."""
-    from gac.io import check_writable, directory_kind, owned_directory
+    """Where ``--format hf`` writes: the rule of every model directory gac writes
+    (:func:`gac.compression.checkpoint.check_output_dir`), an export being a folder holding :data:`EXPORT_FILE` and
+    the Hugging Face files only."""
+    from gac.compression.checkpoint import check_output_dir as check_model_dir
 
-    where = f"-o {str(path)!r}"
-    p = path.expanduser()
-    if p.is_symlink() or (p.exists() and not p.is_dir()):
-        raise GacError(f"{where} exists and is not a directory; --format hf writes a folder: choose another path")
-    for i in inputs:
-        q = Path(str(i)).expanduser()
-        if q.exists() and (os.path.realpath(q) == os.path.realpath(p) or
-                           Path(os.path.realpath(q)).is_relative_to(os.path.realpath(p))):
-            raise GacError(f"{where} is or holds the input {str(i)!r}; write the export to another directory")
-    if p.is_dir() and any(p.iterdir()):
-        names = sorted(f.name for f in p.iterdir())
-        ours = (p / EXPORT_FILE).is_file() and all(n in HF_FILES or n.startswith("model-") for n in names)
-        if not ours:
-            what = directory_kind(p) or f"a directory holding {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-            raise GacError(f"{where} exists and is {what}; refusing to overwrite it (only a folder gac export wrote is "
-                           f"replaced, with --force): choose another path")
-        if not force:
-            raise GacError(f"{where} already holds an export; refusing to overwrite it (pass --force to replace it, or "
-                           f"choose another path)")
-    owner = owned_directory(p, itself=False)
-    if owner:
-        raise GacError(f"{where} {owner}; write the export outside it")
-    check_writable(p.parent, "directory of -o", probe_bytes=1)  # as for a file output (gac.io.check_output_file)
+    check_model_dir(path, overwrite=force, inputs=inputs, kind="gac export", replaced="a folder gac export wrote",
+                    replace_hint="pass --force to replace it", stray=_not_export_files)
+
+
+def _not_export_files(d: Path) -> list[str] | None:
+    """The files of ``d`` an export does not write, or None when ``d`` is no export (no :data:`EXPORT_FILE`)."""
+    if not (d / EXPORT_FILE).is_file():
+        return None
+    return sorted(f.name for f in d.iterdir() if not (f.name in HF_FILES or f.name.startswith("model-")))
+

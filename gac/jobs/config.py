@@ -273,7 +273,7 @@ def latency_settings(cfg: dict, strategy: str, gpu: str) -> dict | None:
             raise GacError(f"config: align.latency_source=predicted needs a GPU the predictor knows (gpu="
                            f"{' or gpu='.join(GPUS)}), got gpu={gpu}; use align.latency_source=measured (this "
                            f"device's own kernels) or gpu={GPUS[0]}")
-    reference = str(given["latency_reference"] or "unaligned")
+    reference = str(given["latency_reference"] or "gac")  # the plan every budget share of 1 holds
     if reference not in LATENCY_REFERENCES:
         raise GacError(f"config: align.latency_reference must be one of {', '.join(LATENCY_REFERENCES)} (the plan at "
                        f"the ratio's parameter budget whose latency align.latency_budget scales), got {reference!r}")

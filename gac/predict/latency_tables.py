@@ -7,8 +7,8 @@ The same kernels :mod:`gac.profiling.latency_tables` measures, timed by the pred
 kind            predicted at d
 ==============  ===================================================================================================
 ``lowrank``     ``gemm(T, N=d, K=in) + gemm(T, N=out, K=d)``; the dense option ``gemm(T, N=out, K=in)``
-``width``       ``2 gemm(T, N=d, K=hidden) + gemm(T, N=hidden, K=d)`` (the activation and the gate product are
-                bandwidth-bound and linear in d; they are left out)
+``width``       the kernels :func:`gac.profiling.sweeps.width_kernels` names, as measured: ``2 gemm(T, N=d,
+                K=hidden) + gemm(T, N=hidden, K=d)`` and the gate product, ``stream(3 T d)`` (bandwidth-bound)
 ``head_dim``    ``sdpa(batch, heads, seq_len, d)``, causal, with the padding copy of a head dim off a multiple of 8
 ==============  ===================================================================================================
 
@@ -27,7 +27,7 @@ from gac.errors import GacError
 
 log = logging.getLogger(__name__)
 
-#: kernels one candidate of a target launches (for the launch-bound check)
+#: kernels one candidate of a target launches (for the launch-bound check; width: width_kernels's four)
 _KERNELS = {"lowrank": 2, "dense": 1, "width": 4, "head_dim": 1}
 
 
@@ -77,8 +77,7 @@ def predicted_latency_tables(
                 elif t.kind == "lowrank":
                     memo[key] = gemm_ms(cal, tokens, d, shape["in"]) + gemm_ms(cal, tokens, shape["out"], d)
                 elif t.kind == "width":
-                    h = shape["hidden"]
-                    memo[key] = 2 * gemm_ms(cal, tokens, d, h) + gemm_ms(cal, tokens, h, d)
+                    memo[key] = _width_ms(cal, tokens, shape["hidden"], d)
                 else:  # head_dim
                     memo[key] = sdpa_ms(cal, batch, shape["heads"], seq_len, d, True)
             row[d] = float(memo[key])
@@ -92,3 +91,15 @@ def predicted_latency_tables(
                     "not add up; a latency budget is meaningful where the GPU is busy (larger batch or sequence)",
                     short, total, pred.gpu, pred.issue_ms, batch, seq_len)
     return tables
+
+
+def _width_ms(cal, tokens: int, hidden: int, d: int) -> float:
+    """A width target at ``d``: its kernels (:func:`gac.profiling.sweeps.width_kernels`) by the kernel models, in
+    fp16 (:data:`gac.predict.predictor.ELEM` bytes an element)."""
+    from gac.predict import gemm_ms
+    from gac.predict.kernels import stream_ms
+    from gac.predict.predictor import ELEM
+    from gac.profiling.sweeps import width_kernels
+
+    return sum(gemm_ms(cal, *size) if op == "gemm" else stream_ms(cal, ELEM * size[0])
+               for _, op, size in width_kernels(tokens, hidden, d))

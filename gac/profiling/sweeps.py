@@ -443,6 +443,16 @@ def context_key(kind: str, shape: Mapping[str, int]) -> str:
     return f"{kind}:" + ",".join(f"{k}={shape[k]}" for k in sorted(shape))
 
 
+def width_kernels(tokens: int, hidden: int, d: int) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """A width target's kernels at width ``d`` over ``tokens`` tokens, the one definition of what is measured here and
+    what :mod:`gac.predict.latency_tables` predicts: gate and up ``x[T, hidden] @ W[d, hidden]^T``, their
+    element-wise product (two ``[T, d]`` read, one written), down ``h[T, d] @ W[hidden, d]^T``. Each is ``(name,
+    "gemm", (M, N, K))`` or ``(name, "elementwise", (elements moved,))``. The activation is the model's, not the
+    target's (it is timed with neither)."""
+    return (("gate", "gemm", (tokens, d, hidden)), ("up", "gemm", (tokens, d, hidden)),
+            ("gate_product", "elementwise", (3 * tokens * d,)), ("down", "gemm", (tokens, hidden, d)))
+
+
 def _target_op(kind: str, shape: Mapping[str, int], d: int, tokens: int, batch: int, seq_len: int, ctx: _Ctx):
     """(make_inputs, fn) for one composite op of a target at dimension d."""
     if kind == "lowrank":
@@ -461,10 +471,10 @@ def _target_op(kind: str, shape: Mapping[str, int], d: int, tokens: int, batch: 
         def make():
             return (_randn((tokens, h), ctx), _randn((d, h), ctx), _randn((d, h), ctx), _randn((h, d), ctx))
 
-        def fn(x, g, u, dn):  # gate/up (N = d), down (K = d)
+        def fn(x, g, u, dn):  # width_kernels: gate and up (N = d), their product, down (K = d)
             return F.linear(F.linear(x, g) * F.linear(x, u), dn)
 
-        return make, fn, 2.0 * tokens * d * h * 3
+        return make, fn, sum(2.0 * math.prod(mnk) for _, op, mnk in width_kernels(tokens, h, d) if op == "gemm")
     if kind == "head_dim":
         heads = shape["heads"]
 

@@ -11,7 +11,7 @@ import pytest
 
 from gac.errors import GacError
 from gac.jobs.preflight import check_model_here
-from gac.text import hub_access_problem, hub_unreachable
+from gac.text import HUB_PROBE, hub_access_problem, hub_unreachable
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "all_proxy",
               "no_proxy", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -63,8 +63,9 @@ def _free_port() -> int:
 
 @pytest.fixture
 def proxy():
-    """A forward proxy that records each request line and answers itself: 200 to a plain request, 200 to a CONNECT
-    (then closes: no tunnel), or the status in ``status``."""
+    """A forward proxy that records each request line and answers itself: 200 to a plain request (a GET with the
+    JSON object ``{}``, as the hub's API answers), 200 to a CONNECT (then closes: no tunnel), or the status in
+    ``status``."""
     seen: list[str] = []
     state = {"status": 200}
 
@@ -74,9 +75,11 @@ def proxy():
 
         def _answer(self):
             seen.append(self.requestline)
+            body = b"{}" if self.command == "GET" else b""
             self.send_response(state["status"])
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
 
         do_GET = do_HEAD = _answer
 
@@ -98,7 +101,7 @@ def test_the_hub_is_asked_through_the_environments_proxy(env, proxy):
     env.setenv("HF_ENDPOINT", direct)
     env.setenv("HTTP_PROXY", proxy.url)
     assert hub_unreachable(timeout=5) is None
-    assert proxy.seen == [f"HEAD {direct}/ HTTP/1.1"]
+    assert proxy.seen == [f"HEAD {direct}/ HTTP/1.1", f"GET {direct}/{HUB_PROBE} HTTP/1.1"]  # then its API's JSON
 
 
 def test_no_proxy_goes_direct_and_the_reason_says_where(env, proxy):
@@ -182,14 +185,14 @@ def test_a_gated_model_without_a_token_is_refused_naming_the_fix(fake_hub):
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"{GATED!r} is a gated model and no Hugging Face token is set here")
     assert "HF_TOKEN" in msg and "`hf auth login`" in msg and "`huggingface-cli login` before huggingface_hub 1.0" in msg and f"/{GATED}" in msg
-    assert fake_hub.calls == [(f"/api/models/{GATED}/auth-check", False)]
+    assert fake_hub.calls == [(f"/{HUB_PROBE}", False), (f"/api/models/{GATED}/auth-check", False)]  # is it the hub
 
 
 def test_a_token_not_granted_is_refused_and_the_token_is_sent(fake_hub, env):
     env.setenv("HF_TOKEN", "hf_notgranted")
     with pytest.raises(GacError, match="has not been granted access: request it at"):
         check_model_here(GATED)
-    assert fake_hub.calls == [(f"/api/models/{GATED}/auth-check", True)]
+    assert fake_hub.calls == [(f"/{HUB_PROBE}", False), (f"/api/models/{GATED}/auth-check", True)]  # no token sent first
 
 
 def test_open_and_unknown_repos(fake_hub):

@@ -45,9 +45,11 @@ def test_latency_settings_reach_the_spec_and_leave_other_keys_alone(make_cfg):
     lat = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency"))
     assert lat.strategy == "gac_latency"
     assert lat.latency == {"budget_kind": "latency", "budget_ms": None, "budget": 1.0, "source": "measured",
-                           "reference": "unaligned"}
+                           "reference": "gac"}
     at_gac = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency_at_gac"))
-    assert at_gac.latency["reference"] == "gac" and at_gac.latency["budget"] == 1.0
+    assert at_gac.latency == lat.latency and at_gac.key == lat.key  # the shipped gac_latency under its older name
+    unaligned = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency", "align.latency_reference=unaligned"))
+    assert unaligned.latency["reference"] == "unaligned" and unaligned.key != lat.key
     ms = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency", "align.latency_budget=null",
                                    "align.latency_budget_ms=2.5"))
     assert ms.latency["budget_ms"] == 2.5 and ms.key != lat.key
@@ -148,6 +150,24 @@ def test_at_the_gac_plans_latency_the_plan_scores_at_least_the_gac_plan(monkeypa
     assert block["latency_held"] and eq4(plan.dims) >= eq4(gac.dims)
 
 
+def test_the_shipped_budget_has_a_plan_on_every_table(monkeypatch, make_cfg):
+    """align=gac_latency as shipped budgets the gac plan's own latency, which that plan holds: no table refuses it
+    (1.0 of the unaligned plan, the old default, was refused after calibration wherever aligning down is slower)."""
+    shipped = spec_from_config(make_cfg("compressor=asvd", "align=gac_latency")).latency
+
+    def aligned_slower(spec, model, targets, cands, unaligned, cache_dir):  # multiples of 8 the slow ones
+        return lp.Tables({t.name: {d: 0.01 * d + (0.2 if d % 8 == 0 else 0.0) for d in range(1, 65)}
+                          for t in targets}, 1.0, 9.0, "measured", "fake", 1, 64)
+    monkeypatch.setattr(lp, "measured_tables", aligned_slower)
+    targets = _targets()
+    budget = int(sum(t.params_per_dim * t.d_star for t in targets))
+    plan, block = lp.latency_plan(SimpleNamespace(unit=8, window=1, latency=shipped), None, targets, budget, None, None)
+    assert block["latency_held"] and block["reference"] == "gac" and block["table_ms"] <= block["budget_ms"]
+    with pytest.raises(GacError, match="below the fastest plan"):
+        lp.latency_plan(SimpleNamespace(unit=8, window=1, latency={**shipped, "reference": "unaligned"}), None,
+                        targets, budget, None, None)
+
+
 def test_min_latency_keeps_the_parameter_count(monkeypatch):
     monkeypatch.setattr(lp, "measured_tables", _fake_tables())
     targets = _targets()
@@ -163,7 +183,7 @@ def test_min_latency_keeps_the_parameter_count(monkeypatch):
 def test_a_latency_budget_job_on_tiny_records_its_budget(make_cfg):
     from gac.jobs.experiment import run_config
 
-    rec = run_config(make_cfg("compressor=asvd", "align=gac_latency_at_gac", "ratio=0.3", "eval.tasks=[]"))
+    rec = run_config(make_cfg("compressor=asvd", "align=gac_latency", "ratio=0.3", "eval.tasks=[]"))  # as shipped
     block = rec["latency_budget"]
     assert set(block) >= BLOCK_KEYS | {"job_prefill_ms", "timer"}
     assert block["latency_held"] is True and block["table_ms"] <= block["budget_ms"]

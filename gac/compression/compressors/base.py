@@ -173,6 +173,13 @@ class Compressor:
     default_proxy: str = "magnitude"
     needs_act: bool = False  # factorisation needs per-channel activation statistics
     needs_xtx: bool = False  # factorisation needs X^T X
+    # with needs_xtx, the float64 Grams one layer's factorisation holds (the memory estimate reads it: footprint.py):
+    # "inputs": X^T X of each distinct input (q/k/v, o, gate/up, down); "kv": of the k/v projections' shared input;
+    # "whitening": SVD-LLM's, by its svd method (gram: X^T X where out > in, Y^T Y where out <= in), and a tall
+    # projection's factorisation goes through the whitening in float64
+    xtx_of: str = "inputs"
+    # the roles the gradient pass scores (its statistics modules); None: those the compressor's projections name
+    scored_roles: tuple[str, ...] | None = None
     low_rank: bool = False  # its units are low-rank factorisations (the memory estimate counts them: footprint.py)
     supports_sensitivity: bool = True
     # the d* rule that reproduces the method's reference implementation (gac.compression.allocation.ALLOCATIONS)

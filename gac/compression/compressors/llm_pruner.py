@@ -69,6 +69,7 @@ def layer_range(preset: str, n_layers: int) -> range:
 
 class LLMPruner(Compressor):
     name = "llm_pruner"
+    scored_roles = ("gate", "up", "down", "fc_in", "fc_out", "experts_gate_up", "experts_down")  # the MLP's
     default_proxy = "taylor"
     default_allocation = "uniform"
 

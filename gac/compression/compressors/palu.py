@@ -80,6 +80,7 @@ PALU_GROUP_SIZE = 4  # PaLU's --head_group_size default
 
 class PaLU(Compressor):
     name = "palu"
+    xtx_of = "kv"  # k_proj and v_proj share their input
     default_proxy = "fisher_rms"
     default_allocation = "fisher_uniform"
     supports_sensitivity = False

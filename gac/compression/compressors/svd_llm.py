@@ -24,6 +24,7 @@ class SVDLLM(LowRankCompressor):
     name = "svd_llm"
     default_proxy = "magnitude"
     needs_xtx = True
+    xtx_of = "whitening"
     default_allocation = "uniform"  # the reference truncates every weight to the same parameter ratio
 
     def __init__(self, projections=None, layers=None, eps: float = 1e-6, update: bool = False,
