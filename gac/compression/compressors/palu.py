@@ -66,6 +66,7 @@ from gac.compression.compressors.lowrank_math import (
     whitening,
 )
 from gac.compression.discovery import ModelLayout, discover
+from gac.compression.latent_cache import CACHE_MODES, install, resolve_mode
 from gac.compression.modules import GroupedLowRankLinear
 from gac.compression.parts import is_dense, part_bias, part_weight, replace_part
 from gac.compression.proxies import Proxy, check_score
@@ -74,7 +75,7 @@ from gac.progress import track
 
 DECOMPOSITIONS = ("whiten", "svd")
 FISHER_LOSSES = {"next_token": 1, "two_ahead": 2}  # -> tokens ahead the gradient loss predicts
-RANK_CAPS = ("full", "break_even")
+RANK_CAPS = ("break_even", "full")
 PALU_GROUP_SIZE = 4  # PaLU's --head_group_size default
 
 
@@ -86,8 +87,8 @@ class PaLU(Compressor):
     low_rank = True
 
     def __init__(self, layers=None, group_size: int | None = None, projections=("k_proj", "v_proj"),
-                 decomposition: str = "whiten", rank_cap: str = "full", svd: str = DEFAULT_SVD,
-                 fisher_loss: str = "next_token"):
+                 decomposition: str = "whiten", rank_cap: str = "break_even", svd: str = DEFAULT_SVD,
+                 fisher_loss: str = "next_token", cache: str = "auto"):
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
             raise GacError(f"PaLU group_size must be a positive number of KV heads per group (or null for PaLU's "
                            f"{PALU_GROUP_SIZE}), got {group_size!r}")
@@ -102,6 +103,10 @@ class PaLU(Compressor):
             raise unknown_name("factorisation method (compressor option svd)", str(svd), SVD_METHODS)
         if fisher_loss not in FISHER_LOSSES:
             raise unknown_name("PaLU fisher_loss", str(fisher_loss), tuple(FISHER_LOSSES))
+        if cache not in CACHE_MODES:
+            raise unknown_name("PaLU cache", str(cache), CACHE_MODES)
+        self.cache = cache
+        self.resolved_cache: str | None = None  # latent | full once the model's family is known (units)
         self.fisher_loss = fisher_loss
         self.gradient_tokens_ahead = FISHER_LOSSES[fisher_loss]
         self.layers, self.group_size, self.projections = layers, group_size, tuple(projections)
@@ -119,9 +124,14 @@ class PaLU(Compressor):
             )
         return gs
 
+    def options(self) -> dict:
+        """The constructor arguments, ``cache`` as resolved for the model (``auto`` -> ``latent`` or ``full``)."""
+        return {**super().options(), "cache": self.resolved_cache or self.cache}
+
     def units(self, model, layout: ModelLayout) -> list[Unit]:
         n_kv, hd = layout.num_kv_heads, layout.head_dim
         gs = self.heads_per_group(n_kv)
+        self.resolved_cache = resolve_mode(self.cache, layout.model_type)
         out = []
         for i in self.layer_indices(layout.num_layers):
             for p in layout.projections_of(self.projections, [i]):
@@ -139,6 +149,12 @@ class PaLU(Compressor):
                         u = Unit(u.name, u.kind, u.params_per_dim, u.dense_params, u.d_full, u.d_full, u.modules, u.meta)
                     out.append(replace(u, parts=((p.module, None if p.whole else p.role),)))
         return out
+
+    def after_apply(self, model, units, dims, originals, calib_ids, layout) -> dict:
+        """With the latent cache, the compressed attention modules cache PaLU's codes (gac.compression.latent_cache)."""
+        mode = self.resolved_cache or resolve_mode(self.cache, layout.model_type)
+        layers = install(model, layout) if mode == "latent" else 0
+        return {"kv_cache": {"mode": mode, "latent_layers": layers}}
 
     def score(self, model, units, stats, proxy: Proxy):
         cache: dict[str, torch.Tensor] = {}
