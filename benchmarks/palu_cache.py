@@ -20,8 +20,9 @@ each as *parameter-only* PaLU (``cache=full``: the rebuilt K/V cached, the same 
 * **exact**: the latent variant's greedy tokens equal its parameter-only twin's over the ``--new`` steps.
 
 The load average is printed beside every round and recorded; a run whose 1-minute load average exceeded
-``--threads`` + 0.5 at any round is marked "under load (provisional)" in the doc. Runs alone in under 4 minutes on a
-2-core CPU with the defaults (smollm2: ~1 min to load and calibrate).
+``--threads`` + 0.5 at any round is marked "under load (provisional)" in the doc. With the defaults on smollm2 it
+took 549 s on a shared 2-core CPU at load average 8-13 (84 s of it calibrating PaLU); meant to run alone, where
+it is a fraction of that.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def _args(argv):
     ap.add_argument("--ratio", type=float, default=0.5, help="share of the K/V weights PaLU removes")
     ap.add_argument("--text", default="enwiki", help="calibration text (tiny when enwiki is not built)")
     ap.add_argument("--calib", default="8x128", help="calibration samples x tokens")
-    ap.add_argument("--prompt", type=int, default=256, help="prompt tokens before decoding")
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens before decoding")
     ap.add_argument("--new", type=int, default=16, help="greedy tokens per timed decode")
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
@@ -167,6 +168,12 @@ def main(argv=None) -> int:
     return 0
 
 
+def _ranks(ranks: list[int]) -> str:
+    """The plan's distinct group ranks, briefly: their range, how many, whether all are multiples of 8."""
+    eights = ", all multiples of 8" if all(r % 8 == 0 for r in ranks) else ""
+    return f"{min(ranks)}-{max(ranks)} ({len(ranks)} distinct{eights})"
+
+
 def render(doc: dict) -> str:
     """The results doc: what was measured, how, and the table."""
     d = doc["device"]
@@ -195,7 +202,7 @@ def render(doc: dict) -> str:
         ci = r["decode_vs_dense"]
         tw = r["decode_vs_parameters_only"]
         lines.append(
-            f"| {r['label']} | {r['params']:,} of {r['dense_params']:,} | {', '.join(map(str, r['ranks']))} | "
+            f"| {r['label']} | {r['params']:,} of {r['dense_params']:,} | {_ranks(r['ranks'])} | "
             if r.get("params") else f"| {r['label']} | dense | - | ")
         lines[-1] += (f"{r['cache_bytes_per_token']:,.0f} | {r['cache_vs_dense']:.3f} | {r['decode_ms_per_token']:.2f}"
                       f" | {ci[0]:.3f} [{ci[1]:.3f}, {ci[2]:.3f}] | "

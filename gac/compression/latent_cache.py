@@ -11,7 +11,7 @@ reordered, cropped and slid with the cache like everything else.
 
 How it hooks into transformers' cache (transformers 5's ``Cache`` of per-layer ``DynamicLayer`` /
 ``DynamicSlidingWindowLayer``): a forward pre-hook on every compressed attention module (:class:`LatentHook`) turns
-that layer's cache entry into a latent one (the same class with :class:`LatentLayerMixin` in front, so growing,
+that layer's cache entry into a latent one (a subclass of its own class whose ``update`` stores codes, so growing,
 sliding windows, beam reordering and cropping stay transformers' own, on tensors ``[batch, 1, tokens, codes]``) and
 asks the projection for its codes. The layer's ``update`` stores the codes and returns the past tokens rebuilt with
 the current step's own K/V appended: the step's tokens are exactly the model's, the past ones rebuilt to float
@@ -110,7 +110,7 @@ class LatentHook:
 
 
 def make_latent(layer) -> None:
-    """Turn a fresh transformers cache layer into its latent twin (same class, :class:`LatentLayerMixin` in front)."""
+    """Turn a fresh transformers cache layer into its latent twin (a subclass whose ``update`` stores codes)."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     kind = type(layer)
@@ -198,7 +198,7 @@ def _latent_update(base: type):
                 if not rope or hook.rope_key not in rope or rope[hook.rope_key][0].shape[-2] < n_all:
                     raise GacError(f"PaLU's latent cache: layer {hook.layer_idx} found no cached rotary positions "
                                    f"for its {n_all} tokens; " + FIX)
-                cos, sin = (x[:, -n_all:] for x in rope[hook.rope_key])
+                cos, sin = (x[:, -n_all:].to(kz.device) for x in rope[hook.rope_key])  # layers may sit on 2 devices
             if first:
                 try:
                     mine = _rebuild_keys(hook, attn, km, kz, *(pe if pe is not None else (None, None)))

@@ -244,3 +244,23 @@ def test_no_head_group_holds_more_than_its_dense_weight_by_default(base, tiny_pa
     assert all(d * by[n].params_per_dim <= by[n].dense_params for n, d in tiny_palu[2].dims.items())
     full = get_compressor("palu", rank_cap="full").units(model, lay)
     assert all(u.d_cap == u.d_full and u.d_cap * u.params_per_dim > u.dense_params for u in full)
+
+
+@pytest.mark.slow
+def test_the_benchmark_measures_what_the_cache_holds(tmp_path):
+    """benchmarks/palu_cache.py on tiny: the bytes it reports are the codes' (and dense's K/V), greedy tokens equal."""
+    from benchmarks.palu_cache import main
+
+    out, doc = tmp_path / "p.json", tmp_path / "p.md"
+    assert main(["--model", "tiny", "--text", "tiny", "--calib", "4x64", "--prompt", "32", "--new", "4", "--rounds",
+                 "2", "--iters", "1", "--out", str(out), "--doc", str(doc)]) == 0
+    res = json.loads(out.read_text())
+    rows = {r["label"]: r for r in res["rows"]}
+    assert rows["dense"]["cache_bytes_per_token"] == 4 * 2 * 128 * 4
+    for s in ("unaligned", "gac"):
+        latent, full = rows[f"PaLU {s}, latent cache"], rows[f"PaLU {s}, parameters only"]
+        assert full["cache_bytes_per_token"] == rows["dense"]["cache_bytes_per_token"]
+        assert latent["cache_bytes_per_token"] == (latent["codes_per_token"] + 128) * 4 and latent["exact"]
+    assert "| PaLU gac, latent cache |" in doc.read_text()
+    with pytest.raises(SystemExit):  # a result is never overwritten
+        main(["--model", "tiny", "--out", str(out)])

@@ -19,18 +19,22 @@ proxy              ``fisher_rms``: per element ``sqrt(mean g^2)``  any proxy (``
 allocation         ``fisher_uniform``: one score per projection,   ``proportional`` (gac's Eq. 2 rule, per group),
                    rank proportional to it, split evenly over      ``uniform``
                    the projection's head groups
-``rank_cap``       ``full``: a group's rank may reach its full     ``break_even``: at most the rank whose factors
-                   rank ``group_size * head_dim`` (PaLU caps at    hold no more parameters than the dense group
-                   the full rank; it compresses the KV cache, so
-                   a rank past break-even is allowed)
+``rank_cap``       gac's ``break_even``: at most the rank whose    ``full``: a group's rank may reach its full rank
+                   factors hold no more parameters than the dense  ``group_size * head_dim`` (PaLU's cap; past
+                   group (so its codes are fewer than its K/V)     break-even a group outweighs its dense rows)
+``cache``          gac's ``auto``: the KV cache holds the groups'  ``latent`` (refused for a family it cannot
+                   latent codes where the family's attention is    rebuild), ``full``: the rebuilt K/V (PaLU saves
+                   supported (gac.compression.latent_cache)        weights only)
 ``fisher_loss``    ``next_token``: the Fisher of the ordinary      ``two_ahead``: the reference code's loss
                    next-token loss                                 (``x[:, :-1]`` in, ``x[:, 1:]`` as labels, which
                                                                    the model shifts again: two tokens ahead)
 =================  ==============================================  ===============================================
 
-``fisher_loss`` is the one place gac departs from the reference code by default: its double shift reads as a slip (a
-Hugging Face model shifts the labels it is given), so gac takes the ordinary next-token loss and offers the
-reference's as ``two_ahead`` for parity with the authors' code (docs/compressors.md measures both on smollm2).
+``rank_cap`` departs from the reference because of what is saved: a rank past break-even holds more weights than
+the dense group, and with the latent cache its codes save less than that costs. ``fisher_loss`` departs too: its
+double shift reads as a slip (a Hugging Face model shifts the labels it is given), so gac takes the ordinary
+next-token loss and offers the reference's as ``two_ahead`` for parity with the authors' code (docs/compressors.md
+measures both on smollm2).
 
 PaLU then rounds each group's rank to the nearest multiple of 32 (at least 32): in gac that is the ``round_nearest``
 strategy with ``unit=32``; the ``unaligned`` strategy keeps the search's ranks as integers.
