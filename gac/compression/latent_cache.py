@@ -91,8 +91,9 @@ class LatentHook:
     def __call__(self, attn: nn.Module, args, kwargs):
         from transformers.cache_utils import Cache
 
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        if not isinstance(cache, Cache):
+        # the cache under any name (cache, past_key_values, GPT-NeoX's layer_past)
+        cache = next((x for x in (*kwargs.values(), *args) if isinstance(x, Cache)), None)
+        if cache is None:
             return None
         if cache.layer_class_to_replicate is not None:
             while len(cache.layers) <= self.layer_idx:
