@@ -101,7 +101,7 @@ def _check_exact(model, cm, plan, ids, smaller=True):
 def test_latent_cache_on_tiny_is_exact_and_holds_the_codes(base, tiny_palu):
     model, cm, plan, rep = tiny_palu  # the default: cache=auto, latent for a Llama model
     assert rep["kv_cache"] == {"mode": "latent", "latent_layers": 4}
-    assert rep["recipe"]["options"]["cache"] == "latent"
+    assert rep["recipe"]["options"]["cache"] == "auto"  # the option as given; kv_cache says what it became
     ids = base[3][:1, :PROMPT]
     b_latent, b_full = _check_exact(model, cm, plan, ids)
     # tiny: 4 layers x 2 KV heads x 64 x (K, V) float32 dense; the codes are the plan's ranks (<= break-even 85 per
@@ -150,7 +150,7 @@ def test_a_family_the_latent_cache_cannot_rebuild_is_refused_or_keeps_the_full_c
         _compress(m, _calib(), cache="latent")
     assert "\n" not in str(e.value)
     cm, _, rep = _compress(m, _calib())  # auto: the rebuilt K/V, as before
-    assert rep["kv_cache"]["mode"] == "full" and rep["recipe"]["options"]["cache"] == "full"
+    assert rep["kv_cache"]["mode"] == "full" and rep["recipe"]["options"]["cache"] == "auto"
     assert not has_latent_cache(cm)
 
 
@@ -199,7 +199,7 @@ def test_a_checkpoint_keeps_the_latent_cache_and_old_ones_load_as_they_ran(base,
     want = _generate(cm, ids)
     save_checkpoint(cm, None, tmp_path / "ck")
     meta = json.loads((tmp_path / "ck" / META_FILE).read_text())
-    assert meta["kv_cache"] == "latent" and meta["recipe"]["options"]["cache"] == "latent"
+    assert meta["kv_cache"] == "latent" and meta["recipe"]["options"]["cache"] == "auto"
     back, _ = load_checkpoint(tmp_path / "ck")
     assert has_latent_cache(back)
     assert torch.equal(_generate(back, ids), want)

@@ -128,10 +128,6 @@ class PaLU(Compressor):
             )
         return gs
 
-    def options(self) -> dict:
-        """The constructor arguments, ``cache`` as resolved for the model (``auto`` -> ``latent`` or ``full``)."""
-        return {**super().options(), "cache": self.resolved_cache or self.cache}
-
     def units(self, model, layout: ModelLayout) -> list[Unit]:
         n_kv, hd = layout.num_kv_heads, layout.head_dim
         gs = self.heads_per_group(n_kv)
