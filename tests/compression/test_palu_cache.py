@@ -264,3 +264,15 @@ def test_the_benchmark_measures_what_the_cache_holds(tmp_path):
     assert "| PaLU gac, latent cache |" in doc.read_text()
     with pytest.raises(SystemExit):  # a result is never overwritten
         main(["--model", "tiny", "--out", str(out)])
+
+
+def test_decode_latency_decodes_with_the_latent_cache_and_says_so(base, tiny_palu):
+    from gac.compression.latent_cache import remove
+    from gac.evaluation.latency import decode_latency
+
+    kw = dict(prompt_len=8, new_tokens=2, warmup=0, iters=1, trials=1, detect_backend=False)
+    assert decode_latency(base[0], **kw)["kv_cache"] == "full"
+    assert decode_latency(tiny_palu[1], **kw)["kv_cache"] == "latent"
+    twin = copy.deepcopy(tiny_palu[1])
+    remove(twin)
+    assert decode_latency(twin, **kw)["kv_cache"] == "full"
