@@ -102,7 +102,8 @@ def main(argv=None) -> int:
     for name in args.compressors:
         ref_mod = _load_ref(name)
         prep = prepare(model, tok, name, calib_ids=calib,
-                       compressor_options={"fisher_loss": args.palu_fisher_loss} if name == "palu" else None)
+                       compressor_options={"fisher_loss": args.palu_fisher_loss, "rank_cap": "full"}  # the reference's cap
+                       if name == "palu" else None)
         print(f"\n{name}: gac defaults proxy={prep.proxy} allocation={prep.allocation} options={prep.compressor.options()}")
         before = None
         if not args.no_before:

@@ -98,6 +98,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_catalogue import catalogue_files
 
     catalogue_files(T)  # the "Catalogue five, the rest" rows
+    from tests.bad_input_fixtures_palu import palu_files
+
+    palu_files(T)  # the "PaLU's latent cache" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

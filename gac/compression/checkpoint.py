@@ -36,6 +36,7 @@ from gac.compression.checkpoint_format import (
     is_tokenizer_file,
     meta_sha256,
 )
+from gac.compression.latent_cache import has_latent_cache
 from gac.compression.modules import get_module, module_spec, set_module
 from gac.dtypes import dtype_str
 from gac.errors import GacError
@@ -245,6 +246,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
             "dtype": dtype,
             "base_config": model.config.to_dict(),
             "modules": specs,
+            "kv_cache": "latent" if has_latent_cache(model) else "full",
             "base_model": getattr(model, "_gac_base_model", None),  # tiny, a hub id or a directory (None: unknown)
             "recipe": recipe,
             "plan": plan.to_json() if hasattr(plan, "to_json") else plan,

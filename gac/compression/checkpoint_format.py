@@ -4,7 +4,8 @@
 Layout of a checkpoint directory::
 
     gac_checkpoint.json      format, gac version, base HF config, every projection's spec (shape, rank, width),
-                             recipe (compressor, options, proxy, ratio, strategy, calibration), plan, provenance
+                             recipe (compressor, options, proxy, ratio, strategy, calibration), plan, provenance,
+                             kv_cache (full | latent: PaLU's latent KV cache installed on load)
     gac_model.safetensors    all weights (shared / tied tensors stored once)
     gac_buffers.safetensors  non-persistent buffers (rotary inv_freq) exactly as they were, dtype included
     tokenizer files          when a tokenizer was given (tokenizer.json, tokenizer_config.json, ...)
@@ -34,6 +35,9 @@ from gac.io import CHECKPOINT_FILE, missing_reason, read_json
 from gac.untrusted import config_field_problem
 
 FORMAT = "gac-checkpoint"
+#: what a model's KV cache holds: the K/V themselves, or PaLU's latent codes (gac.compression.latent_cache); older
+#: checkpoints have no ``kv_cache`` field and load as ``full``, as they ran
+KV_CACHES = ("full", "latent")
 FORMAT_VERSION = 3  # 2: the config's own sha256 and the weights' sha256, required on load; 3: the tokenizer files' too
 META_FILE = CHECKPOINT_FILE  # the checkpoint's config (gac.io names it for every reader of a model dir)
 WEIGHTS_FILE = "gac_model.safetensors"
@@ -110,6 +114,8 @@ def meta_problem(meta: dict) -> str | None:
     w = meta.get("weights")
     if not isinstance(w, dict) or not isinstance(w.get("file"), str):
         return "it names no weights file"
+    if meta.get("kv_cache", "full") not in KV_CACHES:  # absent in checkpoints saved before PaLU's latent cache
+        return f"its kv_cache {meta.get('kv_cache')!r} is not one gac saves ({', '.join(KV_CACHES)})"
     return None
 
 

@@ -188,6 +188,13 @@ def load_checkpoint(path: str | os.PathLike, dtype=None, device="cpu", verify: b
             mod._buffers[leaf] = t  # same values and dtype as when saved
     if dtype is not None:
         model = cast_model(model, torch_dtype(dtype))  # rotary inv_freq stays as saved (float32), as from_pretrained keeps it
+    if meta.get("kv_cache") == "latent":  # PaLU's latent KV cache, as the model was saved
+        from gac.compression.latent_cache import install
+
+        try:
+            install(model)
+        except GacError as e:
+            raise GacError(f"checkpoint {str(p)!r}: {e}") from None
     model.eval()
     model._gac_recipe = meta.get("recipe")
     model._gac_base_model = meta.get("base_model")

@@ -3,7 +3,8 @@
 * :class:`LowRankLinear` — ``y = A (B x) + b``: ``down`` holds B (rank x in), ``up`` holds A (out x rank). ASVD and
   SVD-LLM produce it; its weight parameters are ``rank * (in + out)``.
 * :class:`GroupedLowRankLinear` — PaLU's group-wise low-rank projection: one shared ``down`` (sum of ranks x in),
-  one ``up`` per head group (out_g x rank_g), outputs concatenated; weights ``in * sum(r) + sum(r_g * out_g)``.
+  one ``up`` per head group (out_g x rank_g), outputs concatenated; weights ``in * sum(r) + sum(r_g * out_g)``. Its
+  latent codes ``down(x)`` are what PaLU's KV cache holds (:mod:`gac.compression.latent_cache`).
 * a narrower :class:`torch.nn.Linear` — structured pruning (LLM-Pruner) keeps a subset of rows or columns.
 * :class:`SplitLinear` — a fused projection (Phi-3's ``qkv_proj``, GPT-2's ``c_attn``) whose roles became separate
   modules: each part computes its own output rows (``rows``, ranges of the fused output), the outputs are put back in
@@ -78,10 +79,19 @@ class GroupedLowRankLinear(nn.Module):
         self.down = nn.Linear(in_features, sum(self.ranks), bias=False, dtype=dtype, device=device)
         self.ups = nn.ModuleList(nn.Linear(r, o, bias=False, dtype=dtype, device=device) for r, o in zip(self.ranks, self.outs))
         self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype, device=device)) if bias else None
+        self.keep_latent = False  # set for one call by the latent cache's hook; the codes then wait in ``latent``
+        self.latent = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        zs = self.down(x).split(self.ranks, dim=-1)
-        y = torch.cat([up(z) for up, z in zip(self.ups, zs)], dim=-1)
+        z = self.down(x)
+        if self.keep_latent:  # PaLU's latent cache takes the codes of this call (gac.compression.latent_cache)
+            self.latent = z
+        return self.from_latent(z)
+
+    def from_latent(self, z: torch.Tensor) -> torch.Tensor:
+        """The output from the latent codes ``z = down(x)`` (the group codes side by side, ``sum(ranks)`` wide)."""
+        zs = z.split(self.ranks, dim=-1)
+        y = torch.cat([up(zg) for up, zg in zip(self.ups, zs)], dim=-1)
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self) -> str:

@@ -10,7 +10,8 @@ tables and their kernels): :data:`DEFAULTS`, the warm-up and iteration counts, a
 * prefill: one forward pass over ``batch x seq_len`` random tokens (``model(input_ids, use_cache=False)``, full
   logits), default batch 1, S=1024.
 * decode: ms per generated token with a KV cache: an untimed prefill of ``prompt_len`` tokens, then ``new_tokens``
-  greedy steps of one token each (``DynamicCache``), timed as a whole and divided by ``new_tokens``.
+  greedy steps of one token each (``DynamicCache``), timed as a whole and divided by ``new_tokens``; a PaLU model
+  with the latent cache decodes with it (``kv_cache``: ``latent``, :mod:`gac.compression.latent_cache`).
 
 Every result records the device name, dtype, attention implementation and the SDPA backend actually used: one
 extra, untimed call with the same shapes, during which every ``scaled_dot_product_attention`` call is put to
@@ -402,6 +403,8 @@ def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int
     """
     import torch
 
+    from gac.compression.latent_cache import has_latent_cache
+
     if batch < 1 or prompt_len < 1 or new_tokens < 1:
         raise GacError(f"decode needs batch, prompt_len, new_tokens >= 1 (got {batch}, {prompt_len}, {new_tokens})")
     _check_len(model, prompt_len + new_tokens, "prompt_len + new_tokens")
@@ -419,7 +422,8 @@ def decode_latency(model, batch: int = 1, prompt_len: int = 128, new_tokens: int
     per_tok["trial_medians_ms"] = [v / new_tokens for v in res["trial_medians_ms"]]
     out = {"kind": "decode", "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "warmup": warmup,
            "iters": iters, "trials": trials, **per_tok, **ctx, "unit": "ms per token",
-           "tokens_per_s": batch / (per_tok["median_ms"] / 1e3), "cache": "DynamicCache"}
+           "tokens_per_s": batch / (per_tok["median_ms"] / 1e3), "cache": "DynamicCache",
+           "kv_cache": "latent" if has_latent_cache(model) else "full"}  # PaLU's codes, or the K/V themselves
     log.info("decode b=%d prompt=%d new=%d: %.3f ms/token median (%s, %s)", batch, prompt_len, new_tokens,
              out["median_ms"], out["device_name"], out["dtype"])
     return out

@@ -19,18 +19,22 @@ proxy              ``fisher_rms``: per element ``sqrt(mean g^2)``  any proxy (``
 allocation         ``fisher_uniform``: one score per projection,   ``proportional`` (gac's Eq. 2 rule, per group),
                    rank proportional to it, split evenly over      ``uniform``
                    the projection's head groups
-``rank_cap``       ``full``: a group's rank may reach its full     ``break_even``: at most the rank whose factors
-                   rank ``group_size * head_dim`` (PaLU caps at    hold no more parameters than the dense group
-                   the full rank; it compresses the KV cache, so
-                   a rank past break-even is allowed)
+``rank_cap``       gac's ``break_even``: at most the rank whose    ``full``: a group's rank may reach its full rank
+                   factors hold no more parameters than the dense  ``group_size * head_dim`` (PaLU's cap; past
+                   group (so its codes are fewer than its K/V)     break-even a group outweighs its dense rows)
+``cache``          gac's ``auto``: the KV cache holds the groups'  ``latent`` (refused for a family it cannot
+                   latent codes where the family's attention is    rebuild), ``full``: the rebuilt K/V (PaLU saves
+                   supported (gac.compression.latent_cache)        weights only)
 ``fisher_loss``    ``next_token``: the Fisher of the ordinary      ``two_ahead``: the reference code's loss
                    next-token loss                                 (``x[:, :-1]`` in, ``x[:, 1:]`` as labels, which
                                                                    the model shifts again: two tokens ahead)
 =================  ==============================================  ===============================================
 
-``fisher_loss`` is the one place gac departs from the reference code by default: its double shift reads as a slip (a
-Hugging Face model shifts the labels it is given), so gac takes the ordinary next-token loss and offers the
-reference's as ``two_ahead`` for parity with the authors' code (docs/compressors.md measures both on smollm2).
+``rank_cap`` departs from the reference because of what is saved: a rank past break-even holds more weights than
+the dense group, and with the latent cache its codes save less than that costs. ``fisher_loss`` departs too: its
+double shift reads as a slip (a Hugging Face model shifts the labels it is given), so gac takes the ordinary
+next-token loss and offers the reference's as ``two_ahead`` for parity with the authors' code (docs/compressors.md
+measures both on smollm2).
 
 PaLU then rounds each group's rank to the nearest multiple of 32 (at least 32): in gac that is the ``round_nearest``
 strategy with ``unit=32``; the ``unaligned`` strategy keeps the search's ranks as integers.
@@ -66,6 +70,7 @@ from gac.compression.compressors.lowrank_math import (
     whitening,
 )
 from gac.compression.discovery import ModelLayout, discover
+from gac.compression.latent_cache import CACHE_MODES, install, resolve_mode
 from gac.compression.modules import GroupedLowRankLinear
 from gac.compression.parts import is_dense, part_bias, part_weight, replace_part
 from gac.compression.proxies import Proxy, check_score
@@ -74,7 +79,7 @@ from gac.progress import track
 
 DECOMPOSITIONS = ("whiten", "svd")
 FISHER_LOSSES = {"next_token": 1, "two_ahead": 2}  # -> tokens ahead the gradient loss predicts
-RANK_CAPS = ("full", "break_even")
+RANK_CAPS = ("break_even", "full")
 PALU_GROUP_SIZE = 4  # PaLU's --head_group_size default
 
 
@@ -87,8 +92,8 @@ class PaLU(Compressor):
     low_rank = True
 
     def __init__(self, layers=None, group_size: int | None = None, projections=("k_proj", "v_proj"),
-                 decomposition: str = "whiten", rank_cap: str = "full", svd: str = DEFAULT_SVD,
-                 fisher_loss: str = "next_token"):
+                 decomposition: str = "whiten", rank_cap: str = "break_even", svd: str = DEFAULT_SVD,
+                 fisher_loss: str = "next_token", cache: str = "auto"):
         if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
             raise GacError(f"PaLU group_size must be a positive number of KV heads per group (or null for PaLU's "
                            f"{PALU_GROUP_SIZE}), got {group_size!r}")
@@ -103,6 +108,10 @@ class PaLU(Compressor):
             raise unknown_name("factorisation method (compressor option svd)", str(svd), SVD_METHODS)
         if fisher_loss not in FISHER_LOSSES:
             raise unknown_name("PaLU fisher_loss", str(fisher_loss), tuple(FISHER_LOSSES))
+        if cache not in CACHE_MODES:
+            raise unknown_name("PaLU cache", str(cache), CACHE_MODES)
+        self.cache = cache
+        self.resolved_cache: str | None = None  # latent | full once the model's family is known (units)
         self.fisher_loss = fisher_loss
         self.gradient_tokens_ahead = FISHER_LOSSES[fisher_loss]
         self.layers, self.group_size, self.projections = layers, group_size, tuple(projections)
@@ -123,6 +132,7 @@ class PaLU(Compressor):
     def units(self, model, layout: ModelLayout) -> list[Unit]:
         n_kv, hd = layout.num_kv_heads, layout.head_dim
         gs = self.heads_per_group(n_kv)
+        self.resolved_cache = resolve_mode(self.cache, layout.model_type)
         out = []
         for i in self.layer_indices(layout.num_layers):
             for p in layout.projections_of(self.projections, [i]):
@@ -140,6 +150,12 @@ class PaLU(Compressor):
                         u = Unit(u.name, u.kind, u.params_per_dim, u.dense_params, u.d_full, u.d_full, u.modules, u.meta)
                     out.append(replace(u, parts=((p.module, None if p.whole else p.role),)))
         return out
+
+    def after_apply(self, model, units, dims, originals, calib_ids, layout) -> dict:
+        """With the latent cache, the compressed attention modules cache PaLU's codes (gac.compression.latent_cache)."""
+        mode = self.resolved_cache or resolve_mode(self.cache, layout.model_type)
+        layers = install(model, layout) if mode == "latent" else 0
+        return {"kv_cache": {"mode": mode, "latent_layers": layers}}
 
     def score(self, model, units, stats, proxy: Proxy):
         cache: dict[str, torch.Tensor] = {}
