@@ -24,7 +24,7 @@ ALLOWED = {
     "compression": BASE | {"align", "text", "fixtures"},
     "models": BASE | {"compression", "fixtures"},
     "evaluation": BASE | {"align", "compression", "text", "fixtures", "models"},
-    "export": BASE | {"compression", "fixtures", "models"},  # a checkpoint as files serving engines run
+    "export": BASE | {"align", "compression", "fixtures", "models"},  # a checkpoint as files serving engines run
     "training": BASE | {"fixtures", "text", "evaluation"},
     "profiling": BASE | {"align", "evaluation"},
     "predict": BASE | {"align", "compression", "evaluation", "profiling"},  # kernel data + shapes -> GPU latency
