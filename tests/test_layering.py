@@ -25,12 +25,13 @@ ALLOWED = {
     "models": BASE | {"compression", "fixtures"},
     "evaluation": BASE | {"align", "compression", "text", "fixtures", "models"},
     "export": BASE | {"align", "compression", "fixtures", "models"},  # a checkpoint as files serving engines run
+    "engines": BASE | {"compression", "fixtures", "models", "evaluation", "export"},  # a model run by an engine
     "training": BASE | {"fixtures", "text", "evaluation"},
     "profiling": BASE | {"align", "evaluation"},
     "predict": BASE | {"align", "compression", "evaluation", "profiling"},  # kernel data + shapes -> GPU latency
     "analysis": BASE | {"align", "results", "profiling"},
     "jobs": BASE | {"align", "compression", "text", "fixtures", "models", "evaluation", "profiling", "predict",
-                    "results", "analysis"},
+                    "results", "analysis", "engines"},
     "launch": BASE | {"jobs", "results"},
 }
 

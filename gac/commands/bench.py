@@ -18,6 +18,7 @@ Examples:
   gac bench results/ --sweep 2025-01-01/12-00-00 --device cuda --point 1,1024 --point 1,4096 --decode-tokens 128
   gac bench --plan unaligned.json --plan gac.json --model tiny --compressor asvd
   gac bench results/ --experiment table5 --predict a100   # + "predicted, A100, from published kernel data"
+  gac bench results/ --experiment table5 --engine torch,onnxruntime,llama.cpp   # the engine as an axis (CPU)
 """
 
 
@@ -68,6 +69,10 @@ def add_arguments(p):
     p.add_argument("--timer", choices=("auto", "wall", "cpu"), default="auto",
                    help="CPU timer: the thread's CPU time (cpu; the default with 1 thread) or wall clock; GPUs use "
                         "CUDA events")
+    p.add_argument("--engine", action="append", default=[], metavar="ENGINE",
+                   help="what runs the prefill: torch (default), onnxruntime or llama.cpp (on the CPU, pip install "
+                        "'gac[engines]'); repeated or a comma list: an axis, every engine running every variant in "
+                        "the same shuffled rounds")
     p.add_argument("--no-profile", action="store_true", help="skip the kernel trace")
     p.add_argument("--predict", metavar="GPU",
                    help="a100 or h100: add each variant's predicted prefill ms on that GPU (gac.predict, from published "
@@ -92,7 +97,7 @@ def run(args) -> int:
         points=args.point or None, rounds=args.rounds, warmup=args.warmup, iters=args.iters,
         decode_tokens=args.decode_tokens, decode_prompt=args.decode_prompt, threads=args.threads, seed=args.seed,
         bootstrap=args.bootstrap, memory=args.memory, timer=args.timer, profile=not args.no_profile, force=args.force,
-        json_out=args.json, json_force=args.force, predict=args.predict)
+        json_out=args.json, json_force=args.force, predict=args.predict, engines=args.engine)
     print(describe(doc))
     if args.json:
         print(f"wrote {args.json}")

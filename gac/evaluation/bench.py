@@ -30,6 +30,7 @@ docs/bench.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -84,6 +85,7 @@ class Protocol:
     profile: bool = True
     top: int = 5
     timer: str = "auto"  # auto: CUDA events on a GPU; on a CPU thread CPU time with 1 thread, else wall clock
+    engines: tuple = ("torch",)  # what runs each variant's prefill (gac.engines); several: an axis of the bench
 
     def resolved(self, device_type: str) -> dict:
         from gac.checks import check_seed, check_threads
@@ -131,7 +133,17 @@ class Protocol:
                 100 <= self.bootstrap <= MAX_BOOTSTRAP):
             raise GacError(f"bench bootstrap must be a whole number of resamples from 100 to {MAX_BOOTSTRAP:,} (its "
                            f"table is resamples x rounds numbers), got {self.bootstrap!r}")
-        return {**out, "points": points, "timer": timer, "decode_tokens": int(self.decode_tokens),
+        engines = tuple(str(e) for e in (self.engines or ()))
+        if not engines or len(set(engines)) != len(engines):
+            raise GacError(f"bench engines must be one or more distinct engines, got {list(engines)}")
+        if engines != ("torch",):
+            other = next(e for e in engines if e != "torch")
+            if device_type != "cpu":
+                raise GacError(f"engine {other} runs on the CPU here; bench it with --device cpu (or --engine torch)")
+            if self.decode_tokens:
+                raise GacError(f"decode is timed in PyTorch only; engine {other} measures prefill: drop "
+                               f"--decode-tokens (or bench --engine torch)")
+        return {**out, "points": points, "timer": timer, "engines": engines, "decode_tokens": int(self.decode_tokens),
                 "decode_prompt": int(self.decode_prompt), "seed": check_seed(self.seed, "bench seed"),
                 "bootstrap": int(self.bootstrap),
                 "memory": self.memory, "profile": bool(self.profile), "top": int(self.top)}
@@ -234,8 +246,13 @@ def _check_variants(variants: Sequence[Variant]) -> None:
             raise GacError(f"{v.label}: its sibling {v.sibling!r} is not in the bench")
 
 
-def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, device="cpu") -> dict:
-    """Measure ``variants`` (the first is the baseline) side by side; returns the bench document (module docstring)."""
+def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, device="cpu", open_engine=None,
+              tokenizer=None) -> dict:
+    """Measure ``variants`` (the first is the baseline) side by side; returns the bench document (module docstring).
+
+    ``protocol.engines`` other than torch are opened by ``open_engine`` (:func:`gac.engines.open_engine`; llama.cpp
+    needs ``tokenizer``): every (engine, variant) pair is a cell of the rounds, each engine's variants are compared
+    with its own baseline, and every engine after the first with the first (module docstring)."""
     import torch
 
     from gac.evaluation.latency import random_ids
@@ -245,6 +262,9 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     dev = check_device(device)
     p = protocol.resolved(dev.type)
     _check_variants(variants)
+    engines = p["engines"]
+    if engines != ("torch",) and open_engine is None:
+        raise GacError("the bench's engines other than torch need a way to open them (gac.engines.open_engine)")
     base = variants[0].structure
     limit = base.max_length
     for _b, s in p["points"]:
@@ -259,40 +279,56 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
         torch.set_num_threads(p["threads"])
     host = torch.device("cpu")
     models: list = []
+    nv = len(variants)
     try:
-        if dev.type == "cuda":
-            from gac.compression.resources import reset_gpu_peak
+        with contextlib.ExitStack() as opened:
+            if dev.type == "cuda":
+                from gac.compression.resources import reset_gpu_peak
 
-            reset_gpu_peak(dev)  # the bench's own peak; a meter stage around it keeps its own
-        t0 = time.perf_counter()
-        where = dev if mode == "resident" else host
-        for i, v in enumerate(variants):
-            models.append(v.structure.build(where, share_from=models[0] if i else None, seed=p["seed"] + i))
-        build_s = time.perf_counter() - t0
-        inputs = {pt: random_ids(models[0], pt[0], pt[1], p["seed"], dev) for pt in p["points"]}
-        prompt = random_ids(models[0], 1, p["decode_prompt"], p["seed"], dev) if p["decode_tokens"] else None
-        samples = [{pt: [] for pt in p["points"]} for _ in variants]
-        wall = [{pt: [] for pt in p["points"]} for _ in variants]
-        decode = [[] for _ in variants]
-        orders = round_orders(len(variants), p["rounds"], p["seed"])
-        t0 = time.perf_counter()
-        with progress(len(orders), "bench", "rounds") as bar:
-            for order in orders:
-                for i in order:
-                    _visit(models[i], inputs, prompt, p, dev, mode, host, samples[i], decode[i], wall[i])
-                bar.update()
-        measure_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        kernels = [_kernels(m, inputs, p, dev, mode, host) if p["profile"] else {} for m in models]
-        profile_s = time.perf_counter() - t0
-        peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
-        info = device_info(dev)
+                reset_gpu_peak(dev)  # the bench's own peak; a meter stage around it keeps its own
+            t0 = time.perf_counter()
+            where = dev if mode == "resident" else host
+            for i, v in enumerate(variants):
+                models.append(v.structure.build(where, share_from=models[0] if i else None, seed=p["seed"] + i))
+            inputs = {pt: random_ids(models[0], pt[0], pt[1], p["seed"], dev) for pt in p["points"]}
+            # one cell per (engine, variant), engine-major: torch cells call the model, the others their engine
+            cells = [_Cell(m, None, None) if e == "torch" else
+                     _Cell(m, *_opened(opened, open_engine, e, m, tokenizer, p, inputs)) for e in engines for m in models]
+            build_s = time.perf_counter() - t0
+            prompt = random_ids(models[0], 1, p["decode_prompt"], p["seed"], dev) if p["decode_tokens"] else None
+            samples = [{pt: [] for pt in p["points"]} for _ in cells]
+            wall = [{pt: [] for pt in p["points"]} for _ in cells]
+            decode = [[] for _ in cells]
+            orders = round_orders(len(cells), p["rounds"], p["seed"])
+            t0 = time.perf_counter()
+            with progress(len(orders), "bench", "rounds") as bar:
+                for order in orders:
+                    for c in order:
+                        _visit(cells[c], inputs, prompt, p, dev, mode, host, samples[c], decode[c], wall[c])
+                    bar.update()
+            measure_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            kernels = [_kernels(c.model, inputs, p, dev, mode, host) if p["profile"] and c.engine is None else {}
+                       for c in cells]
+            profile_s = time.perf_counter() - t0
+            peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None
+            info = device_info(dev)
+            described = [_engine_record(e, cells[k * nv].engine, p) for k, e in enumerate(engines)]
     finally:
         torch.set_num_threads(prev_threads)
         del models
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    doc = summarise(variants, p, samples, decode, kernels, wall)
+    per_engine = []
+    for k in range(len(engines)):
+        part = slice(k * nv, (k + 1) * nv)
+        per_engine.append(summarise(variants, p, samples[part], decode[part], kernels[part], wall[part]))
+    for k in range(1, len(engines)):
+        compare_engines(per_engine[k], samples[k * nv:(k + 1) * nv], samples[:nv], engines[0], p)
+    doc = per_engine[0]
+    doc["engine"] = described[0]
+    if len(engines) > 1:
+        doc["engine_axis"] = [{"engine": d, "variants": s["variants"]} for d, s in zip(described, per_engine)]
     doc.update(
         device=info,
         dtype=dtype_str(base.dtype),
@@ -301,6 +337,7 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
             "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},
         protocol={**{k: p[k] for k in ("rounds", "warmup", "iters", "seed", "bootstrap", "threads", "decode_tokens",
                                        "decode_prompt", "decode_warmup", "decode_iters")},
+                  "engines": list(engines),
                   "points": [list(x) for x in p["points"]],
                   "order": "every round visits every variant once, in a fresh shuffle (seeded)",
                   "sample": "median of a visit's timed calls",
@@ -315,13 +352,57 @@ def run_bench(variants: Sequence[Variant], protocol: Protocol | None = None, dev
     return doc
 
 
-def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list, wall: dict) -> None:
+@dataclass
+class _Cell:
+    """What one visit times: a variant's model, through the engine that runs it (None: the model itself, torch)."""
+
+    model: object
+    engine: object = None
+    calls: dict | None = None  # point -> the engine's prefill call (its setup done once, outside every visit)
+
+
+def _opened(stack, open_engine, name, model, tokenizer, p, inputs):
+    """``(engine, {point: prefill call})`` of ``model`` in engine ``name`` at the protocol's threads, closed with
+    ``stack``; its export goes to a temporary directory removed with it."""
+    import tempfile
+
+    work = stack.enter_context(tempfile.TemporaryDirectory(prefix="gac-bench-engine-"))
+    eng = stack.enter_context(open_engine(name, model, tokenizer, work, threads=p["threads"]))
+    return eng, {pt: eng.prefill_call(x) for pt, x in inputs.items()}
+
+
+def _engine_record(name: str, engine, p) -> dict:
+    """How the bench document names an engine: its ``describe()``, or torch's own (gac.evaluation.latency)."""
+    import torch
+
+    from gac.evaluation.latency import torch_engine
+
+    if engine is not None:
+        return engine.describe()
+    return {**torch_engine(), "threads": p["threads"] if p["threads"] else torch.get_num_threads()}
+
+
+def compare_engines(summary: dict, samples, first, first_name: str, p) -> None:
+    """Each variant of another engine's ``summary`` against the same variant in the first engine, per point: the
+    ratio of the medians with its paired bootstrap interval over the same rounds (``ratio_to_engine``)."""
+    from gac.metrics import prefill_point
+    from gac.stats import paired_ratio_ci
+
+    for i, row in enumerate(summary["variants"]):
+        for pt in p["points"]:
+            r, lo, hi = paired_ratio_ci(samples[i][pt], first[i][pt], p["bootstrap"], p["seed"])
+            row["points"][prefill_point(*pt)].update(ratio_to_engine=r, ratio_to_engine_ci95=[lo, hi],
+                                                     engine_compared=first_name)
+
+
+def _visit(cell: _Cell, inputs, prompt, p, dev, mode, host, out: dict, decode: list, wall: dict) -> None:
     """One visit: (swap in), per point warm-up + timed calls -> the median, (decode), (swap out)."""
     import torch
 
     from gac.evaluation.latency import CPU_CLOCKS, decode_step, time_calls
 
     clock = CPU_CLOCKS.get(p["timer"])  # the protocol's own (timer=wall/cpu may differ from the rule's default)
+    model = cell.model
 
     if mode == "swap":
         model.to(dev)
@@ -330,6 +411,9 @@ def _visit(model, inputs, prompt, p, dev, mode, host, out: dict, decode: list, w
         for pt, x in inputs.items():
             def call(x=x):
                 return model(input_ids=x, use_cache=False)
+
+            if cell.engine is not None:
+                call = cell.calls[pt]
 
             for _ in range(p["warmup"]):
                 call()

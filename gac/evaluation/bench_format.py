@@ -30,23 +30,39 @@ def format_bench(doc: dict) -> str:
                  f"with paired bootstrap 95% CI over rounds ({doc['bootstrap']['resamples']} resamples).")
     if dev["type"] == "cpu":
         lines.append(f"NOTE: {CPU_NOTE}.")
+    axis = doc.get("engine_axis")
+    engine = doc.get("engine") or {"name": "torch"}
+    groups = [(a["engine"], a["variants"]) for a in axis] if axis else [(engine, doc["variants"])]
+    if axis:
+        lines.append(f"Engines (an axis of the rounds: every engine runs every variant, each against its own "
+                     f"baseline, and against {axis[0]['engine']['name']} in 'vs {axis[0]['engine']['name']}'): "
+                     f"{'; '.join(engine_words(a['engine']) for a in axis)}.")
+    elif engine.get("name") != "torch":
+        lines.append(f"Engine: {engine_words(engine)}.")
     for pt in doc["points"]:
         name = pt["name"]
-        lines.append("")
-        lines.append(f"prefill, batch {pt['batch']}, S={pt['seq_len']}:")
-        head = ["Variant", "median ms", "vs baseline", "95% CI", "vs unaligned", "95% CI", "FLOPs ratio",
-                "align. eff.", "top kernel (share)", "SDPA"]
-        rows = []
-        for v in doc["variants"]:
-            e = v["points"][name]
-            top = e.get("top_kernels") or []
-            rows.append([v["label"], f"{e['median_ms']:.2f}", "" if v["baseline"] else _pct(e["ratio_to_baseline"]),
-                         "" if v["baseline"] else _ci(e["ratio_ci95"]), _pct(e["ratio_to_unaligned"]),
-                         _ci(e["ratio_to_unaligned_ci95"]), f"{e['flops_ratio']:.3f}",
-                         "" if v["baseline"] else f"{e['alignment_efficiency']:.2f}",
-                         f"{top[0]['name'][:40]} ({top[0]['pct']:.0f}%)" if top else "",
-                         ",".join(e.get("sdpa_backend") or [])])
-        lines += _table(head, rows)
+        for k, (eng, variants) in enumerate(groups):
+            lines.append("")
+            where = f", {eng['name']}" if axis or eng.get("name") != "torch" else ""
+            lines.append(f"prefill, batch {pt['batch']}, S={pt['seq_len']}{where}:")
+            head = ["Variant", "median ms", "vs baseline", "95% CI", "vs unaligned", "95% CI", "FLOPs ratio",
+                    "align. eff.", "top kernel (share)", "SDPA"]
+            if k:
+                head[4:4] = [f"vs {groups[0][0]['name']}", "95% CI"]
+            rows = []
+            for v in variants:
+                e = v["points"][name]
+                top = e.get("top_kernels") or []
+                row = [v["label"], f"{e['median_ms']:.2f}", "" if v["baseline"] else _pct(e["ratio_to_baseline"]),
+                       "" if v["baseline"] else _ci(e["ratio_ci95"]), _pct(e["ratio_to_unaligned"]),
+                       _ci(e["ratio_to_unaligned_ci95"]), f"{e['flops_ratio']:.3f}",
+                       "" if v["baseline"] else f"{e['alignment_efficiency']:.2f}",
+                       f"{top[0]['name'][:40]} ({top[0]['pct']:.0f}%)" if top else "",
+                       ",".join(e.get("sdpa_backend") or [])]
+                if k:
+                    row[4:4] = [_pct(e.get("ratio_to_engine")), _ci(e.get("ratio_to_engine_ci95"))]
+                rows.append(row)
+            lines += _table(head, rows)
     if any(v.get("decode") for v in doc["variants"]):
         lines.append("")
         lines.append(f"decode, ms/token ({prot['decode_tokens']} new tokens after a {prot['decode_prompt']}-token prompt):")
@@ -58,6 +74,14 @@ def format_bench(doc: dict) -> str:
     lines.append("vs baseline / vs unaligned: latency change (ratio - 1); align. eff. = FLOPs ratio / latency ratio "
                  "(1.0: as fast as its FLOPs allow).")
     return "\n".join(lines)
+
+
+def engine_words(engine: dict) -> str:
+    """An engine as a line names it: name, version, threads, and its quantized type where it has one."""
+    threads = engine.get("threads")
+    extra = [f"{threads} thread{'s' if threads != 1 else ''}" if threads else None,
+             engine.get("quant") if engine.get("quant") not in (None, "f32") else None]
+    return f"{engine['name']} {engine.get('version', '?')}" + "".join(f", {x}" for x in extra if x)
 
 
 def _table(head, rows) -> list[str]:

@@ -263,17 +263,20 @@ def time_calls(step: Callable[[], Callable[[], object]], device, n: int, clock: 
     return samples
 
 
-def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters: int, trials: int) -> dict:
+def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters: int, trials: int,
+            threads: int | None = None) -> dict:
     """Time ``timed`` calls: ``step()`` does untimed setup and returns the callable to time.
 
-    Each trial: ``warmup`` untimed calls, then ``iters`` calls timed by :func:`time_calls`. Returns per-trial
-    medians and all samples (ms).
+    Each trial: ``warmup`` untimed calls, then ``iters`` calls timed by :func:`time_calls` with the clock of
+    :func:`timer_for` at ``threads`` (default torch's own count). Returns per-trial medians and all samples (ms).
     """
+    timer = timer_for(device, threads)
+    clock = CPU_CLOCKS.get(timer)
     trial_samples: list[list[float]] = []
     for _ in range(trials):
         for _ in range(warmup):
             step()()
-        trial_samples.append(time_calls(step, device, iters))
+        trial_samples.append(time_calls(step, device, iters, clock=clock))
     medians = [statistics.median(s) for s in trial_samples]
     flat = sorted(x for s in trial_samples for x in s)
     q = statistics.quantiles(flat, n=4) if len(flat) >= 2 else [flat[0]] * 3
@@ -288,7 +291,7 @@ def measure(step: Callable[[], Callable[[], object]], device, warmup: int, iters
         "p25_ms": q[0],
         "p75_ms": q[2],
         "n_samples": len(flat),
-        "timer": timer_for(device),
+        "timer": timer,
     }
 
 
@@ -324,11 +327,21 @@ def random_ids(model, batch: int, n: int, seed: int, device):
     return torch.randint(0, vocab, (batch, n), generator=g).to(device)
 
 
+def torch_engine() -> dict:
+    """How a result timed through the model itself (PyTorch eager) names its engine, as an engine's ``describe()``
+    names the others (:mod:`gac.engines`)."""
+    import torch
+
+    return {"name": "torch", "version": torch.__version__}
+
+
 def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | None = None, iters: int | None = None,
-                    trials: int | None = None, seed: int = 0, detect_backend: bool = True) -> dict:
+                    trials: int | None = None, seed: int = 0, detect_backend: bool = True, engine=None) -> dict:
     """Prefill latency (ms) of one forward over ``batch x seq_len`` tokens; see the module docstring.
 
-    ``warmup/iters/trials`` default to 50/200/3 on CUDA and 3/10/3 on CPU.
+    ``warmup/iters/trials`` default to 50/200/3 on CUDA and 3/10/3 on CPU. ``engine``: a
+    :class:`gac.engines.Engine` of ``model`` whose ``prefill_call`` is timed instead of the model's own forward
+    (the same inputs, protocol and clock rule at the engine's threads); the result's ``engine`` names it.
     """
     import torch
 
@@ -343,12 +356,18 @@ def prefill_latency(model, batch: int = 1, seq_len: int = 1024, warmup: int | No
     def call():
         return model(input_ids=x, use_cache=False)
 
+    eager = engine is None or engine.name == "torch"
+    if not eager:
+        call = engine.prefill_call(x)
     with torch.inference_mode():
-        res = measure(lambda: call, device, warmup, iters, trials)
+        res = measure(lambda: call, device, warmup, iters, trials, threads=None if eager else engine.threads)
         ctx = _context(model, device)
-        ctx["sdpa_backend"] = sdpa_backends(call, ctx["attn_implementation"]) if detect_backend else None
+        ctx["sdpa_backend"] = sdpa_backends(call, ctx["attn_implementation"]) if detect_backend and eager else None
+    if not eager:  # what ran the forward: the engine's threads and weights' type, not torch's
+        ctx.update(threads=engine.threads, dtype=engine.dtype, attn_implementation=None)
     out = {"kind": "prefill", "batch": batch, "seq_len": seq_len, "warmup": warmup, "iters": iters, "trials": trials,
-           **res, **ctx, "tokens_per_s": batch * seq_len / (res["median_ms"] / 1e3)}
+           **res, **ctx, "engine": torch_engine() if engine is None else engine.describe(),
+           "tokens_per_s": batch * seq_len / (res["median_ms"] / 1e3)}
     spread = "n=1 trial" if out["spread_pct"] is None else f"spread {out['spread_pct']:.1f}% over {trials} trials"
     log.info("prefill b=%d S=%d: %.3f ms median (%s, %s, %s, sdpa %s)", batch, seq_len, out["median_ms"], spread,
              out["device_name"], out["dtype"], out["sdpa_backend"])

@@ -69,11 +69,12 @@ def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: in
              iters: int | None = None, trials: int | None = None, decode_warmup: int | None = None,
              decode_iters: int | None = None, seed: int = 0, outputs=None, timings: dict | None = None,
              resumed: list | None = None, on_stage: Callable[[str], None] | None = None,
-             measure: Callable | None = None) -> dict:
+             measure: Callable | None = None, engine: str = "torch", open_engine: Callable | None = None) -> dict:
     """Evaluate ``model`` (module docstring). ``latency_points``: (batch, seq_len) prefill points, the first (or
     ``main_point``) reported as ``prefill_ms``; ``decode_tokens`` > 0 also measures decode after a ``decode_prompt``
     prefill. ``warmup/iters/trials`` are the prefill protocol (None: the device's defaults,
-    :mod:`gac.evaluation.latency`)."""
+    :mod:`gac.evaluation.latency`). ``engine``: what runs the timed prefill (``torch``, the model itself; another is
+    opened by ``open_engine``, :func:`gac.engines.open_engine`, and has no decode)."""
     from gac.evaluation import (  # the package's names: what a test or a user patches
         evaluate_tasks,
         perplexity,
@@ -89,6 +90,11 @@ def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: in
     def measured(name, sample=True):
         return measure(name, sample) if measure is not None else contextlib.nullcontext()
 
+    if engine != "torch" and decode_tokens > 0:
+        raise GacError(f"decode latency is timed in PyTorch only; engine {engine} measures prefill: set "
+                       f"eval.decode_tokens=0 or eval.engine=torch")
+    if engine != "torch" and open_engine is None:
+        raise GacError(f"engine {engine}: no way to open it was given (gac.engines.open_engine)")
     out: dict = {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {}}
     names = parse_tasks(tasks) if tasks else []
     if names and task_files and outputs.get("tasks") is None:  # an item longer than the context: before any work
@@ -126,7 +132,8 @@ def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: in
         else:
             with measured("latency", sample=False):  # no sampler thread while latency is timed
                 lat = latency(model, points, decode_tokens, decode_prompt, decode_batch, warmup, iters, trials,
-                              decode_warmup, decode_iters, seed, outputs, timings, resumed, on_stage)
+                              decode_warmup, decode_iters, seed, outputs, timings, resumed, on_stage,
+                              engine=engine, open_engine=open_engine, tokenizer=tokenizer)
             out["latency"] = lat
             out["metrics"].update(latency_metrics(lat, main_point or (points[0] if points else None)))
     for k, v in out["metrics"].items():
@@ -147,9 +154,12 @@ def _spread(model) -> bool:
 
 def latency(model, points, decode_tokens: int = 0, decode_prompt: int = 128, decode_batch: int = 1,
             warmup=None, iters=None, trials=None, decode_warmup=None, decode_iters=None, seed: int = 0,
-            outputs=None, timings: dict | None = None, resumed: list | None = None, on_stage=None) -> dict:
+            outputs=None, timings: dict | None = None, resumed: list | None = None, on_stage=None,
+            engine: str = "torch", open_engine: Callable | None = None, tokenizer=None) -> dict:
     """Prefill latency at each point (and decode when ``decode_tokens`` > 0), each point put into ``outputs`` as
-    soon as it is measured: a requeued job measures only the points it lacks. ``{point name: timing}``."""
+    soon as it is measured: a requeued job measures only the points it lacks. ``{point name: timing}``, each
+    timing naming its ``engine``. An ``engine`` other than torch is opened by ``open_engine`` (its export in a
+    temporary directory) at torch's thread count, so that every engine computes on the job's threads."""
     from gac.evaluation import decode_latency, prefill_latency
     from gac.metrics import prefill_point
     from gac.progress import progress
@@ -164,12 +174,21 @@ def latency(model, points, decode_tokens: int = 0, decode_prompt: int = 128, dec
     decode = decode_tokens > 0 and "decode" not in lat
     if (todo or decode) and on_stage is not None:
         on_stage("latency")
-    with progress(len(todo), "latency", unit="points") as bar:
-        for b, s in todo:
-            lat[prefill_point(b, s)] = prefill_latency(model, batch=b, seq_len=s, warmup=warmup, iters=iters,
-                                                       trials=trials, seed=seed)
-            outputs.put("latency", lat)
-            bar.update()
+    with contextlib.ExitStack() as stack:
+        eng = None
+        if todo and engine != "torch":
+            import tempfile
+
+            import torch
+
+            work = stack.enter_context(tempfile.TemporaryDirectory(prefix="gac-engine-"))
+            eng = stack.enter_context(open_engine(engine, model, tokenizer, work, threads=torch.get_num_threads()))
+        with progress(len(todo), "latency", unit="points") as bar:
+            for b, s in todo:
+                lat[prefill_point(b, s)] = prefill_latency(model, batch=b, seq_len=s, warmup=warmup, iters=iters,
+                                                           trials=trials, seed=seed, engine=eng)
+                outputs.put("latency", lat)
+                bar.update()
     if decode:
         lat["decode"] = decode_latency(model, batch=decode_batch, prompt_len=decode_prompt, new_tokens=decode_tokens,
                                        warmup=decode_warmup, iters=decode_iters, trials=trials, seed=seed)

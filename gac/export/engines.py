@@ -20,9 +20,11 @@ def missing(fmt: str) -> list[str]:
     return [pip for mod, pip in NEEDS.get(fmt, ()) if importlib.util.find_spec(mod) is None]
 
 
-def require(fmt: str) -> None:
-    """A one-line :class:`GacError` naming the extra to install when ``fmt``'s engine is not installed."""
+def require(fmt: str, what: str | None = None) -> None:
+    """A one-line :class:`GacError` naming the extra to install when ``fmt``'s engine is not installed; ``what``:
+    who needs it (default ``--format FMT``, whose export is checked in its engine)."""
     gone = missing(fmt)
     if gone:
-        raise GacError(f"--format {fmt} needs {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not "
-                       f"installed here (the export is checked in its engine before it is kept); {EXTRA}")
+        why = "" if what else " (the export is checked in its engine before it is kept)"
+        raise GacError(f"{what or f'--format {fmt}'} needs {', '.join(gone)}, which "
+                       f"{'is' if len(gone) == 1 else 'are'} not installed here{why}; {EXTRA}")

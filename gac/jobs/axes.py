@@ -218,7 +218,7 @@ AXES: tuple[Axis, ...] = (
     Axis(("eval.limit", "model.task_files"), _tasks, "drop it, or run tasks (eval.tasks=[piqa,hellaswag])"),
     Axis(("eval.batch_size",), _batch_size, "drop it, or evaluate perplexity or tasks"),
     Axis(("eval.latency_seq_lens", "eval.latency_batches", "eval.decode_tokens", "eval.warmup", "eval.iters",
-          "eval.trials"), _latency, "drop it, or measure latency (eval.latency=true)"),
+          "eval.trials", "eval.engine"), _latency, "drop it, or measure latency (eval.latency=true)"),
     Axis(("eval.latency_batch",), _latency_batch, "drop it, or measure latency (eval.latency=true)"),
     Axis(("model.offload_dir",), _offload_dir, "drop it, or spread the model with model.device_map=auto"),
     Axis(("bench.overrides",), _bench_overrides, "drop it, or add bench.after_sweep=true"),

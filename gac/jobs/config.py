@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gac.errors import GacError
+from gac.errors import GacError, unknown_name
 from gac.jobs.spec import EvalSpec, Job, JobSpec, RunOptions, task_files_of
 from gac.registry import BASELINE
 from gac.results.keys import canonical_number
@@ -170,7 +170,41 @@ def _build_spec(cfg: dict) -> JobSpec:
         latency=None if comp == BASELINE else latency,
     )
     _check_random_weights(spec)
+    _check_engine(spec)
     return spec
+
+
+def _check_engine(spec: JobSpec) -> None:
+    """``eval.engine``: a known engine that can time this job's prefill, its packages installed, checked before any
+    work (the compressed model's structure is known from its compressor: llama.cpp holds no low-rank factors)."""
+    from gac.engines import ENGINES, check_engine
+
+    name = spec.eval.engine
+    if name not in ENGINES:  # a known name first; its packages once the job can use it
+        raise GacError(f"config: eval.engine: {unknown_name('engine', name, ENGINES)}")
+    if name == "torch" or not spec.eval.latency:
+        return  # an unused eval.engine is the axes' refusal (gac.jobs.axes)
+    why = None
+    if spec.device != "cpu":
+        why = f"it runs on the CPU here and the job runs on {spec.device}: give gpu=cpu"
+    elif spec.eval.decode_tokens:
+        why = "decode latency is timed in PyTorch only: set eval.decode_tokens=0"
+    elif name == "onnxruntime" and spec.dtype != "float32":
+        why = f"its CPU provider runs float32 graphs and the job runs in {spec.dtype}: set gpu.dtype=float32"
+    elif name == "llama.cpp":
+        from gac.compression.compressors import COMPRESSORS, canonical_name
+
+        if not spec.is_baseline and COMPRESSORS[canonical_name(spec.compressor)].low_rank:
+            why = (f"compressor {spec.compressor} leaves low-rank factors, which GGUF cannot hold: use "
+                   f"eval.engine=onnxruntime (or compressor=llm_pruner)")
+        elif spec.random_weights:
+            why = "a GGUF file carries the tokenizer, and model.random_weights=true builds none: use eval.engine=onnxruntime"
+    if why:
+        raise GacError(f"config: eval.engine={name} cannot time this job: {why}, or eval.engine=torch")
+    try:
+        check_engine(name)  # its packages (one line naming pip install 'gac[engines]')
+    except GacError as e:
+        raise GacError(f"config: eval.engine={name}: {e}") from None
 
 
 def _check_random_weights(spec: JobSpec) -> None:

@@ -36,6 +36,7 @@ class EvalSpec:
     warmup: Optional[int] = None  # noqa: UP045
     iters: Optional[int] = None  # noqa: UP045
     trials: Optional[int] = None  # noqa: UP045
+    engine: str = "torch"  # what runs the timed prefill (gac.engines: torch, onnxruntime, llama.cpp)
 
 
 @dataclass
@@ -87,6 +88,8 @@ class JobSpec:
             d.pop(k)
         if self.eval.ppl_stride is None:  # the default protocol: the keys of jobs that never set a stride stay theirs
             d["eval"].pop("ppl_stride")
+        if self.eval.engine == "torch":  # PyTorch eager, what every latency measured before engines: keys unchanged
+            d["eval"].pop("engine")
         if self.device_map == "single":  # the default placement leaves the key as it was before placements existed
             d.pop("device_map")
             d.pop("max_memory")

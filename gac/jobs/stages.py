@@ -187,6 +187,7 @@ def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter
     """The metric groups the spec asks for, through the one evaluation (:func:`gac.evaluation.suite.evaluate`), each
     resumed from an earlier attempt's stage output or measured now: ``{"metrics": flat metrics of the record,
     "details": each group's full output}``."""
+    from gac.engines import open_engine
     from gac.evaluation.suite import evaluate as evaluate_model
 
     ev = spec.eval
@@ -201,7 +202,8 @@ def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter
         decode_tokens=ev.decode_tokens if ev.latency else 0, decode_batch=ev.latency_batch, warmup=ev.warmup,
         iters=ev.iters, trials=ev.trials, seed=spec.seed, outputs=attempt.outputs, timings=attempt.timings,
         resumed=attempt.resumed, on_stage=hook,
-        measure=None if meter is None else (lambda name, sample: meter.stage(name, sample=sample)))
+        measure=None if meter is None else (lambda name, sample: meter.stage(name, sample=sample)),
+        engine=ev.engine, open_engine=open_engine)
     details = {k: out[k] for k in ("perplexity", "tasks", "lm_eval", "latency") if out[k] is not None}
     return {"metrics": out["metrics"], "details": details}
 

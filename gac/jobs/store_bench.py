@@ -47,8 +47,9 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
                 warmup: int | None = None, iters: int | None = None, decode_tokens: int = 0, decode_prompt: int = 128,
                 threads: int | None = None, seed: int = 0, bootstrap: int = 2000, memory: str = "auto",
                 timer: str = "auto", profile: bool = True, force: bool = False, json_out: str | os.PathLike | None = None,
-                json_force: bool = False, predict: str | None = None) -> dict:
-    """Select, validate, measure and record one bench; returns the bench document (``skipped`` when it was done)."""
+                json_force: bool = False, predict: str | None = None, engines=("torch",)) -> dict:
+    """Select, validate, measure and record one bench; returns the bench document (``skipped`` when it was done).
+    ``engines``: what runs the variants' prefill (:func:`engine_list`; several are an axis of the bench)."""
     from gac.evaluation.bench import Protocol
     from gac.evaluation.bench_device import check_device
 
@@ -56,6 +57,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
         from gac.io import check_output_file
 
         check_output_file(json_out, "--json", json_force, inputs=list(plans))
+    engines = engine_list(engines)
     if predict is not None:
         from gac.predict.predictor import GPUS
 
@@ -94,8 +96,9 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
         points = [(1, s) for s in seqs] or [(1, min(1024, variants[0].structure.max_length or 1024))]
     protocol = Protocol(points=tuple(tuple(p) for p in points), rounds=rounds, warmup=warmup, iters=iters,
                         decode_tokens=decode_tokens, decode_prompt=decode_prompt, seed=seed, bootstrap=bootstrap,
-                        threads=threads, memory=memory, profile=profile, timer=timer)
+                        threads=threads, memory=memory, profile=profile, timer=timer, engines=engines)
     resolved = protocol.resolved(dev.type)
+    tokenizer = engine_inputs(engines, variants, ident if not plans else {"spec": model})
     limit = variants[0].structure.max_length
     for _, s in resolved["points"]:
         if limit is not None and s > limit:
@@ -107,6 +110,8 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
                                              "decode_warmup", "decode_iters", "seed", "bootstrap", "threads", "timer",
                                              "profile")}
     key_protocol["points"] = [list(p) for p in resolved["points"]]
+    if engines != ("torch",):  # torch alone: the keys benches had before engines
+        key_protocol["engines"] = list(engines)
     key = bench_key(measured, ident, dtype, dev_id, key_protocol)
 
     def stored(path=None, why="done"):
@@ -121,7 +126,7 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
 
     if store is None:
         return _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, None,
-                        json_out, json_force)
+                        json_out, json_force, tokenizer)
 
     def done() -> bool:
         p = store.bench_path(key)
@@ -153,20 +158,59 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
 
         fault_point("bench_measure")
         return _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, store,
-                        json_out, json_force)
+                        json_out, json_force, tokenizer)
     finally:
         lock.release()
 
 
+def engine_list(engines) -> tuple[str, ...]:
+    """``--engine`` values (repeated, or comma lists) or a config's ``engine`` (a name, a comma list or a list) as
+    the bench's engines, each known, in the order given."""
+    from gac.engines import ENGINES
+    from gac.errors import unknown_name
+
+    items = [engines] if isinstance(engines, str) else list(engines or ())
+    out: list[str] = []
+    for item in items:
+        for name in str(item).split(","):
+            name = name.strip()
+            if name not in ENGINES:
+                raise GacError(f"--engine: {unknown_name('engine', name, ENGINES)}")
+            if name not in out:
+                out.append(name)
+    return tuple(out) or ("torch",)
+
+
+def engine_inputs(engines, variants, ident: dict):
+    """Every engine checked against every variant's structure before anything is built (a refusal names the
+    engines that can), its packages installed; returns the tokenizer llama.cpp needs (a GGUF file carries it), else
+    None."""
+    from gac.engines import check_engine
+
+    tokenizer = None
+    if "llama.cpp" in engines and not ident.get("random_weights"):
+        from gac.models import load_model
+
+        _, tokenizer = load_model(ident["spec"], dtype="float32")
+    for name in engines:
+        for v in variants:
+            try:
+                check_engine(name, v.structure.skeleton(), tokenizer if name == "llama.cpp" else None)
+            except GacError as e:
+                raise GacError(f"{v.label}: {e}") from None
+    return tokenizer
+
+
 def _measure(key, variants, protocol, dev, ident, dtype, measured, selection, predict, resolved, store, json_out,
-             json_force) -> dict:
+             json_force, tokenizer=None) -> dict:
     """Measure the bench ``key`` (under its lock when it has a store), store it there and return it as stored."""
     import torch
 
+    from gac.engines import open_engine
     from gac.evaluation.bench import run_bench
 
     log.info("bench %s: %d variants of %s on %s (%s)", key, len(variants), ident["name"], dev, dtype)
-    doc = run_bench(variants, protocol, dev)
+    doc = run_bench(variants, protocol, dev, open_engine=open_engine, tokenizer=tokenizer)
     doc = {"schema": BENCH_SCHEMA, "kind": "bench", "key": key, "model": ident, "records": measured,
            "baseline_record": variants[0].key, "selection": selection, **doc, "provenance": _provenance(dev)}
     if predict is not None:
@@ -225,7 +269,7 @@ def bench_of_config(cfg: dict) -> dict:
     """:func:`bench_store` from a plain config (``conf/bench.yaml`` resolved): the bench document, nothing printed."""
     known = {"results_dir", "where", "sweep", "experiment", "keys", "plans", "model", "compressor", "options", "device",
              "dtype", "points", "rounds", "warmup", "iters", "decode_tokens", "decode_prompt", "threads", "seed",
-             "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose", "predict"}
+             "bootstrap", "memory", "timer", "profile", "force", "json", "quiet", "verbose", "predict", "engine"}
     extra = sorted(set(cfg) - known - {"hydra"})
     if extra:
         raise GacError(f"bench config: unknown key(s) {extra}; known: {sorted(known)}")
@@ -246,7 +290,7 @@ def bench_of_config(cfg: dict) -> dict:
         bootstrap=_given(cfg, "bootstrap", 2000), memory=str(cfg.get("memory") or "auto"),
         timer=str(cfg.get("timer") or "auto"),
         profile=bool(cfg.get("profile", True)), force=bool(cfg.get("force", False)), json_out=cfg.get("json"),
-        json_force=bool(cfg.get("force", False)), predict=cfg.get("predict"))
+        json_force=bool(cfg.get("force", False)), predict=cfg.get("predict"), engines=cfg.get("engine") or "torch")
     return doc
 
 

@@ -86,9 +86,9 @@ def test_the_visits_follow_the_shuffled_rounds(tiny_store, monkeypatch):
     seen = []
     real = B._visit
 
-    def spy(model, *args):
-        seen.append(model._gac_structure)
-        real(model, *args)
+    def spy(cell, *args):
+        seen.append(cell.model._gac_structure)
+        real(cell, *args)
 
     monkeypatch.setattr(B, "_visit", spy)
     recs = [tiny_store["records"][k] for k in (("asvd", "unaligned"), ("asvd", "gac"), ("llm_pruner", "gac"))]
