@@ -268,6 +268,11 @@ def main(argv=None) -> int:
     for m in models:
         for engine, quant in ENGINES[m]:
             check_engine(engine, quant=quant)  # installed, before any work
+    if args.doc:
+        text = Path(args.doc).read_text(encoding="utf-8") if Path(args.doc).is_file() else ""
+        if BEGIN not in text or END not in text:  # before any work, not after it
+            raise SystemExit(f"engine_alignment.py: --doc {args.doc} has no {BEGIN} ... {END} block for the tables; "
+                             f"add one, or give --doc ''")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     args.out = str(out_dir)

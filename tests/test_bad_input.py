@@ -89,6 +89,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_unclear import unclear_files
 
     unclear_files(T)  # the "Fifth catalogue: the last catalogue's unclear cases" rows
+    from tests.bad_input_fixtures_enginestudy import enginestudy_files
+
+    enginestudy_files(T)  # the "Aligning for an engine" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:
