@@ -8,8 +8,8 @@ one; norms in f32; the tokenizer as llama.cpp's ``gpt2`` (byte-level BPE) vocabu
 left out (llama.cpp reuses the embedding). ``f32`` and ``f16`` are written directly; a quantized type
 (``q8_0``, ``q4_0``, ``q4_K``, ...) is made from the f32 file by llama.cpp's own quantizer
 (``llama_model_quantize``), which falls back to another type for a tensor whose rows are not whole blocks (32
-values for q4_0/q8_0, 256 for the k-quants): :func:`quantize` returns those fallbacks, :func:`tensor_types` counts
-what the tensors became.
+values for q4_0/q8_0, 256 for the k-quants): :func:`fallback_tensors` reads those from the file written (and
+:func:`quantize` returns them as its log says), :func:`tensor_types` counts what the tensors became.
 
 :func:`verify_gguf` loads the file in llama.cpp (``llama-cpp-python``) and compares the logits of a token sequence
 with the model's.
