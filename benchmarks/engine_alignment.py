@@ -280,12 +280,7 @@ def main(argv=None) -> int:
     from gac.evaluation.latency import device_name
     from gac.machine import utc_stamp
 
-    versions = {}
-    for mod in ("llama_cpp", "onnxruntime"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except ImportError:
-            pass
+    versions = {mod: __import__(mod).__version__ for mod in ("llama_cpp", "onnxruntime")}  # installed: checked above
     doc = {"date": utc_stamp(), "label": args.label, "threads": args.threads,
            "host": {"cpu": device_name("cpu"), "cores": os.cpu_count(), "platform": platform.platform(),
                     "torch": torch.__version__, **versions},
