@@ -120,6 +120,8 @@ def study_model(name: str, args, out: dict) -> None:
     del prepared
     labels = list(models)
     for engine, quant in ENGINES[name]:
+        if args.engines is not None and (f"{engine}:{quant}" if quant else engine) not in args.engines:
+            continue
         work = Path(tempfile.mkdtemp(prefix=f"gac-engine-study-{name}-", dir=args.out))
         engines = {}
         row = {"engine": engine, "quant": quant or "f32", "threads": args.threads, "variants": {}}
@@ -200,7 +202,7 @@ def markdown(doc: dict) -> str:
              f"windows of {doc['settings']['eval_len']} tokens of enwiki's test split; prefill of "
              f"{doc['settings']['seq_len']} tokens, batch 1, {doc['settings']['rounds']} interleaved shuffled rounds "
              f"(median; 95% paired bootstrap interval of the ratio to the unaligned model in the same engine). "
-             f"Whole run {doc['wall_s']:.0f} s.", ""]
+             f"Run time {doc['wall_s']:.0f} s ({', '.join(r['model'] for r in doc['models'])}).", ""]
     for rec in doc["models"]:
         c = rec["config"]
         lines += [f"### {rec['model']} (hidden {c['hidden_size']}, MLP {c['intermediate_size']}, "
@@ -248,6 +250,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="directory for engine_alignment.json and .md (and the exports, "
                                                  "removed as it goes)")
     ap.add_argument("--models", default="smollm2,gemma3")
+    ap.add_argument("--engines", default="all", help="a comma list of llama.cpp:f16, llama.cpp:q8_0, llama.cpp:q4_0, "
+                                                      "llama.cpp:q4_K, onnxruntime (default all: each model's own)")
     ap.add_argument("--threads", type=int, default=1, help="threads of every engine (default 1)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seq-len", type=int, default=128, help="prefill tokens (default 128)")
@@ -263,6 +267,11 @@ def main(argv=None) -> int:
     unknown = [m for m in models if m not in VARIANTS]
     if unknown:
         raise SystemExit(f"engine_alignment.py: unknown model {unknown[0]!r}; known: {', '.join(VARIANTS)}")
+    known = {f"{e}:{q}" if q else e for m in models for e, q in ENGINES[m]}
+    args.engines = None if args.engines == "all" else [x.strip() for x in args.engines.split(",") if x.strip()]
+    if args.engines is not None and not set(args.engines) <= known:
+        raise SystemExit(f"engine_alignment.py: unknown engine {sorted(set(args.engines) - known)[0]!r}; known: "
+                         f"{', '.join(sorted(known))}")
     from gac.engines import check_engine
 
     for m in models:
@@ -285,18 +294,18 @@ def main(argv=None) -> int:
            "host": {"cpu": device_name("cpu"), "cores": os.cpu_count(), "platform": platform.platform(),
                     "torch": torch.__version__, **versions},
            "settings": {k: getattr(args, k) for k in ("seq_len", "rounds", "eval_len", "eval_windows",
-                                                     "calib_samples", "calib_seq_len")},
+                                                     "calib_samples", "calib_seq_len", "engines")},
            "command": " ".join([Path(sys.executable).name, *sys.argv]), "models": []}
     t0 = time.perf_counter()
     say(f"engine alignment study: {', '.join(models)}; {args.threads} thread(s); load {load()}")
     for m in models:
         study_model(m, args, doc)
-    doc["wall_s"] = time.perf_counter() - t0
-    table = markdown(doc)
-    (out_dir / "engine_alignment.json").write_text(json.dumps(doc, indent=1))
-    (out_dir / "engine_alignment.md").write_text(table + "\n")
-    if args.doc:
-        write_doc(Path(args.doc), table)
+        doc["wall_s"] = time.perf_counter() - t0
+        table = markdown(doc)  # written after each model: what was measured survives a later failure
+        (out_dir / "engine_alignment.json").write_text(json.dumps(doc, indent=1))
+        (out_dir / "engine_alignment.md").write_text(table + "\n")
+        if args.doc:
+            write_doc(Path(args.doc), table)
     say(table)
     say(f"done in {doc['wall_s']:.0f} s, load {load()}; {out_dir / 'engine_alignment.json'}")
     return 0
