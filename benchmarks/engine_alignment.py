@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -195,14 +196,15 @@ def _fallback_cell(v: dict) -> str:
 
 def markdown(doc: dict) -> str:
     h = doc["host"]
-    lines = [f"Measured {doc['date']} ({doc['label']}) on {h['cpu']} ({h['cores']} cores), {doc['threads']} thread(s) "
+    lines = [f"**{doc['label']}.** Measured {doc['date']} on {h['cpu']} ({h['cores']} cores), {doc['threads']} thread(s) "
              f"per engine; torch {h['torch']}, llama-cpp-python {h.get('llama_cpp', '?')}, onnxruntime "
              f"{h.get('onnxruntime', '?')}. Calibration {doc['settings']['calib_samples']} x "
              f"{doc['settings']['calib_seq_len']} tokens of enwiki; perplexity on {doc['settings']['eval_windows']} "
              f"windows of {doc['settings']['eval_len']} tokens of enwiki's test split; prefill of "
              f"{doc['settings']['seq_len']} tokens, batch 1, {doc['settings']['rounds']} interleaved shuffled rounds "
              f"(median; 95% paired bootstrap interval of the ratio to the unaligned model in the same engine). "
-             f"Run time {doc['wall_s']:.0f} s ({', '.join(r['model'] for r in doc['models'])}).", ""]
+             f"Run time {doc['wall_s']:.0f} s ({', '.join(r['model'] for r in doc['models'])}); the command: "
+             f"`{doc['command']}`.", ""]
     for rec in doc["models"]:
         c = rec["config"]
         lines += [f"### {rec['model']} (hidden {c['hidden_size']}, MLP {c['intermediate_size']}, "
@@ -235,8 +237,10 @@ def markdown(doc: dict) -> str:
 BEGIN, END = "<!-- engine_alignment.py: begin -->", "<!-- engine_alignment.py: end -->"
 
 
-def write_doc(path: Path, table: str) -> None:
-    """Replace the tables between the markers of ``path`` (the results doc) with this run's."""
+def write_doc(path: Path, table: str, doc: dict) -> None:
+    """Replace the tables between the markers of ``path`` (the results doc) with this run's, and write the run's JSON
+    beside it (``results-engines.json`` for ``results-engines.md``)."""
+    path.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     text = path.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise GacError(f"{path} has no {BEGIN} ... {END} block for the tables; add one where they go")
@@ -260,9 +264,17 @@ def main(argv=None) -> int:
     ap.add_argument("--calib-samples", type=int, default=4)
     ap.add_argument("--calib-seq-len", type=int, default=128)
     ap.add_argument("--label", default="run alone", help="how the machine was (printed beside the numbers)")
+    ap.add_argument("--render", metavar="JSON", help="measure nothing: write the tables of an earlier run's JSON")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "results-engines.md"),
-                    help="the results doc whose tables are replaced ('' for none)")
+                    help="the results doc whose tables are replaced, its JSON written beside it ('' for none)")
     args = ap.parse_args(argv)
+    if args.render:
+        doc = json.loads(Path(args.render).read_text())
+        table = markdown(doc)
+        if args.doc:
+            write_doc(Path(args.doc), table, doc)
+        say(table)
+        return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in VARIANTS]
     if unknown:
@@ -295,7 +307,7 @@ def main(argv=None) -> int:
                     "torch": torch.__version__, **versions},
            "settings": {k: getattr(args, k) for k in ("seq_len", "rounds", "eval_len", "eval_windows",
                                                      "calib_samples", "calib_seq_len", "engines")},
-           "command": " ".join([Path(sys.executable).name, *sys.argv]), "models": []}
+           "command": shlex.join(["python", *sys.argv]), "models": []}
     t0 = time.perf_counter()
     say(f"engine alignment study: {', '.join(models)}; {args.threads} thread(s); load {load()}")
     for m in models:
@@ -305,7 +317,7 @@ def main(argv=None) -> int:
         (out_dir / "engine_alignment.json").write_text(json.dumps(doc, indent=1))
         (out_dir / "engine_alignment.md").write_text(table + "\n")
         if args.doc:
-            write_doc(Path(args.doc), table)
+            write_doc(Path(args.doc), table, doc)
     say(table)
     say(f"done in {doc['wall_s']:.0f} s, load {load()}; {out_dir / 'engine_alignment.json'}")
     return 0
