@@ -12,9 +12,10 @@ engine. A non-Llama case: gemma3 (Gemma 3 270M, `gac fixtures build gemma3`), un
     python benchmarks/engine_alignment.py --out DIR            # both models; writes DIR/engine_alignment.{json,md}
                                                                # and the tables of docs/results-engines.md
 
-Settings sized to run alone in about 6 minutes on a 2-core CPU (each is an option): calibration 4 samples x 128
-tokens of enwiki (Table 5 used 32 x 512), perplexity on 2 windows of 256 tokens of enwiki's test split, prefill of
-128 tokens, 5 rounds, 1 thread per engine. Every timing is printed with the load average beside it.
+Settings kept small (each is an option): calibration 4 samples x 128 tokens of enwiki (Table 5 used 32 x 512),
+perplexity on 2 windows of 256 tokens of enwiki's test split, prefill of 128 tokens, 5 rounds, 1 thread per engine.
+Every timing is printed with the load average beside it. About 15 CPU-minutes, mostly single-threaded (the five ONNX
+exports, torch's dynamo exporter, are the largest part); ``--models`` and ``--engines`` run a part.
 """
 
 from __future__ import annotations
