@@ -101,6 +101,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_palu import palu_files
 
     palu_files(T)  # the "PaLU's latent cache" rows
+    from tests.bad_input_fixtures_enginestudy import enginestudy_files
+
+    enginestudy_files(T)  # the "Aligning for an engine" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

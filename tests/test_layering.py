@@ -24,7 +24,7 @@ ALLOWED = {
     "compression": BASE | {"align", "text", "fixtures"},
     "models": BASE | {"compression", "fixtures"},
     "evaluation": BASE | {"align", "compression", "text", "fixtures", "models"},
-    "export": BASE | {"compression", "fixtures", "models"},  # a checkpoint as files serving engines run
+    "export": BASE | {"align", "compression", "fixtures", "models"},  # a checkpoint as files serving engines run
     "engines": BASE | {"compression", "fixtures", "models", "evaluation", "export"},  # a model run by an engine
     "training": BASE | {"fixtures", "text", "evaluation"},
     "profiling": BASE | {"align", "evaluation"},

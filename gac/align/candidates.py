@@ -1,6 +1,7 @@
 """Candidate sets C_i: the aligned dimensions near d* that a strategy may pick (paper §4.2, Step 2).
 
-Rules narrow the search: multiples of the alignment ``unit`` (8 by default; 16, 32, 64 selectable) that lie
+Rules narrow the search: multiples of the alignment ``unit`` (8 by default; 16, 32, 64 selectable; or a serving
+engine's own rule by name, :data:`ENGINE_UNITS`: ``llama.cpp:q4_K`` is 256, its k-quants' block) that lie
 strictly within ``window`` units of d*, clipped to ``[unit, d_max]``; ``d_max`` (the uncompressed dimension)
 is itself a candidate when it lies in the window. A :class:`CandidateFilter` (a hardware profile, say) then
 removes dimensions that are slow on the target platform, so the remaining set avoids measured cliffs.
@@ -17,6 +18,7 @@ choice, so an unaligned top rank would add nothing but a misaligned dimension.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -51,6 +53,33 @@ def check_unit(unit) -> int:
         raise GacError(f"alignment unit must be a positive multiple of {UNIT_BASE} (8, 16, 32 or 64: what GPU kernels "
                        f"align to), got {unit!r}")
     return unit
+
+
+#: llama.cpp's quantized GGUF types (the ``--quant`` names of ``gac export``) and the values one block of each packs
+#: along a weight row (ggml's ``GGML_QUANT_SIZES``): llama.cpp's quantizer stores a tensor whose row length (its input
+#: dimension) is not whole blocks in another type (``tensor_type_fallback`` in llama.cpp's ``src/llama-quant.cpp``;
+#: docs/export.md)
+LLAMA_CPP_BLOCKS = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q5_1": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256}
+#: named alignment units: aligning for a serving engine's own rule, ``llama.cpp:<type>`` -> that type's block
+ENGINE_UNITS = {f"llama.cpp:{t}": block for t, block in LLAMA_CPP_BLOCKS.items()}
+
+
+def resolve_unit(unit) -> int:
+    """An alignment unit given as a number (8, 16, 32, 64, ...; a string of digits too) or by an engine's name
+    (:data:`ENGINE_UNITS`: ``llama.cpp:q4_K`` is 256, the k-quants' block; ``llama.cpp:q8_0`` 32): the unit as an int,
+    checked by :func:`check_unit`. An unknown name is one :class:`GacError` line listing the names."""
+    if isinstance(unit, str):
+        text = unit.strip()
+        if text.lstrip("+-").isdigit():
+            return check_unit(int(text))
+        lower = {k.lower(): k for k in ENGINE_UNITS}
+        if text.lower() not in lower:
+            close = difflib.get_close_matches(text, list(ENGINE_UNITS), n=2, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+            raise GacError(f"unknown alignment unit {unit!r}{hint}; give a multiple of {UNIT_BASE} (8, 16, 32, 64) or an "
+                           f"engine's unit: {', '.join(ENGINE_UNITS)}")
+        return ENGINE_UNITS[lower[text.lower()]]
+    return check_unit(unit)
 
 
 def check_window(window) -> int:

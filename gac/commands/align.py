@@ -21,7 +21,8 @@ def add_arguments(p):
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here (default, or -: print it)")
     p.add_argument("--strategy", default="gac", help=f"one of: {', '.join(STRATEGIES)} (default: gac); "
                    f"{', '.join(LATENCY_STRATEGIES)} with a latency budget and per-target latencies in the file")
-    p.add_argument("--unit", type=int, default=None, help="alignment unit (overrides the file's; default 8)")
+    p.add_argument("--unit", default=None,
+                   help="alignment unit (overrides the file's; default 8): a multiple of 8 or an engine's, e.g. llama.cpp:q4_K")
     from gac.align.candidates import DEFAULT_WINDOW
 
     p.add_argument("--window", type=int, default=None, help=f"candidate window in units (default: the file's, else "
@@ -37,10 +38,10 @@ def run(args) -> int:
 
     if args.strategy not in LATENCY_STRATEGIES:
         args.strategy = STRATEGIES.resolve(args.strategy, extra=LATENCY_STRATEGIES)
-    from gac.align.candidates import check_unit, check_window
+    from gac.align.candidates import check_window, resolve_unit
 
     if args.unit is not None:
-        check_unit(args.unit)  # before reading anything
+        args.unit = resolve_unit(args.unit)  # before reading anything
     if args.window is not None:
         check_window(args.window)
         from gac.jobs.axes import axis_of, refusal, window_unused

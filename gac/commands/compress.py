@@ -24,7 +24,8 @@ def add_arguments(p):
     from gac.registry import DEFAULT_KNAPSACK_SCORE
     from gac.text import CALIBRATION_SAMPLES
 
-    p.add_argument("--unit", type=int, default=DEFAULT_UNIT, help=f"alignment unit (default {DEFAULT_UNIT})")
+    p.add_argument("--unit", default=DEFAULT_UNIT,
+                   help=f"alignment unit: a multiple of 8 (default {DEFAULT_UNIT}) or an engine's, e.g. llama.cpp:q4_K (256)")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help=f"candidate window in alignment units around d* (default {DEFAULT_WINDOW}: the aligned dims "
                         f"bracketing d*)")
@@ -57,7 +58,7 @@ def validate(args) -> None:
     from pathlib import Path
 
     from gac import registry
-    from gac.align.candidates import check_unit, check_window
+    from gac.align.candidates import check_window, resolve_unit
     from gac.align.targets import check_ratio
     from gac.compression.allocation import resolve_allocation
     from gac.compression.checkpoint import check_output_dir
@@ -70,7 +71,7 @@ def validate(args) -> None:
 
     check_ratio(args.ratio)
     try:
-        check_unit(args.unit)
+        args.unit = resolve_unit(args.unit)
         check_window(args.window)
     except GacError as e:
         raise GacError(f"--unit/--window: {e}") from None

@@ -18,7 +18,7 @@ def add_arguments(p):
 
     p.add_argument("--shape", default="llama3_8b", choices=SHAPES)
     p.add_argument("--ratio", type=float, default=0.15, help="compression ratio rho (default 0.15, as Table 5)")
-    p.add_argument("--unit", type=int, default=8)
+    p.add_argument("--unit", default=8, help="alignment unit: a multiple of 8 or an engine's, e.g. llama.cpp:q4_K")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW)
     p.add_argument("--seed", type=arg_type(check_seed), default=0, help="seed of the synthetic scores (default 0)")
     p.add_argument("--save-allocation", metavar="PATH", help="also write the allocation JSON (input of `gac align`)")
@@ -27,7 +27,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.align.allocation_io import Allocation, allocation_to_json
-    from gac.align.candidates import check_unit, check_window
+    from gac.align.candidates import check_window, resolve_unit
     from gac.align.synthetic import lowrank_problem
     from gac.align.targets import check_ratio
     from gac.commands.align import comparison, format_comparison
@@ -35,7 +35,7 @@ def run(args) -> int:
     from gac.io import check_output_file, write_output
 
     check_ratio(args.ratio)  # before any work: a bad value would otherwise print an error on every row, exit 0
-    check_unit(args.unit)
+    args.unit = resolve_unit(args.unit)
     check_window(args.window)
     if args.save_allocation:
         check_output_file(args.save_allocation, "--save-allocation", args.force)

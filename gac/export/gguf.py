@@ -8,8 +8,8 @@ one; norms in f32; the tokenizer as llama.cpp's ``gpt2`` (byte-level BPE) vocabu
 left out (llama.cpp reuses the embedding). ``f32`` and ``f16`` are written directly; a quantized type
 (``q8_0``, ``q4_0``, ``q4_K``, ...) is made from the f32 file by llama.cpp's own quantizer
 (``llama_model_quantize``), which falls back to another type for a tensor whose rows are not whole blocks (32
-values for q4_0/q8_0, 256 for the k-quants): :func:`quantize` returns those fallbacks, :func:`tensor_types` counts
-what the tensors became.
+values for q4_0/q8_0, 256 for the k-quants): :func:`fallback_tensors` reads those from the file written (and
+:func:`quantize` returns them as its log says), :func:`tensor_types` counts what the tensors became.
 
 :func:`verify_gguf` loads the file in llama.cpp (``llama-cpp-python``) and compares the logits of a token sequence
 with the model's.
@@ -224,6 +224,46 @@ def quantize(src: Path, out: Path, qtype: str) -> dict:
                        f"export (--quant f32) works without it")
     return {m["name"]: {"ncols": int(m["ncols"]), "block": int(m["block"]), "type": m["type"]}
             for m in _FALLBACK.finditer(text)}
+
+
+def quantizable(name: str, shape) -> bool:
+    """Whether llama.cpp's quantizer quantizes a tensor (``tensor_allows_quantization`` in ``src/llama-quant.cpp``,
+    for the tensors a Llama-family file holds): a weight matrix, norms excepted."""
+    return len(shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
+
+
+def fallback_tensors(path: Path, quant: str) -> dict:
+    """``{tensor: {"ncols", "block", "type"}}``, read from the GGUF file ``path`` that llama.cpp's quantizer made at
+    ``quant``: every tensor it quantizes whose rows (``ncols``, the weight's input dimension) are not whole blocks of
+    ``quant`` (:data:`gac.align.candidates.LLAMA_CPP_BLOCKS`), and the type the file stores it as. The quantizer
+    cannot store such a row in ``quant``: it takes another type (docs/export.md, "Fallback")."""
+    from gguf import GGUFReader
+
+    from gac.align.candidates import LLAMA_CPP_BLOCKS
+
+    block = LLAMA_CPP_BLOCKS[quant]
+    out = {}
+    for t in GGUFReader(str(path)).tensors:
+        shape = [int(n) for n in t.shape]  # ggml's order: ne[0], the row length, first
+        if quantizable(t.name, shape) and shape[0] % block:
+            out[t.name] = {"ncols": shape[0], "block": block, "type": t.tensor_type.name.lower().replace("_k", "_K")}
+    return dict(sorted(out.items(), key=lambda kv: _natural(kv[0])))
+
+
+def _natural(name: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def fallback_line(quant: str, fallback: dict) -> str:
+    """One line saying which tensors fell back, to what, and how to align for the type (empty when none did)."""
+    if not fallback:
+        return ""
+    kinds = Counter((f["ncols"], f["type"]) for f in fallback.values())
+    what = ", ".join(f"{n} x {ncols} columns -> {typ}" for (ncols, typ), n in sorted(kinds.items()))
+    block = next(iter(fallback.values()))["block"]
+    return (f"--quant {quant}: {len(fallback)} tensor(s) have rows that are not whole blocks of {block} and were stored "
+            f"in another type ({what}); widths aligned with align.unit=llama.cpp:{quant} (gac compress --unit "
+            f"llama.cpp:{quant}) avoid this where the model's own sizes allow")
 
 
 def tensor_types(path: Path) -> dict:

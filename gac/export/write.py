@@ -68,20 +68,25 @@ def export(src: Source, model: nn.Module, tokenizer, fmt: str, holds, output: st
 
 
 def _gguf(model, tokenizer, layout, staged: Path, quant: str, tmp: Path) -> dict:
-    from gac.export.gguf import quantize, tensor_types, verify_gguf, write_gguf
+    import logging
+
+    from gac.export import gguf
 
     fallback = {}
     if quant in UNQUANTIZED:
-        write_gguf(model, tokenizer, layout, staged, dtype=quant)
+        gguf.write_gguf(model, tokenizer, layout, staged, dtype=quant)
     else:
         (tmp / "input").mkdir()  # the quantizer's input: never the output's name, removed with the temp directory
         f32 = tmp / "input" / "f32.gguf"
-        write_gguf(model, tokenizer, layout, f32, dtype="f32")
-        fallback = quantize(f32, staged, quant)
+        gguf.write_gguf(model, tokenizer, layout, f32, dtype="f32")
+        gguf.quantize(f32, staged, quant)
         f32.unlink()
-    check = verify_gguf(staged, model, quant)
-    check["tensor_types"] = tensor_types(staged)
+        fallback = gguf.fallback_tensors(staged, quant)  # measured from the file written, not from the quantizer's log
+    check = gguf.verify_gguf(staged, model, quant)
+    check["tensor_types"] = gguf.tensor_types(staged)
     check["fallback"] = fallback  # tensors whose rows are not whole blocks of the type, stored in another
+    if fallback:
+        logging.getLogger(__name__).warning("%s", gguf.fallback_line(quant, fallback))
     return check
 
 

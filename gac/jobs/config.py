@@ -91,16 +91,19 @@ def _build_spec(cfg: dict) -> JobSpec:
 
     seed = check_seed(cfg.get("seed", 0), "config: seed")
     allocation = registry.ALLOCATIONS.resolve(str(cfg.get("allocation", "default")), "(config allocation=...)")
-    for k in ("align.unit", "align.window", "seq_len"):
+    from gac.align.candidates import resolve_unit
+
+    unit = _require(cfg, "align.unit")
+    if isinstance(unit, int) and not isinstance(unit, bool) and unit <= 0:
+        raise GacError(f"config: align.unit must be a positive integer, got {unit!r}")
+    try:
+        unit = resolve_unit(unit)  # a number, or an engine's named unit (llama.cpp:q4_K)
+    except GacError as e:
+        raise GacError(f"config: align.unit: {e}") from None
+    for k in ("align.window", "seq_len"):
         v = _require(cfg, k)
         if v <= 0:
             raise GacError(f"config: {k} must be a positive integer, got {v!r}")
-    from gac.align.candidates import check_unit
-
-    try:
-        check_unit(_require(cfg, "align.unit"))
-    except GacError as e:
-        raise GacError(f"config: align.unit: {e}") from None
     device = str(_require(cfg, "gpu.device"))
     from gac.devices import parse_device
 
@@ -139,7 +142,7 @@ def _build_spec(cfg: dict) -> JobSpec:
         compressor=comp,
         strategy=strategy,
         ratio=float(canonical_number(float(ratio))),  # 0.30000000000000004 (float drift) is the point 0.3
-        unit=int(_require(cfg, "align.unit")),
+        unit=unit,
         window=int(_require(cfg, "align.window")),
         use_profile=bool(_get(cfg, "align.use_profile", True)),
         knapsack_score=knapsack_score,

@@ -1,7 +1,7 @@
 """The job config's types: dataclasses registered in Hydra's ConfigStore as ``gac_schema``.
 
 ``conf/config.yaml`` lists ``gac_schema`` first in its defaults, so Hydra itself checks every value's type and every
-key of a group (``align.unit=abc`` or a typo'd key in a group file fail at composition, the file or override named).
+key of a group (``align.window=abc`` or a typo'd key in a group file fail at composition, the file or override named).
 :func:`validate_config` applies the same schema to a plain dict (tests and notebooks build configs by hand) and turns
 OmegaConf's error into one :class:`~gac.errors.GacError` line with close matches. Ranges and names (ratio in (0, 1),
 known compressors, strategies, tasks...) are checked by :func:`gac.jobs.config.spec_from_config`, which applies this
@@ -54,7 +54,7 @@ class ProxyConfig:
 @dataclass
 class AlignConfig:
     strategy: str = "gac"
-    unit: int = DEFAULT_UNIT
+    unit: Any = DEFAULT_UNIT  # a multiple of 8, or an engine's unit (llama.cpp:q4_K): gac.align.candidates.resolve_unit
     window: int = DEFAULT_WINDOW  # the conf/align files leave it to this default
     use_profile: bool = True
     knapsack_score: str = DEFAULT_KNAPSACK_SCORE

@@ -32,7 +32,7 @@ def test_the_schema_is_in_hydras_config_store():
 
 
 @pytest.mark.parametrize("overrides,msg", [
-    (["align.unit=abc"], "align.unit=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["align.window=abc"], "align.window=abc: Value 'abc' of type 'str' could not be converted to Integer"),
     (["ratio=abc"], "Value 'abc' of type 'str' could not be converted to Float"),
     (["eval.limit=many"], "could not be converted to Integer"),
     (["align.windw=2"], "did you mean 'align.window'"),
@@ -49,7 +49,8 @@ def test_a_misspelt_key_suggests_the_key_not_adding_the_typo():
 
 
 @pytest.mark.parametrize("path,value,msg", [
-    ("align.unit", True, "config: align.unit: Value 'True' of type 'bool' could not be converted to Integer"),
+    ("align.unit", True, "config: align.unit: alignment unit must be a positive multiple of 8"),  # an Any: a name too
+    ("align.unit", "abc", "config: align.unit: unknown alignment unit 'abc'; give a multiple of 8"),
     ("seq_len", "long", "config: seq_len: Value 'long'"),
     ("eval.latency_seq_lens", ["a"], r"config: eval.latency_seq_lens\[0\]"),
     ("eval.taks", [], r"unknown key 'eval.taks'; did you mean 'eval.tasks'"),
