@@ -89,6 +89,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_unclear import unclear_files
 
     unclear_files(T)  # the "Fifth catalogue: the last catalogue's unclear cases" rows
+    from tests.bad_input_fixtures_canary import canary_files
+
+    canary_files(T)  # the "The canary" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -114,8 +114,8 @@ def check_command_line(overrides: Sequence[str]) -> None:
 
 
 def _cli(args: Sequence[str], env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gac.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "gac.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
 
 
 def _last_error(text: str) -> str:
@@ -180,7 +180,7 @@ def submit(c: Canary, task: list[str], hydra: list[str]) -> tuple[Verdict, dict]
         args.append(f"--config-dir={c.config_dir}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "GAC_CANARY": file_stamp(),
            "PYTHONUNBUFFERED": "1"}
-    r = subprocess.run(args, capture_output=True, text=True, cwd=Path.cwd(), env=env, timeout=1800)
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
     m = re.search(r"submitted as array job (\S+); the end-of-sweep job (\S+) ", r.stdout)
     if r.returncode != 0 or m is None:
         err = _last_error(r.stderr + r.stdout)
@@ -232,9 +232,11 @@ def judge(c: Canary, points: list[dict], jobs: dict, ended: bool) -> list[dict]:
 
     store = ResultsStore(c.results_dir)
     records, failures = {}, {}
-    if store.root.is_dir():
-        for r in store.iter_records(include_failures=True):
+    try:
+        for r in store.iter_records(include_failures=True) if store.root.is_dir() else ():
             (records if r.get("status") == "completed" else failures)[r["key"]] = r
+    except GacError as e:  # a record that cannot be read: said, and judged on the others
+        c.say(Verdict("records", False, str(e), _fix_of(str(e))))
     report = read_report(c.sweep_dir) or {}
     failed = {str(f.get("key")): f for f in report.get("failed") or [] if isinstance(f, dict)}
     logs = f"{c.sweep_dir}/.submitit/{jobs['array']}_*/*.err"
