@@ -33,7 +33,8 @@ def keep_torch_threads():
 
 
 def test_every_benchmark_is_covered():
-    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale", "evidence"}
+    covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale", "evidence",
+               "estimates"}
     assert {p.stem for p in BENCH.glob("*.py")} == covered  # a new script gets a --quick run here
 
 
@@ -120,3 +121,16 @@ def test_evidence_stops_within_its_budget_and_keeps_what_it_has(tmp_path, keep_t
     assert "is not JSON" in capsys.readouterr().err
     assert evidence.main(["--out", str(tmp_path / "g.json")]) == 2  # no GPU here: says so before any work
     assert "--cpu-smoke" in capsys.readouterr().err
+
+
+def test_estimates_writes_the_table_and_the_rows(tmp_path, capsys):
+    """One real job (tiny, LLM-Pruner: no sensitivity search) in its own process, its estimate against its peak."""
+    out = tmp_path / "est.md"
+    assert _module("estimates").main(["--models", "tiny", "--compressors", "llm_pruner", "--out", str(out)]) == 0
+    (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert row["memory_estimate_mb"] > 0 and row["peak_above_load_mb"] > 0 and row["memory_ratio"] > 0
+    assert row["sensitivity_s"] is None and len(row["load"]) == 2
+    text = out.read_text()
+    assert "| tiny | llm_pruner |" in text and "python benchmarks/estimates.py" in text
+    assert ("Under load (provisional)" in text) == (json.loads(out.with_suffix(".json").read_text())["meta"][
+        "max_load"] > 1.5)

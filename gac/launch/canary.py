@@ -306,7 +306,7 @@ def judge(c: Canary, points: list[dict], jobs: dict, ended: bool) -> list[dict]:
         c.say(Verdict("end of sweep", False, f"the report was written by job {report.get('slurm_job_id')}, not "
                       f"by the end-of-sweep job {jobs['end']}", "re-run the canary in a new sweep directory"))
     else:
-        bench = "benched" if "side-by-side bench" in str(report.get("table")) else "no bench in its table"
+        bench = f"benched ({report['bench']})" if report.get("bench") else "no bench"
         c.say(Verdict("end of sweep", True, f"job {jobs['end']} after the array: {len(report.get('done') or [])} "
                       f"point(s) done, {bench}; report {report.get('report')}"))
     return list(records.values())

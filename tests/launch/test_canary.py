@@ -49,10 +49,10 @@ def _store(c, records: dict, failures: dict = ()) -> None:
         store.write_failure(key, {"job": json.loads(FIXTURE.read_text())["job"], "error": error})
 
 
-def _end_report(c, done, failed=(), job="8", table="side-by-side bench ..."):
+def _end_report(c, done, failed=(), job="8", bench="/r/bench/b1.json"):
     c.sweep_dir.mkdir(parents=True, exist_ok=True)
     (c.sweep_dir / "sweep-end.json").write_text(json.dumps(
-        {"kind": "gac-sweep-end", "slurm_job_id": job, "done": list(done), "failed": list(failed), "table": table,
+        {"kind": "gac-sweep-end", "slurm_job_id": job, "done": list(done), "failed": list(failed), "bench": bench,
          "report": str(c.sweep_dir / "sweep-end.md")}))
 
 
@@ -71,7 +71,7 @@ def test_a_sweep_that_went_through_passes_every_step(tmp_path):
     assert all(v[s].ok for s in ("preflight", "points", "lm-eval data", "env file", "end of sweep")), c.lines
     assert v["GPU request"].ok is None and "asks for no GPU" in v["GPU request"].detail
     assert "20 items per task" in v["lm-eval data"].detail and "removed by the end-of-sweep job" in v["env file"].detail
-    assert "benched" in v["end of sweep"].detail and all("FAIL" not in ln for ln in c.lines)
+    assert "benched (/r/bench/b1.json)" in v["end of sweep"].detail and all("FAIL" not in ln for ln in c.lines)
 
 
 def test_each_failure_is_named_with_its_fix(tmp_path):
