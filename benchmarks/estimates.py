@@ -4,7 +4,8 @@
     python benchmarks/estimates.py --models smollm2 --compressors asvd --out /tmp/e.md
 
 Each (model, compressor) is one job (``experiments/run.py``, on the CPU, no evaluation: the compression alone, with a
-short calibration and ASVD's sensitivity search cut to two kept ratios on one probe sample), run in its own process
+short calibration and ASVD's sensitivity search cut to two kept ratios on one probe sample over the first two
+decoder layers' weights), run in its own process
 so that its peak is its own. From its record (``memory``, ``timings``; :mod:`gac.jobs.node_report`):
 
 * memory: the memory check's estimate before loading (``memory.estimate.device_mb``) against the job's peak RSS
@@ -32,18 +33,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("smollm2", "gemma3")
 COMPRESSORS = ("asvd", "svd_llm", "stable_rank_svd", "palu", "llm_pruner")
-#: the cheapest settings every compressor runs with: 4 calibration samples of 128 tokens, no evaluation
-SETTINGS = ["gpu=cpu", "eval=none", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=128",
-            "ratio=0.15", "align=gac", "gpu.profile=none", "quiet=true"]
-#: ASVD's sensitivity search cut small (two kept ratios, one probe sample): its estimate is still made and checked
-ASVD = ["compressor.options.sensitivity_grid=[0.5,0.9]", "++compressor.options.sensitivity_samples=1"]
+#: the cheapest settings every compressor runs with: no evaluation, and 4 calibration samples of 128 tokens for the
+#: compressors that read calibration data (CALIBRATION; stable_rank_svd is data-free and refuses them)
+SETTINGS = ["gpu=cpu", "eval=none", "seq_len=128", "ratio=0.15", "align=gac", "gpu.profile=none", "quiet=true"]
+CALIBRATION = ["calibration.n_samples=4", "calibration.seq_len=128"]
+DATA_FREE = {"stable_rank_svd"}
+#: ASVD's sensitivity search cut small (two kept ratios, one probe sample, the first two decoder layers' weights):
+#: its estimate is still made for what it probes; the memory estimate still counts every layer's factors
+ASVD = ["compressor.options.sensitivity_grid=[0.5,0.9]", "++compressor.options.sensitivity_samples=1",
+        "+compressor.options.layers='0:2'"]
 CALM_LOAD = 1.5  # a 1-minute load average above this on the machine makes the run provisional
 
 
 def run_job(model: str, compressor: str, results: Path) -> dict:
     """One job in its own process; its record, with the load average before and after and its wall time."""
     args = [sys.executable, str(ROOT / "experiments" / "run.py"), f"model={model}", f"compressor={compressor}",
-            *SETTINGS, *(ASVD if compressor == "asvd" else []), f"results_dir={results}",
+            *SETTINGS, *([] if compressor in DATA_FREE else CALIBRATION), *(ASVD if compressor == "asvd" else []),
+            f"results_dir={results}",
             f"hydra.run.dir={results}/run-{model}-{compressor}"]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -94,8 +100,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
              "before loading the model (the Python process itself is in no estimate); ratio = measured / estimate "
              "(below 1: the estimate is safe; above 1: a job could pass the check and still run out). Time: the "
              "ASVD sensitivity search's estimate before it ran against its real time (gac estimates no other "
-             "stage's time). Settings: " + " ".join(f"`{s}`" for s in SETTINGS) + "; ASVD also "
-             + " ".join(f"`{s}`" for s in ASVD) + ".", "",
+             "stage's time). Settings: " + " ".join(f"`{s}`" for s in SETTINGS) + "; all but "
+             + ", ".join(sorted(DATA_FREE)) + " (data-free) " + " ".join(f"`{s}`" for s in CALIBRATION)
+             + "; ASVD also " + " ".join(f"`{s}`" for s in ASVD) + ".", "",
              f"Command: `{meta['command']}` ({meta['date']}, {meta['host']}, {meta['cpus']} CPUs; gac "
              f"{meta['git']}, torch {meta['torch']}, transformers {meta['transformers']}; {meta['seconds']:.0f} s in "
              f"all).", "",
