@@ -8,7 +8,8 @@ Each row of ``estimates`` is one estimate gac makes and what the node measured f
 =====================  ==========================================================================================
 ``memory``             the memory check's estimate before loading (``memory.estimate``) -> the job's peak: on a GPU
                        the peak of each device (``memory.gpu_peaks_mb``; a model spread over devices: their sum,
-                       each device also on its own row, measured only), on the CPU the host's peak RSS
+                       each device also on its own row, measured only), on the CPU the host's peak RSS above
+                       what the process held before loading
 ``host memory``        the estimate's host share -> the host's peak RSS (GPU jobs)
 ``sensitivity time``   the sensitivity search's estimate before it ran -> its real time (``timings``)
 ``model shards``       the shards the hub cache's index names -> those there (with the load time)
@@ -47,10 +48,23 @@ def _row(what: str, record: Mapping | None, estimate, measured, unit: str, **ext
             "estimate": estimate, "measured": measured, "unit": unit, "ratio": _ratio(measured, estimate), **extra}
 
 
+def host_peak(mem: Mapping) -> tuple[float | None, str]:
+    """The job's host peak as an estimate counts it: its peak RSS above what the process held before it loaded the
+    model (the Python process, torch and transformers are in no estimate), with a note; the raw peak where the
+    record has no load stage."""
+    peak = mem.get("peak_rss_mb")
+    before = ((mem.get("stages") or {}).get("load") or {}).get("start_rss_mb")
+    if peak is None or before is None:
+        return peak, "the host's peak RSS, the process's own (Python, torch, lm-eval) included"
+    return round(peak - before, 1), (f"the host's peak RSS above the {before:.0f} MiB held before loading (raw "
+                                     f"{peak:.0f})")
+
+
 def memory_rows(record: Mapping) -> list[dict]:
     """The memory estimate against the peaks the record measured (module docstring)."""
     mem = record.get("memory") or {}
     est = mem.get("estimate") or {}
+    host, note = host_peak(mem)
     rows = []
     peaks = mem.get("gpu_peaks_mb") or {}
     if peaks:
@@ -65,10 +79,9 @@ def memory_rows(record: Mapping) -> list[dict]:
         for d, v in peaks.items():
             if mem.get("placement") or d not in own:
                 rows.append(_row("memory", record, None, v, "MiB", device=d, note="this device's own peak"))
-        rows.append(_row("host memory", record, est.get("host_mb"), mem.get("peak_rss_mb"), "MiB", device="host"))
+        rows.append(_row("host memory", record, est.get("host_mb"), host, "MiB", device="host", note=note))
     else:
-        rows.append(_row("memory", record, est.get("device_mb"), mem.get("peak_rss_mb"), "MiB", device="host",
-                         note="the host's peak RSS, the process's own (Python, torch, lm-eval) included"))
+        rows.append(_row("memory", record, est.get("device_mb"), host, "MiB", device="host", note=note))
     return rows
 
 

@@ -46,6 +46,13 @@ def test_a_cpu_record_gives_each_estimate_its_measured_value_and_ratio():
     assert dev["measured"] == 0 and dev["point"] == "k1" and dev["job"] == "tiny/asvd/gac"
 
 
+def test_the_host_peak_counts_from_what_the_process_held_before_loading():
+    rec = _record()
+    rec["memory"]["stages"] = {"load": {"start_rss_mb": 400.0, "peak_rss_mb": 420.0}}
+    (mem,) = _rows(estimate_rows([rec]), "memory")
+    assert (mem["measured"], mem["ratio"]) == (260.0, 3.25) and "above the 400 MiB held before loading" in mem["note"]
+
+
 def test_a_two_gpu_spread_record_compares_the_sum_and_lists_each_device():
     rec = _record(memory={"device": "cuda:0", "peak_rss_mb": 9000.0, "gpu_peak_mb": 30000.0,
                           "gpu_peaks_mb": {"cuda:0": 30000.0, "cuda:1": 45000.0},
