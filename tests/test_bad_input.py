@@ -104,6 +104,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_enginestudy import enginestudy_files
 
     enginestudy_files(T)  # the "Aligning for an engine" rows
+    from tests.bad_input_fixtures_canary import canary_files
+
+    canary_files(T)  # the "The canary" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
 
 
 def _module(name: str):
@@ -33,8 +34,10 @@ def keep_torch_threads():
 
 
 def test_every_benchmark_is_covered():
+    # palu_cache: tests/compression/test_palu_cache.py; engine_alignment: its tables below (its measurement needs the
+    # engines and smollm2; tests/export/test_engine_alignment.py measures the same fallback rule in llama.cpp)
     covered = {"solver", "compressors", "families", "parity", "parity_prune", "predict_paper", "scale", "evidence",
-               "moe_prefill", "moe_quality"}
+               "moe_prefill", "moe_quality", "estimates", "palu_cache", "engine_alignment"}
     assert {p.stem for p in BENCH.glob("*.py")} == covered  # a new script gets a --quick run here
 
 
@@ -151,3 +154,26 @@ def test_a_marked_block_is_appended_once_then_replaced(tmp_path):
     write_marked_block(doc, "t", "| b |\n")
     assert doc.read_text() == ("# Title\n\nprose\n\n<!-- t: begin -->\n| b |\n<!-- t: end -->\n\n"
                                "<!-- u: begin -->\n| u |\n<!-- u: end -->\n")
+
+
+def test_engine_alignment_renders_the_published_run(tmp_path):
+    """--render: the committed run's JSON gives the tables the results doc holds, and nothing else of the doc moves."""
+    mod = _module("engine_alignment")
+    doc = ROOT / "docs" / "results-engines.md"
+    copy = tmp_path / "results-engines.md"
+    copy.write_text(doc.read_text(encoding="utf-8"), encoding="utf-8")
+    assert mod.main(["--out", str(tmp_path / "o"), "--render", str(doc.with_suffix(".json")), "--doc", str(copy)]) == 0
+    assert copy.read_text(encoding="utf-8") == doc.read_text(encoding="utf-8")
+
+
+def test_estimates_writes_the_table_and_the_rows(tmp_path, capsys):
+    """One real job (tiny, LLM-Pruner: no sensitivity search) in its own process, its estimate against its peak."""
+    out = tmp_path / "est.md"
+    assert _module("estimates").main(["--models", "tiny", "--compressors", "llm_pruner", "--out", str(out)]) == 0
+    (row,) = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert row["memory_estimate_mb"] > 0 and row["peak_above_load_mb"] > 0 and row["memory_ratio"] > 0
+    assert row["sensitivity_s"] is None and len(row["load"]) == 2
+    text = out.read_text()
+    assert "| tiny | llm_pruner |" in text and "python benchmarks/estimates.py" in text
+    assert ("Under load (provisional)" in text) == (json.loads(out.with_suffix(".json").read_text())["meta"][
+        "max_load"] > 1.5)

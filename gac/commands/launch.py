@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 NAME = "launch"
-HELP = "sweep status (done / failed / running / pending) and the local Slurm cluster"
+HELP = "the canary that proves a Slurm site, sweep status (done / failed / running / pending), the local cluster"
 DESCRIPTION = """\
+gac launch canary hydra/launcher=L OVERRIDES...      a two-point sweep (experiment=canary) through the Slurm
+                                                     launcher L: gac fetch, the offline check, the submission,
+                                                     the jobs and the end-of-sweep job, one PASS/FAIL verdict
+                                                     per step with the fix; exit 0 when all pass (step one of
+                                                     docs/first-run-on-your-cluster.md)
 gac launch status [--results-dir DIR] OVERRIDES...   every point of the sweep the overrides describe (the same
                                                      overrides as `experiments/run.py -m ...`), with its state
                                                      and its Slurm job as squeue shows it (1_0: array 1, task 0);
@@ -18,6 +23,12 @@ gac launch cluster start|stop [--dir D]              the loopback single-node Sl
 
 def add_arguments(p):
     sub = p.add_subparsers(dest="launch_cmd", metavar="ACTION", required=True)
+    k = sub.add_parser("canary", help="prove a Slurm site with a two-point sweep, one verdict per step")
+    k.add_argument("overrides", nargs="*", help="hydra/launcher=slurm_h100 and the site's model and gpu, e.g. "
+                                                "model=llama3_8b gpu=h100 (hydra.launcher.* settings too)")
+    k.add_argument("--timeout-min", type=float, default=30.0, help="how long to wait for the sweep (default 30)")
+    k.add_argument("--poll-s", type=float, default=15.0, help="how often to look at it (seconds, default 15)")
+    k.add_argument("--config-dir", default=None, help="a directory of your own configs (Hydra's --config-dir)")
     s = sub.add_parser("status", help="list a sweep's points as done, failed, running or pending")
     s.add_argument("overrides", nargs="*", help="sweep overrides, e.g. experiment=table5 or ratio=0.1,0.2")
     s.add_argument("--results-dir", default=None, help="the store (default: the config's results_dir)")
@@ -30,6 +41,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    if args.launch_cmd == "canary":
+        from gac.launch.canary import run_canary
+
+        return run_canary(args.overrides, config_dir=args.config_dir, timeout_min=args.timeout_min,
+                          poll_s=args.poll_s)
     if args.launch_cmd == "cluster":
         from gac.launch import local_cluster
 

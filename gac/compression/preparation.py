@@ -226,6 +226,8 @@ def prepare(
                                                      limit_s=limit_s, estimate=estimate)
         prepared.timings["sensitivity_s"] = time.perf_counter() - t0
         probe = prepared.sensitivity.get("probe") or {}
+        # what the search was estimated to take before it ran (the full-forward one's when the layer cache failed)
+        prepared.timings["sensitivity_estimate_s"] = probe.get("fallback_estimate_s", estimate["seconds"])
         prepared.paths["sensitivity"] = {k: v for k, v in probe.items() if k != "threads"}
         if probe.get("path") == "full_forward":
             prepared.notes.append(f"sensitivity: every probe ran a full forward (slower), because {probe.get('why')}")

@@ -1,5 +1,6 @@
 """Wall time and peak memory per stage: host RSS (sampled and checked against the process high-water mark) and
-GPU memory (``torch.cuda.max_memory_allocated``, reset per stage).
+GPU memory (``torch.cuda.max_memory_allocated``, reset per stage) of the job's GPU and of every other GPU it may use
+(a model spread over devices: ``gpu_peaks_mb``, one peak per device).
 
 >>> meter = ResourceMeter("cpu")
 >>> with meter.stage("calibration"):
@@ -110,7 +111,7 @@ def reset_gpu_peak(device) -> None:
     peak = CudaPeak(idx)
     with _OPEN_GPU_LOCK:
         for o in _OPEN_GPU.get(peak.key, ()):
-            o.gpu_peak = max(o.gpu_peak, peak.peak())
+            o.gpu_peaks[peak.key] = max(o.gpu_peaks.get(peak.key, 0), peak.peak())
     torch.cuda.reset_peak_memory_stats(idx)
 
 
@@ -121,22 +122,41 @@ def cpu_seconds() -> float:
 
 
 class _Open:
-    __slots__ = ("name", "t0", "cpu0", "peak", "gpu_peak", "start_rss", "hwm0")
+    __slots__ = ("name", "t0", "cpu0", "peak", "gpu_peaks", "start_rss", "hwm0")
 
     def __init__(self, name: str, start_rss: int, hwm0: int):
-        self.name, self.t0, self.cpu0, self.peak, self.gpu_peak = name, time.perf_counter(), cpu_seconds(), start_rss, 0
+        self.name, self.t0, self.cpu0, self.peak = name, time.perf_counter(), cpu_seconds(), start_rss
+        self.gpu_peaks: dict = {}  # peak counter key -> bytes
         self.start_rss, self.hwm0 = start_rss, hwm0
+
+
+def device_label(key) -> str:
+    """A peak counter's device as the record names it (``("cuda", 1)`` -> ``cuda:1``)."""
+    return f"{key[0]}:{key[1]}" if isinstance(key, tuple) and len(key) == 2 else str(key)
+
+
+def _other_gpus(index: int | None) -> list:
+    """The peak counters of every visible CUDA device but ``index`` (a job's model may be spread over them)."""
+    if index is None:
+        return []
+    import torch
+
+    return [CudaPeak(i) for i in range(torch.cuda.device_count()) if i != index]
 
 
 class ResourceMeter:
     """Per-stage wall time and peak memory (see the module docstring). ``device``: the job's device; GPU memory is
-    accounted when it is a CUDA device. ``gpu``: the peak counter to read instead (:class:`CudaPeak`'s members;
-    tests)."""
+    accounted when it is a CUDA device, on it and on every other visible CUDA device. ``gpu``: the peak counter to
+    read instead (:class:`CudaPeak`'s members; tests); ``others``: the other devices' counters (default: with
+    ``gpu`` none, else every other visible CUDA device)."""
 
-    def __init__(self, device: str | None = "cpu", interval: float = 0.005, gpu=None):
+    def __init__(self, device: str | None = "cpu", interval: float = 0.005, gpu=None, others=None):
         self.interval = float(interval)
         self.cuda = _cuda(device) if gpu is None else getattr(gpu, "index", 0)
         self.gpu = gpu if gpu is not None else (CudaPeak(self.cuda) if self.cuda is not None else None)
+        if others is None:
+            others = _other_gpus(self.cuda) if gpu is None else []
+        self.gpus = [] if self.gpu is None else [self.gpu, *others]  # the job's device first
         self._open: list[_Open] = []
         self._seconds: dict[str, float] = {}
         self._mem: dict[str, dict] = {}
@@ -171,13 +191,16 @@ class ResourceMeter:
         self._stop = self._thread = None
 
     def _fold_gpu(self) -> None:
-        """The peak since the last reset, into every open stage on this device (this meter's and any other's)."""
-        if self.gpu is None:
-            return
-        p = int(self.gpu.peak())
-        with _OPEN_GPU_LOCK:
-            for o in _OPEN_GPU.get(self.gpu.key, ()):
-                o.gpu_peak = max(o.gpu_peak, p)
+        """The peak since the last reset, into every open stage on each device (this meter's and any other's)."""
+        for g in self.gpus:
+            p = int(g.peak())
+            with _OPEN_GPU_LOCK:
+                for o in _OPEN_GPU.get(g.key, ()):
+                    o.gpu_peaks[g.key] = max(o.gpu_peaks.get(g.key, 0), p)
+
+    def _sync(self) -> None:
+        for g in self.gpus:
+            g.sync()
 
     # -- stages --------------------------------------------------------------------------------------------------
     @property
@@ -189,18 +212,17 @@ class ResourceMeter:
     def stage(self, name: str, sample: bool = True):
         """Time ``name`` and record its peak host (and GPU) memory; repeated entries add up (time) or max (peak).
         ``sample=False``: no sampler thread while it runs (a stage that times something; module docstring)."""
-        if self.gpu is not None:
-            self.gpu.sync()
+        self._sync()
         self._fold_gpu()
-        if self.gpu is not None:
-            self.gpu.reset()
+        for g in self.gpus:
+            g.reset()
         rss = current_rss()
         o = _Open(name, rss, peak_rss())
         with self._lock:
             self._open.append(o)
-        if self.gpu is not None:
-            with _OPEN_GPU_LOCK:
-                _OPEN_GPU.setdefault(self.gpu.key, []).append(o)
+        with _OPEN_GPU_LOCK:
+            for g in self.gpus:
+                _OPEN_GPU.setdefault(g.key, []).append(o)
         if not sample:
             self._paused += 1
             self._stop_thread()
@@ -209,16 +231,15 @@ class ResourceMeter:
         try:
             yield self
         finally:
-            if self.gpu is not None:
-                self.gpu.sync()
+            self._sync()
             self._sample()
             self._fold_gpu()
-            if self.gpu is not None:
-                with _OPEN_GPU_LOCK:
-                    opened = _OPEN_GPU.get(self.gpu.key, [])
+            with _OPEN_GPU_LOCK:
+                for g in self.gpus:
+                    opened = _OPEN_GPU.get(g.key, [])
                     opened[:] = [x for x in opened if x is not o]
                     if not opened:
-                        _OPEN_GPU.pop(self.gpu.key, None)
+                        _OPEN_GPU.pop(g.key, None)
             end = current_rss()
             hwm = peak_rss()
             with self._lock:
@@ -246,7 +267,12 @@ class ResourceMeter:
         m["peak_rss_mb"] = round(max(m["peak_rss_mb"], o.peak / MB), 1)
         m["end_rss_mb"] = round(end_rss / MB, 1)
         if self.gpu is not None:
-            m["gpu_peak_mb"] = round(max(m["gpu_peak_mb"], o.gpu_peak / MB), 1)
+            m["gpu_peak_mb"] = round(max(m["gpu_peak_mb"], o.gpu_peaks.get(self.gpu.key, 0) / MB), 1)
+        if len(self.gpus) > 1:  # one peak per device the job may use (a model spread over them)
+            peaks = m.setdefault("gpu_peaks_mb", {})
+            for g in self.gpus:
+                label = device_label(g.key)
+                peaks[label] = round(max(peaks.get(label, 0.0), o.gpu_peaks.get(g.key, 0) / MB), 1)
 
     def timings(self, suffix: str = "_s") -> dict[str, float]:
         return {f"{k}{suffix}": v for k, v in self._seconds.items()}

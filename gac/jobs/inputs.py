@@ -100,22 +100,38 @@ MODEL_FILES_NO_WEIGHTS = ["*.json", "tokenizer.model", "*.tiktoken", "merges.txt
 MODEL_FILES = [*MODEL_FILES_NO_WEIGHTS, "*.safetensors"]
 
 
-def model_missing(repo: str, weights: bool = True) -> str | None:
-    """What of the hub model ``repo`` is not in the hub cache (``HF_HUB_CACHE``): the snapshot ``refs/main`` names
-    (else any snapshot) must hold ``config.json``, a tokenizer and, with ``weights``, every safetensors shard its index
-    lists (a shard half-downloaded is a dangling link there: missing)."""
+def model_snapshot(repo: str) -> Path | None:
+    """The hub cache's snapshot of the model ``repo`` (``HF_HUB_CACHE``): the one ``refs/main`` names, else the last
+    one there; None when none is."""
     from gac.text import hub_cache_dir
 
     root = hub_cache_dir() / f"models--{repo.replace('/', '--')}"
     snaps = root / "snapshots"
     ref = root / "refs" / "main"
-    snap = None
     if ref.is_file():
         cand = snaps / ref.read_text().strip()
-        snap = cand if cand.is_dir() else None
+        if cand.is_dir():
+            return cand
+    found = sorted(p for p in snaps.iterdir() if p.is_dir()) if snaps.is_dir() else []
+    return found[-1] if found else None
+
+
+def cached_shards(repo: str) -> tuple[list[str], list[str]] | None:
+    """``(shards the cached index names, those of them that are here)`` for the hub model ``repo``; a model of one
+    ``model.safetensors``: that file; None when the model is not in the hub cache."""
+    snap = model_snapshot(repo)
     if snap is None:
-        found = sorted(p for p in snaps.iterdir() if p.is_dir()) if snaps.is_dir() else []
-        snap = found[-1] if found else None
+        return None
+    index = snap / "model.safetensors.index.json"
+    named = _index_shards(index) if index.exists() else ["model.safetensors"]
+    return named, [n for n in named if _nonempty(snap / n)]
+
+
+def model_missing(repo: str, weights: bool = True) -> str | None:
+    """What of the hub model ``repo`` is not in the hub cache (``HF_HUB_CACHE``): the snapshot ``refs/main`` names
+    (else any snapshot) must hold ``config.json``, a tokenizer and, with ``weights``, every safetensors shard its index
+    lists (a shard half-downloaded is a dangling link there: missing)."""
+    snap = model_snapshot(repo)
     if snap is None:
         return "not in the hub cache"
     lacks = []

@@ -39,11 +39,18 @@ def job_provenance(spec: JobSpec) -> dict:
         p["git_commit"], p["git_dirty"] = start[0], True
     p["seed"] = spec.seed
     p.update(slurm_ids())
+    from gac.jobs.slurm_site import ENV_FILE_VAR
+
+    if os.environ.get(ENV_FILE_VAR):  # a Slurm job that read its launch's environment file
+        p["launch_env_file"] = os.environ[ENV_FILE_VAR]
+    if os.environ.get("SLURM_GPUS_ON_NODE"):  # the GPUs its allocation gave (against those it sees)
+        p["slurm_gpus_on_node"] = os.environ["SLURM_GPUS_ON_NODE"]
     try:
         import torch
 
         if spec.device.startswith("cuda") and torch.cuda.is_available():
             p["device_name"] = torch.cuda.get_device_name(torch.device(spec.device))  # the job's GPU, not cuda:0
+            p["cuda_device_count"] = torch.cuda.device_count()  # the GPUs the job sees (its allocation's)
     except Exception:  # provenance must never fail a job
         pass
     return p

@@ -135,6 +135,11 @@ _NUMBERS = (("nodes", 1, "nodes per job"), ("tasks_per_node", 1, "tasks per node
             ("array_parallelism", 1, "jobs at once"))
 
 
+#: set by the launch's environment file to its own path: a job's record (``provenance.launch_env_file``) shows that
+#: the job read it (the canary checks it, :mod:`gac.launch.canary`)
+ENV_FILE_VAR = "GAC_LAUNCH_ENV_FILE"
+
+
 def is_env_name(name: str) -> bool:
     """A name a shell can export (ASCII letters, digits and ``_``, not starting with a digit), or such a prefix
     followed by ``*``."""

@@ -20,7 +20,8 @@ from gac.progress import stage_done
 
 log = logging.getLogger(__name__)
 
-PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s")
+PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s", "sensitivity_s",
+                         "sensitivity_estimate_s")
 
 
 @dataclass
@@ -46,6 +47,7 @@ class JobStages:
         self.sub_memory: dict = {}  # the stages inside prepare / compress (calibration, score, factorize, plan, ...)
         self.prepare_cached: bool | None = None  # whether the prepare stage re-used the cache
         self.placement: dict | None = None  # with model.device_map=auto: the units on each device
+        self.estimate = None  # the memory estimate made before loading (record["memory"]["estimate"])
         self.t_start = time.perf_counter()
 
     def enter(self, stage: str) -> None:
@@ -56,6 +58,7 @@ class JobStages:
     def load(self, estimate=None):
         """The model and tokenizer (:func:`gac.jobs.loading.load_job_model`); ``estimate``: the memory estimate made
         before loading (a model spread over devices keeps its working set free on each GPU)."""
+        self.estimate = estimate
         self.enter("load")
         t0 = time.perf_counter()
         with self.meter.stage("load"):
@@ -134,7 +137,7 @@ class JobStages:
         stage_done("job", self.attempt.timings["total_s"], key)
 
     def memory(self) -> dict:
-        out = resources(self.meter, self.sub_memory, self.spec)
+        out = resources(self.meter, self.sub_memory, self.spec, self.estimate)
         if self.placement is not None:
             out["placement"] = self.placement
         return out
@@ -208,19 +211,33 @@ def evaluate(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter
     return {"metrics": out["metrics"], "details": details}
 
 
-def resources(meter, sub_memory: dict, spec: JobSpec) -> dict:
+def resources(meter, sub_memory: dict, spec: JobSpec, estimate=None) -> dict:
     """The record's ``memory`` block: peak host RSS (and GPU memory on CUDA) per stage, in MiB.
 
     ``stages`` holds the job's own stages (load, prepare, sweep, evaluate, ppl, tasks, latency) and those measured
     inside prepare / compress (calibration, gradients, score, factorize, sensitivity, plan, apply); each has
     ``peak_rss_mb`` (the highest resident set size while it ran), ``start_rss_mb``, ``end_rss_mb`` and, on a CUDA
     device, ``gpu_peak_mb`` (``torch.cuda.max_memory_allocated`` since the stage's start; a stage's peak is the maximum
-    over every stage inside it, :mod:`gac.compression.resources`)."""
+    over every stage inside it, :mod:`gac.compression.resources`); ``gpu_peaks_mb``: the job's peak on each GPU it
+    metered (the job's own and every other visible one); ``estimate``: what the memory check estimated before loading
+    (:func:`gac.compression.footprint.estimate_footprint`, in MiB), to hold against the peaks."""
+    from gac.compression.resources import MB, device_label
+
     stages = {**meter.memory(), **sub_memory}
     out = {"device": spec.device, "peak_rss_mb": meter.peak_mb(), "stages": stages}
     gpu = [v["gpu_peak_mb"] for v in stages.values() if "gpu_peak_mb" in v]
     if gpu:
         out["gpu_peak_mb"] = max(gpu)
+        own = device_label(meter.gpu.key) if meter.gpu is not None else spec.device
+        peaks: dict[str, float] = {}
+        for v in stages.values():
+            for dev, mb in (v.get("gpu_peaks_mb") or {own: v.get("gpu_peak_mb", 0.0)}).items():
+                peaks[dev] = max(peaks.get(dev, 0.0), mb)
+        out["gpu_peaks_mb"] = peaks
+    if estimate is not None:
+        out["estimate"] = {"device_mb": round(estimate.device_bytes / MB, 1),
+                           "host_mb": round(estimate.host_bytes / MB, 1), "weights_mb": round(estimate.weights / MB, 1),
+                           "dtype": estimate.dtype, "params": int(estimate.params)}
     return out
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _SubmititSlurmLauncher
 
 from gac.errors import GacError
-from gac.jobs.slurm_site import env_names
+from gac.jobs.slurm_site import ENV_FILE_VAR, env_names
 from gac.machine import file_stamp
 
 log = logging.getLogger(__name__)
@@ -302,13 +302,16 @@ def write_env_file(directory: Path, names: Sequence[str]) -> Path | None:
     """The variables of ``names`` (``PREFIX*``: every one with that prefix) that are set here, as ``export
     NAME='value'`` lines in a new file under ``directory`` that only this user can read (0600), plus
     ``SLURM_EXPORT_ENV=ALL`` / ``SRUN_EXPORT_ENV=ALL`` so that ``srun`` inside the job passes them to the task even
-    where ``sbatch`` ran with ``--export=NONE`` (whose setting job steps otherwise inherit). None when none of them is
-    set."""
-    lines = [f"export {n}={shlex.quote(os.environ[n])}" for n in env_names(names) if os.environ.get(n)]
+    where ``sbatch`` ran with ``--export=NONE`` (whose setting job steps otherwise inherit), and ``ENV_FILE_VAR``, its
+    own path (a job's record names the file it read). None when none of them is set."""
+    lines = [f"export {n}={shlex.quote(os.environ[n])}" for n in env_names(names)
+             if os.environ.get(n) and n != ENV_FILE_VAR]
     if not lines:
         return None
-    lines += ["export SLURM_EXPORT_ENV=ALL", "export SRUN_EXPORT_ENV=ALL"]
     path = directory / f".gac-env-{file_stamp()}-{os.getpid()}.sh"
+    # the file's own path, last: a job's record says it read this file (provenance.launch_env_file)
+    lines += ["export SLURM_EXPORT_ENV=ALL", "export SRUN_EXPORT_ENV=ALL",
+              f"export {ENV_FILE_VAR}={shlex.quote(str(path))}"]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("# written by gac's Slurm launcher; removed by the end-of-sweep job\n" + "\n".join(lines) + "\n")

@@ -126,6 +126,11 @@ class _Slurm:
         return state
 
 
+def slurm_state(job_id: str) -> str | None:
+    """One Slurm job's state as :class:`_Slurm` tells it (``GONE``, or None when Slurm cannot be asked)."""
+    return _Slurm().state(job_id)
+
+
 def point_state(store: ResultsStore, key: str, slurm: _Slurm | None = None, now: float | None = None) -> dict:
     """``{"state", "detail", "stage", "holder"}`` of one key in ``store`` (see the module docstring)."""
     now = time.time() if now is None else now

@@ -96,3 +96,67 @@ def test_a_cpu_meter_records_no_gpu_peak():
     with meter.stage("x"):
         pass
     assert "gpu_peak_mb" not in meter.memory()["x"] and meter.gpu is None
+
+
+class FakeDevicePeak(FakePeak):
+    """One device of several: its own counter, keyed by its index (as CudaPeak keys ``("cuda", i)``)."""
+
+    def __init__(self, index):
+        super().__init__()
+        self.index = index
+        self.key = ("fake", index)
+
+
+def test_each_device_of_a_spread_job_keeps_its_own_peak():
+    gpus = [FakeDevicePeak(0), FakeDevicePeak(1), FakeDevicePeak(2)]
+    meter = ResourceMeter("cpu", gpu=gpus[0], others=gpus[1:])
+    gpus[0].alloc(100)  # the first half of the weights
+    gpus[1].alloc(80)  # the second half; device 2 holds nothing
+    with meter.stage("prepare"):
+        gpus[1].alloc(300)  # layer 5's statistics, on the device that holds it
+        gpus[1].free(300)
+        gpus[0].alloc(40)
+        gpus[0].free(40)
+    with meter.stage("evaluate"):
+        gpus[0].alloc(10)
+        gpus[0].free(10)
+    mem = meter.memory()
+    assert mem["prepare"]["gpu_peaks_mb"] == {"fake:0": 140, "fake:1": 380, "fake:2": 0}
+    assert mem["prepare"]["gpu_peak_mb"] == 140  # the job's own device, as before
+    assert mem["evaluate"]["gpu_peaks_mb"] == {"fake:0": 110, "fake:1": 80, "fake:2": 0}
+    assert all(g.resets == 2 for g in gpus)  # every device's counter reset per stage
+
+
+def test_the_record_block_keeps_every_device_s_peak_and_the_estimate():
+    from types import SimpleNamespace
+
+    from gac.jobs.stages import resources
+
+    gpus = [FakeDevicePeak(0), FakeDevicePeak(1)]
+    meter = ResourceMeter("cpu", gpu=gpus[0], others=gpus[1:])
+    with meter.stage("load"):
+        gpus[0].alloc(50)
+        gpus[1].alloc(500)
+    est = SimpleNamespace(device_bytes=600 * MB, host_bytes=100 * MB, weights=550 * MB, dtype="float16", params=7)
+    block = resources(meter, {}, SimpleNamespace(device="cuda:0"), est)
+    assert block["gpu_peaks_mb"] == {"fake:0": 50, "fake:1": 500} and block["gpu_peak_mb"] == 50
+    assert block["estimate"] == {"device_mb": 600, "host_mb": 100, "weights_mb": 550, "dtype": "float16", "params": 7}
+
+
+def test_a_one_gpu_job_names_its_device_and_a_cpu_job_has_no_device_peaks():
+    from types import SimpleNamespace
+
+    from gac.jobs.stages import resources
+
+    gpu = FakePeak()
+    meter = ResourceMeter("cpu", gpu=gpu)
+    with meter.stage("load"):
+        gpu.alloc(30)
+    assert "gpu_peaks_mb" not in meter.memory()["load"]
+    assert resources(meter, {}, SimpleNamespace(device="cuda"), None)["gpu_peaks_mb"] == {"fake:0": 30}
+    cpu = ResourceMeter("cpu")  # the real CPU path: no counters, the host's peak only
+    with cpu.stage("load"):
+        blob = bytearray(8 * MB)
+    block = resources(cpu, {}, SimpleNamespace(device="cpu"), None)
+    assert "gpu_peaks_mb" not in block and "estimate" not in block and block["peak_rss_mb"] >= 8 and blob
+    assert cpu.gpus == []

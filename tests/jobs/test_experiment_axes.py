@@ -247,9 +247,20 @@ def case_latency_budget(results, exps):
     assert block["table_ms"] <= block["budget_ms"] and "latency_budget" not in hi
 
 
+def case_canary(results, exps):
+    assert _values(exps, "canary", "compressor") == ["asvd"]
+    assert _values(exps, "canary", "align") == ["unaligned", "gac"]
+    pts = _points("canary")
+    assert len(pts) == 2 and all(p["spec"].eval.limit == 20 and p["spec"].eval.tasks == ("piqa", "hellaswag")
+                                 for p in pts)  # lm-eval's tasks, cut small
+    un = _run(_pick(pts, align="unaligned"), results, *NO_EVAL)  # its own short sensitivity search
+    gac = _run(_pick(pts, align="gac"), results, *NO_EVAL)
+    _differ("align", un, gac)
+
+
 CASES = {"table5": case_table5, "ratio_sweep": case_ratio_sweep, "proxy_compare": case_proxy_compare,
          "seq_len_sweep": case_seq_len_sweep, "table5_authors": case_table5_authors, "table5_both": case_table5_both,
-         "latency_budget": case_latency_budget}
+         "latency_budget": case_latency_budget, "canary": case_canary}
 
 
 @pytest.mark.parametrize("experiment", sorted(CASES))

@@ -35,3 +35,14 @@ def test_a_commit_or_edit_during_the_job_keeps_the_start_commit_and_says_it_move
     assert p["git_commit"] == "a" * 40  # the code the process imported
     assert p["git_dirty"] is True  # not one commit's code any more: lazily imported modules may be the new ones
     assert p["checkout_moved"] == {"git_commit": checkout["commit"], "git_dirty": checkout["dirty"]}
+
+
+def test_a_slurm_job_records_the_env_file_it_read_and_the_gpus_it_was_given(checkout, monkeypatch):
+    monkeypatch.delenv("GAC_LAUNCH_ENV_FILE", raising=False)
+    monkeypatch.delenv("SLURM_GPUS_ON_NODE", raising=False)
+    p = provenance.job_provenance(SPEC)
+    assert "launch_env_file" not in p and "slurm_gpus_on_node" not in p  # outside Slurm: nothing added
+    monkeypatch.setenv("GAC_LAUNCH_ENV_FILE", "/shared/multirun/x/.gac-env-1.sh")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "2")
+    p = provenance.job_provenance(SPEC)
+    assert p["launch_env_file"] == "/shared/multirun/x/.gac-env-1.sh" and p["slurm_gpus_on_node"] == "2"

@@ -18,10 +18,11 @@ def test_the_env_file_is_private_and_sources_to_the_exact_values(tmp_path, monke
     path = slurm.write_env_file(tmp_path, ["HF_TOKEN", "HTTPS_PROXY", "HF_HUB_OFFLINE", "HF_ENDPOINT", "BAD-NAME"])
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     line = slurm.ENV_FILE_LINE.format(path=path)
-    script = f'{line}\nprintf "%s|%s|%s|%s|%s" "$HF_TOKEN" "$HTTPS_PROXY" "$HF_HUB_OFFLINE" "${{HF_ENDPOINT-unset}}" ' \
-             f'"$SLURM_EXPORT_ENV"\n'
+    script = f'{line}\nprintf "%s|%s|%s|%s|%s|%s" "$HF_TOKEN" "$HTTPS_PROXY" "$HF_HUB_OFFLINE" "${{HF_ENDPOINT-unset}}" ' \
+             f'"$SLURM_EXPORT_ENV" "$GAC_LAUNCH_ENV_FILE"\n'
     out = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
-    assert out.stdout == "hf_a'b c$x|http://user:p%40ss@proxy:3128|1|unset|ALL"
+    # the file names itself last: a job's record says it read it (provenance.launch_env_file)
+    assert out.stdout == f"hf_a'b c$x|http://user:p%40ss@proxy:3128|1|unset|ALL|{path}"
     path.unlink()  # gone (a node that does not mount it): the job stops, saying why, rather than run without it
     r = subprocess.run(["bash", "-c", f"{line}\necho ran"], capture_output=True, text=True)
     assert r.returncode == 1 and "ran" not in r.stdout
