@@ -47,7 +47,7 @@ def compute(results_dir: Path) -> dict:
     from omegaconf import OmegaConf
 
     from gac.jobs.command_line import compose_config
-    from gac.jobs.experiment import run_config
+    from gac.jobs.recipe import run_config
 
     out = {}
     for point in POINTS:
