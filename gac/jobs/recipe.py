@@ -1,15 +1,17 @@
 """One job, as a recipe read top to bottom: load -> prepare -> plan -> apply -> evaluate -> record.
 
-:func:`run_config` turns a resolved config into the :class:`~gac.jobs.spec.Job` (:func:`gac.jobs.config.job_from_config`:
-what it computes, how it runs, the config its record keeps) and runs it; :func:`run_job` runs a Job against its
+:func:`run_config` turns a resolved config into the :class:`~gac.jobs.spec.Job`
+(:func:`gac.jobs.config.job_from_config`: what it computes, how it runs, the config its record keeps) and runs it;
+:func:`run_job` runs a Job against its
 :class:`~gac.results.ResultsStore`: its lock, then one :class:`~gac.jobs.attempts.Attempt` through the steps of
 :class:`Recipe`, then its record. Every step runs in one :class:`StageContext`, which announces it (to the attempt,
 the loggers, any injected fault), times it and meters it (wall time and peak memory, the record's ``memory``).
 
 The levels, by name: a *step* of this recipe (:meth:`Recipe.load`, ``prepare``, ``plan``, ``apply``,
 ``evaluate``) calls the library once (:func:`gac.compression.preparation.prepare`,
-:meth:`gac.compression.prepared.Prepared.compress`, :func:`gac.evaluation.suite.evaluate`); ``gac compress`` runs the
-steps up to ``apply`` and saves a checkpoint; ``gac evaluate`` runs ``evaluate`` on a checkpoint.
+:meth:`gac.compression.prepared.Prepared.compress`, :func:`gac.evaluation.suite.evaluate`). ``gac compress`` runs
+``prepare``, ``plan`` and ``apply`` and saves a checkpoint (:meth:`Recipe.save`); ``gac export`` loads through
+``load``; ``gac evaluate`` calls the library's evaluation with its own protocol flags.
 
 Resumption. Every finished stage leaves its output under ``<results_dir>/work/<key>/``
 (:mod:`gac.jobs.attempts`); a job that is requeued after a timeout or preemption, or simply launched again, skips
