@@ -1,11 +1,12 @@
-"""The one job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record.
+"""The one job: load -> prepare -> plan -> apply -> evaluate -> record.
 
     python experiments/run.py model=tiny compressor=asvd align=gac ratio=0.15
     python experiments/run.py -m compressor=asvd,llm_pruner align=unaligned,gac
     python experiments/run.py -m experiment=table5 hydra/launcher=slurm_h100 gpu=h100 model=llama3_8b
 
 The same app is installed as ``gac-run`` (:func:`gac.commands.hydra_apps.run`); the work lives in
-:mod:`gac.jobs.experiment` (a plain function of the config), which tests call directly; the command line is
+:mod:`gac.jobs.recipe` (:func:`~gac.jobs.recipe.run_config`, a plain function of the config, which tests call
+directly; :mod:`gac.jobs.experiment` is the Hydra bridge); the command line is
 checked by :mod:`gac.jobs.command_line` and a sweep's points by :mod:`gac.jobs.sweep`.
 """
 

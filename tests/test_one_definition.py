@@ -95,6 +95,11 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"\bOWN_CANDIDATES\s*=", ("gac/align/strategies.py",), False,
      "the strategies with candidates of their own: gac.align.strategies.OWN_CANDIDATES"),
     (r"\"git\": \{", ("gac/provenance.py",), False, "a result's provenance: gac.provenance.provenance"),
+    (r"\bJobSpec\(", ("gac/jobs/config.py",), False,
+     "a job built from a config, as every entry point builds it: gac.jobs.config.job_from_config (command_config "
+     "for a command's flags)"),
+    (r"\bcheck_allocation\(", ("gac/jobs/config.py", "gac/compression/preparation.py"), False,
+     "is this compression request valid: gac.jobs.config.check_compression"),
     (r"thread_time\b", ("gac/evaluation/latency.py", "gac/profiling/timing.py", "gac/evaluation/bench.py",
                         "gac/evaluation/bench_format.py", "gac/evaluation/bench_stats.py"), False,
      "the CPU clock rule: gac.evaluation.latency.timer_for"),

@@ -128,13 +128,13 @@ def tiny_text(tmp_path):
 
 
 def test_hydra_quiet_key_reaches_the_job(monkeypatch):
-    from gac.jobs import experiment, pipeline
+    from gac.jobs import recipe
     from gac.jobs.command_line import compose_config
 
     seen = {}
-    monkeypatch.setattr(pipeline, "run_job", lambda *a, **k: seen.setdefault("quiet", P.is_quiet()) or {})
+    monkeypatch.setattr(recipe, "run_job", lambda *a, **k: seen.setdefault("quiet", P.is_quiet()) or {})
     cfg = compose_config(["quiet=true", "eval=none"])
     from omegaconf import OmegaConf
 
-    experiment.run_config(OmegaConf.to_container(cfg, resolve=True))
+    recipe.run_config(OmegaConf.to_container(cfg, resolve=True))
     assert seen["quiet"] is True

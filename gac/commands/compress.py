@@ -60,10 +60,8 @@ def validate(args) -> None:
     from gac import registry
     from gac.align.candidates import check_window, resolve_unit
     from gac.align.targets import check_ratio
-    from gac.compression.allocation import resolve_allocation
     from gac.compression.checkpoint import check_output_dir
     from gac.compression.compressors import get_compressor
-    from gac.compression.preparation import check_allocation
     from gac.dtypes import resolve_dtype
     from gac.errors import GacError
     from gac.io import path_kind
@@ -75,7 +73,7 @@ def validate(args) -> None:
         check_window(args.window)
     except GacError as e:
         raise GacError(f"--unit/--window: {e}") from None
-    given = _given(args)  # before the defaults below are filled in
+    axes_given = _given(args)  # before the defaults below are filled in
     opts = parse_options(args.option)
     if args.layers:
         opts["layers"] = args.layers
@@ -90,9 +88,6 @@ def validate(args) -> None:
     if args.proxy is not None:
         args.proxy = registry.PROXIES.resolve(args.proxy, "(--proxy)")
     args.allocation = registry.ALLOCATIONS.resolve(args.allocation, "(--allocation)")
-    allocation = resolve_allocation(args.allocation, comp)
-    check_allocation(allocation, comp, args.ratio)  # available for this compressor, and its grid reaches the ratio
-    _check_axes(args, opts, allocation, given)
     args.knapsack_score = registry.KNAPSACK_SCORES.resolve(args.knapsack_score, "(--knapsack-score)")
     from gac.fixtures import default_data
     from gac.models import base_model_of
@@ -105,7 +100,12 @@ def validate(args) -> None:
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
-    check_allocation(allocation, comp, args.ratio, args.calib_samples)  # and ASVD's sensitivity_samples: within them
+    from gac.jobs.axes import check_given
+    from gac.jobs.config import check_compression
+
+    # the one rule of a valid request (the job's own): the allocation available, its grid reaching the ratio, its
+    # probe samples within the calibration's
+    check_compression(args.compressor, opts, args.allocation, args.ratio, args.calib_samples, where="--allocation")
     from gac.compression.sensitivity import parse_duration, sensitivity_limit
 
     given = getattr(args, "sensitivity_limit", None)
@@ -126,6 +126,8 @@ def validate(args) -> None:
     from gac.models import check_model_files
 
     check_model_files(args.model)  # weights that match their config (a tied weight stored twice, ...), as evaluate
+    args.job = compress_job(args, opts)  # the request as a job: checked by the same schema and rules as every job
+    check_given(args.job.spec, {}, axes_given)  # a flag this compression cannot use, by the jobs' own table
     check_source(args.calib, "train", "--calib")  # a binary file, a fifo, the hub while offline: now, not after loading
     check_layers_here(comp, args.model, "--layers")  # a selection of no layer, or beyond the model: before loading
     limit = model_max_positions(args.model)
@@ -152,38 +154,37 @@ def _given(args) -> dict[str, str]:
     return out
 
 
-def _check_axes(args, opts: dict, allocation: str, given: dict) -> None:
-    """A flag this compression cannot use (``--window`` with authors_dp, ``--proxy`` with stable_rank_svd,
-    ``--calib-samples`` for a data-free one): refused before the model is loaded, by the jobs' own table."""
-    from gac.jobs.axes import check_given
-    from gac.jobs.spec import EvalSpec, JobSpec
+def compress_job(args, opts: dict):
+    """The :class:`~gac.jobs.spec.Job` of the flags, built as every entry point builds one
+    (:func:`gac.jobs.config.job_from_config` on the config the flags give)."""
+    from gac.jobs.config import command_config, job_from_config
 
-    spec = JobSpec(model_name=str(args.model), model_spec=str(args.model), compressor=args.compressor,
-                   strategy=args.strategy, ratio=args.ratio, unit=args.unit, window=args.window, use_profile=False,
-                   knapsack_score=args.knapsack_score, proxy=args.proxy, compressor_options=opts,
-                   allocation=allocation, eval=EvalSpec(ppl=False, tasks=(), latency=False))
-    check_given(spec, {}, given)
+    calibration = {"source": args.calib, "n_samples": args.calib_samples, "seq_len": args.calib_seq_len,
+                   "seed": args.seed}
+    return job_from_config(command_config(
+        args.model, device=args.device, dtype=args.dtype, compressor=args.compressor, options=opts, proxy=args.proxy,
+        strategy=args.strategy, ratio=args.ratio, unit=args.unit, window=args.window,
+        knapsack_score=args.knapsack_score, allocation=args.allocation, calibration=calibration, seed=args.seed))
 
 
 def run(args) -> int:
+    """The job's recipe without evaluate and record (:class:`gac.jobs.recipe.Recipe`: prepare -> plan -> apply), on
+    the model as loaded in its own dtype unless ``--dtype``, then a checkpoint at ``-o``."""
     import json
     import logging
     from pathlib import Path
 
-    from gac.compression.calibration import Calibration
-    from gac.compression.checkpoint import check_output_dir, save_checkpoint
-    from gac.compression.compress import compress_model
+    from gac.compression.checkpoint import check_output_dir
     from gac.jobs.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.recipe import Recipe, StageContext
     from gac.models import load_model
 
     validate(args)
-    out = Path(args.output)
-    opts = parse_options(args.option)
-    if args.layers:
-        opts["layers"] = args.layers
+    spec, out = args.job.spec, Path(args.output)
     # weights + calibration + factorisation against the device, before the model is loaded
-    fp = check_model_fits(args.model, args.compressor, args.dtype, args.device, n_samples=args.calib_samples,
-                          seq_len=args.calib_seq_len, proxy=args.proxy, compressor_options=opts or None)
+    fp = check_model_fits(args.model, spec.compressor, args.dtype, args.device, n_samples=args.calib_samples,
+                          seq_len=args.calib_seq_len, proxy=spec.proxy, compressor_options=spec.compressor_options or None)
+    recipe = Recipe(spec, StageContext(args.device), sensitivity_limit_s=args.sensitivity_limit_s)
     stage = "load"
     try:
         model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
@@ -191,18 +192,17 @@ def run(args) -> int:
         dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes), inputs=[args.model])
         stage = "compress"
-        model, plan, report = compress_model(
-            model, tok, args.compressor, args.ratio, args.strategy, proxy=args.proxy, unit=args.unit,
-            window=args.window, calibration=Calibration(args.calib, args.calib_samples, args.calib_seq_len, args.seed),
-            allocation=args.allocation, compressor_options=opts or None, knapsack_score=args.knapsack_score,
-            sensitivity_limit_s=args.sensitivity_limit_s,
-        )
+        prepared = recipe.prepare(model, tok)
+        compressed = recipe.apply(prepared, recipe.plan(prepared, model))
+        del prepared
     except Exception as e:
         if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
             raise out_of_memory(e, stage, args, fp) from None
         raise
-    save_checkpoint(model, tok, out, overwrite=args.force, replace_hint="pass --force to replace the checkpoint there")
+    recipe.save(compressed, tok, out, overwrite=args.force,
+                replace_hint="pass --force to replace the checkpoint there")
     logging.getLogger(__name__).info("saved %s", out)
+    report = compressed.report
     summary = {k: report[k] for k in ("budget", "params", "budget_met", "aligned_fraction", "compression_wall_s")}
     summary["aligned_by_unit"] = report.get("aligned_by_unit")
     print(json.dumps({"output": str(out), **summary}, indent=2))

@@ -88,15 +88,14 @@ _FLAG_KEYS = {"ppl_data": "model.ppl_source", "limit": "eval.limit", "batch_size
               "trials": "eval.trials"}
 
 
-def _check_axes(args, tasks: list[str]) -> None:
-    """A flag for a measurement this command does not make (``--limit`` without --tasks, ``--decode-tokens``
-    without --latency): refused before the model is loaded, by the jobs' own table."""
-    from gac.jobs.axes import check_given, flags_given
-    from gac.jobs.spec import BASELINE, EvalSpec, JobSpec
+def evaluate_job(args, tasks: list[str], ppl_source: str, files: dict):
+    """The :class:`~gac.jobs.spec.Job` of the flags (the baseline of ``args.model``, measured as asked), built as every
+    entry point builds one (:func:`gac.jobs.config.job_from_config` on the config the flags give)."""
+    from gac.jobs.config import command_config, job_from_config
 
-    spec = JobSpec(model_name=str(args.model), model_spec=str(args.model), compressor=BASELINE, ppl_source="given",
-                   eval=EvalSpec(ppl=bool(args.ppl), tasks=tuple(tasks), latency=bool(args.latency)))
-    check_given(spec, {}, flags_given(args, add_arguments, _FLAG_KEYS))
+    return job_from_config(command_config(
+        args.model, device=args.device, ppl_source=ppl_source, task_files=files or None,
+        evaluation={"ppl": bool(args.ppl), "tasks": list(tasks), "latency": bool(args.latency)}))
 
 
 def run(args) -> int:
@@ -123,7 +122,6 @@ def run(args) -> int:
     if args.ppl_windows is not None and not args.ppl:
         raise GacError("--ppl-windows caps perplexity windows, but --ppl is not given; add --ppl")
     inputs = [args.model, args.ppl_data, *files.values()]
-    _check_axes(args, tasks)
     if args.json:
         check_output_file(args.json, "--json", args.force, inputs=inputs)
     for name, v in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--latency-batch", args.latency_batch),
@@ -162,6 +160,10 @@ def run(args) -> int:
 
     check_model_here(args.model)
     check_model_files(args.model, verify=not args.no_verify)  # weights that match their config, before the data
+    from gac.jobs.axes import check_given, flags_given
+
+    job = evaluate_job(args, tasks, ppl_source, files)  # the request as a job: the same schema and rules
+    check_given(job.spec, {}, flags_given(args, add_arguments, _FLAG_KEYS))  # a flag for a measurement not made
     if args.no_verify:
         from gac.compression.checkpoint import is_checkpoint
 

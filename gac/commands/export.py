@@ -37,7 +37,9 @@ def add_arguments(p):
 
 def validate(args):
     """Every check that needs no weights, in order: the flags, the output, the checkpoint (its hashes included),
-    what the format can hold, the engine. Returns ``(source, what the format holds, quant)``."""
+    what the format can hold, the engine; then the checkpoint as a job (``args.job``, built as every entry point
+    builds one: :func:`gac.jobs.config.job_from_config`), in float32 on the CPU. Returns ``(source, what the format
+    holds, quant)``."""
     from gac.errors import unknown_name
     from gac.export.engines import require
     from gac.export.expressible import FORMATS, check_format, check_quant, describe
@@ -51,6 +53,9 @@ def validate(args):
     src = describe(args.model)
     holds = check_format(src, args.format)
     require(args.format)
+    from gac.jobs.config import command_config, job_from_config
+
+    args.job = job_from_config(command_config(args.model, dtype="float32"))
     return src, holds, quant
 
 
@@ -76,11 +81,11 @@ def run(args) -> int:
     import time
 
     from gac.export.write import export
-    from gac.models import load_model
+    from gac.jobs.recipe import Recipe, StageContext
 
     src, holds, quant = validate(args)
     t0 = time.perf_counter()
-    model, tok = load_model(args.model, dtype="float32")
+    model, tok = Recipe(args.job.spec, StageContext(args.job.spec.device)).load()  # the recipe's load step
     summary = export(src, model, tok, args.format, holds, args.output, quant=quant, force=args.force)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     logging.getLogger(__name__).info("exported %s", args.output)

@@ -5,7 +5,7 @@ sub-commands.)
 
 Each reads the configs of :func:`gac.io.conf_dir` (the packaged ``gac.conf`` of a wheel, or a checkout's
 ``conf/``); Hydra's ``--config-dir DIR`` or ``hydra.searchpath=[file://DIR]`` adds a researcher's own configs.
-The work lives in plain functions of the config (:mod:`gac.jobs.experiment`, :mod:`gac.jobs.store_bench`,
+The work lives in plain functions of the config (:mod:`gac.jobs.recipe`, :mod:`gac.jobs.store_bench`,
 :func:`gac.profiling.profile_device`) that tests call directly.
 """
 

@@ -129,7 +129,7 @@ def _build_spec(cfg: dict) -> JobSpec:
         calibration["seed"] = seed
     calibration["seed"] = check_seed(calibration["seed"], "config: calibration.seed")
     if comp != BASELINE:
-        allocation = _check_compression(comp, options, allocation, float(ratio), calibration)
+        allocation = check_compression(comp, options, allocation, float(ratio), int(calibration.get("n_samples") or 0))
     latency = latency_settings(cfg, strategy, str(_get(cfg, "gpu.name", "cpu")))
     wandb = _get(cfg, "logger.wandb")
     if isinstance(wandb, dict):  # the job's logger, checked with its config (not once it has run)
@@ -323,10 +323,12 @@ def _eval_spec(cfg: dict) -> EvalSpec:
     return EvalSpec(**ev)
 
 
-def _check_compression(comp: str, options: dict, allocation: str, ratio: float, calibration: dict) -> str:
-    """The compressor built with its options, the allocation rule it runs (``default`` resolved to the
-    compressor's own) and that rule's reach and probe samples: every one of these fails now, not after calibration.
-    Returns the resolved allocation."""
+def check_compression(comp: str, options: dict, allocation: str, ratio: float, n_samples: int,
+                      where: str = "config allocation, compressor.options") -> str:
+    """Is this compression request valid: the compressor built with its options, the allocation rule it runs
+    (``default`` resolved to the compressor's own), that rule's reach and probe samples, and a sensitivity search's
+    time limit. The one check of a job's config and of ``gac compress`` (``where``: how the caller names the
+    settings); every one of these fails now, not after calibration. Returns the resolved allocation."""
     from gac.compression.allocation import resolve_allocation
     from gac.compression.compressors import get_compressor
     from gac.compression.preparation import check_allocation
@@ -334,14 +336,40 @@ def _check_compression(comp: str, options: dict, allocation: str, ratio: float, 
     built = get_compressor(comp, **options)  # unknown options (and a bad sensitivity grid) fail now
     allocation = resolve_allocation(allocation, built)
     try:
-        check_allocation(allocation, built, ratio, int(calibration.get("n_samples") or 0))
+        check_allocation(allocation, built, ratio, n_samples)
     except GacError as e:
-        raise GacError(f"config allocation, compressor.options: {e}") from None
+        raise GacError(f"{where}: {e}") from None
     if allocation == "sensitivity":
         from gac.compression.sensitivity import sensitivity_limit
 
-        sensitivity_limit()  # a bad $GAC_SENSITIVITY_LIMIT fails with the config, not after calibration
+        sensitivity_limit()  # a bad $GAC_SENSITIVITY_LIMIT fails with the request, not after calibration
     return allocation
+
+
+def command_config(model: str, *, device: str = "cpu", dtype: str | None = None, compressor: str = BASELINE,
+                   options: dict | None = None, proxy: str | None = None, strategy: str = "gac",
+                   ratio: float | None = None, unit: int | None = None, window: int | None = None,
+                   knapsack_score: str | None = None, allocation: str = "default", calibration: dict | None = None,
+                   seed: int = 0, ppl_source: str | None = None, task_files: dict | None = None,
+                   evaluation: dict | None = None) -> dict:
+    """The config a command's flags give (``gac compress``, ``gac evaluate``, ``gac export``), for
+    :func:`job_from_config`: every entry point builds its :class:`Job` from a config, checked by the same schema and
+    rules; what a flag leaves out is the schema's default. ``evaluation``: the ``eval`` group (None: nothing is
+    measured)."""
+    align = {"strategy": strategy, "use_profile": False}  # a command runs no hardware profile
+    for k, v in (("unit", unit), ("window", window), ("knapsack_score", knapsack_score)):
+        if v is not None:
+            align[k] = v
+    cfg = {"model": {"name": model_label(model), "spec": str(model), "dtype": dtype, "ppl_source": ppl_source,
+                     "task_files": task_files},
+           "compressor": {"name": compressor, "options": dict(options or {})}, "proxy": {"name": proxy},
+           "align": align, "gpu": {"device": device, "profile": "none"}, "allocation": allocation, "seed": seed,
+           "eval": evaluation if evaluation is not None else {"ppl": False, "tasks": [], "latency": False}}
+    if ratio is not None:
+        cfg["ratio"] = ratio
+    if calibration is not None:
+        cfg["calibration"] = dict(calibration)
+    return cfg
 
 
 #: a data key's value meaning "the model's own data" (conf/model/tiny.yaml, smollm2.yaml): a named fixture's files for

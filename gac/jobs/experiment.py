@@ -1,36 +1,16 @@
-"""The bridge between Hydra configs and the library: run one job from a config.
-
-``experiments/run.py`` calls :func:`run_from_hydra`; tests and notebooks call :func:`run_config` with a plain dict
-(for instance from :func:`gac.jobs.command_line.compose_config`). A sweep's points are expanded and checked before
-launch by :mod:`gac.jobs.sweep`; the command line itself by :mod:`gac.jobs.command_line`.
+"""The bridge between Hydra and the job: ``experiments/run.py`` (``gac-run``) calls :func:`run_from_hydra`, which
+runs the job's recipe (:func:`gac.jobs.recipe.run_config`) on the composed config and prints its record
+(:func:`format_record`). Tests and notebooks call :func:`gac.jobs.recipe.run_config` with a plain dict (for instance
+from :func:`gac.jobs.command_line.compose_config`). A sweep's points are expanded and checked before launch by
+:mod:`gac.jobs.sweep`; the command line itself by :mod:`gac.jobs.command_line`.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 
 from gac.errors import GacError
 from gac.jobs.sweep import FAILED_POINTS
-
-
-def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
-    """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
-    from gac.checks import check_environment
-    from gac.jobs.config import job_from_config
-    from gac.jobs.pipeline import run_job
-    from gac.progress import quiet_libraries, set_quiet
-
-    check_environment()  # the environment of the node the job runs on, before any work
-    job = job_from_config(cfg, overrides, sweep_dir)  # the config read once: the job, how it runs, what its record says
-    if job.run.quiet is not None:
-        set_quiet(job.run.quiet)
-    quiet_libraries(verbose=job.run.verbose)
-    if overrides and sweep_dir is None:  # a sweep's points were checked together when it started (SweepCallback)
-        from gac.jobs.axes import check_overrides
-
-        check_overrides(job.spec, cfg, overrides)  # a setting this job cannot use: refused before any work
-    return run_job(job)
 
 
 def run_from_hydra(cfg) -> dict | None:
@@ -39,6 +19,8 @@ def run_from_hydra(cfg) -> dict | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import OmegaConf
+
+    from gac.jobs.recipe import run_config
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

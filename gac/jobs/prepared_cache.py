@@ -31,7 +31,8 @@ def prepared_cache_key(spec: JobSpec) -> str:
     return digest(json.dumps(ident, sort_keys=True, default=str), )
 
 
-def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False, on_wait=None):
+def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refresh: bool = False, on_wait=None,
+                   sensitivity_limit_s: float | None | str = "env"):
     """:func:`gac.compression.preparation.prepare`, with its scores and factorizations cached by content on disk.
 
     The cache file is data (:mod:`gac.compression.prepared_io`: safetensors + JSON), keyed by the job's model,
@@ -40,12 +41,13 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refr
 
     Jobs running in parallel (Slurm array tasks of one sweep) share the work: the first takes the entry's lock
     (``<key>.lock`` beside it) and computes; the others wait for it (``on_wait(holder)`` is called once) and load
-    its entry. A failing computer leaves the lock to the next waiter, which computes itself.
+    its entry. A failing computer leaves the lock to the next waiter, which computes itself. ``sensitivity_limit_s``:
+    :func:`gac.compression.preparation.prepare`'s.
     """
     from gac.results.lock import FileLock, describe_holder
 
     if cache_dir is None:
-        return _prepare(spec, model, tokenizer)
+        return _prepare(spec, model, tokenizer, sensitivity_limit_s=sensitivity_limit_s)
     path = cache_dir / "prepared" / f"{prepared_cache_key(spec)}.safetensors"
     resume = sensitivity_resume_path(path)
     t_request = time.time()
@@ -73,7 +75,7 @@ def prepare_cached(spec: JobSpec, model, tokenizer, cache_dir: Path | None, refr
                 return got
         if refresh:  # a fresh entry: no rows of an earlier search either
             resume.unlink(missing_ok=True)
-        prepared = _prepare(spec, model, tokenizer, resume)
+        prepared = _prepare(spec, model, tokenizer, resume, sensitivity_limit_s)
         try:
             prepared.save(path)
         except (GacError, OSError) as e:  # the cache is an optimisation: a full disk must not fail the job
@@ -108,7 +110,8 @@ def _load_prepared(spec: JobSpec, model, path: Path):
     return prepared
 
 
-def _prepare(spec: JobSpec, model, tokenizer, sensitivity_resume: Path | None = None):
+def _prepare(spec: JobSpec, model, tokenizer, sensitivity_resume: Path | None = None,
+             sensitivity_limit_s: float | None | str = "env"):
     import torch
 
     from gac.compression.calibration import Calibration
@@ -122,6 +125,6 @@ def _prepare(spec: JobSpec, model, tokenizer, sensitivity_resume: Path | None = 
         calib_ids = torch.randint(0, vocab, (int(cal.n_samples), int(cal.seq_len)), generator=g)
     prepared = prepare(model, tokenizer, spec.compressor, spec.proxy, calibration=cal, calib_ids=calib_ids,
                        allocation=spec.allocation, compressor_options=spec.compressor_options,
-                       sensitivity_resume=sensitivity_resume)
+                       sensitivity_resume=sensitivity_resume, sensitivity_limit_s=sensitivity_limit_s)
     prepared.timings["cached"] = False
     return prepared

@@ -130,7 +130,7 @@ def test_each_device_of_a_spread_job_keeps_its_own_peak():
 def test_the_record_block_keeps_every_device_s_peak_and_the_estimate():
     from types import SimpleNamespace
 
-    from gac.jobs.stages import resources
+    from gac.jobs.recipe import resources
 
     gpus = [FakeDevicePeak(0), FakeDevicePeak(1)]
     meter = ResourceMeter("cpu", gpu=gpus[0], others=gpus[1:])
@@ -138,25 +138,24 @@ def test_the_record_block_keeps_every_device_s_peak_and_the_estimate():
         gpus[0].alloc(50)
         gpus[1].alloc(500)
     est = SimpleNamespace(device_bytes=600 * MB, host_bytes=100 * MB, weights=550 * MB, dtype="float16", params=7)
-    block = resources(meter, {}, SimpleNamespace(device="cuda:0"), est)
+    block = resources(meter, {}, "cuda:0", est)
     assert block["gpu_peaks_mb"] == {"fake:0": 50, "fake:1": 500} and block["gpu_peak_mb"] == 50
     assert block["estimate"] == {"device_mb": 600, "host_mb": 100, "weights_mb": 550, "dtype": "float16", "params": 7}
 
 
 def test_a_one_gpu_job_names_its_device_and_a_cpu_job_has_no_device_peaks():
-    from types import SimpleNamespace
 
-    from gac.jobs.stages import resources
+    from gac.jobs.recipe import resources
 
     gpu = FakePeak()
     meter = ResourceMeter("cpu", gpu=gpu)
     with meter.stage("load"):
         gpu.alloc(30)
     assert "gpu_peaks_mb" not in meter.memory()["load"]
-    assert resources(meter, {}, SimpleNamespace(device="cuda"), None)["gpu_peaks_mb"] == {"fake:0": 30}
+    assert resources(meter, {}, "cuda", None)["gpu_peaks_mb"] == {"fake:0": 30}
     cpu = ResourceMeter("cpu")  # the real CPU path: no counters, the host's peak only
     with cpu.stage("load"):
         blob = bytearray(8 * MB)
-    block = resources(cpu, {}, SimpleNamespace(device="cpu"), None)
+    block = resources(cpu, {}, "cpu", None)
     assert "gpu_peaks_mb" not in block and "estimate" not in block and block["peak_rss_mb"] >= 8 and blob
     assert cpu.gpus == []

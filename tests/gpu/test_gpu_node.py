@@ -188,7 +188,7 @@ def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
     from gac.jobs.command_line import compose_config
     from gac.jobs.config import job_from_config
     from gac.jobs.memory_fits import check_job_fits
-    from gac.jobs.pipeline import run_job
+    from gac.jobs.recipe import run_job
     from gac.results import ResultsStore
 
     cfg = OmegaConf.to_container(compose_config([

@@ -25,7 +25,7 @@ def _run(tmp_path, *extra):
     from omegaconf import OmegaConf
 
     from gac.jobs.command_line import compose_config
-    from gac.jobs.experiment import run_config
+    from gac.jobs.recipe import run_config
 
     rec = run_config(OmegaConf.to_container(compose_config([*BASE, f"results_dir={tmp_path / 'r'}", *extra]),
                                             resolve=True))

@@ -16,7 +16,7 @@ from gac.errors import ConfigRefused, GacError, InfeasibleBudgetError
 from gac.jobs.axes import AXES, check_overrides
 from gac.jobs.command_line import compose_config
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import run_config
+from gac.jobs.recipe import run_config
 from gac.jobs.sweep import sweep_points
 
 
@@ -73,9 +73,9 @@ def test_a_length_the_bench_reads_back_is_refused_only_as_a_sweep_axis():
 
 
 def test_a_single_run_is_refused_before_the_store_is_touched(tmp_path, monkeypatch):
-    import gac.jobs.pipeline as pipeline
+    import gac.jobs.recipe as recipe
 
-    monkeypatch.setattr(pipeline, "run_job", lambda *a, **k: pytest.fail("the job ran"))
+    monkeypatch.setattr(recipe, "run_job", lambda *a, **k: pytest.fail("the job ran"))
     results = tmp_path / "results"
     over = ["compressor=stable_rank_svd", "proxy=fisher", "eval=none", f"results_dir={results}"]
     with pytest.raises(GacError, match="proxy=fisher changes nothing in this job"):
@@ -86,9 +86,9 @@ def test_a_single_run_is_refused_before_the_store_is_touched(tmp_path, monkeypat
 def test_a_point_of_a_running_sweep_is_not_judged_alone(monkeypatch, tmp_path):
     """A multirun's points were checked together when it started; alone, a point given a setting the sweep's other
     points use would look refusable."""
-    import gac.jobs.pipeline as pipeline
+    import gac.jobs.recipe as recipe
 
-    monkeypatch.setattr(pipeline, "run_job", lambda *a, **k: {"metrics": {}})
+    monkeypatch.setattr(recipe, "run_job", lambda *a, **k: {"metrics": {}})
     over = ["compressor=stable_rank_svd", "calibration.n_samples=8", "eval=none", f"results_dir={tmp_path / 'r'}"]
     assert run_config(_cfg(*over), over, sweep_dir="multirun/2026-01-01/00-00-00") == {"metrics": {}}
     with pytest.raises(GacError, match="calibration.n_samples=8 changes nothing"):

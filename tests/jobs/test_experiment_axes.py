@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from gac.jobs.command_line import compose_config
 from gac.jobs.compose import CONF_DIR
-from gac.jobs.experiment import run_config
+from gac.jobs.recipe import run_config
 from gac.jobs.sweep import sweep_points
 
 SMALL = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64"]

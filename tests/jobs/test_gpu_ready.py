@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gac.jobs.config import job_from_config, spec_from_config
-from gac.jobs.pipeline import run_job
+from gac.jobs.recipe import run_job
 from gac.results import ResultsStore
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gac.errors import GacError
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import run_config
+from gac.jobs.recipe import run_config
 from gac.results import ResultsStore
 
 FAST = ("compressor=asvd", "eval=none")
@@ -66,15 +66,15 @@ def waiting_seen(monkeypatch):
 
 
 def test_two_identical_jobs_at_once_leave_one_record_and_score_once(make_cfg, waiting_seen, monkeypatch):
-    from gac.jobs.stages import JobStages
+    from gac.jobs.recipe import Recipe
 
-    real_load = JobStages.load
+    real_load = Recipe.load
 
     def load_once_the_other_waits(self, *a, **k):  # the job holding the key goes on once the other waits for it
         assert waiting_seen.wait(600), "the second job never waited for the first"
         return real_load(self, *a, **k)
 
-    monkeypatch.setattr(JobStages, "load", load_once_the_other_waits)
+    monkeypatch.setattr(Recipe, "load", load_once_the_other_waits)
     cfg = make_cfg(*FAST, "align=gac")
     a, b = _run_threads(cfg, dict(cfg))
     store = ResultsStore(cfg["results_dir"])

@@ -181,7 +181,7 @@ def test_min_latency_keeps_the_parameter_count(monkeypatch):
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_a_latency_budget_job_on_tiny_records_its_budget(make_cfg):
-    from gac.jobs.experiment import run_config
+    from gac.jobs.recipe import run_config
 
     rec = run_config(make_cfg("compressor=asvd", "align=gac_latency", "ratio=0.3", "eval.tasks=[]"))  # as shipped
     block = rec["latency_budget"]

@@ -12,7 +12,7 @@ import gac.compression.resources as resources
 from gac.errors import GacError
 from gac.jobs.config import job_from_config, spec_from_config
 from gac.jobs.memory_fits import check_job_fits
-from gac.jobs.pipeline import run_job
+from gac.jobs.recipe import run_job
 from gac.results import ResultsStore
 
 GIB = 1024.0  # MiB

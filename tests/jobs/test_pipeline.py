@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gac.jobs.experiment import run_config
+from gac.jobs.recipe import run_config
 from gac.results import ResultsStore
 
 

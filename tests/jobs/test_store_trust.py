@@ -13,7 +13,7 @@ import pytest
 
 from gac.errors import GacError
 from gac.jobs.config import spec_from_config
-from gac.jobs.experiment import run_config
+from gac.jobs.recipe import run_config
 from gac.results import ResultsStore
 
 PPL_ONLY = ["compressor=none", "eval.tasks=[]", "eval.latency=false", "eval.ppl_max_windows=2", "eval.ppl_seq_len=64"]

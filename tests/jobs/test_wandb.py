@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gac.jobs.experiment import run_config
+from gac.jobs.recipe import run_config
 from gac.jobs.tracking import backfill_wandb, namespaced_metrics, run_name, run_tags
 
 ROOT = Path(__file__).resolve().parents[2]

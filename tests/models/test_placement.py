@@ -337,7 +337,7 @@ def test_compressing_a_split_model_equals_the_single_device_run(tmp_path, tiny_d
 
 
 def test_a_job_on_a_split_model_records_quality_and_a_note_instead_of_latency(make_cfg, tmp_path):
-    from gac.jobs.experiment import run_config
+    from gac.jobs.recipe import run_config
 
     base = ("compressor=llm_pruner", "ratio=0.3", "eval.tasks=[]", "eval.ppl_max_windows=4")
     single = run_config(make_cfg(*base, results_dir=tmp_path / "r"))

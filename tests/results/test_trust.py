@@ -115,7 +115,7 @@ def test_a_full_disk_is_recorded_as_disk_full(fs_1m, tmp_path, monkeypatch, stag
     import gac.jobs.loading as loading
     from gac.jobs.command_line import compose_config
     from gac.jobs.config import spec_from_config
-    from gac.jobs.experiment import run_config
+    from gac.jobs.recipe import run_config
     from gac.launch.status import point_state
 
     eval_ = ["eval.tasks=[]", "eval.latency=false", "eval.ppl_max_windows=1", "eval.ppl_seq_len=32"]
