@@ -6,7 +6,7 @@
 Each (model, compressor) is one job (``experiments/run.py``, on the CPU, no evaluation: the compression alone, with a
 short calibration and ASVD's sensitivity search cut to two kept ratios on one probe sample over the first two
 decoder layers' weights), run in its own process
-so that its peak is its own. From its record (``memory``, ``timings``; :mod:`gac.jobs.node_report`):
+so that its peak is its own. From its record (``memory``, ``timings``; :mod:`gac.jobs.doctor.report`):
 
 * memory: the memory check's estimate before loading (``memory.estimate.device_mb``) against the job's peak RSS
   above what the process held before it loaded the model (the Python process itself, torch and transformers,

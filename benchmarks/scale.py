@@ -13,7 +13,7 @@
 Every part appends its rows to ``--out`` (JSON), so a long measurement can be split into runs that each hold the
 serial CPU lock (``gac.machine.hold_cpu_lock``, taken by every part that measures on the CPU, except with ``--quick``)
 briefly; ``report`` reads them all. ``jobs`` runs each (shape, compressor) as its own process (a clean
-peak RSS), through the real job (:func:`gac.jobs.recipe.run_job`: random Llama-shaped fp32 weights built from a
+peak RSS), through the real job (:func:`gac.jobs.run.recipe.run_job`: random Llama-shaped fp32 weights built from a
 config, ``calibration.source=random`` 8 x 256 tokens, ratio 0.15, ``eval=none``), pinned to one core with one thread
 (``taskset -c 1``, the issue's baseline) unless ``--threads 2``; the row is the record's per-stage ``timings`` and
 ``memory`` plus the memory estimate (:mod:`gac.compression.footprint`) made before loading. With ``--device cuda``
@@ -84,9 +84,9 @@ def one_job(args) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from gac.jobs.config import job_from_config
-    from gac.jobs.memory_fits import check_job_fits
-    from gac.jobs.recipe import run_job
+    from gac.jobs.config.build import job_from_config
+    from gac.jobs.run.memory_fits import check_job_fits
+    from gac.jobs.run.recipe import run_job
     from gac.results import ResultsStore
 
     arch = shape_arch(args.shape)

@@ -4,7 +4,7 @@
     python experiments/bench.py -m hydra/launcher=slurm_h100 results_dir=/shared/results sweep=SWEEP device=cuda
 
 The same app is installed as ``gac-bench`` (:func:`gac.commands.hydra_apps.bench`); the work lives in
-:mod:`gac.jobs.store_bench` (a plain function of the config); ``gac bench`` calls the same function.
+:mod:`gac.jobs.bench.store_bench` (a plain function of the config); ``gac bench`` calls the same function.
 """
 
 from gac.commands.hydra_apps import bench

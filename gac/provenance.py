@@ -1,5 +1,5 @@
 """Where a result came from: gac's version and checkout (git commit, dirty flag), the package versions, the host and
-the date. One definition for the records (:mod:`gac.jobs.provenance` adds a job's seed and Slurm ids), ``gac
+the date. One definition for the records (:mod:`gac.jobs.run.provenance` adds a job's seed and Slurm ids), ``gac
 evaluate``'s report, the bench records, ``gac doctor`` and the checkpoints' ``provenance`` block."""
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def _run_stores(T: Path) -> None:
     """Stores for the experiments/run.py rows (they exist, so a refused run may leave nothing but what was there)."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
 
     key = spec_from_config(OmegaConf.to_container(compose_config(["compressor=none", "eval=none"]), resolve=True)).key
     for name in ("run_lock_fifo", "run_nan"):

@@ -17,7 +17,7 @@ FIRST = "a01000000000000a"  # the fixture store's first record key: the first a 
 
 def _bench(T: Path) -> dict:
     """Measure the rows' bench once into ``{T}/sb_ok`` (the protocol the rows name: its key is theirs)."""
-    from gac.jobs.store_bench import bench_store
+    from gac.jobs.bench.store_bench import bench_store
 
     (T / "sb_ok" / "records").mkdir(parents=True)
     return bench_store(T / "sb_ok", plans=[str(T / "plan_ok.json")], model="tiny", compressor="asvd",

@@ -107,8 +107,8 @@ def baseline_key() -> str:
     """The key of the point the experiments/run.py rows run (``BASELINE``'s overrides)."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
 
     return spec_from_config(OmegaConf.to_container(compose_config(BASELINE), resolve=True)).key
 

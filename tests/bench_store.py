@@ -10,8 +10,8 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
-from gac.jobs.command_line import compose_config
-from gac.jobs.recipe import run_config
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.run.recipe import run_config
 
 QUICK = ["model=tiny", "gpu=cpu", "eval=none", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64",
          "experiment_name=benchtest"]

@@ -293,7 +293,7 @@ def test_zero_is_no_duration():
 
 
 def test_a_sweep_over_experiment_is_refused_and_one_experiment_still_sweeps():
-    from gac.jobs.sweep import expand_sweep
+    from gac.jobs.sweep.points import expand_sweep
 
     for sweep in (["experiment=table5,ratio_sweep"], ["experiment=glob(table5*)"]):
         with pytest.raises(GacError, match="each experiment is a sweep of its own"):

@@ -66,7 +66,7 @@ def test_every_place_that_sets_torch_threads_checks_them_first(monkeypatch, tmp_
 
 def test_the_bench_config_checks_its_numbers_rather_than_converting_them(tmp_path):
     """conf/bench.yaml's seed "abc" (was: int("abc"), a ValueError traceback) and a negative seed."""
-    from gac.jobs.store_bench import bench_from_config
+    from gac.jobs.bench.store_bench import bench_from_config
 
     plan = tmp_path / "plan.json"
     plan.write_text('{"dims": {"model.layers.0.self_attn.q_proj": 64}}')
@@ -198,7 +198,7 @@ def test_a_results_directory_too_long_for_the_file_system_is_refused(tmp_path):
 
 
 def test_a_required_config_group_set_to_null_is_named():
-    from gac.jobs.command_line import compose_config
+    from gac.jobs.config.command_line import compose_config
 
     for group in ("model", "compressor", "align", "gpu", "eval"):
         with pytest.raises(GacError, match=rf"^{group}=null: every job needs a {group} config; pick one of"):

@@ -114,10 +114,10 @@ def test_every_command_that_asks_the_hub_names_the_page(hub, argv, tmp_path, cap
 
 def test_a_job_the_tasks_and_the_doctor_name_the_page(hub, tmp_path):
     from gac.evaluation.tasks import check_hub_tasks
-    from gac.jobs.doctor import check_hub
-    from gac.jobs.doctor_check import guard
-    from gac.jobs.inputs import check_offline
-    from gac.jobs.sweep import sweep_points
+    from gac.jobs.doctor.node import check_hub
+    from gac.jobs.doctor.check import guard
+    from gac.jobs.run.inputs import check_offline
+    from gac.jobs.sweep.points import sweep_points
 
     hub()
     spec = sweep_points(["model=llama3_8b", "compressor=none", "eval=none", f"results_dir={tmp_path}/r"])[0]["spec"]

@@ -95,11 +95,11 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"\bOWN_CANDIDATES\s*=", ("gac/align/strategies.py",), False,
      "the strategies with candidates of their own: gac.align.strategies.OWN_CANDIDATES"),
     (r"\"git\": \{", ("gac/provenance.py",), False, "a result's provenance: gac.provenance.provenance"),
-    (r"\bJobSpec\(", ("gac/jobs/config.py",), False,
-     "a job built from a config, as every entry point builds it: gac.jobs.config.job_from_config (command_config "
+    (r"\bJobSpec\(", ("gac/jobs/config/build.py",), False,
+     "a job built from a config, as every entry point builds it: gac.jobs.config.build.job_from_config (command_config "
      "for a command's flags)"),
-    (r"\bcheck_allocation\(", ("gac/jobs/config.py", "gac/compression/preparation.py"), False,
-     "is this compression request valid: gac.jobs.config.check_compression"),
+    (r"\bcheck_allocation\(", ("gac/jobs/config/build.py", "gac/compression/preparation.py"), False,
+     "is this compression request valid: gac.jobs.config.build.check_compression"),
     (r"thread_time\b", ("gac/evaluation/latency.py", "gac/profiling/timing.py", "gac/evaluation/bench.py",
                         "gac/evaluation/bench_format.py", "gac/evaluation/bench_stats.py"), False,
      "the CPU clock rule: gac.evaluation.latency.timer_for"),
@@ -114,7 +114,7 @@ def test_atomic_writes_go_through_gac_io():
     directories (a fixture build, a checkpoint, an offline W&B run moved aside) or of files built as a set in a
     temp directory (tiny's task files)."""
     publishes = {"gac/fixtures/_build.py": "publish", "gac/compression/checkpoint.py": "save_checkpoint",
-                 "gac/jobs/tracking.py": "_drop_partial_offline_runs", "gac/fixtures/tiny.py": "remake_task_files"}
+                 "gac/jobs/tracking/loggers.py": "_drop_partial_offline_runs", "gac/fixtures/tiny.py": "remake_task_files"}
     bad = []
     for rel, text in _sources():
         if rel == "gac/io.py":
@@ -148,9 +148,9 @@ def test_one_default_window_for_the_library_the_configs_and_the_job():
 
     from gac.align.candidates import DEFAULT_WINDOW
     from gac.cli import build_parser
-    from gac.jobs.compose import compose
-    from gac.jobs.schema import AlignConfig, register
-    from gac.jobs.spec import JobSpec
+    from gac.jobs.config.compose import compose
+    from gac.jobs.config.schema import AlignConfig, register
+    from gac.jobs.config.spec import JobSpec
 
     spec_default = next(f.default for f in fields(JobSpec) if f.name == "window")
     assert AlignConfig().window == spec_default == DEFAULT_WINDOW == 1  # the paper's configs: the bracketing dims
@@ -170,9 +170,9 @@ def test_one_evaluation_batch_for_the_job_gac_evaluate_and_the_suite():
     from dataclasses import fields
 
     from gac.evaluation.suite import EVAL_BATCH_SIZE, evaluate
-    from gac.jobs.compose import compose
-    from gac.jobs.schema import register
-    from gac.jobs.spec import EvalSpec
+    from gac.jobs.config.compose import compose
+    from gac.jobs.config.schema import register
+    from gac.jobs.config.spec import EvalSpec
 
     params = inspect.signature(evaluate).parameters
     assert params["ppl_batch_size"].default == params["task_batch_size"].default == EVAL_BATCH_SIZE
@@ -248,7 +248,7 @@ def test_keys_and_names_stored_yesterday_are_still_found():
 
 
 def test_times_and_hosts_are_written_one_way():
-    from gac.jobs.provenance import attempt_info
+    from gac.jobs.run.provenance import attempt_info
     from gac.machine import TIME_FORMAT, host, parse_stamp, utc_stamp
     from gac.profiling.device import device_info
     from gac.provenance import provenance

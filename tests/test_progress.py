@@ -128,8 +128,8 @@ def tiny_text(tmp_path):
 
 
 def test_hydra_quiet_key_reaches_the_job(monkeypatch):
-    from gac.jobs import recipe
-    from gac.jobs.command_line import compose_config
+    from gac.jobs.run import recipe
+    from gac.jobs.config.command_line import compose_config
 
     seen = {}
     monkeypatch.setattr(recipe, "run_job", lambda *a, **k: seen.setdefault("quiet", P.is_quiet()) or {})

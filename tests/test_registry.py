@@ -29,8 +29,8 @@ def test_bind_refuses_a_different_set_of_names():
 @pytest.mark.parametrize("given", ["svd_llm", "svdllm", "SVD-LLM", "svd-llm"])
 def test_compressor_aliases_resolve_the_same_in_the_library_and_the_config(given):
     from gac.compression.compressors import canonical_name
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
 
     assert canonical_name(given) == registry.COMPRESSORS.resolve(given) == "svd_llm"
     cfg = OmegaConf.to_container(compose_config(["model=tiny", "compressor=svd_llm", f"compressor.name={given}"]),

@@ -214,7 +214,7 @@ def _record_row(rec: Mapping) -> dict:
     return row
 
 
-#: a latency-budget plan's columns (record block ``latency_budget``, :mod:`gac.jobs.latency_plan`): column -> key
+#: a latency-budget plan's columns (record block ``latency_budget``, :mod:`gac.jobs.run.latency_plan`): column -> key
 LATENCY_BUDGET_COLUMNS = {"budget_kind": "budget_kind", "latency_held": "latency_held", "latency_source": "source",
                           "latency_budget_ms": "budget_ms", "latency_table_ms": "table_ms",
                           "latency_reference": "reference", "latency_share": "budget_share"}

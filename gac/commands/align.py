@@ -44,7 +44,7 @@ def run(args) -> int:
         args.unit = resolve_unit(args.unit)  # before reading anything
     if args.window is not None:
         check_window(args.window)
-        from gac.jobs.axes import axis_of, refusal, window_unused
+        from gac.jobs.config.axes import axis_of, refusal, window_unused
 
         why = window_unused(args.strategy)
         if why:  # the sweep refuses align.window under these strategies too

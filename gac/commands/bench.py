@@ -83,7 +83,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.errors import GacError
-    from gac.jobs.store_bench import bench_store, describe
+    from gac.jobs.bench.store_bench import bench_store, describe
 
     options = option_values(args.option)
     if args.plan and (args.where or args.sweep or args.experiment):

@@ -100,8 +100,8 @@ def validate(args) -> None:
     if args.calib_samples < 1 or args.calib_seq_len < 2:
         raise GacError(f"--calib-samples must be >= 1 and --calib-seq-len >= 2 (got {args.calib_samples}, "
                        f"{args.calib_seq_len})")
-    from gac.jobs.axes import check_given
-    from gac.jobs.config import check_compression
+    from gac.jobs.config.axes import check_given
+    from gac.jobs.config.build import check_compression
 
     # the one rule of a valid request (the job's own): the allocation available, its grid reaching the ratio, its
     # probe samples within the calibration's
@@ -118,8 +118,8 @@ def validate(args) -> None:
         raise GacError(f"--calib {args.calib!r} is neither 'wikitext2', 'tiny' nor an existing .txt/.jsonl/.parquet file")
     resolve_dtype(args.dtype)
     check_output_dir(args.output, overwrite=args.force, inputs=[args.model])
-    from gac.jobs.loading import model_max_positions
-    from gac.jobs.preflight import check_layers_here, check_model_here
+    from gac.jobs.run.loading import model_max_positions
+    from gac.jobs.run.preflight import check_layers_here, check_model_here
     from gac.text import check_source
 
     check_model_here(args.model)  # a missing directory, the hub while offline: before anything is loaded
@@ -136,7 +136,7 @@ def validate(args) -> None:
                        f"max_position_embeddings); use at most {limit}")
 
 
-#: flag -> the job setting it gives (gac.jobs.axes: which setting matters under which choice)
+#: flag -> the job setting it gives (gac.jobs.config.axes: which setting matters under which choice)
 _FLAG_KEYS = {"window": "align.window", "knapsack_score": "align.knapsack_score", "proxy": "proxy",
               "calib": "calibration", "calib_samples": "calibration", "calib_seq_len": "calibration",
               "seed": "calibration", "sensitivity_limit": "sensitivity_limit"}
@@ -145,7 +145,7 @@ _FLAG_KEYS = {"window": "align.window", "knapsack_score": "align.knapsack_score"
 def _given(args) -> dict[str, str]:
     """``{job setting: the flag as given}`` for each flag of :data:`_FLAG_KEYS` away from its default, and each
     ``--option``."""
-    from gac.jobs.axes import flags_given
+    from gac.jobs.config.axes import flags_given
 
     out = flags_given(args, add_arguments, _FLAG_KEYS)
     for item in args.option or ():
@@ -155,9 +155,9 @@ def _given(args) -> dict[str, str]:
 
 
 def compress_job(args, opts: dict):
-    """The :class:`~gac.jobs.spec.Job` of the flags, built as every entry point builds one
-    (:func:`gac.jobs.config.job_from_config` on the config the flags give)."""
-    from gac.jobs.config import command_config, job_from_config
+    """The :class:`~gac.jobs.config.spec.Job` of the flags, built as every entry point builds one
+    (:func:`gac.jobs.config.build.job_from_config` on the config the flags give)."""
+    from gac.jobs.config.build import command_config, job_from_config
 
     calibration = {"source": args.calib, "n_samples": args.calib_samples, "seq_len": args.calib_seq_len,
                    "seed": args.seed}
@@ -168,15 +168,15 @@ def compress_job(args, opts: dict):
 
 
 def run(args) -> int:
-    """The job's recipe without evaluate and record (:class:`gac.jobs.recipe.Recipe`: prepare -> plan -> apply), on
+    """The job's recipe without evaluate and record (:class:`gac.jobs.run.recipe.Recipe`: prepare -> plan -> apply), on
     the model as loaded in its own dtype unless ``--dtype``, then a checkpoint at ``-o``."""
     import json
     import logging
     from pathlib import Path
 
     from gac.compression.checkpoint import check_output_dir
-    from gac.jobs.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
-    from gac.jobs.recipe import Recipe, StageContext
+    from gac.jobs.run.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.run.recipe import Recipe, StageContext
     from gac.models import load_model
 
     validate(args)

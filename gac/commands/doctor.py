@@ -23,7 +23,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from gac.io import check_output_file, write_output
-    from gac.jobs.doctor import run_doctor
+    from gac.jobs.doctor.node import run_doctor
 
     if args.json:
         check_output_file(args.json, "--json", args.force)

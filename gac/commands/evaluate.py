@@ -81,7 +81,7 @@ def _task_files(items: list[str]) -> dict[str, str]:
     return out
 
 
-#: flag -> the evaluation setting it gives (gac.jobs.axes: which setting matters under which choice)
+#: flag -> the evaluation setting it gives (gac.jobs.config.axes: which setting matters under which choice)
 _FLAG_KEYS = {"ppl_data": "model.ppl_source", "limit": "eval.limit", "batch_size": "eval.batch_size",
               "latency_batch": "eval.latency_batch", "decode_tokens": "eval.decode_tokens",
               "decode_prompt": "eval.decode_tokens", "warmup": "eval.warmup", "iters": "eval.iters",
@@ -89,9 +89,9 @@ _FLAG_KEYS = {"ppl_data": "model.ppl_source", "limit": "eval.limit", "batch_size
 
 
 def evaluate_job(args, tasks: list[str], ppl_source: str, files: dict):
-    """The :class:`~gac.jobs.spec.Job` of the flags (the baseline of ``args.model``, measured as asked), built as every
-    entry point builds one (:func:`gac.jobs.config.job_from_config` on the config the flags give)."""
-    from gac.jobs.config import command_config, job_from_config
+    """The :class:`~gac.jobs.config.spec.Job` of the flags (the baseline of ``args.model``, measured as asked), built as every
+    entry point builds one (:func:`gac.jobs.config.build.job_from_config` on the config the flags give)."""
+    from gac.jobs.config.build import command_config, job_from_config
 
     return job_from_config(command_config(
         args.model, device=args.device, ppl_source=ppl_source, task_files=files or None,
@@ -153,14 +153,14 @@ def run(args) -> int:
         if t in files:
             check_local_file(t, files[t])
     from gac.evaluation.tasks import check_hub_tasks
-    from gac.jobs.loading import model_max_positions
-    from gac.jobs.preflight import check_model_here
+    from gac.jobs.run.loading import model_max_positions
+    from gac.jobs.run.preflight import check_model_here
     from gac.models import check_model_files
     from gac.text import check_source
 
     check_model_here(args.model)
     check_model_files(args.model, verify=not args.no_verify)  # weights that match their config, before the data
-    from gac.jobs.axes import check_given, flags_given
+    from gac.jobs.config.axes import check_given, flags_given
 
     job = evaluate_job(args, tasks, ppl_source, files)  # the request as a job: the same schema and rules
     check_given(job.spec, {}, flags_given(args, add_arguments, _FLAG_KEYS))  # a flag for a measurement not made
@@ -184,7 +184,7 @@ def run(args) -> int:
             raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
                            f"use {flag} <= {limit}")
     from gac.compression.footprint import EvalLoad
-    from gac.jobs.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.run.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
 
     load = EvalLoad(ppl_batch=(args.batch_size or EVAL_BATCH_SIZE) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
                     task_batch=(args.batch_size or EVAL_BATCH_SIZE) if tasks else 0,

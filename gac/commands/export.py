@@ -38,7 +38,7 @@ def add_arguments(p):
 def validate(args):
     """Every check that needs no weights, in order: the flags, the output, the checkpoint (its hashes included),
     what the format can hold, the engine; then the checkpoint as a job (``args.job``, built as every entry point
-    builds one: :func:`gac.jobs.config.job_from_config`), in float32 on the CPU. Returns ``(source, what the format
+    builds one: :func:`gac.jobs.config.build.job_from_config`), in float32 on the CPU. Returns ``(source, what the format
     holds, quant)``."""
     from gac.errors import unknown_name
     from gac.export.engines import require
@@ -53,7 +53,7 @@ def validate(args):
     src = describe(args.model)
     holds = check_format(src, args.format)
     require(args.format)
-    from gac.jobs.config import command_config, job_from_config
+    from gac.jobs.config.build import command_config, job_from_config
 
     args.job = job_from_config(command_config(args.model, dtype="float32"))
     return src, holds, quant
@@ -81,7 +81,7 @@ def run(args) -> int:
     import time
 
     from gac.export.write import export
-    from gac.jobs.recipe import Recipe, StageContext
+    from gac.jobs.run.recipe import Recipe, StageContext
 
     src, holds, quant = validate(args)
     t0 = time.perf_counter()

@@ -24,8 +24,8 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.jobs.inputs import caches, fetch_command, inputs_of
-    from gac.jobs.sweep import sweep_points
+    from gac.jobs.run.inputs import caches, fetch_command, inputs_of
+    from gac.jobs.sweep.points import sweep_points
     from gac.text import hub_access_problem, hub_unreachable
 
     inputs = inputs_of(p["spec"] for p in sweep_points(list(args.overrides)))
@@ -87,7 +87,7 @@ def run(args) -> int:
 def _fix_line(inputs, rows, overrides) -> str | None:
     """The command that fetches what is missing, and where it works: the package index for gac's fixtures (``gac
     fixtures build NAME`` there), the hub for the rest (``gac fetch`` there)."""
-    from gac.jobs.inputs import fetch_command
+    from gac.jobs.run.inputs import fetch_command
 
     gone = [i for i, r in zip(inputs, rows, strict=True) if r["missing"] and r["missing"] != "unknown"]
     if not gone:

@@ -5,7 +5,7 @@ sub-commands.)
 
 Each reads the configs of :func:`gac.io.conf_dir` (the packaged ``gac.conf`` of a wheel, or a checkout's
 ``conf/``); Hydra's ``--config-dir DIR`` or ``hydra.searchpath=[file://DIR]`` adds a researcher's own configs.
-The work lives in plain functions of the config (:mod:`gac.jobs.recipe`, :mod:`gac.jobs.store_bench`,
+The work lives in plain functions of the config (:mod:`gac.jobs.run.recipe`, :mod:`gac.jobs.bench.store_bench`,
 :func:`gac.profiling.profile_device`) that tests call directly.
 """
 
@@ -22,7 +22,7 @@ def check_argv(prog: str) -> None:
     them: else exit code 2 and one line."""
     from gac.checks import check_utf8_args
     from gac.errors import GacError
-    from gac.jobs.command_line import check_config_dir
+    from gac.jobs.config.command_line import check_config_dir
 
     try:
         check_utf8_args(sys.argv[1:])
@@ -43,7 +43,7 @@ def register_launcher() -> None:
     Hydra's plugins by hand (Hydra's plugin discovery walks the ``hydra_plugins`` folders on ``sys.path`` and misses
     a package an editable install maps, so ``hydra/launcher=gac_slurm`` would be an unknown plugin class there). Done
     here, in the app, so that the config schema never imports the launcher, which imports the jobs."""
-    from gac.jobs.schema import register
+    from gac.jobs.config.schema import register
 
     register()
     try:
@@ -56,15 +56,15 @@ def register_launcher() -> None:
 
 
 def _run_task(cfg):
-    from gac.jobs.experiment import run_from_hydra
+    from gac.jobs.run.experiment import run_from_hydra
 
     return run_from_hydra(cfg)
 
 
 def run() -> None:
     """The one job: compress -> dimension sweep -> DP -> evaluate -> prefill latency -> record (``conf/config.yaml``)."""
-    from gac.jobs.command_line import check_command_line
-    from gac.jobs.experiment import interrupted
+    from gac.jobs.config.command_line import check_command_line
+    from gac.jobs.run.experiment import interrupted
     guard_closed_pipe("experiments/run.py")  # `... --cfg job | head`: quiet, no BrokenPipeError traceback
     check_argv("experiments/run.py")
     register_launcher()  # the typed schema (gac_schema) that conf/config.yaml composes first, and the launcher
@@ -76,7 +76,7 @@ def run() -> None:
 
 
 def _bench_task(cfg):
-    from gac.jobs.store_bench import bench_from_hydra
+    from gac.jobs.bench.store_bench import bench_from_hydra
 
     return bench_from_hydra(cfg)
 
@@ -91,7 +91,7 @@ def bench() -> None:
     try:
         _hydra_main("bench", _bench_task)()
     except KeyboardInterrupt:  # one line and exit code 130, not a traceback
-        from gac.jobs.experiment import interrupted
+        from gac.jobs.run.experiment import interrupted
 
         sys.exit(interrupted("experiments/bench.py", resumes=False))
 

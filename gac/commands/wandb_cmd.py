@@ -37,7 +37,7 @@ def add_arguments(p):
 def run(args) -> int:
     import os
 
-    from gac.jobs.tracking import backfill_wandb, check_wandb_names
+    from gac.jobs.tracking.loggers import backfill_wandb, check_wandb_names
     from gac.results import ResultsStore
     from gac.results.query import parse_where, select_records
 

@@ -199,7 +199,7 @@ class Prepared:
         """Allocate, align and apply for one ratio and strategy. ``copy_model=False`` compresses the prepared model
         in place, one layer at a time, dropping each layer's factors as it goes (saves memory; the Prepared object
         cannot be reused afterwards). ``budget``: see :meth:`targets`; ``planned``: a plan made by the caller for
-        :meth:`targets` (a latency budget's, :mod:`gac.jobs.latency_plan`) and those targets, applied as given."""
+        :meth:`targets` (a latency budget's, :mod:`gac.jobs.run.latency_plan`) and those targets, applied as given."""
         if getattr(self, "_consumed", False):
             raise GacError("this Prepared model was compressed in place already; prepare again or use copy_model=True")
         meter = ResourceMeter(str(model_device(self.model)))

@@ -29,7 +29,7 @@ When the check fails, the cost estimate made before the search (for the layer-ca
 fallback's cost is estimated again from the check's own timed full forwards (:func:`fallback_estimate`) and checked
 against the same limit, so a search that would now take 2x longer is refused before its probes run.
 
-Resuming (``resume=PATH``; :func:`gac.jobs.prepared_cache.prepare_cached` keys it by the prepared-state cache key):
+Resuming (``resume=PATH``; :func:`gac.jobs.run.prepared_cache.prepare_cached` keys it by the prepared-state cache key):
 each finished row is written to a JSON file atomically as it completes (:class:`RowStore`), and a search that finds
 the file of an interrupted one (a Slurm requeue, a killed job) re-uses its rows and probes only the rest. The rows
 are kept only when the file was made for the same weights, grid, probe tokens and a dense perplexity equal within

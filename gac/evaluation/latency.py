@@ -41,7 +41,7 @@ DEFAULTS = {
     "decode": {"cuda": (5, 20, 3), "cpu": (1, 3, 3)},  # a job's decode latency (whole generations)
     # a latency table's kernels (gac.profiling.timing.TimingProtocol: paper() on CUDA, quick() on a CPU)
     "kernel": {"cuda": (50, 200, 3), "cpu": (3, 10, 3)},
-    # the uncompressed prefill a measured latency plan's fixed_ms comes from (gac.jobs.latency_plan): one trial
+    # the uncompressed prefill a measured latency plan's fixed_ms comes from (gac.jobs.run.latency_plan): one trial
     "plan_prefill": {"cuda": (3, 15, 1), "cpu": (3, 15, 1)},
     # the bench's visits: rounds, warm-up and timed calls per visit, decode, torch threads on a CPU
     "bench": {"cuda": {"rounds": 30, "warmup": 10, "iters": 20, "decode_warmup": 1, "decode_iters": 3, "threads": None},

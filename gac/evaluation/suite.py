@@ -8,7 +8,7 @@ timing}``.
 
 What a caller adds is where each group's output is kept (``outputs``, anything with ``get(name)`` and
 ``put(name, value)``): a job keeps them in its work directory, so an attempt requeued after a timeout resumes from the
-groups (and the latency points) an earlier attempt finished (:mod:`gac.jobs.attempts`); ``gac evaluate`` keeps them in
+groups (and the latency points) an earlier attempt finished (:mod:`gac.jobs.run.attempts`); ``gac evaluate`` keeps them in
 memory. ``timings`` receives ``<group>_s`` for the work this call did (a resumed group adds none), ``resumed`` the
 names it took from ``outputs``, ``on_stage(name)`` is told before a group starts (a job's loggers and fault points),
 ``measure(name, sample)`` gives the context a group runs in (a job's memory meter).

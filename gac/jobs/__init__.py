@@ -1,5 +1,1 @@
-"""The one job: what it is (:mod:`.spec`), config -> job (:mod:`.config`, typed by :mod:`.schema`),
-:mod:`.preflight`, :mod:`.loading` and memory :mod:`.memory_fits`, stage outputs and :mod:`.attempts`, the
-:mod:`.prepared_cache`, :mod:`.provenance`, and the recipe itself (:mod:`.recipe`: load -> prepare -> plan -> apply ->
-evaluate -> record, :func:`~gac.jobs.recipe.run_job`). Its Hydra bridge (:mod:`.experiment`), sweeps (:mod:`.sweep`)
-and its run loggers (:mod:`.tracking`: the disk event log and W&B). Nothing below ``gac.jobs`` imports it."""
+"""The job, cut by what it holds: :mod:`.config` (what a job is, a config made into one), :mod:`.run` (the recipe: load -> prepare -> plan -> apply -> evaluate -> record), :mod:`.sweep` (sweeps and the Slurm site), :mod:`.tracking` (the run loggers), :mod:`.doctor` (the node's checks) and :mod:`.bench` (the bench of a stored sweep). Nothing below ``gac.jobs`` imports it."""

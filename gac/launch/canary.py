@@ -26,7 +26,7 @@ time               all of it within ``--timeout-min`` (default 30)
 
 It waits with a progress line whenever a point or the end-of-sweep job changes state; exit 0 only when every step
 passed. Its records go to its own store in the sweep directory (``<sweep dir>/results``), so the canary runs afresh
-each time and never mixes with a real sweep's; the node report (:mod:`gac.jobs.node_report`: the estimates against
+each time and never mixes with a real sweep's; the node report (:mod:`gac.jobs.doctor.report`: the estimates against
 what the node measured) is written beside them (``node-report.json``).
 """
 
@@ -94,7 +94,7 @@ class Canary:
 def check_command_line(overrides: Sequence[str]) -> None:
     """The canary's command line: a Slurm launcher named (``hydra/launcher=slurm_*``), nothing the canary sets itself,
     nothing swept (its two points are its own). Raises :class:`GacError` naming the fix."""
-    from gac.jobs.command_line import is_swept
+    from gac.jobs.config.command_line import is_swept
 
     launchers = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") == "hydra/launcher"]
     if not launchers:
@@ -130,8 +130,8 @@ def _fix_of(line: str) -> str:
 
 
 def step_site_files(c: Canary) -> Verdict:
-    from gac.jobs.compose import CONF_DIR
-    from gac.jobs.site_files import check_site_files
+    from gac.jobs.config.compose import CONF_DIR
+    from gac.jobs.sweep.site_files import check_site_files
 
     dirs = [CONF_DIR] + ([c.config_dir] if c.config_dir else [])
     try:
@@ -192,7 +192,7 @@ def submit(c: Canary, task: list[str], hydra: list[str]) -> tuple[Verdict, dict]
 
 def wait(c: Canary, points: list[dict], jobs: dict) -> bool:
     """Poll the points' states and the end-of-sweep job until its report is written (True) or the time is up."""
-    from gac.jobs.sweep_end import REPORT as END_REPORT
+    from gac.jobs.sweep.end import REPORT as END_REPORT
     from gac.launch.status import SLURM_ALIVE, point_state, slurm_state
     from gac.results import ResultsStore
 
@@ -227,7 +227,7 @@ def wait(c: Canary, points: list[dict], jobs: dict) -> bool:
 
 def judge(c: Canary, points: list[dict], jobs: dict, ended: bool) -> list[dict]:
     """The verdicts of what the jobs left: records, failures, the env file, the GPU request, the end's report."""
-    from gac.jobs.sweep_end import read_report
+    from gac.jobs.sweep.end import read_report
     from gac.results import ResultsStore
 
     store = ResultsStore(c.results_dir)
@@ -362,7 +362,7 @@ def run_canary(overrides: Sequence[str], sweep_dir: str | os.PathLike | None = N
     for step in steps:
         if not c.say(step(c)).ok:
             return _end(c, [])
-    from gac.jobs.sweep import sweep_points
+    from gac.jobs.sweep.points import sweep_points
 
     points = sweep_points(task)
     v, jobs = submit(c, task, hydra)
@@ -380,7 +380,7 @@ def run_canary(overrides: Sequence[str], sweep_dir: str | os.PathLike | None = N
 
 
 def _end(c: Canary, records: list) -> int:
-    from gac.jobs.node_report import nodes_of, write_node_report
+    from gac.jobs.doctor.report import nodes_of, write_node_report
 
     minutes = (time.time() - c.t0) / 60
     ok = minutes <= c.timeout_min

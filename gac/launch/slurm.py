@@ -3,13 +3,13 @@
 ``conf/hydra/launcher/slurm_*.yaml`` select it (``_target_: gac.launch.slurm.SlurmLauncher``, the settings of
 ``gac_slurm``: hydra-submitit's ``submitit_slurm`` plus ``wait`` and ``env``). A launch:
 
-1. resolves the site settings against ``sinfo`` (:func:`gac.jobs.slurm_site.check_slurm`: a ``gpu=h100`` job on a mixed
+1. resolves the site settings against ``sinfo`` (:func:`gac.jobs.sweep.slurm_site.check_slurm`: a ``gpu=h100`` job on a mixed
    partition asks for the typed GRES of its GPU);
 2. writes the variables named in ``env`` that are set here (caches, ``HF_TOKEN``, proxies, ``HF_ENDPOINT``,
    ``HF_HUB_OFFLINE``) into a file only the user can read, which every job sources before ``srun`` (and exports
    ``SLURM_EXPORT_ENV=ALL``, so that ``srun`` passes them on where the site submits with ``--export=NONE``): a token
    or a proxy password never lands in the job script;
-3. submits the points as one array, then the end of the sweep (:func:`gac.jobs.sweep_end.end_job`: each point's
+3. submits the points as one array, then the end of the sweep (:func:`gac.jobs.sweep.end.end_job`: each point's
    outcome, the bench, the table, the report) as one more job that depends on the array with ``afterany``: it runs
    when every task has ended, however it ended; it removes the environment file;
 4. records the launch in the store (``sweeps/``: ``gac launch status`` reads it) and prints where the report will be;
@@ -29,7 +29,7 @@ from pathlib import Path
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _SubmititSlurmLauncher
 
 from gac.errors import GacError
-from gac.jobs.slurm_site import ENV_FILE_VAR, env_names
+from gac.jobs.sweep.slurm_site import ENV_FILE_VAR, env_names
 from gac.machine import file_stamp
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class SlurmLauncher(_SubmititSlurmLauncher):
         from hydra.core.utils import filter_overrides
         from omegaconf import OmegaConf
 
-        from gac.jobs.slurm_site import check_slurm, check_values
+        from gac.jobs.sweep.slurm_site import check_slurm, check_values
 
         config = self.config
         prog = _PROGS.get(OmegaConf.select(config, "hydra.job.config_name", default=None), "gac")
@@ -95,10 +95,10 @@ class SlurmLauncher(_SubmititSlurmLauncher):
             _refused(prog, "the array", e)
         if not _is_run_app(config):  # another app's sweep (experiments/bench.py -m): its jobs are the whole of it
             return self._collect(jobs, job_overrides, env_file)
-        from gac.jobs import sweep_end
+        from gac.jobs.sweep import end as sweep_end
 
         array = str(jobs[0].job_id).split("_")[0]
-        from gac.jobs.sweep import hydra_overrides_of
+        from gac.jobs.sweep.points import hydra_overrides_of
 
         plan = sweep_end.sweep_plan(config, _points(sweep_dir, job_overrides, jobs, hydra_overrides_of(config)))
         plan.update(array_job=array, submitit_folder=str(params["submitit_folder"]),
@@ -254,7 +254,7 @@ def _failed(overrides, why: str):
 
 def _points(sweep_dir: Path, job_overrides, jobs, hydra_overrides=()) -> list[dict]:
     """The plan's points: each job's overrides, record key (as the sweep check found them), Slurm job and log."""
-    from gac.jobs import sweep_end
+    from gac.jobs.sweep import end as sweep_end
 
     checked = {frozenset(p["overrides"]): p["key"] for p in sweep_end.noted_points(sweep_dir)}
     out = []
@@ -263,8 +263,8 @@ def _points(sweep_dir: Path, job_overrides, jobs, hydra_overrides=()) -> list[di
         if key is None:
             from omegaconf import OmegaConf
 
-            from gac.jobs.config import spec_from_config
-            from gac.jobs.sweep import compose_point
+            from gac.jobs.config.build import spec_from_config
+            from gac.jobs.sweep.points import compose_point
 
             cfg = compose_point(list(o), hydra_overrides)
             key = spec_from_config(OmegaConf.to_container(cfg, resolve=True)).key

@@ -15,7 +15,7 @@ pending        nothing ran yet
 
 A ``--results-dir`` that is not a store (a typo) is an error, not a sweep of pending points.
 
-:func:`sweep_end_status` says where a Slurm sweep's end-of-sweep job is (:mod:`gac.jobs.sweep_end`): waiting for the
+:func:`sweep_end_status` says where a Slurm sweep's end-of-sweep job is (:mod:`gac.jobs.sweep.end`): waiting for the
 array, running, or done with its report (how many points finished, which did not, where the table is).
 """
 
@@ -186,7 +186,7 @@ def _error(path: Path) -> str:
 
 def sweep_status(overrides: Sequence[str], results_dir: str | None = None) -> list[dict]:
     """One row per point of the sweep: its overrides, key and state (with the failure's error or the host)."""
-    from gac.jobs.sweep import sweep_points
+    from gac.jobs.sweep.points import sweep_points
 
     points = sweep_points(overrides)
     rows, seen, stores = [], set(), {}
@@ -212,7 +212,7 @@ def sweep_end_status(rows: Sequence[dict], slurm: _Slurm | None = None) -> dict 
     """The newest Slurm launch of the sweep whose points are ``rows`` (:func:`sweep_status`), from the launches its
     store recorded: ``{"end_job", "array_job", "state", "detail", "report"}``, or None when this sweep was never
     launched on Slurm."""
-    from gac.jobs.sweep_end import read_report
+    from gac.jobs.sweep.end import read_report
 
     keys = {r["key"] for r in rows}
     slurm = slurm or _Slurm()

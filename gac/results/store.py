@@ -14,7 +14,7 @@ Layout under ``results_dir``::
     work/<key>/                      finished stages of an unfinished job, and attempts.json (one entry per attempt,
                                      and the attempt and sha256 of each stage output: only those are resumed)
     cache/                           content-addressed artefacts (scores, factorizations, hardware profiles)
-    bench/<key>.json                 one per side-by-side latency bench (gac bench; gac.jobs.store_bench): never replaced,
+    bench/<key>.json                 one per side-by-side latency bench (gac bench; gac.jobs.bench.store_bench): never replaced,
                                      a forced re-measure goes beside it as bench/<key>.rerun-<utc-time>.json
 
 ``key`` is a hash of the resolved job config with the keys that do not change the result removed

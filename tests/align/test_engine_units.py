@@ -54,7 +54,7 @@ def test_every_candidate_of_an_engine_unit_is_whole_blocks(name):
 
 
 def test_the_job_config_takes_an_engine_unit():
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.build import spec_from_config
     from tests.jobs.test_schema import _cfg
 
     spec = spec_from_config(_cfg("align.unit=llama.cpp:q4_K"))

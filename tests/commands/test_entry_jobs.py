@@ -1,5 +1,5 @@
 """Every entry point builds its Job the same way: ``gac compress``, ``gac evaluate`` and ``gac export`` turn their
-flags into a config and build the Job with :func:`gac.jobs.config.job_from_config`, as a job does."""
+flags into a config and build the Job with :func:`gac.jobs.config.build.job_from_config`, as a job does."""
 
 import argparse
 
@@ -11,7 +11,7 @@ from gac.errors import GacError
 @pytest.fixture
 def built(monkeypatch):
     """The configs :func:`job_from_config` was given."""
-    import gac.jobs.config as config
+    import gac.jobs.config.build as config
 
     seen, real = [], config.job_from_config
     monkeypatch.setattr(config, "job_from_config", lambda cfg, *a, **k: seen.append(cfg) or real(cfg, *a, **k))

@@ -44,7 +44,7 @@ def test_the_printed_table_says_what_the_task_items_are():
     """After the task rows, one line per look-alike set says what its items are made from; a local file is named;
     the hub's datasets (the real PiQA/HellaSwag) need no note (issue 30)."""
     from gac.evaluation.text_report import format_table
-    from gac.jobs.experiment import format_record
+    from gac.jobs.run.experiment import format_record
 
     def task(source):
         return {"metrics": {"acc": 0.6, "acc_stderr": 0.02}, "n": 50, "source": source}

@@ -130,7 +130,7 @@ def test_each_device_of_a_spread_job_keeps_its_own_peak():
 def test_the_record_block_keeps_every_device_s_peak_and_the_estimate():
     from types import SimpleNamespace
 
-    from gac.jobs.recipe import resources
+    from gac.jobs.run.recipe import resources
 
     gpus = [FakeDevicePeak(0), FakeDevicePeak(1)]
     meter = ResourceMeter("cpu", gpu=gpus[0], others=gpus[1:])
@@ -145,7 +145,7 @@ def test_the_record_block_keeps_every_device_s_peak_and_the_estimate():
 
 def test_a_one_gpu_job_names_its_device_and_a_cpu_job_has_no_device_peaks():
 
-    from gac.jobs.recipe import resources
+    from gac.jobs.run.recipe import resources
 
     gpu = FakePeak()
     meter = ResourceMeter("cpu", gpu=gpu)

@@ -142,8 +142,8 @@ def test_sensitivity_samples_option_is_checked_and_used():
 def test_config_rejects_more_probe_samples_than_calibration_samples():
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
 
     def spec(*extra):
         cfg = compose_config(["compressor=asvd", "calibration.n_samples=8", *extra])

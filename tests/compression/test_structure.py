@@ -9,7 +9,7 @@ from gac.compression.checkpoint_format import WEIGHTS_FILE, read_meta
 from gac.compression.modules import GroupedLowRankLinear, LowRankLinear, get_module
 from gac.compression.structure import Structure, architecture
 from gac.errors import GacError
-from gac.jobs.bench_variants import build_variants
+from gac.jobs.bench.variants import build_variants
 from gac.results import ResultsStore
 from tests.bench_store import COMPRESSORS, STRATEGIES
 

@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import job_from_config
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import job_from_config
 
 QUICK = ["model=tiny", "gpu=cpu", "eval=quick", "eval.ppl=false", "eval.tasks=[]", "seq_len=64",
          "eval.latency_seq_lens=[64]", "calibration.n_samples=4", "calibration.seq_len=128"]
@@ -58,7 +58,7 @@ def test_a_missing_engine_is_refused_in_the_config(tmp_path, monkeypatch):
 
 
 def test_eval_engine_is_an_axis_of_the_latency_settings(tmp_path):
-    from gac.jobs.axes import axis_of, why_unused
+    from gac.jobs.config.axes import axis_of, why_unused
 
     axis = axis_of("eval.engine")
     assert axis is not None and "eval.latency_seq_lens" in axis.keys
@@ -68,14 +68,14 @@ def test_eval_engine_is_an_axis_of_the_latency_settings(tmp_path):
 
 
 def test_bench_engines_from_flags_and_config():
-    from gac.jobs.store_bench import engine_list
+    from gac.jobs.bench.store_bench import engine_list
 
     assert engine_list([]) == ("torch",)
     assert engine_list(["torch,onnxruntime", "llama.cpp", "torch"]) == ("torch", "onnxruntime", "llama.cpp")
     assert engine_list("onnxruntime") == ("onnxruntime",)
     with pytest.raises(GacError, match="--engine: unknown engine 'ort'"):
         engine_list(["torch,ort"])
-    from gac.jobs.store_bench import compose_bench
+    from gac.jobs.bench.store_bench import compose_bench
 
     assert compose_bench([])["engine"] == "torch"
     assert engine_list(compose_bench(["engine=[torch,llama.cpp]"])["engine"]) == ("torch", "llama.cpp")

@@ -11,7 +11,7 @@ import gac.evaluation.bench as B
 from gac.analysis import format_table, load_results, table5
 from gac.cli import main
 from gac.errors import GacError
-from gac.jobs.store_bench import bench_store
+from gac.jobs.bench.store_bench import bench_store
 from gac.results import ResultsStore
 from tests.bench_store import FAST
 
@@ -92,7 +92,7 @@ def test_the_visits_follow_the_shuffled_rounds(tiny_store, monkeypatch):
 
     monkeypatch.setattr(B, "_visit", spy)
     recs = [tiny_store["records"][k] for k in (("asvd", "unaligned"), ("asvd", "gac"), ("llm_pruner", "gac"))]
-    from gac.jobs.bench_variants import build_variants
+    from gac.jobs.bench.variants import build_variants
 
     variants, _, _ = build_variants(recs, recs)
     doc = B.run_bench(variants, B.Protocol(points=((1, 32),), rounds=6, warmup=0, iters=1, profile=False, seed=7))

@@ -3,7 +3,7 @@
 import pytest
 
 from gac.analysis import load_results, table5
-from gac.jobs.store_bench import bench_store, describe
+from gac.jobs.bench.store_bench import bench_store, describe
 from tests.bench_store import FAST
 
 

@@ -51,7 +51,7 @@ def test_a_perplexity_too_large_for_a_float_is_inf_not_an_overflow():
 def test_the_warning_reaches_the_reports():
     from gac.analysis.load import _record_row
     from gac.evaluation.text_report import format_table
-    from gac.jobs.experiment import format_record
+    from gac.jobs.run.experiment import format_record
 
     w = "perplexity 6.6e+06 is above the vocabulary size (49152), ... the model is wrecked"
     p = {"ppl": 6.6e6, "source": "enwiki (test)", "seq_len": 512, "n_windows": 3, "warning": w}

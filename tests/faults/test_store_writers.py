@@ -31,8 +31,8 @@ BENCH = ["--where", "compressor=asvd", "--point", "1,16", "--rounds", "2", "--wa
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     """A store with two records (the baseline and ASVD on tiny, no evaluation), made by real jobs."""
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.recipe import run_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.run.recipe import run_config
 
     results = tmp_path_factory.mktemp("writers") / "results"
     for comp in ("none", "asvd"):

@@ -185,10 +185,10 @@ def test_model_latency_reports_a_real_sdpa_backend_and_times_the_work(measured):
 def test_a_job_gpu_peak_is_positive_and_below_its_estimate(tmp_path):
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import job_from_config
-    from gac.jobs.memory_fits import check_job_fits
-    from gac.jobs.recipe import run_job
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import job_from_config
+    from gac.jobs.run.memory_fits import check_job_fits
+    from gac.jobs.run.recipe import run_job
     from gac.results import ResultsStore
 
     cfg = OmegaConf.to_container(compose_config([

@@ -1,4 +1,4 @@
-"""On a CUDA GPU: the node report, each estimate gac makes against what this node measures (gac.jobs.node_report).
+"""On a CUDA GPU: the node report, each estimate gac makes against what this node measures (gac.jobs.doctor.report).
 
 Jobs run through the real pipeline on tiny (ASVD with its sensitivity search, LLM-Pruner with its gradient pass;
 with two GPUs, one spread over both), and the report is written to ``$GAC_NODE_REPORT`` (default:
@@ -24,8 +24,8 @@ BASE = ["model=tiny", "gpu=auto", "gpu.profile=none", "eval=quick", "eval.ppl_ma
 def _run(tmp_path, *extra):
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.recipe import run_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.run.recipe import run_config
 
     rec = run_config(OmegaConf.to_container(compose_config([*BASE, f"results_dir={tmp_path / 'r'}", *extra]),
                                             resolve=True))
@@ -34,7 +34,7 @@ def _run(tmp_path, *extra):
 
 
 def test_the_gpu_tier_writes_the_node_report(tmp_path, measured):
-    from gac.jobs.node_report import REPORT_ENV, write_node_report
+    from gac.jobs.doctor.report import REPORT_ENV, write_node_report
     from gac.machine import file_stamp
 
     records = [_run(tmp_path, "compressor=asvd", "compressor.options.sensitivity_grid=[0.5,0.9]"),

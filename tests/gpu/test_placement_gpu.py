@@ -107,8 +107,8 @@ def test_a_model_spread_over_devices_compresses_and_scores_as_on_one_gpu(tiny_da
 def test_a_job_over_two_gpus_records_quality_and_no_latency(tmp_path):
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.recipe import run_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.run.recipe import run_config
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs a second GPU (cuda:1)")

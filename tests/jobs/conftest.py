@@ -1,7 +1,7 @@
 import pytest
 from omegaconf import OmegaConf
 
-from gac.jobs.command_line import compose_config
+from gac.jobs.config.command_line import compose_config
 
 # small and fast: few calibration samples, short windows, 20 items per task, a few latency iterations
 QUICK = ["model=tiny", "gpu=cpu", "eval=quick", "eval.limit=20", "eval.ppl_seq_len=128", "eval.ppl_max_windows=8", "calibration.n_samples=4",

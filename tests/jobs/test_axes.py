@@ -1,4 +1,4 @@
-"""Which setting matters under which choice (gac.jobs.axes): one table, read by one check, refuses before any work
+"""Which setting matters under which choice (gac.jobs.config.axes): one table, read by one check, refuses before any work
 a setting a job cannot use, in a single run and in a sweep, and leaves alone what a sweep's table needs (the
 baseline, the unaligned reference row, a setting shared by the sweep). Budgets found unreachable only once the work
 ran end the job without a failure record. The catalogue rows (docs/bad-input.md, "Fourth catalogue") run the
@@ -13,11 +13,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import ConfigRefused, GacError, InfeasibleBudgetError
-from gac.jobs.axes import AXES, check_overrides
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
-from gac.jobs.recipe import run_config
-from gac.jobs.sweep import sweep_points
+from gac.jobs.config.axes import AXES, check_overrides
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.recipe import run_config
+from gac.jobs.sweep.points import sweep_points
 
 
 def _cfg(*overrides) -> dict:
@@ -73,7 +73,7 @@ def test_a_length_the_bench_reads_back_is_refused_only_as_a_sweep_axis():
 
 
 def test_a_single_run_is_refused_before_the_store_is_touched(tmp_path, monkeypatch):
-    import gac.jobs.recipe as recipe
+    import gac.jobs.run.recipe as recipe
 
     monkeypatch.setattr(recipe, "run_job", lambda *a, **k: pytest.fail("the job ran"))
     results = tmp_path / "results"
@@ -86,7 +86,7 @@ def test_a_single_run_is_refused_before_the_store_is_touched(tmp_path, monkeypat
 def test_a_point_of_a_running_sweep_is_not_judged_alone(monkeypatch, tmp_path):
     """A multirun's points were checked together when it started; alone, a point given a setting the sweep's other
     points use would look refusable."""
-    import gac.jobs.recipe as recipe
+    import gac.jobs.run.recipe as recipe
 
     monkeypatch.setattr(recipe, "run_job", lambda *a, **k: {"metrics": {}})
     over = ["compressor=stable_rank_svd", "calibration.n_samples=8", "eval=none", f"results_dir={tmp_path / 'r'}"]
@@ -129,7 +129,7 @@ def test_a_w_and_b_name_w_and_b_refuses_is_refused_with_the_config():
 def test_a_budget_found_unreachable_after_the_work_leaves_no_failure_record(make_cfg, monkeypatch, tmp_path):
     """A latency budget no plan reaches is known once the table exists: one line, and no failures/ entry (nothing
     failed; the config has to change), the attempt kept in attempts.json."""
-    from gac.jobs import latency_plan as lp
+    from gac.jobs.run import latency_plan as lp
     from gac.results import ResultsStore
 
     def tables(spec, model, targets, cands, unaligned, cache_dir):  # 0.01 ms per dimension, 0.05 ms off a multiple of 8

@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
-from gac.jobs.preflight import check_job_here
-from gac.jobs.sweep import sweep_points
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.preflight import check_job_here
+from gac.jobs.sweep.points import sweep_points
 
 
 def _check(overrides):
@@ -53,7 +53,7 @@ def test_text_sources_are_read_before_any_work(tmp_path, monkeypatch):
         _check([f"model.ppl_source={tmp_path / 'bin.txt'}"])
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    # offline and not cached: named with what else is missing and the command that fetches it (gac.jobs.inputs)
+    # offline and not cached: named with what else is missing and the command that fetches it (gac.jobs.run.inputs)
     with pytest.raises(GacError, match=r"the hub is not reachable here \(HF_HUB_OFFLINE is set\) and the caches lack "
                                        r"what this job reads: dataset Salesforce/wikitext \(wikitext-2-raw-v1, train\): "
                                        r"not in the datasets cache; .*: gac fetch calibration.source=wikitext2$"):

@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config
-from gac.jobs.compose import CONF_DIR
-from gac.jobs.config import spec_from_config
-from gac.jobs.sweep import expand_sweep, sweep_points
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.compose import CONF_DIR
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.sweep.points import expand_sweep, sweep_points
 
 GROUPS = ["model", "compressor", "proxy", "align", "gpu", "eval", "logger", "method"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def test_old_plus_experiment_form_fails_with_one_line(tmp_path):
 
 
 def test_sweep_expansion_uses_no_private_hydra():
-    src = (ROOT / "gac" / "jobs" / "experiment.py").read_text()
+    src = (ROOT / "gac" / "jobs" / "run" / "experiment.py").read_text()
     assert "hydra._internal" not in src and "import re\n" not in src and "re.search" not in src
     assert expand_sweep(["ratio=range(1,4)"]) == [["ratio=1"], ["ratio=2"], ["ratio=3"]]
     with pytest.raises(GacError, match="cannot parse the overrides"):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from gac.cli import main
-from gac.jobs import doctor, doctor_runs
+from gac.jobs.doctor import node as doctor
+from gac.jobs.doctor import runs as doctor_runs
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-node behaviour (a GPU is present)")
 

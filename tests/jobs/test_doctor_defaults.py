@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.jobs import doctor_runs
+from gac.jobs.doctor import runs as doctor_runs
 
 CPU = torch.device("cpu")
 

@@ -2,7 +2,7 @@
 
 An axis that cannot change its result (a proxy under an allocation that never reads it) once went unnoticed: every
 point ran and every figure came out the same. Here each experiment's sweep is expanded as Hydra's sweeper would
-(:func:`gac.jobs.sweep.sweep_points`), a few of its points run on tiny (no evaluation unless the axis is a
+(:func:`gac.jobs.sweep.points.sweep_points`), a few of its points run on tiny (no evaluation unless the axis is a
 measurement, the cheapest settings), and every swept axis is checked against what it must change:
 
 * ``proxy`` -> the allocation's d*;  ``align`` -> the dims;  ``ratio`` -> the parameters and the budget;
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from gac.jobs.command_line import compose_config
-from gac.jobs.compose import CONF_DIR
-from gac.jobs.recipe import run_config
-from gac.jobs.sweep import sweep_points
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.compose import CONF_DIR
+from gac.jobs.run.recipe import run_config
+from gac.jobs.sweep.points import sweep_points
 
 SMALL = ["model=tiny", "gpu=cpu", "calibration.n_samples=4", "calibration.seq_len=128", "seq_len=64"]
 # ASVD's sensitivity search at its cheapest: two kept ratios (0.5 reaches the sweeps' largest ratio, 0.4), one sample

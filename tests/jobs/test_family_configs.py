@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 from gac.compression.discovery import discover_config, skeleton
 from gac.compression.layouts import ATTN_ROLES, GATED_ROLES, PLAIN_ROLES
 from gac.compression.structure import architecture
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
 
 # Published parameter counts (the model card or report; for Gemma 3 the language model alone, without the 417M
 # vision tower the multimodal checkpoint also holds).

@@ -9,10 +9,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.cli import main
-from gac.jobs import inputs
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
-from gac.jobs.inputs import Input, job_inputs, model_missing
+from gac.jobs.run import inputs
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.inputs import Input, job_inputs, model_missing
 
 REPO = "meta-llama/Meta-Llama-3-8B"
 

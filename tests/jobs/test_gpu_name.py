@@ -8,10 +8,10 @@ import torch
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
-from gac.jobs import preflight
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
-from gac.jobs.preflight import check_job_here
+from gac.jobs.run import preflight
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.preflight import check_job_here
 from gac.registry import gpu_name_matches
 
 

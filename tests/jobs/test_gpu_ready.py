@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gac.jobs.config import job_from_config, spec_from_config
-from gac.jobs.recipe import run_job
+from gac.jobs.config.build import job_from_config, spec_from_config
+from gac.jobs.run.recipe import run_job
 from gac.results import ResultsStore
 
 
@@ -122,7 +122,7 @@ def test_one_dtype_rule_for_jobs(make_cfg, overrides, dtype):
 
 def test_auto_means_the_same_in_profiles_models_and_bench_records():
     from gac.dtypes import auto_dtype, resolve_dtype
-    from gac.jobs.bench_variants import record_dtype
+    from gac.jobs.bench.variants import record_dtype
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert resolve_dtype("auto", "cuda") == resolve_dtype("auto", cuda) == torch.float16

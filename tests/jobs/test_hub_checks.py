@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.preflight import check_model_here
+from gac.jobs.run.preflight import check_model_here
 from gac.text import HUB_PROBE, hub_access_problem, hub_unreachable
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "all_proxy",

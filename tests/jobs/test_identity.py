@@ -60,8 +60,8 @@ def compute(results_dir: Path) -> dict:
     """Every point run through the job into ``results_dir``: ``{point: its view}``."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.recipe import run_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.run.recipe import run_config
 
     out = {}
     for point in POINTS:

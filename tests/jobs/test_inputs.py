@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 
 from gac.cli import main
 from gac.errors import GacError
-from gac.jobs import inputs
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
-from gac.jobs.inputs import Input, dataset_cached, job_inputs, model_missing
+from gac.jobs.run import inputs
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.inputs import Input, dataset_cached, job_inputs, model_missing
 
 REPO = "meta-llama/Meta-Llama-3-8B"
 
@@ -136,7 +136,7 @@ def test_gac_fetch_where_the_hub_is_not_reachable_says_so(hf, monkeypatch, capsy
 
 
 def test_an_offline_job_names_every_missing_input_and_the_fetch_command(hf, monkeypatch):
-    from gac.jobs.preflight import check_job_here
+    from gac.jobs.run.preflight import check_job_here
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     overrides = ["model=llama3_8b", "compressor=asvd", "eval.tasks=[]", "hydra.job.chdir=true"]

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.config import spec_from_config
-from gac.jobs.recipe import run_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.recipe import run_config
 from gac.results import ResultsStore
 
 FAST = ("compressor=asvd", "eval=none")
@@ -52,7 +52,7 @@ def _run_threads(*cfgs):
 @pytest.fixture
 def waiting_seen(monkeypatch):
     """An event set when a job records that it waits for an identical job (its ``waiting`` event)."""
-    import gac.jobs.tracking as tracking
+    import gac.jobs.tracking.loggers as tracking
 
     seen, real = threading.Event(), tracking.append_event
 
@@ -66,7 +66,7 @@ def waiting_seen(monkeypatch):
 
 
 def test_two_identical_jobs_at_once_leave_one_record_and_score_once(make_cfg, waiting_seen, monkeypatch):
-    from gac.jobs.recipe import Recipe
+    from gac.jobs.run.recipe import Recipe
 
     real_load = Recipe.load
 
@@ -155,7 +155,7 @@ def test_a_corrupt_record_is_named_not_a_traceback(make_cfg, shared):
 
 
 def test_bad_task_file_fails_before_the_model_loads(make_cfg, tmp_path, monkeypatch):
-    import gac.jobs.loading as loading
+    import gac.jobs.run.loading as loading
 
     bad = tmp_path / "piqa.jsonl"
     bad.write_text(json.dumps({"goal": "g", "sol1": "a", "sol2": "b", "label": "x"}) + "\n")

@@ -8,8 +8,8 @@ import pytest
 from gac.align.latency_budget import plan_latency
 from gac.align.targets import Target
 from gac.errors import GacError
-from gac.jobs import latency_plan as lp
-from gac.jobs.config import spec_from_config
+from gac.jobs.run import latency_plan as lp
+from gac.jobs.config.build import spec_from_config
 
 BLOCK_KEYS = {"budget_kind", "source", "device", "batch", "seq_len", "budget_ms", "budget_share", "table_ms",
               "interval_ms", "reference", "unaligned_ms", "gac_ms", "fastest_ms", "fixed_ms", "params", "param_budget", "latency_held",
@@ -181,7 +181,7 @@ def test_min_latency_keeps_the_parameter_count(monkeypatch):
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_a_latency_budget_job_on_tiny_records_its_budget(make_cfg):
-    from gac.jobs.recipe import run_config
+    from gac.jobs.run.recipe import run_config
 
     rec = run_config(make_cfg("compressor=asvd", "align=gac_latency", "ratio=0.3", "eval.tasks=[]"))  # as shipped
     block = rec["latency_budget"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gac.jobs.experiment import from_launch_dir
+from gac.jobs.run.experiment import from_launch_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

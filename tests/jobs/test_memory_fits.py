@@ -10,9 +10,9 @@ import torch
 
 import gac.compression.resources as resources
 from gac.errors import GacError
-from gac.jobs.config import job_from_config, spec_from_config
-from gac.jobs.memory_fits import check_job_fits
-from gac.jobs.recipe import run_job
+from gac.jobs.config.build import job_from_config, spec_from_config
+from gac.jobs.run.memory_fits import check_job_fits
+from gac.jobs.run.recipe import run_job
 from gac.results import ResultsStore
 
 GIB = 1024.0  # MiB
@@ -59,7 +59,7 @@ def test_llama3_70b_fits_no_single_gpu_and_is_refused_before_loading(make_cfg, m
 
 def test_compression_estimate_includes_the_evaluation(make_cfg, monkeypatch):
     from gac.compression.footprint import EvalLoad, estimate_footprint
-    from gac.jobs.loading import job_model_config
+    from gac.jobs.run.loading import job_model_config
 
     spec = spec_from_config(make_cfg("model=llama3_8b", "gpu=h100", "eval.batch_size=8"))
     cfg = job_model_config(spec)
@@ -76,7 +76,7 @@ class _FakeOOM(torch.cuda.OutOfMemoryError):
 
 
 def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg, monkeypatch, tmp_path):
-    import gac.jobs.loading as loading
+    import gac.jobs.run.loading as loading
 
     job = job_from_config(make_cfg("compressor=none", "eval=none"))
 
@@ -117,6 +117,6 @@ def test_out_of_memory_in_gac_evaluate_exits_2_with_one_line(monkeypatch, capsys
 
 
 def test_other_errors_are_not_taken_for_out_of_memory():
-    from gac.jobs.memory_fits import is_out_of_memory
+    from gac.jobs.run.memory_fits import is_out_of_memory
 
     assert is_out_of_memory(_FakeOOM("x")) and not is_out_of_memory(RuntimeError("CUDA out of memory"))

@@ -12,8 +12,8 @@ from gac.errors import GacError
 def _spec(*overrides):
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
 
     return spec_from_config(OmegaConf.to_container(compose_config(list(overrides)), resolve=True))
 
@@ -73,8 +73,8 @@ def test_a_checkpoint_built_from_smollm2_gets_smollm2s_data(tmp_path, monkeypatc
 def test_the_record_config_says_what_ran(tmp_path):
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import resolve_model_data
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import resolve_model_data
 
     cfg = OmegaConf.to_container(compose_config([]), resolve=True)
     assert cfg["model"]["ppl_source"] == "auto"

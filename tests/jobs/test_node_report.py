@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.node_report import estimate_rows, node_info, node_report, nodes_of, write_node_report
+from gac.jobs.doctor.report import estimate_rows, node_info, node_report, nodes_of, write_node_report
 
 
 def _record(**over):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gac.jobs.recipe import run_config
+from gac.jobs.run.recipe import run_config
 from gac.results import ResultsStore
 
 
@@ -80,7 +80,7 @@ def test_failure_is_recorded_and_the_job_resumes_its_finished_stages(make_cfg, t
     monkeypatch.setattr(ev, "evaluate_tasks", boom)
     with pytest.raises(RuntimeError, match="node lost"):
         run_config(cfg)
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.build import spec_from_config
 
     key = spec_from_config(cfg).key
     assert store.status(key) == "failed"
@@ -137,8 +137,8 @@ def test_record_has_time_and_peak_memory_per_stage(make_cfg, tmp_path):
 
 
 def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monkeypatch):
-    import gac.jobs.loading as loading
-    import gac.jobs.memory_fits as fits
+    import gac.jobs.run.loading as loading
+    import gac.jobs.run.memory_fits as fits
     from gac.errors import GacError
 
     def boom(spec):
@@ -179,7 +179,7 @@ def test_asvd_sensitivity_table_is_computed_once_across_a_ratio_sweep(make_cfg, 
 ])
 def test_config_rejects_what_the_sensitivity_search_cannot_do(make_cfg, override, msg):
     from gac.errors import GacError
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.build import spec_from_config
 
     with pytest.raises(GacError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         spec_from_config(make_cfg("compressor=asvd", override))

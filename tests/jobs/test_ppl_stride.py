@@ -5,8 +5,8 @@ from omegaconf import OmegaConf
 
 from gac.analysis.labels import method_label, metric_label
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
 from gac.metrics import is_ppl, ppl_metric, ppl_stride
 
 
@@ -30,7 +30,7 @@ def test_bad_strides_fail_with_the_config(override, msg):
 
 
 def test_a_stride_past_the_models_window_fails_before_any_work():
-    from gac.jobs.preflight import check_job_here
+    from gac.jobs.run.preflight import check_job_here
 
     check_job_here(_spec("eval.ppl_stride=1024"))  # tiny's window: 2048 capped at its 1024 positions
     with pytest.raises(GacError, match="longer than the perplexity window of model tiny \\(1024 tokens\\)"):

@@ -4,8 +4,8 @@ resume itself: tests/compression/test_sensitivity_resume.py)."""
 
 from __future__ import annotations
 
-from gac.jobs import prepared_cache as PC
-from gac.jobs.config import spec_from_config
+from gac.jobs.run import prepared_cache as PC
+from gac.jobs.config.build import spec_from_config
 
 
 class _Saved:

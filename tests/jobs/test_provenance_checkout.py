@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import gac.provenance as report
-from gac.jobs import provenance
-from gac.jobs.spec import JobSpec
+from gac.jobs.run import provenance
+from gac.jobs.config.spec import JobSpec
 
 SPEC = JobSpec(model_name="m", model_spec="m", compressor="asvd", gpu="a100", device="cpu", profile="auto")
 

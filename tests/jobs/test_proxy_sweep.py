@@ -3,7 +3,7 @@
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.sweep import sweep_points
+from gac.jobs.sweep.points import sweep_points
 
 
 def test_a_proxy_sweep_under_asvds_sensitivity_search_is_refused():

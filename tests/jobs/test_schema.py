@@ -1,4 +1,4 @@
-"""The typed config (gac.jobs.schema): Hydra checks types at composition, validate_config checks plain dicts."""
+"""The typed config (gac.jobs.config.schema): Hydra checks types at composition, validate_config checks plain dicts."""
 
 import dataclasses
 
@@ -6,10 +6,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config
-from gac.jobs.config import spec_from_config
-from gac.jobs.schema import GacConfig, validate_config
-from gac.jobs.spec import EvalSpec
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.config.schema import GacConfig, validate_config
+from gac.jobs.config.spec import EvalSpec
 
 
 def _cfg(*overrides):

@@ -10,8 +10,8 @@ import pytest
 
 from gac.cli import main
 from gac.errors import GacError
-from gac.jobs import compose as compose_module
-from gac.jobs.site_files import check_site_files
+from gac.jobs.config import compose as compose_module
+from gac.jobs.sweep.site_files import check_site_files
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["compressor=none", "align=unaligned,gac", "eval=none"]
@@ -40,9 +40,10 @@ def conf(tmp_path, monkeypatch):
 def test_the_sweep_check_composes_each_point_with_the_launcher_and_the_site_file(conf, tmp_path, monkeypatch):
     """What a multirun's callback does before anything is submitted, with the site checks recording what they got:
     the launcher they check is the documented site's, and every point composed."""
-    from gac.jobs import inputs, slurm_site
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.sweep import SweepCallback
+    from gac.jobs.run import inputs
+    from gac.jobs.sweep import slurm_site
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.sweep.points import SweepCallback
 
     seen = {}
     monkeypatch.setattr(slurm_site, "check_slurm", lambda launcher, gpu=None: seen.setdefault("launcher", launcher))
@@ -64,7 +65,7 @@ def test_the_sweep_check_composes_each_point_with_the_launcher_and_the_site_file
 
 
 def test_the_site_file_is_the_slurm_launchers_only(conf):
-    from gac.jobs.sweep import compose_point
+    from gac.jobs.sweep.points import compose_point
 
     here = compose_point(["compressor=none"], return_hydra_config=True)
     assert "partition" not in here.hydra.launcher  # Hydra's basic launcher: a run here never sees the site file
@@ -90,7 +91,7 @@ def test_gac_launch_status_composes_the_sweep_with_the_site_file_in_place(conf, 
 
 
 def test_the_end_of_sweep_bench_composes_with_the_site_file_in_place(conf, tmp_path):
-    from gac.jobs.store_bench import check_bench_overrides, compose_bench
+    from gac.jobs.bench.store_bench import check_bench_overrides, compose_bench
 
     cfg = compose_bench([f"results_dir={tmp_path}", "keys=[a,b]", "rounds=3"])
     assert (cfg["results_dir"], cfg["keys"], cfg["rounds"]) == (str(tmp_path), ["a", "b"], 3)
@@ -98,8 +99,8 @@ def test_the_end_of_sweep_bench_composes_with_the_site_file_in_place(conf, tmp_p
 
 
 def test_results_dir_in_the_machine_file_is_not_overridden_by_the_defaults(conf):
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.store_bench import compose_bench
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.bench.store_bench import compose_bench
 
     (conf / "local" / "default.yaml").write_text("results_dir: /scratch/me/results\n")  # no @package line
     assert compose_config([]).results_dir == "/scratch/me/results"
@@ -131,7 +132,7 @@ def test_a_machine_file_that_is_wrong_is_one_line_naming_it_and_the_fix(tmp_path
 
 def test_hydras_whole_message_reaches_the_user_on_one_line(conf):
     """A site value of the wrong type is Hydra's to refuse: its message, whole (the key and the file), one line."""
-    from gac.jobs.command_line import compose_config
+    from gac.jobs.config.command_line import compose_config
 
     (conf / "local" / "slurm.yaml").write_text("partition: gpu\nmem_gb: lots\n")
     with pytest.raises(GacError) as e:

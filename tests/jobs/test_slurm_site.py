@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config
-from gac.jobs.slurm_site import check_site, constraint_features, parse_gres, parse_sinfo, slurm_minutes
+from gac.jobs.config.command_line import compose_config
+from gac.jobs.sweep.slurm_site import check_site, constraint_features, parse_gres, parse_sinfo, slurm_minutes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +102,7 @@ def test_account_and_qos_against_sacctmgr(tmp_path):
 def test_an_sacctmgr_that_does_not_answer_is_waited_for_once_and_said(tmp_path, monkeypatch, capsys):
     import time
 
-    from gac.jobs import slurm_site
+    from gac.jobs.sweep import slurm_site
 
     monkeypatch.setattr(slurm_site, "SACCTMGR_ANSWER_S", 1)
     fake = tmp_path / "sacctmgr"
@@ -229,7 +229,7 @@ def test_a_partition_without_the_jobs_gpu_or_a_request_for_another_is_refused():
 
 
 def test_a_missing_srun_or_an_empty_or_banner_only_sinfo_stops_the_launch(tmp_path, monkeypatch):
-    from gac.jobs.slurm_site import check_slurm
+    from gac.jobs.sweep.slurm_site import check_slurm
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

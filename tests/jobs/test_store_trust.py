@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from gac.errors import GacError
-from gac.jobs.config import spec_from_config
-from gac.jobs.recipe import run_config
+from gac.jobs.config.build import spec_from_config
+from gac.jobs.run.recipe import run_config
 from gac.results import ResultsStore
 
 PPL_ONLY = ["compressor=none", "eval.tasks=[]", "eval.latency=false", "eval.ppl_max_windows=2", "eval.ppl_seq_len=64"]
@@ -30,7 +30,7 @@ def test_a_stage_output_no_attempt_wrote_is_recomputed(make_cfg, planted, caplog
     work = ResultsStore(cfg["results_dir"]).root / "work" / key
     work.mkdir(parents=True)
     (work / "ppl.json").write_text(planted if isinstance(planted, str) else json.dumps(planted))
-    with caplog.at_level(logging.WARNING, logger="gac.jobs.attempts"):
+    with caplog.at_level(logging.WARNING, logger="gac.jobs.run.attempts"):
         rec = run_config(cfg)
     assert "ppl" not in rec["stages"]["resumed"] and rec["timings"]["ppl_s"] > 0
     assert 1 < rec["metrics"]["ppl_tiny"] < 10_000
@@ -62,7 +62,7 @@ def test_a_stage_output_edited_after_its_attempt_is_recomputed(make_cfg, monkeyp
     doc["output"]["ppl"] = 1.5  # a plausible number: only the checksum tells it was not measured
     ppl.write_text(json.dumps(doc))
     monkeypatch.setattr(ev, "prefill_latency", real)
-    with caplog.at_level(logging.WARNING, logger="gac.jobs.attempts"):
+    with caplog.at_level(logging.WARNING, logger="gac.jobs.run.attempts"):
         rec = run_config(cfg)
     assert "changed since attempt 1" in caplog.text
     assert "ppl" not in rec["stages"]["resumed"] and rec["metrics"]["ppl_tiny"] == pytest.approx(measured)
@@ -78,7 +78,7 @@ def test_a_stage_output_edited_after_its_attempt_is_recomputed(make_cfg, monkeyp
     ("locks_file", r"where gac keeps locks/\); move it aside"),
 ])
 def test_a_damaged_store_entry_stops_the_job_before_any_work(make_cfg, damage, message, monkeypatch):
-    import gac.jobs.loading as loading
+    import gac.jobs.run.loading as loading
 
     cfg = make_cfg(*PPL_ONLY)
     key = _key(cfg)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gac.jobs import sweep_end
+from gac.jobs.sweep import end as sweep_end
 from gac.results import ResultsStore
 
 REC = {"job": {"model": "tiny", "compressor": "asvd", "strategy": "gac"}, "metrics": {}}

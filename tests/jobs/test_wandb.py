@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gac.jobs.recipe import run_config
-from gac.jobs.tracking import backfill_wandb, namespaced_metrics, run_name, run_tags
+from gac.jobs.run.recipe import run_config
+from gac.jobs.tracking.loggers import backfill_wandb, namespaced_metrics, run_name, run_tags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,7 +169,7 @@ def test_backfill_of_disk_logger_records_and_filters(make_cfg, tmp_path, backfil
 def test_a_killed_backfill_is_resumed_under_its_recorded_run_id(tmp_path, monkeypatch):
     """The run id is recorded (wandb_open) before the run is opened; a backfill that never recorded the record as
     logged is resumed under that id, its half-written offline run replaced; an id that is not gac's is ignored."""
-    from gac.jobs.tracking import append_event, opened_for_wandb
+    from gac.jobs.tracking.loggers import append_event, opened_for_wandb
 
     calls = _fake_wandb(monkeypatch)
     res = tmp_path / "results"

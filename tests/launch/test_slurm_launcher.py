@@ -43,8 +43,8 @@ def test_the_env_file_is_sourced_by_its_absolute_path_from_any_directory(tmp_pat
 
 def test_env_prefixes_and_names_a_shell_cannot_export(tmp_path, monkeypatch):
     from gac.errors import GacError
-    from gac.jobs.schema import JOB_ENV
-    from gac.jobs.slurm_site import check_values, env_names
+    from gac.jobs.config.schema import JOB_ENV
+    from gac.jobs.sweep.slurm_site import check_values, env_names
 
     environ = {"WANDB_API_KEY": "k", "WANDB_MODE": "offline", "GAC_SENSITIVITY_LIMIT": "9", "OTHER": "x"}
     names = env_names(JOB_ENV, environ)

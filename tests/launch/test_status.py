@@ -23,7 +23,7 @@ def store(tmp_path):
 
 
 def _event(store, key, kind, **kw):
-    from gac.jobs.tracking import append_event
+    from gac.jobs.tracking.loggers import append_event
 
     append_event(store.root, key, kind, **kw)
 

@@ -104,8 +104,8 @@ def test_a_folder_gac_cannot_write_is_refused_in_one_line():
 
 def test_a_job_refuses_its_offload_folder_before_the_weights_load(make_cfg, tmp_path, monkeypatch):
     """The folder is checked again where the job runs (it may differ from where the config was checked)."""
-    from gac.jobs import loading
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.run import loading
+    from gac.jobs.config.build import spec_from_config
 
     monkeypatch.setattr(loading, "_load_job_model", lambda spec: pytest.fail("the weights were loaded"))
     spec = spec_from_config(make_cfg("compressor=none", "model.device_map=auto", "+model.max_memory.cpu=9MiB",

@@ -192,8 +192,8 @@ def _fake_node(monkeypatch, gpus: int, gib: float = 79.6, host_gib: float = 1000
 
 
 def test_llama3_70b_is_checked_against_every_gpu_of_the_node(make_cfg, monkeypatch):
-    from gac.jobs.config import spec_from_config
-    from gac.jobs.memory_fits import check_job_fits
+    from gac.jobs.config.build import spec_from_config
+    from gac.jobs.run.memory_fits import check_job_fits
 
     _fake_node(monkeypatch, 8)
     args = ("model=llama3_70b", "gpu=h100", "compressor=asvd", "allocation=proportional")
@@ -221,9 +221,9 @@ def test_llama3_70b_fits_a_node_of_eight_80gb_gpus_each_keeping_its_share(monkey
     one GPU), and the plan leaves each GPU within its memory."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
-    from gac.jobs.memory_fits import check_job_fits, job_model_config
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
+    from gac.jobs.run.memory_fits import check_job_fits, job_model_config
     from gac.models.placement import (
         device_needs,
         placement_units,
@@ -259,7 +259,7 @@ def test_llama3_70b_fits_a_node_of_eight_80gb_gpus_each_keeping_its_share(monkey
 
 
 def test_the_placement_keys_are_checked_and_leave_the_default_record_key_alone(make_cfg, tmp_path):
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.build import spec_from_config
 
     spec = spec_from_config(make_cfg("compressor=asvd"))
     assert spec.device_map == "single" and spec.max_memory is None
@@ -337,7 +337,7 @@ def test_compressing_a_split_model_equals_the_single_device_run(tmp_path, tiny_d
 
 
 def test_a_job_on_a_split_model_records_quality_and_a_note_instead_of_latency(make_cfg, tmp_path):
-    from gac.jobs.recipe import run_config
+    from gac.jobs.run.recipe import run_config
 
     base = ("compressor=llm_pruner", "ratio=0.3", "eval.tasks=[]", "eval.ppl_max_windows=4")
     single = run_config(make_cfg(*base, results_dir=tmp_path / "r"))

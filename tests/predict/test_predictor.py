@@ -154,8 +154,8 @@ def test_a_model_whose_weights_exceed_the_gpu_gets_no_latency(tmp_path, capsys):
 
 def test_a_job_on_a100_without_a_node_profile_uses_the_published_one():
     from gac.align.targets import Target
-    from gac.jobs.spec import JobSpec
-    from gac.jobs.recipe import candidate_filter
+    from gac.jobs.config.spec import JobSpec
+    from gac.jobs.run.recipe import candidate_filter
 
     spec = JobSpec(model_name="m", model_spec="m", compressor="asvd", gpu="a100", device="cpu", profile="auto")
     targets = [Target("t", 100.3, 1.0, 8192, d_max=2048, kind="lowrank",

@@ -22,7 +22,7 @@ def _entry(ms: float, ratio: float) -> dict:
 
 
 def _doc() -> dict:
-    """A bench record of the shape gac.jobs.store_bench writes (two variants, one point)."""
+    """A bench record of the shape gac.jobs.bench.store_bench writes (two variants, one point)."""
     variants = []
     for label, ms, ratio in (("Baseline", 10.0, 1.0), ("ASVD", 8.0, 0.8)):
         e = _entry(ms, ratio)

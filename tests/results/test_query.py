@@ -59,7 +59,7 @@ def _report_keys(monkeypatch, argv) -> set[str]:
 
 def _bench_keys(monkeypatch, argv) -> set[str]:
     """The records ``gac bench`` would measure for ``argv`` (stopped before anything is built)."""
-    import gac.jobs.store_bench as bench
+    import gac.jobs.bench.store_bench as bench
 
     got = []
 

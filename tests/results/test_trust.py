@@ -52,7 +52,7 @@ def test_ratios_equal_up_to_float_drift_are_one_point():
 
 
 def test_a_swept_range_gives_one_point_per_ratio():
-    from gac.jobs.sweep import sweep_points
+    from gac.jobs.sweep.points import sweep_points
 
     pts = sweep_points(["ratio=0.3,0.30000000000000004"]) + sweep_points(["ratio=range(0.1,0.5,0.1)"])
     keys = [p["key"] for p in pts]
@@ -112,10 +112,10 @@ def test_a_full_disk_is_recorded_as_disk_full(fs_1m, tmp_path, monkeypatch, stag
     status says so; with only the record left to write, the reserve lets the record itself through."""
     from omegaconf import OmegaConf
 
-    import gac.jobs.loading as loading
-    from gac.jobs.command_line import compose_config
-    from gac.jobs.config import spec_from_config
-    from gac.jobs.recipe import run_config
+    import gac.jobs.run.loading as loading
+    from gac.jobs.config.command_line import compose_config
+    from gac.jobs.config.build import spec_from_config
+    from gac.jobs.run.recipe import run_config
     from gac.launch.status import point_state
 
     eval_ = ["eval.tasks=[]", "eval.latency=false", "eval.ppl_max_windows=1", "eval.ppl_seq_len=32"]

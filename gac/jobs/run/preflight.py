@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gac.errors import GacError
-from gac.jobs.loading import job_model_config, model_max_positions
-from gac.jobs.spec import JobSpec, task_files_of
+from gac.jobs.run.loading import job_model_config, model_max_positions
+from gac.jobs.config.spec import JobSpec, task_files_of
 from gac.registry import KNOWN_GPUS, gpu_name_matches
 from gac.results import ResultsStore
 
@@ -21,7 +21,7 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
     is touched): the job's device, model and sequence lengths (check_job_here), the model's files match their config,
     the store is writable with room to spare and its entries for this key are what gac makes, the task files match
     their task's schema, the checkpoint path is free. ``overrides``: the job's, for the fetch command an offline node
-    names (:func:`gac.jobs.inputs.check_offline`)."""
+    names (:func:`gac.jobs.run.inputs.check_offline`)."""
     check_job_here(spec, overrides)
     if not spec.random_weights and (force or not store.is_done(spec.key)):  # a done point needs no model
         from gac.models import check_model_files
@@ -57,7 +57,7 @@ def check_job_here(spec: JobSpec, overrides: Sequence[str] = ()) -> None:
             raise GacError(f"this job runs on {spec.device} (gpu={spec.gpu}), but this machine has {have}; run it on a "
                            f"GPU node (e.g. hydra/launcher=slurm_h100), or use gpu=cpu here")
         check_gpu_name(spec.gpu, spec.device, cuda_device_name(torch.device("cuda", index)))
-    from gac.jobs.inputs import check_offline, is_hub_model
+    from gac.jobs.run.inputs import check_offline, is_hub_model
 
     hub = is_hub_model(spec.model_spec)
     if not spec.random_weights and not hub:
@@ -107,7 +107,7 @@ def check_job_here(spec: JobSpec, overrides: Sequence[str] = ()) -> None:
 def check_layers_here(compressor, model_spec: str, where: str, arch: dict | None = None) -> None:
     """The compressor's layer selection picks layers this model has (from its config alone; nothing when the config
     cannot be had offline: loading reports that itself)."""
-    from gac.jobs.loading import model_config_offline
+    from gac.jobs.run.loading import model_config_offline
 
     config = model_config_offline(model_spec, arch)
     n = getattr(config, "num_hidden_layers", None)

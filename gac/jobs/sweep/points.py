@@ -1,7 +1,7 @@
 """A multirun's points, expanded and checked before anything is launched: :func:`expand_sweep` (the override list
 of every point, in the order of Hydra's basic sweeper), :func:`sweep_points` (each point composed and validated)
 and :class:`SweepCallback` (enabled in ``conf/config.yaml``), which checks every point of a multirun before launch
-(an invalid value anywhere fails the whole sweep up front) and ends it with its report (:mod:`gac.jobs.sweep_end`:
+(an invalid value anywhere fails the whole sweep up front) and ends it with its report (:mod:`gac.jobs.sweep.end`:
 each point's outcome, the bench, the table).
 """
 
@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from gac.errors import GacError
-from gac.jobs.command_line import compose_config, group_options, is_swept, parse_overrides
-from gac.jobs.compose import CONF_DIR
+from gac.jobs.config.command_line import compose_config, group_options, is_swept, parse_overrides
+from gac.jobs.config.compose import CONF_DIR
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,8 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
     overrides compose to."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.axes import check_sweep
-    from gac.jobs.config import spec_from_config
+    from gac.jobs.config.axes import check_sweep
+    from gac.jobs.config.build import spec_from_config
 
     hydra = [*hydra_overrides, *(o for o in overrides if is_hydra_override(o))]
     task = [o for o in overrides if not is_hydra_override(o)]
@@ -117,7 +117,7 @@ def sweep_points(overrides: Sequence[str], config_dir: str | os.PathLike | None 
         except GacError as e:
             raise GacError(f"sweep point [{' '.join(job)}]: {e}") from None
         points.append({"overrides": job, "config": container, "spec": spec, "key": spec.key})
-    check_sweep(points, config_dir)  # an axis a point cannot use (gac.jobs.axes)
+    check_sweep(points, config_dir)  # an axis a point cannot use (gac.jobs.config.axes)
     return points
 
 
@@ -127,14 +127,14 @@ def _sweeper_params(cfg) -> dict:
     return OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
 
 
-try:  # Hydra is a hard dependency, but keep `import gac.jobs.sweep` cheap to fail clearly
+try:  # Hydra is a hard dependency, but keep `import gac.jobs.sweep.points` cheap to fail clearly
     from hydra.experimental.callback import Callback as _Callback
 except ImportError:  # pragma: no cover
     _Callback = object
 
 
 class SweepCallback(_Callback):
-    """Checks a multirun's every point before launch; ends it with its report (:mod:`gac.jobs.sweep_end`): here for
+    """Checks a multirun's every point before launch; ends it with its report (:mod:`gac.jobs.sweep.end`): here for
     an in-process sweep, from the end-of-sweep Slurm job's report for a Slurm one."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
@@ -142,19 +142,19 @@ class SweepCallback(_Callback):
             points = sweep_points(list(config.hydra.overrides.task), sweeper_params=_sweeper_params(config),
                                   hydra_overrides=hydra_overrides_of(config))
             if (config.get("bench") or {}).get("after_sweep"):
-                from gac.jobs.store_bench import check_bench_overrides
+                from gac.jobs.bench.store_bench import check_bench_overrides
 
                 check_bench_overrides(list(config.bench.get("overrides") or []))
             if _is_slurm(config):  # the launcher's own values (numbers, env names), before asking the cluster
-                from gac.jobs.slurm_site import check_values
+                from gac.jobs.sweep.slurm_site import check_values
 
                 check_values(_launcher_settings(config))
         except GacError as e:
             print(f"experiments/run.py: error: {e}\nnothing was launched.", file=sys.stderr)
             sys.exit(2)
         if _is_slurm(config):
-            from gac.jobs.inputs import check_sweep_offline
-            from gac.jobs.slurm_site import check_slurm
+            from gac.jobs.run.inputs import check_sweep_offline
+            from gac.jobs.sweep.slurm_site import check_slurm
 
             try:
                 check_slurm(_launcher_settings(config), gpu=(config.get("gpu") or {}).get("name"))
@@ -163,13 +163,13 @@ class SweepCallback(_Callback):
                 print(f"experiments/run.py: error: {e}", file=sys.stderr)
                 sys.exit(2)
         log.info("sweep checked: %d points", len(points))
-        from gac.jobs.sweep_end import note_points
+        from gac.jobs.sweep.end import note_points
 
         self._points = [{"overrides": p["overrides"], "key": p["key"]} for p in points]
         note_points(config.hydra.sweep.dir, self._points)  # for the Slurm launcher's end-of-sweep job
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        from gac.jobs.sweep_end import finish_sweep, submitted, sweep_plan, unfinished
+        from gac.jobs.sweep.end import finish_sweep, submitted, sweep_plan, unfinished
 
         plan = submitted(config.hydra.sweep.dir)
         if plan is not None:  # a Slurm sweep: its end-of-sweep job did (or will do) the bench, table and report

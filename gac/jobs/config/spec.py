@@ -1,6 +1,6 @@
 """What a job is: :class:`JobSpec` (with its :class:`EvalSpec`) and the record key derived from it.
 
-:class:`EvalSpec` is also the ``eval`` group of the typed config (:mod:`gac.jobs.schema`): one dataclass, so the
+:class:`EvalSpec` is also the ``eval`` group of the typed config (:mod:`gac.jobs.config.schema`): one dataclass, so the
 config's defaults and the spec's cannot drift apart. Its annotations use :mod:`typing` because OmegaConf reads
 them at runtime.
 """
@@ -72,7 +72,7 @@ class JobSpec:
     offload_dir: str | None = None  # with device_map=auto: where units on disk keep their weights (not in the key)
     experiment: str = "default"
     sweep: str | None = None
-    #: a latency-budget plan's settings (strategy gac_latency, :mod:`gac.jobs.latency_plan`): budget_kind, budget_ms,
+    #: a latency-budget plan's settings (strategy gac_latency, :mod:`gac.jobs.run.latency_plan`): budget_kind, budget_ms,
     #: budget (a share of the unaligned plan's latency), source; None for every other strategy (and out of the key)
     latency: dict | None = None
 
@@ -143,8 +143,8 @@ def task_files_of(task_files) -> dict | None:
 class RunOptions:
     """How a job runs, beside what it computes (:class:`JobSpec`; never part of its key): the results store, whether
     a done job runs again, what an identical running job makes it do, where its checkpoint goes, its W&B logger, the
-    command line's overrides. Built by :func:`gac.jobs.config.job_from_config` from the config the schema checked
-    (:class:`gac.jobs.schema.GacConfig`'s defaults are the only defaults)."""
+    command line's overrides. Built by :func:`gac.jobs.config.build.job_from_config` from the config the schema checked
+    (:class:`gac.jobs.config.schema.GacConfig`'s defaults are the only defaults)."""
 
     results_dir: str
     force: bool
@@ -159,7 +159,7 @@ class RunOptions:
 @dataclass
 class Job:
     """One job, checked once: what it computes (``spec``), how it runs (``run``) and the resolved config its record
-    keeps (``config``). Every entry point that runs a job builds one (:func:`gac.jobs.config.job_from_config`)."""
+    keeps (``config``). Every entry point that runs a job builds one (:func:`gac.jobs.config.build.job_from_config`)."""
 
     spec: JobSpec
     run: RunOptions

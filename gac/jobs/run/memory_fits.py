@@ -11,8 +11,8 @@ import os
 
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.jobs.loading import job_model_config, model_config_offline
-from gac.jobs.spec import JobSpec
+from gac.jobs.run.loading import job_model_config, model_config_offline
+from gac.jobs.config.spec import JobSpec
 from gac.registry import BASELINE
 from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.jobs.spec import JobSpec
+from gac.jobs.config.spec import JobSpec
 from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE
 

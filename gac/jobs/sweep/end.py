@@ -8,7 +8,7 @@ was lost), runs the bench over the done points when the sweep asks for one, and 
 ``<sweep_dir>/sweep-end.md`` (the points, the table) and ``sweep-end.json`` (the same as data). A point that failed
 never stops the others' table.
 
-The local launcher runs it in the launching process when the sweep ends (:class:`gac.jobs.sweep.SweepCallback`).
+The local launcher runs it in the launching process when the sweep ends (:class:`gac.jobs.sweep.points.SweepCallback`).
 A Slurm sweep runs it as one more Slurm job that depends on the array with ``afterany`` (:func:`end_job`, submitted by
 :mod:`gac.launch.slurm`), so that nothing has to stay alive on the login node: submit, log off, and come back to the
 report; ``gac launch status`` says where the array and that job are. The launcher tells the callback that the job
@@ -209,7 +209,7 @@ def _bench(plan: Mapping, done: Sequence[str]) -> tuple[str, str | None]:
     """The after-sweep bench over the done points, here: its record's path (or what went wrong, in one line) and its
     table. A failed bench is said, never turned into a failed end of sweep (the records are safe; ``gac bench``
     re-runs it)."""
-    from gac.jobs.store_bench import bench_after_sweep, describe
+    from gac.jobs.bench.store_bench import bench_after_sweep, describe
 
     try:
         doc = bench_after_sweep(plan["results_dir"], done, plan["bench"].get("overrides") or [])

@@ -1,8 +1,8 @@
 """The bridge between Hydra and the job: ``experiments/run.py`` (``gac-run``) calls :func:`run_from_hydra`, which
-runs the job's recipe (:func:`gac.jobs.recipe.run_config`) on the composed config and prints its record
-(:func:`format_record`). Tests and notebooks call :func:`gac.jobs.recipe.run_config` with a plain dict (for instance
-from :func:`gac.jobs.command_line.compose_config`). A sweep's points are expanded and checked before launch by
-:mod:`gac.jobs.sweep`; the command line itself by :mod:`gac.jobs.command_line`.
+runs the job's recipe (:func:`gac.jobs.run.recipe.run_config`) on the composed config and prints its record
+(:func:`format_record`). Tests and notebooks call :func:`gac.jobs.run.recipe.run_config` with a plain dict (for instance
+from :func:`gac.jobs.config.command_line.compose_config`). A sweep's points are expanded and checked before launch by
+:mod:`gac.jobs.sweep.points`; the command line itself by :mod:`gac.jobs.config.command_line`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from gac.errors import GacError
-from gac.jobs.sweep import FAILED_POINTS
+from gac.jobs.sweep.points import FAILED_POINTS
 
 
 def run_from_hydra(cfg) -> dict | None:
@@ -20,7 +20,7 @@ def run_from_hydra(cfg) -> dict | None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from gac.jobs.recipe import run_config
+    from gac.jobs.run.recipe import run_config
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN

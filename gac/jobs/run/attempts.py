@@ -196,7 +196,7 @@ class Attempt:
         return self.entry.get("stage")
 
     def __enter__(self) -> Attempt:
-        from gac.jobs.provenance import attempt_info
+        from gac.jobs.run.provenance import attempt_info
 
         out = self.outputs
         if self.fresh:  # a forced re-run measures everything again

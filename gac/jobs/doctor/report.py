@@ -94,7 +94,7 @@ def sensitivity_rows(record: Mapping) -> list[dict]:
 
 def shard_rows(record: Mapping) -> list[dict]:
     """The model's shards in the hub cache against its index (hub models only)."""
-    from gac.jobs.inputs import cached_shards, is_hub_model
+    from gac.jobs.run.inputs import cached_shards, is_hub_model
 
     spec = ((record.get("config") or {}).get("model") or {}).get("spec")
     load_s = (record.get("timings") or {}).get("load_s")

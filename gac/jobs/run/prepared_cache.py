@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gac.errors import GacError
 from gac.hashing import digest
-from gac.jobs.spec import JobSpec
+from gac.jobs.config.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

@@ -241,7 +241,7 @@ def is_hub_model(model_spec) -> bool:
 
 
 def job_inputs(spec) -> list[Input]:
-    """What the job ``spec`` (a :class:`gac.jobs.spec.JobSpec`) reads from outside gac (module docstring)."""
+    """What the job ``spec`` (a :class:`gac.jobs.config.spec.JobSpec`) reads from outside gac (module docstring)."""
     out: list[Input] = []
     if str(spec.model_spec) in FIXTURE_MODELS:
         out.append(Input("fixture", str(spec.model_spec)))

@@ -1,9 +1,9 @@
 """One job, as a recipe read top to bottom: load -> prepare -> plan -> apply -> evaluate -> record.
 
-:func:`run_config` turns a resolved config into the :class:`~gac.jobs.spec.Job`
-(:func:`gac.jobs.config.job_from_config`: what it computes, how it runs, the config its record keeps) and runs it;
+:func:`run_config` turns a resolved config into the :class:`~gac.jobs.config.spec.Job`
+(:func:`gac.jobs.config.build.job_from_config`: what it computes, how it runs, the config its record keeps) and runs it;
 :func:`run_job` runs a Job against its
-:class:`~gac.results.ResultsStore`: its lock, then one :class:`~gac.jobs.attempts.Attempt` through the steps of
+:class:`~gac.results.ResultsStore`: its lock, then one :class:`~gac.jobs.run.attempts.Attempt` through the steps of
 :class:`Recipe`, then its record. Every step runs in one :class:`StageContext`, which announces it (to the attempt,
 the loggers, any injected fault), times it and meters it (wall time and peak memory, the record's ``memory``).
 
@@ -14,9 +14,9 @@ The levels, by name: a *step* of this recipe (:meth:`Recipe.load`, ``prepare``, 
 ``load``; ``gac evaluate`` calls the library's evaluation with its own protocol flags.
 
 Resumption. Every finished stage leaves its output under ``<results_dir>/work/<key>/``
-(:mod:`gac.jobs.attempts`); a job that is requeued after a timeout or preemption, or simply launched again, skips
+(:mod:`gac.jobs.run.attempts`); a job that is requeued after a timeout or preemption, or simply launched again, skips
 what is there. Scores and factorizations are cached under ``<results_dir>/cache/prepared/``
-(:mod:`gac.jobs.prepared_cache`) so the other points of a ratio or strategy sweep re-use them. Nothing here reads
+(:mod:`gac.jobs.run.prepared_cache`) so the other points of a ratio or strategy sweep re-use them. Nothing here reads
 Hydra objects.
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gac.errors import ConfigRefused, GacError
-from gac.jobs.attempts import Attempt
-from gac.jobs.config import PROFILE_MODES
-from gac.jobs.spec import Job, JobSpec, task_files_of
+from gac.jobs.run.attempts import Attempt
+from gac.jobs.config.build import PROFILE_MODES
+from gac.jobs.config.spec import Job, JobSpec, task_files_of
 from gac.progress import stage_done
 from gac.results import ResultsStore
 
@@ -48,7 +48,7 @@ PREPARE_STAGE_TIMINGS = ("calibration_s", "gradients_s", "score_s", "factorize_s
 def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None = None) -> dict:
     """Validate ``cfg`` (a resolved config as a plain dict), run the job, return its record."""
     from gac.checks import check_environment
-    from gac.jobs.config import job_from_config
+    from gac.jobs.config.build import job_from_config
     from gac.progress import quiet_libraries, set_quiet
 
     check_environment()  # the environment of the node the job runs on, before any work
@@ -57,7 +57,7 @@ def run_config(cfg: dict, overrides: Sequence[str] = (), sweep_dir: str | None =
         set_quiet(job.run.quiet)
     quiet_libraries(verbose=job.run.verbose)
     if overrides and sweep_dir is None:  # a sweep's points were checked together when it started (SweepCallback)
-        from gac.jobs.axes import check_overrides
+        from gac.jobs.config.axes import check_overrides
 
         check_overrides(job.spec, cfg, overrides)  # a setting this job cannot use: refused before any work
     return run_job(job)
@@ -75,9 +75,9 @@ def run_job(job: Job, store: ResultsStore | None = None, loggers: Sequence | Non
     (``"skip"``). A failure is written to the store with its error (``failures/<key>/``) and re-raised; each
     attempt (completed, failed, or interrupted by a kill) is kept in the record's ``attempts`` with its own timings.
     """
-    from gac.jobs.preflight import preflight
-    from gac.jobs.provenance import checkout_at_start
-    from gac.jobs.tracking import append_event, build_loggers
+    from gac.jobs.run.preflight import preflight
+    from gac.jobs.run.provenance import checkout_at_start
+    from gac.jobs.tracking.loggers import append_event, build_loggers
     from gac.results.store import results_root
 
     spec, run = job.spec, job.run
@@ -145,8 +145,8 @@ class JobRun:
 def _run_attempt(run: JobRun) -> dict:
     """The job under its lock, top to bottom: one attempt through the steps, then its record (or its failure
     record)."""
-    from gac.jobs.memory_fits import check_job_fits
-    from gac.jobs.tracking import append_event
+    from gac.jobs.run.memory_fits import check_job_fits
+    from gac.jobs.tracking.loggers import append_event
 
     job, spec, store, key = run.job, run.job.spec, run.store, run.key
     with Attempt(store, key, fresh=job.run.force) as attempt, _finishing(run.loggers, key):
@@ -239,7 +239,7 @@ class Compressed:
     plan: dict
     report: dict
     profile: dict | None
-    latency: dict | None = None  # a latency-budget plan's block (gac.jobs.latency_plan): the record's latency_budget
+    latency: dict | None = None  # a latency-budget plan's block (gac.jobs.run.latency_plan): the record's latency_budget
 
 
 @dataclass
@@ -269,9 +269,9 @@ class Recipe:
         self.estimate = None  # the memory estimate made before loading (record["memory"]["estimate"])
 
     def load(self, estimate=None):
-        """The model and tokenizer (:func:`gac.jobs.loading.load_job_model`); ``estimate``: the memory estimate made
+        """The model and tokenizer (:func:`gac.jobs.run.loading.load_job_model`); ``estimate``: the memory estimate made
         before loading (a model spread over devices keeps its working set free on each GPU)."""
-        from gac.jobs import loading
+        from gac.jobs.run import loading
 
         spec = self.spec
         self.estimate = estimate
@@ -288,7 +288,7 @@ class Recipe:
 
     def prepare(self, model, tokenizer, refresh: bool = False, on_wait=None):
         """Calibration, scores and factorization (paper Step 1), or the shared cache entry of an identical one."""
-        from gac.jobs.prepared_cache import prepare_cached
+        from gac.jobs.run.prepared_cache import prepare_cached
 
         spec, stages = self.spec, self.stages
         with stages.stage("prepare", timing="compress_prepare_s", meter="prepare"):
@@ -311,7 +311,7 @@ class Recipe:
             filt, profile = candidate_filter(spec, targets, self.cache_dir)
         planned = Planned(targets, budget, filt, profile)
         if spec.latency is not None:
-            from gac.jobs.latency_plan import latency_plan
+            from gac.jobs.run.latency_plan import latency_plan
 
             t0 = time.perf_counter()
             plan, planned.latency = latency_plan(spec, model, targets, budget, filt, self.cache_dir)
@@ -342,7 +342,7 @@ class Recipe:
     def save(compressed: Compressed, tokenizer, path, overwrite: bool = False, replace_hint: str | None = None):
         """The compressed model as a gac checkpoint at ``path`` (its recipe and plan with it)."""
         from gac.compression.checkpoint import save_checkpoint
-        from gac.jobs.preflight import SAVE_MODEL_REPLACE
+        from gac.jobs.run.preflight import SAVE_MODEL_REPLACE
 
         return save_checkpoint(compressed.model, tokenizer, path, recipe=compressed.report["recipe"],
                                overwrite=overwrite, replace_hint=replace_hint or SAVE_MODEL_REPLACE)
@@ -385,7 +385,7 @@ def evaluate_job(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, m
 # ------------------------------------------------------------------------------------------------------ the record
 def _record(run: JobRun, recipe: Recipe, compressed: Compressed | None, measured: dict, model) -> dict:
     """The record of a completed attempt (what :meth:`ResultsStore.write_record` stores)."""
-    from gac.jobs.provenance import job_provenance
+    from gac.jobs.run.provenance import job_provenance
 
     spec, attempt = run.job.spec, recipe.stages.attempt
     plan = compressed.plan if compressed else None
@@ -451,8 +451,8 @@ def _record_failure(e: BaseException, run: JobRun, attempt: Attempt, recipe: Rec
     """End the attempt as failed (or interrupted) and write the failure record; returns the error to raise: ``e``
     itself, or one line naming the stage, the estimate and the fix for an out-of-memory error (the traceback stays
     in the failure record)."""
-    from gac.jobs.memory_fits import is_out_of_memory, out_of_memory
-    from gac.jobs.provenance import safe_provenance
+    from gac.jobs.run.memory_fits import is_out_of_memory, out_of_memory
+    from gac.jobs.run.provenance import safe_provenance
 
     spec, key = run.job.spec, run.key
     attempt.release_space()  # on a full disk: room for the attempt's outcome and the failure record

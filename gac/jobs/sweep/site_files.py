@@ -48,11 +48,11 @@ def check_site_files(conf_dir: str | os.PathLike) -> None:
 
 
 def launcher_keys() -> set[str]:
-    """The settings of gac's Slurm launcher (:class:`gac.jobs.schema.GacSlurmConf`), empty without hydra-submitit."""
+    """The settings of gac's Slurm launcher (:class:`gac.jobs.config.schema.GacSlurmConf`), empty without hydra-submitit."""
     from dataclasses import fields
 
     try:
-        from gac.jobs.schema import GacSlurmConf
+        from gac.jobs.config.schema import GacSlurmConf
     except ImportError:  # pragma: no cover - hydra-submitit is a dependency
         return set()
     return {f.name for f in fields(GacSlurmConf) if not f.name.startswith("_")}

@@ -13,8 +13,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from gac.jobs.doctor_check import Check
-from gac.jobs.doctor_check import guard as _guard
+from gac.jobs.doctor.check import Check
+from gac.jobs.doctor.check import guard as _guard
 from gac.registry import BASELINE_LABEL
 
 

@@ -21,8 +21,8 @@ torch.utils.collect_env`` and ``accelerate env`` but for what gac depends on:
   device's dtype (ASVD's sensitivity search, SVD-LLM's whitening, PaLU's Fisher rank search, LLM-Pruner's Taylor
   scores), each reporting the path its stages took: the search's layer cache or its full-forward fallback (a FAIL:
   every probe of the real search would cost a whole forward), the gradient pass's dtype and its fraction of
-  exactly-zero gradients (a FAIL above :data:`gac.jobs.doctor_runs.MAX_ZERO_GRADIENTS`: underflow), any whitening fallback, and the
-  compressed perplexity (a FAIL when not finite or above :data:`gac.jobs.doctor_runs.MAX_PPL_GROWTH` x the dense one).
+  exactly-zero gradients (a FAIL above :data:`gac.jobs.doctor.runs.MAX_ZERO_GRADIENTS`: underflow), any whitening fallback, and the
+  compressed perplexity (a FAIL when not finite or above :data:`gac.jobs.doctor.runs.MAX_PPL_GROWTH` x the dense one).
 
 Each check is ``PASS`` / ``FAIL`` (with the reason) or ``INFO`` (a fact, not judged: CUDA absent on a CPU node).
 The command exits 1 when any check failed, else 0. Profiler sessions come last (after every timed call), since a
@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass
 
 from gac.dtypes import dtype_str
 from gac.errors import GacError
-from gac.jobs.doctor_check import Check
-from gac.jobs.doctor_check import guard as _guard
-from gac.jobs.doctor_runs import default_checks, smoke_check
+from gac.jobs.doctor.check import Check
+from gac.jobs.doctor.check import guard as _guard
+from gac.jobs.doctor.runs import default_checks, smoke_check
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ refused before any work, in a single run as in a sweep, instead of launching a j
 report) that differs from another only by a value nothing reads.
 
 Each :class:`Axis` names the config keys (and config groups) that set it and says, for a job (its
-:class:`~gac.jobs.spec.JobSpec` and resolved config), why the job cannot use it, or None when it can. A setting the
+:class:`~gac.jobs.config.spec.JobSpec` and resolved config), why the job cannot use it, or None when it can. A setting the
 job cannot use, given a value other than the job would have had without it, is refused:
 
 * in a single run (:func:`check_overrides`; ``gac compress`` and ``gac evaluate`` flags away from their defaults,
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from gac.align.strategies import OWN_CANDIDATES
 from gac.errors import GacError
-from gac.jobs.spec import JobSpec
+from gac.jobs.config.spec import JobSpec
 
 #: strategies that read d* alone, never a score (gac.align.strategies and gac.align.authors_dp)
 SCORE_FREE = ("round_nearest", "round_up", "round_down", "round_to")
@@ -288,8 +288,8 @@ def _changes_config(cfg: Mapping, overrides: Sequence[str], i: int, axis: Axis, 
     equal to what the job would have had anyway is harmless)."""
     from omegaconf import OmegaConf
 
-    from gac.jobs.compose import compose
-    from gac.jobs.schema import register
+    from gac.jobs.config.compose import compose
+    from gac.jobs.config.schema import register
     from gac.results.query import config_value
 
     register()

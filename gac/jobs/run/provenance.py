@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 
-from gac.jobs.spec import JobSpec
+from gac.jobs.config.spec import JobSpec
 
 SLURM_IDS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")
 
@@ -39,7 +39,7 @@ def job_provenance(spec: JobSpec) -> dict:
         p["git_commit"], p["git_dirty"] = start[0], True
     p["seed"] = spec.seed
     p.update(slurm_ids())
-    from gac.jobs.slurm_site import ENV_FILE_VAR
+    from gac.jobs.sweep.slurm_site import ENV_FILE_VAR
 
     if os.environ.get(ENV_FILE_VAR):  # a Slurm job that read its launch's environment file
         p["launch_env_file"] = os.environ[ENV_FILE_VAR]

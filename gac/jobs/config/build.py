@@ -1,7 +1,7 @@
 """Config -> job: :func:`job_from_config` (:func:`spec_from_config` for the spec alone) turns a resolved config (a plain dict: a composed Hydra config, or one
-typed by hand) into a :class:`~gac.jobs.spec.JobSpec`, checked once before any heavy work.
+typed by hand) into a :class:`~gac.jobs.config.spec.JobSpec`, checked once before any heavy work.
 
-The types and keys are the schema's (:mod:`gac.jobs.schema`, applied first); the names (compressor, strategy,
+The types and keys are the schema's (:mod:`gac.jobs.config.schema`, applied first); the names (compressor, strategy,
 proxy, allocation, knapsack score) are the registry's (:mod:`gac.registry`); the ranges of numbers, the devices and
 the model's own data are checked here. Every error names the key and the fix.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gac.errors import GacError, unknown_name
-from gac.jobs.spec import EvalSpec, Job, JobSpec, RunOptions, task_files_of
+from gac.jobs.config.spec import EvalSpec, Job, JobSpec, RunOptions, task_files_of
 from gac.registry import BASELINE
 from gac.results.keys import canonical_number
 from gac.results.query import MISSING, config_value
@@ -43,9 +43,9 @@ def job_from_config(cfg: dict, overrides=(), sweep_dir: str | None = None) -> Jo
     names and the ranges; the run options from the same checked config. ``overrides``: the command line's (the
     record keeps them); ``sweep_dir``: a sweep point's directory (the spec's ``sweep`` when the config names none).
     Every error names the key and the fix."""
-    from gac.jobs.schema import validate_config
+    from gac.jobs.config.schema import validate_config
 
-    checked = validate_config(cfg)  # types and keys (gac.jobs.schema), defaults filled in
+    checked = validate_config(cfg)  # types and keys (gac.jobs.config.schema), defaults filled in
     data = _model_data(checked)  # the model's label and data: worked out once (a checkpoint's header read once)
     spec = _build_spec(_with_model_data(checked, data))
     if spec.sweep is None and sweep_dir is not None:
@@ -133,7 +133,7 @@ def _build_spec(cfg: dict) -> JobSpec:
     latency = latency_settings(cfg, strategy, str(_get(cfg, "gpu.name", "cpu")))
     wandb = _get(cfg, "logger.wandb")
     if isinstance(wandb, dict):  # the job's logger, checked with its config (not once it has run)
-        from gac.jobs.tracking import check_wandb_names
+        from gac.jobs.tracking.loggers import check_wandb_names
 
         check_wandb_names(wandb.get("project"), wandb.get("entity"), wandb.get("tags") or ())
     spec = JobSpec(
@@ -183,7 +183,7 @@ def _check_engine(spec: JobSpec) -> None:
     if name not in ENGINES:  # a known name first; its packages once the job can use it
         raise GacError(f"config: eval.engine: {unknown_name('engine', name, ENGINES)}")
     if name == "torch" or not spec.eval.latency:
-        return  # an unused eval.engine is the axes' refusal (gac.jobs.axes)
+        return  # an unused eval.engine is the axes' refusal (gac.jobs.config.axes)
     why = None
     if spec.device != "cpu":
         why = f"it runs on the CPU here and the job runs on {spec.device}: give gpu=cpu"
@@ -218,7 +218,7 @@ def _check_random_weights(spec: JobSpec) -> None:
     if spec.eval.tasks:
         raise GacError(f"config: {fix}, so eval.tasks cannot run on it; set eval.tasks=[] (or eval=none)")
     if not spec.is_baseline and spec.calibration.get("source") != "random":
-        from gac.jobs.axes import AXES, why_unused
+        from gac.jobs.config.axes import AXES, why_unused
 
         calibration = next(a for a in AXES if a.keys[0] == "calibration")
         if why_unused(calibration, spec, {}) is None:

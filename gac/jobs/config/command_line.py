@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.jobs.compose import compose, conf_root, hydra_text
+from gac.jobs.config.compose import compose, conf_root, hydra_text
 
 
 def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None,
@@ -21,8 +21,8 @@ def compose_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike 
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from gac.jobs.schema import register
-    from gac.jobs.site_files import check_site_files
+    from gac.jobs.config.schema import register
+    from gac.jobs.sweep.site_files import check_site_files
 
     register()  # conf/config.yaml composes the typed schema first
     d = str(conf_root(config_dir))
@@ -156,7 +156,7 @@ def _hydra_message(e: Exception, parsed, conf_dir: str) -> str:
         if leaf != o.key_or_group and "." not in leaf and f"Key '{leaf}' not in" in msg:
             import difflib
 
-            from gac.jobs.site_files import launcher_keys
+            from gac.jobs.sweep.site_files import launcher_keys
 
             close = difflib.get_close_matches(leaf, sorted(launcher_keys()), n=3, cutoff=0.6)
             if close:
@@ -284,7 +284,7 @@ def check_command_line(argv: Sequence[str]) -> None:
     key exits with code 2 and one line (with suggestions) instead of Hydra's multi-line error and code 1.
 
     Only plain runs and ``-m`` sweeps are checked (``--help``, ``--cfg`` and the like are Hydra's own); swept
-    values (``a,b``, ``range(...)``) are left to :class:`gac.jobs.sweep.SweepCallback`, which checks every point."""
+    values (``a,b``, ``range(...)``) are left to :class:`gac.jobs.sweep.points.SweepCallback`, which checks every point."""
     flags = [a for a in argv if a.startswith("-")]
     if any(f not in ("-m", "--multirun") for f in flags):
         return

@@ -1,14 +1,14 @@
 """The side-by-side bench over a results store (``gac bench``, ``experiments/bench.py``, the after-sweep bench).
 
 :func:`bench_store` selects records (sweep / experiment / record keys / ``--where``: :mod:`gac.results.query`), turns
-each into a variant (:mod:`gac.jobs.bench_variants`: its structure, no weights) beside the uncompressed baseline of
+each into a variant (:mod:`gac.jobs.bench.variants`: its structure, no weights) beside the uncompressed baseline of
 the same model, validates everything, measures them with
 :func:`gac.evaluation.bench.run_bench` and writes one bench record to ``<results_dir>/bench/<key>.json``. The key
 is a hash of the measured record keys (and plan contents), the device, the points and the protocol: running the
 same bench again returns the stored one (``force`` measures again, beside it). Nothing is written on bad input.
 
 :func:`bench_from_config` is the same from a plain config dict (``conf/bench.yaml``); :func:`bench_after_sweep`
-runs it when a multirun ends, where the end of the sweep runs (:mod:`gac.jobs.sweep_end`).
+runs it when a multirun ends, where the end of the sweep runs (:mod:`gac.jobs.sweep.end`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.jobs.bench_variants import build_variants, config_of, is_baseline_record, plan_variants
-from gac.jobs.compose import compose
+from gac.jobs.bench.variants import build_variants, config_of, is_baseline_record, plan_variants
+from gac.jobs.config.compose import compose
 from gac.results import ResultsStore, config_key
 from gac.results.query import parse_where, select_records
 
@@ -314,8 +314,8 @@ def compose_bench(overrides: Sequence[str] = ()) -> dict:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from gac.jobs.compose import conf_root, hydra_text
-    from gac.jobs.site_files import check_site_files
+    from gac.jobs.config.compose import conf_root, hydra_text
+    from gac.jobs.sweep.site_files import check_site_files
 
     check_site_files(conf_root())
     try:
@@ -364,7 +364,7 @@ def bench_from_hydra(cfg) -> dict | None:
 def bench_after_sweep(results_dir: str | os.PathLike, keys: Sequence[str], overrides: Sequence[str] = ()
                       ) -> dict | None:
     """The bench a multirun asks for (``bench.after_sweep: true``) over its done points' ``keys``, measured here
-    (:mod:`gac.jobs.sweep_end` runs it where the end of the sweep runs: the launching process of a local sweep, the
+    (:mod:`gac.jobs.sweep.end` runs it where the end of the sweep runs: the launching process of a local sweep, the
     end-of-sweep Slurm job of a Slurm one). ``overrides``: ``bench.overrides`` (``conf/bench.yaml`` settings).
     Returns the bench document, or None when no compressed point is done."""
     results_dir = str(Path(results_dir).expanduser().resolve())

@@ -4,8 +4,8 @@
 key of a group (``align.window=abc`` or a typo'd key in a group file fail at composition, the file or override named).
 :func:`validate_config` applies the same schema to a plain dict (tests and notebooks build configs by hand) and turns
 OmegaConf's error into one :class:`~gac.errors.GacError` line with close matches. Ranges and names (ratio in (0, 1),
-known compressors, strategies, tasks...) are checked by :func:`gac.jobs.config.spec_from_config`, which applies this
-schema first; the ``eval`` group is the job's own :class:`~gac.jobs.spec.EvalSpec`.
+known compressors, strategies, tasks...) are checked by :func:`gac.jobs.config.build.spec_from_config`, which applies this
+schema first; the ``eval`` group is the job's own :class:`~gac.jobs.config.spec.EvalSpec`.
 
 The top level is open (``+my_label=...`` adds a key); groups are closed (an unknown key is a typo).
 """
@@ -17,7 +17,7 @@ from omegaconf import MISSING
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
 from gac.errors import GacError
-from gac.jobs.spec import EvalSpec
+from gac.jobs.config.spec import EvalSpec
 from gac.registry import DEFAULT_KNAPSACK_SCORE
 from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN, CALIBRATION_SOURCE
 
@@ -58,7 +58,7 @@ class AlignConfig:
     window: int = DEFAULT_WINDOW  # the conf/align files leave it to this default
     use_profile: bool = True
     knapsack_score: str = DEFAULT_KNAPSACK_SCORE
-    # align=gac_latency only (conf/align/gac_latency.yaml; gac.jobs.latency_plan): null for every other strategy
+    # align=gac_latency only (conf/align/gac_latency.yaml; gac.jobs.run.latency_plan): null for every other strategy
     budget_kind: Optional[str] = None  # noqa: UP045 - latency | min_latency
     latency_budget_ms: Optional[float] = None  # noqa: UP045 - the prefill's latency budget in ms
     latency_budget: Optional[float] = None  # noqa: UP045 - the budget as a share of the reference plan's latency

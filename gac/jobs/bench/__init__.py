@@ -1,0 +1,1 @@
+"""The bench of a stored sweep (:mod:`.store_bench`, :mod:`.variants`)."""

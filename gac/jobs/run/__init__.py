@@ -1,0 +1,1 @@
+"""One job run: the recipe (:mod:`.recipe`: load -> prepare -> plan -> apply -> evaluate -> record), its Hydra bridge (:mod:`.experiment`) and what a run uses (attempts, preflight, loading, memory fits, the prepared cache, the latency plan, provenance, inputs)."""

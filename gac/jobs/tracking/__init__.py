@@ -1,0 +1,1 @@
+"""The run loggers (:mod:`.loggers`: the disk event log and W&B)."""
