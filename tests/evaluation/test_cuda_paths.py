@@ -84,7 +84,7 @@ def test_bench_visit_times_on_the_bench_device(monkeypatch):
     model = lambda **k: None  # noqa: E731
     p = {"timer": "cuda_events", "warmup": 1, "iters": 2}
     out, wall = {(1, 8): []}, {(1, 8): []}
-    bench._visit(model, {(1, 8): None}, None, p, CUDA1, "resident", None, out, [], wall)
+    bench._visit(bench._Cell(model), {(1, 8): None}, None, p, CUDA1, "resident", None, out, [], wall)
     assert out[(1, 8)] == [2.5]
     fake.assert_all_on(CUDA1)
 
