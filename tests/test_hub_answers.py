@@ -55,7 +55,17 @@ def hub(monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    # the offline flags are read once, at import: the conftest's HF_HUB_OFFLINE=1 holds them if an earlier test
+    # imported huggingface_hub / datasets, whatever this test's environment says
+    import datasets.config
+    import huggingface_hub.constants
+    from huggingface_hub import close_session
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    close_session()  # the hub client's session reads the proxy variables when it is made
     yield start
+    close_session()
     for srv, t in servers:
         srv.shutdown()
         srv.server_close()

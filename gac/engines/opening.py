@@ -49,9 +49,10 @@ def engines_for(model, tokenizer=None) -> list[str]:
     return [e for e in ENGINES if _why_not(e, model, tokenizer) is None]
 
 
-def check_engine(name: str, model=None, tokenizer=None, quant: str | None = None) -> str | None:
+def check_engine(name: str, model=None, tokenizer=None, quant: str | None = None, packages: bool = True) -> str | None:
     """``name`` checked before any work: a known engine, ``quant`` one it takes (llama.cpp: a GGUF type, default
-    f32; the others: none), given ``model`` a model it can run, and its packages installed. Returns the quant.
+    f32; the others: none), given ``model`` a model it can run, and (``packages``) its packages installed. Returns
+    the quant.
     Each refusal is one :class:`GacError` line; a missing package names ``pip install 'gac[engines]'``."""
     from gac.export.engines import require
     from gac.export.expressible import check_quant
@@ -67,7 +68,7 @@ def check_engine(name: str, model=None, tokenizer=None, quant: str | None = None
         if why:
             can = [e for e in engines_for(model, tokenizer) if e != name]
             raise GacError(f"engine {name} cannot run this model: {why}; engines that can: {', '.join(can)}")
-    if name in FORMAT:
+    if packages and name in FORMAT:
         require(FORMAT[name], f"engine {name}")
     return quant
 

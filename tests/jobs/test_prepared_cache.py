@@ -29,7 +29,7 @@ def test_the_resume_file_is_keyed_by_the_entry_and_dropped_after_it_is_written(m
     assert PC.sensitivity_resume_path(cache / "prepared" / f"{key}.safetensors") == expect
     seen = []
 
-    def fake(spec_, model, tok, resume=None, fail=False):
+    def fake(spec_, model, tok, resume=None, sensitivity_limit_s=None, fail=False):
         seen.append(resume)
         resume.parent.mkdir(parents=True, exist_ok=True)
         resume.write_text("{}")  # rows of a search in progress

@@ -192,12 +192,14 @@ def engine_inputs(engines, variants, ident: dict):
         from gac.models import load_model
 
         _, tokenizer = load_model(ident["spec"], dtype="float32")
-    for name in engines:
+    for name in engines:  # every model first: installing the packages would not help a model an engine cannot run
         for v in variants:
             try:
-                check_engine(name, v.structure.skeleton(), tokenizer if name == "llama.cpp" else None)
+                check_engine(name, v.structure.skeleton(), tokenizer if name == "llama.cpp" else None, packages=False)
             except GacError as e:
                 raise GacError(f"{v.label}: {e}") from None
+    for name in engines:
+        check_engine(name)
     return tokenizer
 
 
