@@ -11,6 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from gac.errors import GacError
+from gac.export.engines import NEEDS
 from gac.jobs.config.command_line import compose_config
 from gac.jobs.config.build import job_from_config
 
@@ -23,14 +24,14 @@ def _job(tmp_path, *overrides):
     return job_from_config(cfg).spec
 
 
+_REAL_SPEC = importlib.util.find_spec
+_ENGINE_MODULES = {mod for needs in NEEDS.values() for mod, _ in needs}  # what the engines import, from their one list
+
+
 @pytest.fixture
 def engines_present(monkeypatch):
     """The engines' packages seen as installed (CI's default tier has none): the config's checks, not the packages."""
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n in _ENGINE_MODULES else _REAL_SPEC(n, *a))
-
-
-_REAL_SPEC = importlib.util.find_spec
-_ENGINE_MODULES = {"onnx", "onnxscript", "onnxruntime", "gguf", "llama_cpp"}
 
 
 def test_eval_engine_defaults_to_torch_and_keeps_the_keys(tmp_path, engines_present):
