@@ -38,6 +38,7 @@ import torch  # noqa: E402
 
 from gac.align.candidates import resolve_unit  # noqa: E402
 from gac.errors import GacError  # noqa: E402
+from gac.io import write_marked_block  # noqa: E402
 
 RATIO = 0.15  # Table 5's
 #: (label, strategy, unit) per model; gemma3's hidden 640 and MLP 2048 are llama.cpp-less here (ONNX only)
@@ -235,7 +236,8 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-BEGIN, END = "<!-- engine_alignment.py: begin -->", "<!-- engine_alignment.py: end -->"
+MARKER = "engine_alignment.py"  # the tables sit between <!-- engine_alignment.py: begin --> and its end marker
+BEGIN, END = f"<!-- {MARKER}: begin -->", f"<!-- {MARKER}: end -->"
 
 
 def write_doc(path: Path, table: str, doc: dict) -> None:
@@ -245,9 +247,7 @@ def write_doc(path: Path, table: str, doc: dict) -> None:
     text = path.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
         raise GacError(f"{path} has no {BEGIN} ... {END} block for the tables; add one where they go")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}", encoding="utf-8")
+    write_marked_block(path, MARKER, table)
 
 
 def main(argv=None) -> int:
