@@ -133,6 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compressors", nargs="+", default=list(COMPRESSORS))
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from gac.io import write_text_atomic
     from gac.provenance import provenance
 
     prov = provenance()
@@ -152,8 +153,9 @@ def main(argv=None) -> int:
             "torch": prov["packages"]["torch"], "transformers": prov["packages"]["transformers"],
             "seconds": time.perf_counter() - t0, "max_load": max_load}
     out = Path(args.out)
-    out.write_text(markdown(rows, meta), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(out, markdown(rows, meta), overwrite=True)
+    write_text_atomic(out.with_suffix(".json"), json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n",
+                      overwrite=True)
     print(f"wrote {out} and {out.with_suffix('.json')} ({meta['seconds']:.0f} s, load at most {max_load:.1f})")
     return 1 if any("error" in r for r in rows) else 0
 

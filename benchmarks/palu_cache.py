@@ -83,6 +83,7 @@ def main(argv=None) -> int:
     from gac.evaluation.bench_device import device_info
     from gac.evaluation.bench_stats import round_orders
     from gac.evaluation.latency import CPU_CLOCKS, decode_step, random_ids, time_calls, timer_for
+    from gac.io import write_text_atomic
     from gac.models import load_model
     from gac.stats import paired_ratio_ci
     from gac.text import calibration_batches
@@ -160,9 +161,9 @@ def main(argv=None) -> int:
            "load_average": {"start": loads[0], "max": max(loads), "end": loads[-1], "per_round": loads[1:]},
            "provisional": provisional, "rows": rows, "total_s": time.perf_counter() - t_start,
            "command": "python benchmarks/palu_cache.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    Path(a.out).write_text(json.dumps(doc, indent=1))
+    write_text_atomic(a.out, json.dumps(doc, indent=1), overwrite=True)  # --out was refused above if it existed
     if a.doc:
-        Path(a.doc).write_text(render(doc))
+        write_text_atomic(a.doc, render(doc), overwrite=True)
     print(f"wrote {a.out}" + (f" and {a.doc}" if a.doc else "") + f" in {doc['total_s']:.0f} s; load average "
           f"{loads[0]:.2f} -> max {max(loads):.2f}" + (" (under load: provisional)" if provisional else ""))
     return 0
