@@ -7,6 +7,8 @@ to one CPU core.
     python benchmarks/solver.py                 # 224 / 560 / 2,000 targets, 5 seeds each
     python benchmarks/solver.py --seeds 2 --no-milp-2000
     python benchmarks/solver.py --quick         # seconds: one seed, one solve, the MILP on the 224-target families only
+    python benchmarks/solver.py --latency-ties  # the exact latency planner's worst case: equal scores, latency
+                                                # proportional to parameters (Llama-3-8B and -70B shapes)
 
 Every plan is also checked against the solver run directly (``solve_mckp``): the objectives agree within
 ``REL_TOL`` of the summed terms' size (the objective sums terms of ~1e9 to a total near 0, where float rounding of
@@ -48,7 +50,12 @@ def main(argv=None):
     ap.add_argument("--no-milp-2000", action="store_true", help="skip the MILP on the 2,000-target family")
     ap.add_argument("--quick", action="store_true",
                     help="one seed, one timed solve, the MILP on the 224-target families only (a smoke run)")
+    ap.add_argument("--latency-ties", action="store_true",
+                    help="time the exact latency planner on the tie-heavy problems instead (see latency_ties)")
     args = ap.parse_args(argv)
+    if args.latency_ties:
+        hold_cpu_lock()
+        return latency_ties()
     if args.quick:
         args.seeds, args.repeats = 1, 1
     hold_cpu_lock(enabled=not args.quick)
@@ -93,6 +100,40 @@ def main(argv=None):
     print("\nrel. gap: (MILP objective - gac objective) / sum_i max_j |v_ij| (the size of the summed terms);\n"
           f"|gap| < {REL_TOL:g} is float rounding: gac equals the optimum.")
     return 0
+
+
+def latency_ties() -> int:
+    """The exact latency planner's worst case (tests/align/test_exact_ties.py): equal scores and latency
+    ``1.37e-9 x params``, so every target's options lie on one line and the LP bound prunes nothing; window 4. Budgets:
+    the gac plan's own latency (as ``align=gac_latency_at_gac`` sets it) and the middle of the reachable range."""
+    from gac.align.latency_budget import align_latency, plan_latency, solve_latency_budget
+
+    print("| problem | targets | budget | seconds | partial plans examined | search | load avg |")
+    print("|---|---|---|---|---|---|---|")
+    for label, shape in (("Llama-3-8B equal scores", "llama3_8b"), ("Llama-3-70B equal scores", "llama3_70b")):
+        p = lowrank_problem(shape, 0.15, seed=0, windows=(4,), equal_scores=True)
+        cands = candidate_sets(p.targets)
+        table = {t.name: {d: 1.37e-9 * t.params(d) for d in cs} for t, cs in zip(p.targets, cands)}
+        at = plan_latency(p.targets, align(p.targets, p.budget, "gac").dims, table)
+        t0 = time.perf_counter()
+        planned = align_latency(p.targets, table, at, p.budget)
+        dt = time.perf_counter() - t0
+        s = planned.stats["solver"]
+        print(f"| {label} | {len(p.targets)} | the gac plan's latency | {dt:.2f} | {s['work']:,} | {s['search']} "
+              f"| {_load()} |")
+        lat = [[table[t.name][d] for d in cs] for t, cs in zip(p.targets, cands)]
+        values = [[t.score * (t.params(d) - t.params_star) for d in cs] for t, cs in zip(p.targets, cands)]
+        lo, hi = sum(min(x) for x in lat), sum(max(x) for x in lat)
+        t0 = time.perf_counter()
+        r = solve_latency_budget(lat, values, lo + 0.5 * (hi - lo))
+        dt = time.perf_counter() - t0
+        print(f"| {label} | {len(p.targets)} | mid budget | {dt:.2f} | {r.stats.get('work', 0):,} | "
+              f"{r.stats['search']} | {_load()} |")
+    return 0
+
+
+def _load() -> str:
+    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 if __name__ == "__main__":
