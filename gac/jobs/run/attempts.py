@@ -158,6 +158,10 @@ def _stage_output_problem(name: str, out) -> str | None:
                 return "it lacks the task results and metrics"
             check_metrics(out["metrics"], "tasks")
             return None
+        if name == "saved":
+            if not (isinstance(out.get("path"), str) and isinstance(out.get("meta_sha256"), str)):
+                return "it lacks the checkpoint's path and config hash"
+            return None
         if name == "latency":
             for point, r in out.items():
                 ms = r.get("median_ms") if isinstance(r, dict) else None
@@ -168,6 +172,30 @@ def _stage_output_problem(name: str, out) -> str | None:
     except GacError as e:
         return str(e)
     return None
+
+
+def saved_output(path) -> dict:
+    """The ``saved`` stage output of a checkpoint this job wrote at ``path``: its resolved path and the sha256 of its
+    config file (which holds the weights' hashes), so a resumed job knows the checkpoint there is its own, unchanged."""
+    from gac.compression.checkpoint_format import META_FILE
+
+    p = Path(path).expanduser().resolve()
+    return {"path": str(p), "meta_sha256": file_sha256(p / META_FILE)}
+
+
+def saved_by_this_job(outputs: StageOutputs, path) -> bool:
+    """Whether an earlier attempt of this job saved the checkpoint at ``path`` and it is unchanged since (a job
+    preempted after its save resumes without refusing, or replacing, its own checkpoint)."""
+    from gac.compression.checkpoint_format import META_FILE
+
+    saved = outputs.get("saved")
+    p = Path(path).expanduser().resolve()
+    if saved is None or saved["path"] != str(p) or not (p / META_FILE).is_file():
+        return False
+    try:
+        return file_sha256(p / META_FILE) == saved["meta_sha256"]
+    except OSError:
+        return False
 
 
 class Attempt:

@@ -27,7 +27,7 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         from gac.models import check_model_files
 
         check_model_files(spec.model_spec)  # weights that match their config, a checkpoint that matches its weights
-    if save_model:  # before the store is touched
+    if save_model and not (not force and _saved_or_done(spec, store, save_model)):  # before the store is touched
         from gac.compression.checkpoint import check_output_dir
 
         check_output_dir(save_model, inputs=[spec.model_spec], flag="save_model", replace_hint=SAVE_MODEL_REPLACE)
@@ -40,6 +40,21 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         for t in spec.eval.tasks:
             if t in files:
                 check_local_file(t, files[t])
+
+
+def _saved_or_done(spec: JobSpec, store: ResultsStore, save_model: str) -> bool:
+    """A done job (it is skipped) or one whose earlier attempt saved this checkpoint (it resumes and keeps it): its
+    checkpoint path is its own, not refused."""
+    if store.is_done(spec.key):
+        return True
+    from gac.jobs.run.attempts import StageOutputs, saved_by_this_job
+
+    outputs = StageOutputs(store, spec.key)
+    try:
+        outputs.load()
+    except GacError:
+        return False  # the attempt file is damaged: the job itself says what to remove
+    return saved_by_this_job(outputs, save_model)
 
 
 def check_job_here(spec: JobSpec, overrides: Sequence[str] = ()) -> None:

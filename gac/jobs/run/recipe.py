@@ -166,7 +166,7 @@ def _run_attempt(run: JobRun) -> dict:
                 compressed = recipe.apply(prepared, planned)
                 del prepared
                 if job.run.save_model:
-                    recipe.save(compressed, tokenizer, job.run.save_model)
+                    recipe.save_once(compressed, tokenizer, job.run.save_model)
                 model = compressed.model
             measured = recipe.evaluate(model, tokenizer)
             stages.finish(key)
@@ -346,6 +346,20 @@ class Recipe:
 
         return save_checkpoint(compressed.model, tokenizer, path, recipe=compressed.report["recipe"],
                                overwrite=overwrite, replace_hint=replace_hint or SAVE_MODEL_REPLACE)
+
+    def save_once(self, compressed: Compressed, tokenizer, path) -> None:
+        """The job's ``save_model``: saved and recorded as the ``saved`` stage output, or kept as it is when an
+        earlier attempt of this job saved it (a requeued job neither refuses nor replaces its own checkpoint)."""
+        from gac.jobs.run.attempts import saved_by_this_job, saved_output
+
+        attempt = self.stages.attempt
+        if attempt is not None and saved_by_this_job(attempt.outputs, path):
+            log.info("the checkpoint at %s was saved by an earlier attempt of this job; kept", path)
+            attempt.resumed.append("saved")
+            return
+        self.save(compressed, tokenizer, path)
+        if attempt is not None:
+            attempt.outputs.put("saved", saved_output(path))
 
     def evaluate(self, model, tokenizer) -> dict:
         """Perplexity, tasks and latency as the spec asks: ``{"metrics", "details"}``."""
@@ -527,6 +541,7 @@ def candidate_filter(spec: JobSpec, targets, cache_dir: Path | None):
                 targets, device=spec.device, dtype=spec.dtype or "auto", seq_len=spec.seq_len, unit=spec.unit,
                 window=spec.window, cache_dir=None if cache_dir is None else cache_dir / "profiles", measure=False)
             profile.meta["used"] = "measured on this node (cached) or shipped for this device"
+            return ProfileFilter(profile, device=spec.device, allow_device_mismatch=spec.allow_profile_mismatch), profile
         except GacError:
             from gac.profiling.published import published_profile
 
