@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gac.launch import cluster_jobs, local_cluster
 from gac.launch.cluster_jobs import ended
 from gac.machine import pid_start
 from tests.launch.test_local_cluster import _untouched
@@ -60,6 +61,13 @@ wait
     assert all(starts.values()), (ran, starts)
     assert Path(f"/proc/{ran['stepd']}/comm").read_text().strip() == "slurmstepd"
     assert Path(f"/proc/{ran['escaped']}/stat").read_text().rpartition(")")[2].split()[1] == "1"  # it left
+    # the evidence stop reads: the real step daemon names the cluster's slurm.conf and holds a socket in its spool
+    steps = local_cluster._step_programs()
+    confs, spools = cluster_jobs.names(cluster.dir)
+    table = cluster_jobs.process_table(steps)
+    stepd = table[ran["stepd"]]
+    assert stepd.exe in steps and stepd.conf in confs and any(s.startswith(f"{cluster.dir}/spool/") for s in stepd.sockets)
+    assert set(ran.values()) <= set(cluster_jobs.tie(table, confs, spools, steps).ours)
     # the test's own: a sleep called slurmstepd naming the cluster's conf and the job, and a plain sleep
     fake = tmp_path / "slurmstepd"
     fake.symlink_to(subprocess.run(["sh", "-c", "command -v sleep"], capture_output=True, text=True).stdout.strip())
