@@ -16,8 +16,9 @@ gac launch status [--results-dir DIR] OVERRIDES...   every point of the sweep th
                                                      for a Slurm sweep, where its end-of-sweep job is (waiting for
                                                      the array, running, or done: the report with the table)
 gac launch cluster start|stop [--dir D]              the loopback single-node Slurm cluster (root); gac
-                                                     uses only a directory it made, and stops only the
-                                                     daemons it started
+                                                     uses only a directory it made; stop cancels its jobs,
+                                                     then ends only the daemons it started and the
+                                                     processes its jobs left, one line each
 """
 
 

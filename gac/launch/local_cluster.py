@@ -7,9 +7,12 @@ result file.
 
 gac touches only what it made. ``start`` uses a new directory (made and marked with :data:`MARKER`), an empty one
 (marked), or one it marked before (its own entries, :data:`OWN_ENTRIES`, removed; anything else left); any other
-directory is refused before anything is written, and so are missing binaries or daemon users. ``stop`` signals a
+directory is refused before anything is written, and so are missing binaries or daemon users. ``stop`` cancels the
+cluster's jobs through Slurm first (its own ``slurm.conf``, only while its own controller runs), then signals a
 recorded PID only while it is still the daemon gac started (same start time, same boot, same program; never 0, 1, a
-negative PID or a process group), and refuses a ``pids.json`` it did not write before signalling anything.
+negative PID or a process group), and refuses a ``pids.json`` it did not write before signalling anything; last it
+ends what the cluster's jobs left running, each process tied to this cluster by evidence, never by its name
+(:mod:`gac.launch.cluster_jobs`), and names in a warning what looks like the cluster's but cannot be tied to it.
 
     python -m gac.launch.local_cluster install        # apt-get the daemons (root, Debian/Ubuntu)
     python -m gac.launch.local_cluster start [--dir D]
@@ -31,11 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gac.errors import GacError
 from gac.io import create_new, path_kind, read_json, write_json_atomic
+from gac.launch import cluster_jobs
 from gac.machine import boot_id, hostname, pid_start
 
 PACKAGES = ("slurm-wlm", "munge", "slurmdbd", "mariadb-server")
@@ -182,9 +186,8 @@ def _not_the_daemon(rec: dict) -> str | None:
     start = pid_start(pid)
     if start is None:
         return "is not running"
-    with contextlib.suppress(OSError, IndexError):
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z":  # ended, not yet reaped
-            return "is not running"
+    if cluster_jobs.ended(pid):  # ended, not yet reaped
+        return "is not running"
     if rec["boot"] != boot_id():
         return f"is not running: the machine restarted since, and PID {pid} is another process now"
     if start != rec["start"]:
@@ -197,29 +200,8 @@ def _not_the_daemon(rec: dict) -> str | None:
 
 
 def _signal(rec: dict, sig: int) -> bool:
-    """Send ``sig`` to the daemon ``rec`` records, only while it is that daemon (checked through a pidfd where the
-    kernel has them, so the PID cannot be reused between the check and the signal). True when it was sent."""
-    pid = rec["pid"]
-    fd = None
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return False
-    except (AttributeError, OSError):
-        pass
-    try:
-        if _not_the_daemon(rec) is not None:
-            return False
-        if fd is None:
-            os.kill(pid, sig)
-        else:
-            signal.pidfd_send_signal(fd, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    finally:
-        if fd is not None:
-            os.close(fd)
+    """Send ``sig`` to the daemon ``rec`` records, only while it is that daemon. True when it was sent."""
+    return cluster_jobs.signal_if(rec["pid"], sig, lambda: _not_the_daemon(rec) is None)
 
 
 def _ok(cmd, env=None) -> bool:
@@ -415,10 +397,27 @@ def start(directory: str | os.PathLike | None = None, cpus: int | None = None, m
     return Cluster(d, conf)
 
 
-def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> list[str]:
-    """Stop the daemons this module started, newest first, each only while it is still the daemon recorded
-    (:func:`_not_the_daemon`); SIGKILL after ``timeout``. Returns a note for each recorded PID left alone because
-    another process has it now."""
+@dataclass
+class Stopped:
+    """What :func:`stop` did: ``cancelled`` (the jobs cancelled through Slurm), ``ended`` (one line per process of
+    the cluster's jobs it ended), ``warnings`` (processes that look like the cluster's but cannot be tied to it, left
+    alone) and ``notes`` (recorded PIDs left alone because another process has them now)."""
+    cancelled: list = field(default_factory=list)
+    ended: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def _step_programs() -> frozenset[str]:
+    return frozenset({_program(_bin("slurmstepd"))})
+
+
+def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0, jobs_wait: float = 30.0) -> Stopped:
+    """Stop the cluster: its jobs first, through Slurm with its own ``slurm.conf`` (only while its own controller
+    runs, so no other cluster's controller is asked), waiting up to ``jobs_wait`` s until ``squeue`` shows none;
+    then the daemons this module started, newest first, each only while it is still the daemon recorded
+    (:func:`_not_the_daemon`), SIGKILL after ``timeout``; then every process still running that the cluster started
+    (:mod:`gac.launch.cluster_jobs`: tied to it by evidence, never by name), SIGTERM then SIGKILL after ``timeout``."""
     d = Path(directory or DEFAULT_DIR).expanduser()
     if not d.is_dir():
         raise GacError(f"no local cluster in {d}: it {path_kind(d) and 'is ' + path_kind(d) or 'does not exist'}; "
@@ -427,13 +426,20 @@ def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> l
         raise GacError(f"{d} is not a directory gac made for a local cluster (no {MARKER} in it); nothing was "
                        f"signalled; give the --dir the cluster was started with")
     pids = _read_pids(d)  # every entry checked before any is signalled
-    notes = []
+    out = Stopped()
+    live = {name: rec for name, rec in pids.items() if _not_the_daemon(rec) is None}
+    if "slurmctld" in live:
+        out.cancelled, out.warnings = cluster_jobs.cancel_jobs(Cluster(d, d / "slurm.conf").env, jobs_wait)
+    confs, spools = cluster_jobs.names(d)
+    steps = _step_programs()
+    before = cluster_jobs.tie(cluster_jobs.process_table(steps), confs, spools, steps,
+                              roots={rec["pid"]: name for name, rec in live.items()})
     for name in reversed(list(pids)):
         rec = pids[name]
         why = _not_the_daemon(rec)
         if why is not None:
             if why != "is not running":
-                notes.append(f"{name} (PID {rec['pid']}) {why}; it was left alone")
+                out.notes.append(f"{name} (PID {rec['pid']}) {why}; it was left alone")
             continue
         if not _signal(rec, signal.SIGTERM):
             continue
@@ -445,20 +451,32 @@ def stop(directory: str | os.PathLike | None = None, timeout: float = 15.0) -> l
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(rec["pid"], 0)
     (d / "pids.json").unlink(missing_ok=True)
-    return notes
+    after = cluster_jobs.tie(cluster_jobs.process_table(steps), confs, spools, steps)
+    ours = {**before.ours, **after.ours}
+    out.ended = cluster_jobs.end_processes(ours, timeout)
+    out.warnings += [f"{p.label()} was left alone: {why}" for p, why in after.doubtful
+                     if not (p.pid in ours and ours[p.pid][0].start == p.start)]
+    return out
 
 
 def run_action(action: str, directory: str | os.PathLike | None = None, cpus: int | None = None,
                mem_mb: int = 4096) -> None:
-    """``install``, ``start`` (prints the ``export SLURM_CONF=...`` line) or ``stop`` (a note on stderr for each
-    recorded PID left alone); raises :class:`GacError` for bad input."""
+    """``install``, ``start`` (prints the ``export SLURM_CONF=...`` line) or ``stop`` (on stdout the jobs it
+    cancelled and one line per process it ended; on stderr a warning for each process that looks like the cluster's
+    but cannot be tied to it, and a note for each recorded PID left alone); raises :class:`GacError` for bad
+    input."""
     if action == "install":
         install()
     elif action == "start":
         c = start(directory, cpus, mem_mb)
         print(f"export SLURM_CONF={c.conf}")
     else:
-        for note in stop(directory):
+        r = stop(directory)
+        for line in (*r.cancelled, *r.ended):
+            print(line)
+        for line in r.warnings:
+            print(f"warning: {line}", file=sys.stderr)
+        for note in r.notes:
             print(f"note: {note}", file=sys.stderr)
 
 

@@ -96,13 +96,13 @@ def test_a_directory_with_a_running_daemon_is_not_reused(tmp_path):
             lc.claim_dir(d)
         assert (d / "pids.json").is_file()
     finally:
-        assert lc.stop(d) == []
+        assert lc.stop(d).notes == []
 
 
 def test_stop_ends_the_daemons_it_started(tmp_path):
     d = _cluster_dir(tmp_path)
     pids = [lc._spawn(["sleep", "600"], d, name) for name in ("first", "second")]
-    assert lc.stop(d) == []
+    assert lc.stop(d).notes == []
     assert all(pid_start(pid) is None for pid in pids)  # ended and reaped
     assert not (d / "pids.json").exists()
 
