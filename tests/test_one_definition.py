@@ -103,6 +103,8 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"thread_time\b", ("gac/evaluation/latency.py", "gac/profiling/timing.py", "gac/evaluation/bench.py",
                         "gac/evaluation/bench_format.py", "gac/evaluation/bench_stats.py"), False,
      "the CPU clock rule: gac.evaluation.latency.timer_for"),
+    (r'get\("created"\) or ""\), str\(\w+\.get\("path"\)', ("gac/analysis/benches.py",), False,
+     "which side-by-side bench is the latest: gac.analysis.benches.latest_bench"),
 ])
 def test_no_copy_outside_its_one_definition(pattern, home, strings, what):
     hits = _where(pattern, home, strings)

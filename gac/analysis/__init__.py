@@ -4,12 +4,22 @@
     df = load_results("results/")                 # tidy: one row per record
     print(format_table(table5(df, model="tiny")))  # Table 5 as markdown ("latex" for LaTeX)
 
-Tables (:mod:`gac.analysis.tables`; which records they hold: :mod:`gac.analysis.selection`) return pandas frames
+Tables (one module per subject: :mod:`~gac.analysis.method_table` Table 5, :mod:`~gac.analysis.sweeps` the ratio
+sweep, :mod:`~gac.analysis.proxies` the proxy comparison and alignment, :mod:`~gac.analysis.seq_latency` latency
+by sequence length, :mod:`~gac.analysis.kernel_tables` a kernel profile, :mod:`~gac.analysis.benches` a
+side-by-side bench; which records they hold: :mod:`gac.analysis.selection`) return pandas frames
 with numbers (NaN where not measured), :mod:`gac.analysis.table_format` renders them as markdown or LaTeX;
 figures (:mod:`gac.analysis.figures`) return matplotlib ``Figure`` objects (no pyplot state);
 :func:`write_report` writes all of them into a directory (``gac report``).
+
+Every table function takes the frame plus optional filters (``model``, ``gpu``, ``ratio``, ...). A filter left as
+``None`` must be unambiguous in the data (one value), otherwise a :class:`GacError` names the values to choose
+from; which records may share a table is :mod:`gac.analysis.selection`'s rule (records that differ in a setting are
+never mixed; ``where={"align.window": 8}``, ``sweep``, ``experiment`` choose). Numbers stay numbers (NaN where
+not run); :func:`gac.analysis.table_format.format_table` renders them, NaN as a blank cell.
 """
 
+from gac.analysis.benches import bench_ratios
 from gac.analysis.figures import (
     figure_title,
     kernel_staircase,
@@ -21,6 +31,7 @@ from gac.analysis.figures import (
     plot_ratio_sweep,
     save_figure,
 )
+from gac.analysis.kernel_tables import profile_table, staircase_summary
 from gac.analysis.labels import method_label, metric_label
 from gac.analysis.load import (
     load_results,
@@ -31,22 +42,13 @@ from gac.analysis.load import (
     records_from_wandb,
     records_to_frame,
 )
+from gac.analysis.method_table import table5
+from gac.analysis.proxies import alignment_table, proxy_comparison, proxy_dims
 from gac.analysis.report_dir import Report, show_report, write_report
 from gac.analysis.selection import filter_settings, latest_per_key, setting_groups
+from gac.analysis.seq_latency import latency_table, latency_vs_seq_len
+from gac.analysis.sweeps import ratio_sweep, ratio_sweep_table
 from gac.analysis.table_format import format_table
-from gac.analysis.tables import (
-    alignment_table,
-    bench_ratios,
-    latency_table,
-    latency_vs_seq_len,
-    profile_table,
-    proxy_comparison,
-    proxy_dims,
-    ratio_sweep,
-    ratio_sweep_table,
-    staircase_summary,
-    table5,
-)
 
 __all__ = [
     "Report",

@@ -1,4 +1,4 @@
-"""The paper's figures from the tables of :mod:`gac.analysis.tables`.
+"""The paper's figures from the analysis tables (Table 5, the ratio sweep, the proxies, latency by length).
 
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``), never ``pyplot``: no global
 state, no GUI backend, nothing to close; :func:`save_figure` writes PNG and PDF through the Agg/PDF canvases.
@@ -22,6 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from gac.align.candidates import DEFAULT_UNIT
+from gac.analysis.kernel_tables import profile_table
 from gac.analysis.labels import (
     compressor_label,
     method_label,
@@ -31,7 +32,6 @@ from gac.analysis.labels import (
     sweep_metric_rank,
     sweep_task_labels,
 )
-from gac.analysis.tables import profile_table
 from gac.metrics import is_ppl
 from gac.profiling.figures import (
     ALIGNED_STYLE,
@@ -238,7 +238,7 @@ def plot_latency_vs_seq_len(lat: pd.DataFrame, title: str | None = None) -> Figu
 def plot_bench_ratios(ratios: pd.DataFrame, title: str | None = None) -> Figure:
     """The side-by-side bench's latency ratios to the baseline, one marker per method with its paired-bootstrap
     95% interval as an error bar; one panel per measured point (batch, S). ``ratios``: the frame of
-    :func:`gac.analysis.tables.bench_ratios`."""
+    :func:`gac.analysis.benches.bench_ratios`."""
     if ratios.empty:
         raise ValueError("no bench ratios: nothing to plot")
     points = list(dict.fromkeys(zip(ratios["batch"], ratios["seq_len"])))

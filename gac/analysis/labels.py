@@ -38,6 +38,8 @@ AS_THE_AUTHORS_RAN_IT = "as the authors ran it"
 #: task accuracies labelled by their data: metric -> (short task name, lm-eval's normalised accuracy)
 TASK_METRICS = {"piqa_acc": ("PiQA", False), "piqa_acc_norm": ("PiQA", True),
                 "hellaswag_acc": ("HSwag", False), "hellaswag_acc_norm": ("HSwag", True)}
+#: how a task accuracy's cell is written in every table (Table 5, the ratio sweep)
+TASK_FORMAT = "{:.3f}"
 #: display names (perplexity is ``PPL (<dataset>)``, task accuracies say their data: :func:`metric_label`); a task
 #: accuracy's plain name (the hub's real dataset) comes from :data:`TASK_METRICS`
 METRIC_LABELS = {**{m: task + (" (norm)" if norm else "") for m, (task, norm) in TASK_METRICS.items()},

@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from gac.analysis.benches import bench_source, pick_bench
 from gac.analysis.labels import (
     baseline_mask,
     budget_note,
@@ -23,7 +24,6 @@ from gac.analysis.labels import (
     row_number,
 )
 from gac.analysis.selection import completed, resolve
-from gac.analysis.tables import bench_source, pick_bench
 from gac.errors import GacError
 from gac.registry import BASELINE_STRATEGY
 

@@ -39,7 +39,12 @@ import gac.analysis.figures as F
 import gac.analysis.labels as N
 import gac.analysis.load as L
 import gac.analysis.selection as S
-import gac.analysis.tables as T
+from gac.analysis.benches import bench_ratios
+from gac.analysis.kernel_tables import profile_table, staircase_summary
+from gac.analysis.method_table import LATENCY_BUDGET_STRATEGIES, table5
+from gac.analysis.proxies import alignment_table, proxy_comparison, proxy_dims, proxy_quality
+from gac.analysis.seq_latency import latency_table, latency_vs_seq_len
+from gac.analysis.sweeps import ratio_sweep, ratio_sweep_table
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
 from gac.io import owned_directory, write_text_atomic
@@ -306,7 +311,7 @@ def _setting_note(setting: dict) -> str:
 
 
 def _table5s(g, model, gpu, seq_len, tag_seq, table, rep, prefix="table5"):
-    strategies = ["unaligned", "gac", *(s for s in T.LATENCY_BUDGET_STRATEGIES if (g["strategy"] == s).any())]
+    strategies = ["unaligned", "gac", *(s for s in LATENCY_BUDGET_STRATEGIES if (g["strategy"] == s).any())]
     comp = g[~N.baseline_mask(g) & g["strategy"].isin(strategies)]
     ratios = S.distinct_values(comp.loc[comp["strategy"] == "gac", "ratio"])
     if not ratios:
@@ -329,7 +334,7 @@ def _table5s(g, model, gpu, seq_len, tag_seq, table, rep, prefix="table5"):
                             f"s{int(seq_len)}" if tag_seq and seq_len is not None else None,
                             p if ambiguous else None, _setting_slug(setting))
                 try:
-                    t = T.table5(part, model=model, gpu=gpu, seq_len=seq_len, ratio=r, compressors=keep,
+                    t = table5(part, model=model, gpu=gpu, seq_len=seq_len, ratio=r, compressors=keep,
                                  bench=g.attrs.get("bench"), where=setting or None, strategies=strategies)
                 except GacError as e:
                     rep.skipped.append(f"{name}: {e}")
@@ -355,7 +360,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="ra
             mine = part[~N.baseline_mask(part)]  # a task row needs some compressor measured at 2+ ratios (a line)
             tasks = [m for m in N.SWEEP_TASK_METRICS if m in mine.columns
                      and mine[mine[m].notna()].groupby("compressor")["ratio"].nunique().max() >= 2]
-            sw = T.ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names,
+            sw = ratio_sweep(part, model=model, gpu=gpu, seq_len=seq_len, compressor=names,
                                metrics=(N.PPL, *tasks, "prefill_ms"))
         except GacError as e:
             rep.skipped.append(f"{name}: {e}")
@@ -370,7 +375,7 @@ def _ratio_sweep(g, model, gpu, seq_len, tag_seq, table, figure, rep, prefix="ra
                                           ("latency", found.str.startswith("prefill").any())) if hit)
         figure(name, F.plot_ratio_sweep(sw, title=F.figure_title(f"{what} against ratio", model=model,
                                                                  device=gpu, extra=_setting_note(setting))))
-        wide = T.ratio_sweep_table(sw)
+        wide = ratio_sweep_table(sw)
         note = wide.attrs.get("task_note")
         table(name, wide, caption=f"Ratio sweep: {model} on {gpu}{_setting_note(setting)}"
                                   + (f" ({note})" if note else ""))
@@ -417,7 +422,7 @@ def _latency(g, model, gpu, table, figure, rep, prefix="latency_seq"):
         for setting, part in S.setting_groups(at, axes=S.LATENCY_AXES):
             name = slug(prefix, model, gpu, f"r{r:g}" if r is not None else None, _setting_slug(setting))
             try:
-                lat = T.latency_vs_seq_len(part, model=model, gpu=gpu, ratio=r, bench=bench)
+                lat = latency_vs_seq_len(part, model=model, gpu=gpu, ratio=r, bench=bench)
             except GacError as e:
                 rep.skipped.append(f"{name}: {e}")
                 continue
@@ -437,7 +442,7 @@ def _latency(g, model, gpu, table, figure, rep, prefix="latency_seq"):
                 "prefill latency across sequence lengths", model=model, ratio=r, device=device,
                 extra=_setting_note(setting)) + f"\n({how})"))
             for b in sorted(lat["batch"].unique()):
-                table(f"{name}_b{b}", T.latency_table(lat, batch=b),
+                table(f"{name}_b{b}", latency_table(lat, batch=b),
                       caption=f"Prefill latency by sequence length: {model} on {device}, ratio {r}, batch {b}"
                               f"{_setting_note(setting)} ({lat.attrs.get('source')})")
 
@@ -452,19 +457,19 @@ def _proxies(df, table, figure, rep, prefix="proxies"):
                 continue
             name = slug(prefix, model, comp, f"r{ratio:g}" if ratio is not None else None, _setting_slug(setting))
             try:
-                dims = T.proxy_dims(part, model=model, compressor=comp, ratio=ratio)
+                dims = proxy_dims(part, model=model, compressor=comp, ratio=ratio)
             except GacError as e:
                 rep.skipped.append(f"{name}: {e}")
                 continue
             figure(name, F.plot_proxy_comparison(dims, title=F.figure_title(
                 f"{N.compressor_label(comp)}, {_allocation_of(part)}: unconstrained dims per proxy", model=model,
                 ratio=ratio, extra=_setting_note(setting))))
-            table(name, T.proxy_comparison(dims),
+            table(name, proxy_comparison(dims),
                   caption=f"Misaligned dims per proxy: {model}, {comp}, ratio {ratio:g}{_setting_note(setting)}")
             runs = df[(df["model"].astype(str) == str(model)) & (df["compressor"].astype(str) == str(comp))
                       & S.match_column(df["ratio"], ratio) & df["proxy"].isin(part["proxy"].unique())]
             try:
-                quality = T.proxy_quality(runs, model=model, compressor=comp, ratio=ratio)
+                quality = proxy_quality(runs, model=model, compressor=comp, ratio=ratio)
             except GacError as e:
                 rep.skipped.append(f"{name}_quality: {e}")
                 continue
@@ -512,7 +517,7 @@ def _plans(df, table, figure, rep, prefix="plans"):
                 rep.skipped.append(f"{name}_dstar: {e}")
             figure(f"{name}_residues", F.plot_dim_residues(dims, title=F.figure_title(
                 "dims modulo 8, 16 and 32", model=model, ratio=ratio, device=device, extra=note)))
-            table(f"{name}_alignment", T.alignment_table(dims),
+            table(f"{name}_alignment", alignment_table(dims),
                   caption=f"Aligned dims per method: {model}, ratio {ratio:g} on {device}{note}")
 
 
@@ -522,7 +527,7 @@ def _benches(df, figure, rep, prefix="bench"):
         rep.skipped.append("bench figure (latency ratios with 95% CIs): no side-by-side bench in the store "
                            "(gac bench, or bench.after_sweep=true)")
     for b in benches:
-        r = T.bench_ratios(b)
+        r = bench_ratios(b)
         name = slug(prefix, b.get("model"), str(b.get("key"))[:8])
         if r.empty:
             rep.skipped.append(f"{name}: the bench measured no compressed record")
@@ -537,10 +542,10 @@ def _benches(df, figure, rep, prefix="bench"):
 def _staircases(prof, table, figure, rep):
     name = Path(prof).name or "profile"
     try:
-        t = T.profile_table(prof)
+        t = profile_table(prof)
         figs = F.kernel_staircase(prof)
     except (GacError, ValueError) as e:
         raise GacError(f"cannot plot kernel profile {str(prof)!r}: {e}") from None
     for op, fig in figs.items():
         figure(slug("staircase", name, op), fig)
-    table(slug("staircase", name), T.staircase_summary(t), caption=f"Kernel staircases: {name}")
+    table(slug("staircase", name), staircase_summary(t), caption=f"Kernel staircases: {name}")

@@ -8,8 +8,8 @@ import pytest
 
 from gac.analysis import figures as F
 from gac.analysis.load import records_to_frame
+from gac.analysis.method_table import table5
 from gac.analysis.pareto import latency_pareto, pareto_table
-from gac.analysis.tables import table5
 
 
 def _rec(key, strategy, ratio, ppl, ms, compressor="asvd", block=None):

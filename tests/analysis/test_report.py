@@ -153,7 +153,7 @@ def test_a_report_writes_the_artefacts_its_experiments_define_named_for_them(sto
 
 def test_proxy_quality_pairs_unaligned_and_gac_per_proxy(store_copy, tmp_path):
     from gac.analysis import load_results
-    from gac.analysis.tables import proxy_quality
+    from gac.analysis.proxies import proxy_quality
 
     df = load_results(store_copy)
     t = proxy_quality(df[df["key"].astype(str).str.startswith("a015")], model="tiny", compressor="asvd", ratio=0.15)

@@ -65,7 +65,7 @@ def test_table5_markdown_and_latex(df):
 
 
 def test_table5_extra_strategy_rows_and_filters(df, caplog):
-    with caplog.at_level("INFO", logger="gac.analysis.tables"):
+    with caplog.at_level("INFO", logger="gac.analysis.method_table"):
         table5(df[df["strategy"] != "gac"], ratio=0.15)
     notes = [r.getMessage() for r in caplog.records if "row left out" in r.getMessage()]
     # a missing row of the paper's pair is said; the authors' own rows (authors_dp, round_to) only show where run

@@ -111,7 +111,7 @@ def test_a_store_with_old_records_loads_under_the_new_names(tmp_path):
     assert json.loads(path.read_text())["metrics"]["ppl_wikitext2"] == 240.0  # the file itself is never rewritten
 
     from gac.analysis import load_results
-    from gac.analysis.tables import table5
+    from gac.analysis.method_table import table5
 
     df = load_results(tmp_path)
     row = df.iloc[0]

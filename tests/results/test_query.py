@@ -130,7 +130,7 @@ def test_bench_where_repeated_key_is_or():
 def test_report_where_repeated_key_is_or():
     import pandas as pd
 
-    from gac.analysis.tables import filter_settings
+    from gac.analysis.selection import filter_settings
     from gac.results import AnyOf, add_filter
 
     where: dict = {}
