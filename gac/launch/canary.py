@@ -25,10 +25,11 @@ time               all of it within ``--timeout-min`` (default 30)
 =================  ============================================================================================
 
 It waits with a progress line whenever a point or the end-of-sweep job changes state; exit 0 only when every step
-passed. A step that runs past its limit (:data:`FETCH_LIMIT_S`, :data:`SUBMIT_LIMIT_S`) is a ``FAIL`` naming the limit,
-never a traceback; an app this Python cannot import is a ``submit`` ``FAIL`` before anything is fetched. Its records go to its own store in the sweep directory (``<sweep dir>/results``), so the canary runs afresh
-each time and never mixes with a real sweep's; the node report (:mod:`gac.jobs.doctor.report`: the estimates against
-what the node measured) is written beside them (``node-report.json``).
+passed. A step that runs past its limit (:data:`FETCH_LIMIT_S`, :data:`SUBMIT_LIMIT_S`) is a ``FAIL`` naming the
+limit, never a traceback; an app this Python cannot import is a ``submit`` ``FAIL`` before anything is fetched. Its
+records go to its own store in the sweep directory (``<sweep dir>/results``), so the canary runs afresh each time
+and never mixes with a real sweep's; the node report (:mod:`gac.jobs.doctor.report`: the estimates against what the
+node measured) is written beside them (``node-report.json``).
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def submit(c: Canary, task: list[str], hydra: list[str]) -> tuple[Verdict, dict]
                        f"(stopped); {held} (sweep dir {c.sweep_dir})",
                        f"`{_status(c)}` and `squeue --me` say what is queued; "
                        + (f"scancel {' '.join(jobs)} stops it; " if jobs else "scancel the canary's jobs; ")
-                       + "then run the canary again (a slow sbatch: check the site settings against sinfo)"), {}
+                       + "then run the canary again in a new sweep directory"), {}
     m = re.search(r"submitted as array job (\S+); the end-of-sweep job (\S+) ", r.stdout)
     if r.returncode != 0 or m is None:
         err = _last_error(r.stderr + r.stdout)
