@@ -1,6 +1,6 @@
 """gac as a wheel, outside any checkout: build it, install it into a fresh virtual environment, and from a temporary
-directory run ``gac demo``, ``gac predict``, one tiny job through the installed ``gac-run`` and a researcher's own
-config directory on top of the packaged configs.
+directory run ``gac demo``, ``gac predict``, one tiny job through the installed ``gac-run``, a researcher's own
+config directory on top of the packaged configs, and the command ``gac launch canary`` submits with.
 
 The virtual environment gets the wheel alone (``--no-deps``) and sees the site-packages of the Python that runs the
 tests (torch, transformers, ... are not installed again), whatever that Python is: a virtual environment, conda or
@@ -11,6 +11,7 @@ Every command runs without ``PYTHONPATH`` from a directory outside the checkout,
 installed wheel and nothing else.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -127,3 +128,15 @@ def test_the_other_apps_compose_their_packaged_configs(wheel_env):
     assert "rounds: 2" in out and "results_dir: results" in out
     out = _run(["gac-profile-device", "--cfg", "job", f"out_dir={w['work'] / 'prof'}", "quick=true"], w["work"], w["env"])
     assert "quick: true" in out and "sweeps:" in out
+
+
+def test_the_canary_submits_through_the_wheels_app(wheel_env):
+    """``gac launch canary`` from a wheel (no experiments/ there): its app check passes and its submit command
+    composes the canary's sweep from the packaged configs."""
+    w = wheel_env
+    code = "import json; from gac.launch import canary; print(json.dumps([canary.check_app(), canary.app_command()]))"
+    missing, command = json.loads(_run([w["python"], "-c", code], w["work"], w["env"]))
+    assert missing is None and not any("experiments" in a for a in command), command
+    out = _run([*command, "experiment=canary", "model=tiny", "--cfg", "hydra"], w["work"], w["env"])
+    package = Path(_run([w["python"], "-c", "import gac; print(gac.__file__)"], w["work"], w["env"]).strip()).parent
+    assert f"path: {package / 'conf'}" in out and "experiment=canary" in out

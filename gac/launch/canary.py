@@ -11,9 +11,9 @@ step               what passes
 site files         ``conf/local/slurm.yaml`` and ``default.yaml`` read as settings
 fetch              ``gac fetch`` brings every input of the two points into the caches
 offline            ``gac fetch --check`` with ``HF_HUB_OFFLINE=1`` finds all of them there
-submit             ``experiments/run.py -m experiment=canary`` (``wait=false``, the hub offline) passes the sweep
-                   check, the site checks against ``sinfo`` and the offline check, and submits the array and the
-                   end-of-sweep job
+submit             the installed ``gac-run`` app, ``-m experiment=canary`` (``wait=false``, the hub offline), passes
+                   the sweep check, the site checks against ``sinfo`` and the offline check, and submits the array
+                   and the end-of-sweep job
 preflight          every job got past its preflight (a record or a failure record; a refusal leaves neither)
 points             both points finished (perplexity, the two tasks, latency)
 lm-eval data       every task scored all its items, from the data it names
@@ -25,9 +25,11 @@ time               all of it within ``--timeout-min`` (default 30)
 =================  ============================================================================================
 
 It waits with a progress line whenever a point or the end-of-sweep job changes state; exit 0 only when every step
-passed. Its records go to its own store in the sweep directory (``<sweep dir>/results``), so the canary runs afresh
-each time and never mixes with a real sweep's; the node report (:mod:`gac.jobs.doctor.report`: the estimates against
-what the node measured) is written beside them (``node-report.json``).
+passed. A step that runs past its limit (:data:`FETCH_LIMIT_S`, :data:`SUBMIT_LIMIT_S`) is a ``FAIL`` naming the
+limit, never a traceback; an app this Python cannot import is a ``submit`` ``FAIL`` before anything is fetched. Its
+records go to its own store in the sweep directory (``<sweep dir>/results``), so the canary runs afresh each time
+and never mixes with a real sweep's; the node report (:mod:`gac.jobs.doctor.report`: the estimates against what the
+node measured) is written beside them (``node-report.json``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,16 @@ from pathlib import Path
 from gac.errors import GacError
 from gac.machine import file_stamp
 
+#: where this gac is imported from (a checkout, or site-packages for a wheel): the submitting app imports it from there
 ROOT = Path(__file__).resolve().parents[2]
+#: the Hydra app that submits the sweep: the function the ``gac-run`` console script runs (pyproject.toml), with the
+#: Slurm launcher it registers; started by this Python, so the command is the same from a checkout and from a wheel
+#: (which has no experiments/ directory)
+APP = ("gac.commands.hydra_apps", "run")
+LAUNCHER = "hydra_plugins.gac_launcher.gac_launcher"
+#: how long ``gac fetch`` (and its offline check) and the submission may take before the step is a FAIL
+FETCH_LIMIT_S = 3600
+SUBMIT_LIMIT_S = 1800
 #: the overrides the canary sets itself: a command line that gives them is refused (the fix says why)
 OWN = {"experiment": "the canary is its own experiment (conf/experiment/canary.yaml); drop it",
        "results_dir": "the canary keeps its records in its own store, <sweep dir>/results (set hydra.sweep.dir to "
@@ -113,9 +124,19 @@ def check_command_line(overrides: Sequence[str]) -> None:
             raise GacError(f"{o}: the canary's two points are its own (align=unaligned,gac); give one value")
 
 
-def _cli(args: Sequence[str], env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
+def _cli(args: Sequence[str], env: dict | None = None, timeout: float = FETCH_LIMIT_S) -> subprocess.CompletedProcess:
+    """``gac ARGS`` by this Python; raises :class:`subprocess.TimeoutExpired` (the child killed) past ``timeout``."""
     return subprocess.run([sys.executable, "-m", "gac.cli", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
+
+
+def _text(out) -> str:
+    """A process's output as text: a :class:`subprocess.TimeoutExpired` holds bytes (or None) even with text=True."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min"
 
 
 def _last_error(text: str) -> str:
@@ -145,8 +166,37 @@ def step_site_files(c: Canary) -> Verdict:
                    "none (the launcher's shipped settings; your site's go in conf/local/slurm.yaml)")
 
 
+def app_command() -> list[str]:
+    """The ``gac-run`` app (:data:`APP`) run by this Python with this gac (:data:`ROOT` first on its path)."""
+    module, function = APP
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); sys.argv[0] = 'gac-run'; "
+                                  f"from {module} import {function}; {function}()"]
+
+
+def check_app() -> Verdict | None:
+    """The submitting app and its Slurm launcher importable from :data:`ROOT` by this Python, before anything is
+    fetched: else a ``submit`` FAIL naming the fix (None when both are there)."""
+    import importlib.util
+
+    for module, what in ((APP[0], "gac's Hydra app (gac-run)"), (LAUNCHER, "gac's Slurm launcher for Hydra")):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return Verdict("submit", False, f"{what}, {module}, cannot be imported by {sys.executable}",
+                           f"reinstall gac into this Python (pip install gac, or pip install -e . in a checkout), "
+                           f"which installs {module.split('.')[0]}; then run the canary again")
+    return None
+
+
 def step_fetch(c: Canary, task: list[str]) -> Verdict:
-    r = _cli(["fetch", *task])
+    try:
+        r = _cli(["fetch", *task])
+    except subprocess.TimeoutExpired as e:
+        return Verdict("fetch", False, f"gac fetch did not finish within the canary's {_minutes(e.timeout)} (stopped); "
+                       f"what it fetched stays in the caches", f"run `gac fetch {' '.join(task)}` yourself where the "
+                       f"hub is reachable, with the caches the jobs use, until it ends; then run the canary again")
     if r.returncode != 0:
         err = _last_error(r.stderr + r.stdout)
         return Verdict("fetch", False, err, f"{_fix_of(err)} (or run `gac fetch {' '.join(task)}` where the hub "
@@ -157,7 +207,12 @@ def step_fetch(c: Canary, task: list[str]) -> Verdict:
 
 def step_offline(c: Canary, task: list[str]) -> Verdict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    r = _cli(["fetch", "--check", "--json", *task], env=env)
+    try:
+        r = _cli(["fetch", "--check", "--json", *task], env=env)
+    except subprocess.TimeoutExpired as e:
+        return Verdict("offline", False, f"gac fetch --check did not finish within the canary's {_minutes(e.timeout)} "
+                       f"(stopped): reading the caches hangs", f"check that the caches' file system answers (ls "
+                       f"$HF_HOME); `HF_HUB_OFFLINE=1 gac fetch --check {' '.join(task)}` shows where it stops")
     try:
         data = json.loads(r.stdout)
     except ValueError:
@@ -171,16 +226,41 @@ def step_offline(c: Canary, task: list[str]) -> Verdict:
     return Verdict("offline", True, f"{len(data.get('inputs', []))} input(s) in the caches ({caches})")
 
 
+def _status(c: Canary) -> str:
+    """The command that lists the canary's points (its own store) and where its end-of-sweep job is."""
+    return f"gac launch status --results-dir {c.results_dir} {' '.join(_task(c))}"
+
+
+def queued_jobs(c: Canary, output: str) -> list[str]:
+    """The Slurm jobs a submission that did not finish may have queued: those its output names and those with a
+    folder in ``<sweep dir>/.submitit`` (``7_0``: array 7), in order."""
+    ids = re.findall(r"\b(?:array job|end-of-sweep job) (\d+)", output)
+    folder = c.sweep_dir / ".submitit"
+    if folder.is_dir():
+        ids += sorted((p.name.split("_")[0] for p in folder.iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name)),
+                      key=int)
+    return list(dict.fromkeys(ids))
+
+
 def submit(c: Canary, task: list[str], hydra: list[str]) -> tuple[Verdict, dict]:
-    """``experiments/run.py -m experiment=canary`` with ``wait=false``, the hub offline: the sweep check, the site
-    checks and the submission; ``{"array", "end"}`` the Slurm jobs."""
-    args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", *hydra, *task,
-            f"results_dir={c.results_dir}", f"hydra.sweep.dir={c.sweep_dir}", "hydra.launcher.wait=false"]
+    """The ``gac-run`` app (:func:`app_command`), ``-m experiment=canary`` with ``wait=false``, the hub offline: the
+    sweep check, the site checks and the submission; ``{"array", "end"}`` the Slurm jobs."""
+    args = [*app_command(), "-m", *hydra, *task, f"results_dir={c.results_dir}", f"hydra.sweep.dir={c.sweep_dir}",
+            "hydra.launcher.wait=false"]
     if c.config_dir:
         args.append(f"--config-dir={c.config_dir}")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "GAC_CANARY": file_stamp(),
-           "PYTHONUNBUFFERED": "1"}
-    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=1800)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=SUBMIT_LIMIT_S)
+    except subprocess.TimeoutExpired as e:  # stopped, but sbatch may have queued the array already
+        jobs = queued_jobs(c, _text(e.stdout) + _text(e.stderr))
+        held = (f"it may have queued Slurm job(s) {', '.join(jobs)}" if jobs else
+                "no job id in its output so far, but sbatch may have queued the array")
+        return Verdict("submit", False, f"the submission did not finish within the canary's {_minutes(e.timeout)} "
+                       f"(stopped); {held} (sweep dir {c.sweep_dir})",
+                       f"`{_status(c)}` and `squeue --me` say what is queued; "
+                       + (f"scancel {' '.join(jobs)} stops it; " if jobs else "scancel the canary's jobs; ")
+                       + "then run the canary again in a new sweep directory"), {}
     m = re.search(r"submitted as array job (\S+); the end-of-sweep job (\S+) ", r.stdout)
     if r.returncode != 0 or m is None:
         err = _last_error(r.stderr + r.stdout)
@@ -300,7 +380,7 @@ def judge(c: Canary, points: list[dict], jobs: dict, ended: bool) -> list[dict]:
 
     if not ended:
         c.say(Verdict("end of sweep", False, f"end-of-sweep job {jobs['end']} wrote no report within "
-                      f"{c.timeout_min:g} min", f"`gac launch status {' '.join(_task(c))}` says where it is; its "
+                      f"{c.timeout_min:g} min", f"`{_status(c)}` says where it is; its "
                       f"log: {c.sweep_dir}/.submitit/{jobs['end']}/"))
     elif str(report.get("slurm_job_id")) != str(jobs["end"]):
         c.say(Verdict("end of sweep", False, f"the report was written by job {report.get('slurm_job_id')}, not "
@@ -358,6 +438,10 @@ def run_canary(overrides: Sequence[str], sweep_dir: str | os.PathLike | None = N
     hydra = [o for o in overrides if o.split("=", 1)[0].lstrip("+~").startswith("hydra")]
     task = _task(c)
     out(f"canary: {' '.join(overrides)} -> {d}")
+    missing = check_app()  # before the first step: nothing is fetched for a sweep that cannot be submitted
+    if missing is not None:
+        c.say(missing)
+        return _end(c, [])
     steps = [step_site_files, lambda c: step_fetch(c, task), lambda c: step_offline(c, task)]
     for step in steps:
         if not c.say(step(c)).ok:

@@ -5,6 +5,7 @@ scripts, the environment file), each failure with its fix; the real run on a loo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,127 @@ def test_a_bad_command_line_is_refused_before_anything(tmp_path):
     with pytest.raises(GacError, match="not a Slurm launcher"):
         canary.run_canary(["hydra/launcher=basic"], sweep_dir=tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def _offline_ok(args, env=None, timeout=0):
+    import subprocess
+
+    out = json.dumps({"inputs": [{"input": "tiny"}], "caches": {"HF_HUB_CACHE": "/c"}}) if "--check" in args else ""
+    return subprocess.CompletedProcess(args, 0, out, "")
+
+
+def test_the_whole_run_prints_the_verdicts_the_first_run_guide_shows(tmp_path, monkeypatch):
+    """Every step stubbed at its edge (the CLI, sbatch, the wait): the closing line is the one
+    docs/first-run-on-your-cluster.md shows, so the guide's count of steps is the code's."""
+    import gac.jobs.sweep.points
+
+    lines: list[str] = []
+    sweep = tmp_path / "s"
+    env = str(sweep / ".gac-env-x.sh")
+
+    def submitted(c, task, hydra):
+        _store(c, {p["key"]: _record(p["key"], env) for p in POINTS})
+        _end_report(c, [p["key"] for p in POINTS])
+        return canary.Verdict("submit", True, "array job 7, end-of-sweep job 8 (afterany)"), JOBS
+
+    monkeypatch.setattr(canary, "_cli", _offline_ok)
+    monkeypatch.setattr(canary, "submit", submitted)
+    monkeypatch.setattr(canary, "wait", lambda c, points, jobs: True)
+    monkeypatch.setattr(gac.jobs.sweep.points, "sweep_points", lambda task: POINTS)
+    assert canary.run_canary(["hydra/launcher=slurm_local", "model=tiny"], sweep_dir=sweep, out=lines.append) == 0
+    shown = re.search(r"^#   (canary: PASS: .*)$", (ROOT / "docs" / "first-run-on-your-cluster.md").read_text(),
+                      re.M)
+    assert shown and lines[-1] == shown.group(1), (lines[-1], shown)
+    steps = [ln.split()[1:3] for ln in lines if ln.startswith(("  PASS", "  SKIP"))]
+    assert len(steps) == 11 and steps[0] == ["site", "files"] and steps[-1][0] == "time"
+
+
+def test_the_sweep_is_submitted_through_the_installed_app_not_experiments(tmp_path, monkeypatch):
+    """The command runs the function the gac-run console script runs (pyproject.toml), by this Python, with this gac
+    first on its path: the same from a checkout and from a wheel, which has no experiments/."""
+    import subprocess
+    import sys
+
+    seen = []
+
+    def run(args, **kw):
+        seen.append((args, kw))
+        return subprocess.CompletedProcess(args, 0, "Slurm: 2 point(s) submitted as array job 41; the end-of-sweep "
+                                                    "job 42 runs when they have all ended", "")
+
+    monkeypatch.setattr(canary.subprocess, "run", run)
+    c = _canary(tmp_path)
+    v, jobs = canary.submit(c, ["experiment=canary", "model=tiny"], ["hydra/launcher=slurm_local"])
+    assert v.ok and jobs == {"array": "41", "end": "42"}
+    (args, kw), = seen
+    assert not any("experiments" in a for a in args), args
+    script = re.search(r'^gac-run = "([\w.]+):(\w+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert script and tuple(script.groups()) == canary.APP
+    assert args[:2] == [sys.executable, "-c"] and f"from {script[1]} import {script[2]}; {script[2]}()" in args[2]
+    assert repr(str(canary.ROOT)) in args[2] and args[3] == "-m" and "hydra.launcher.wait=false" in args
+    assert kw["timeout"] == canary.SUBMIT_LIMIT_S and "GAC_CANARY" not in kw["env"]
+
+
+def test_the_app_command_runs_the_app_from_anywhere_without_pythonpath(tmp_path):
+    """The command, from another directory and without PYTHONPATH, composes the canary's config from this checkout's
+    gac (its conf/), as the submission will."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([*canary.app_command(), "experiment=canary", "model=tiny", "--cfg", "hydra"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"path: {ROOT / 'conf'}" in r.stdout and "experiment=canary" in r.stdout
+
+
+def test_an_app_that_cannot_be_imported_fails_before_anything_is_fetched(tmp_path, monkeypatch):
+    monkeypatch.setattr(canary, "APP", ("gac.no_such_app", "run"))
+    monkeypatch.setattr(canary, "_cli", lambda *a, **k: pytest.fail("fetched for a sweep that cannot be submitted"))
+    lines: list[str] = []
+    assert canary.run_canary(["hydra/launcher=slurm_local"], sweep_dir=tmp_path / "s", out=lines.append) == 1
+    assert lines[1].startswith("  FAIL  submit") and "gac.no_such_app, cannot be imported" in lines[1]
+    assert "fix: reinstall gac" in lines[1] and "first failure: submit" in lines[-1]
+    monkeypatch.undo()
+    assert canary.check_app() is None  # the real app and its launcher are importable here
+
+
+@pytest.mark.parametrize("step", ["fetch", "offline"])
+def test_a_fetch_past_its_limit_is_a_failure_naming_it_not_a_traceback(tmp_path, monkeypatch, step):
+    import subprocess
+
+    def cli(args, env=None, timeout=canary.FETCH_LIMIT_S):
+        if step == "fetch" or "--check" in args:
+            raise subprocess.TimeoutExpired(["gac", *args], timeout, output=b"fetching x\n")
+        return _offline_ok(args)
+
+    monkeypatch.setattr(canary, "_cli", cli)
+    monkeypatch.setattr(canary, "submit", lambda *a: pytest.fail("submitted after a failed step"))
+    lines: list[str] = []
+    assert canary.run_canary(["hydra/launcher=slurm_local"], sweep_dir=tmp_path / "s", out=lines.append) == 1
+    fail = next(i for i, ln in enumerate(lines) if ln.startswith("  FAIL"))
+    assert lines[fail].startswith(f"  FAIL  {step}") and "did not finish within the canary's 60 min" in lines[fail]
+    assert "\n        fix: " in lines[fail] and f"first failure: {step}" in lines[-1]
+
+
+def test_a_submission_past_its_limit_names_the_jobs_it_may_have_queued(tmp_path, monkeypatch):
+    """sbatch may have queued the array before the limit: the job ids from the partial output (bytes, as
+    TimeoutExpired holds them) and from the sweep's .submitit folders, the sweep dir, status and scancel."""
+    import subprocess
+
+    said = {"stderr": b"... array job 41 ..."}
+
+    def run(args, **kw):
+        raise subprocess.TimeoutExpired(args, kw["timeout"], output=b"Slurm: asking for gres=gpu:h100:1\n", **said)
+
+    monkeypatch.setattr(canary.subprocess, "run", run)
+    c = _canary(tmp_path)  # its .submitit/7_0: a job whose folder submitit made
+    v, jobs = canary.submit(c, ["experiment=canary", "model=tiny"], ["hydra/launcher=slurm_local"])
+    assert v.ok is False and jobs == {}
+    assert "did not finish within the canary's 30 min" in v.detail and "Slurm job(s) 41, 7" in v.detail
+    assert str(c.sweep_dir) in v.detail and "scancel 41 7" in v.fix
+    assert f"gac launch status --results-dir {c.results_dir} experiment=canary model=tiny" in v.fix
+    (c.sweep_dir / ".submitit" / "7_0").rmdir()
+    said["stderr"] = None
+    v, _ = canary.submit(c, ["experiment=canary"], [])
+    assert v.ok is False and "no job id in its output so far" in v.detail and "squeue --me" in v.fix
