@@ -9,7 +9,8 @@ Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destinat
 mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
 when the umask lets them). A writer that is killed between writing and publishing leaves such a file behind;
 :func:`clean_temp_files` removes the ones whose writer is provably gone (same host, process dead) or that are
-older than a bound, and never a file a live writer may still be filling.
+older than a bound, and never a file a live writer may still be filling. Beside a user's output (a directory gac
+does not own) only that output's own temp names are gac's: nothing else there is ever removed.
 """
 
 from __future__ import annotations
@@ -542,8 +543,12 @@ def temp_writer_gone(path: str | os.PathLike, max_age_s: float | None = None, no
     return bool(_LEGACY_RE.match(p.name)) and age > max_age_s
 
 
-def clean_temp_files(directory: str | os.PathLike, recursive: bool = False, max_age_s: float | None = None) -> list[Path]:
-    """Remove the temp files (and temp directories) of writers that are gone in ``directory``; return them."""
+def clean_temp_files(directory: str | os.PathLike, recursive: bool = False, max_age_s: float | None = None,
+                     output: str | None = None) -> list[Path]:
+    """Remove the temp files (and temp directories) of writers that are gone in ``directory``; return them.
+    ``output``: ``directory`` is not gac's (the folder of a user's output): only the temp names of that output
+    (``.<output>.<host>.<pid>.<random>.tmp``, its side files' included) are gac's there; a legacy name may be
+    another tool's and is never touched."""
     import shutil
 
     d = Path(directory)
@@ -555,7 +560,11 @@ def clean_temp_files(directory: str | os.PathLike, recursive: bool = False, max_
     except OSError:
         return removed
     for e in entries:
-        if e.name.startswith(".") and (e.name.endswith(".tmp") or _LEGACY_RE.match(e.name)):
+        if output is not None:
+            ours = e.name.startswith(f".{output}.") and _TEMP_RE.match(e.name) is not None
+        else:
+            ours = e.name.startswith(".") and (e.name.endswith(".tmp") or _LEGACY_RE.match(e.name) is not None)
+        if ours:
             if temp_writer_gone(e.path, max_age_s):
                 try:
                     if e.is_dir(follow_symlinks=False):
@@ -570,7 +579,7 @@ def clean_temp_files(directory: str | os.PathLike, recursive: bool = False, max_
                 removed.append(Path(e.path))
                 log.info("removed a leftover temp file of a writer that is gone: %s", e.path)
         elif recursive and e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
-            removed += clean_temp_files(e.path, recursive=True, max_age_s=max_age_s)
+            removed += clean_temp_files(e.path, recursive=True, max_age_s=max_age_s, output=output)
     return removed
 
 

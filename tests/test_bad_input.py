@@ -107,6 +107,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_canary import canary_files
 
     canary_files(T)  # the "The canary" rows
+    from tests.bad_input_fixtures_exportfix import exportfix_files
+
+    exportfix_files(T)  # the "Export's own files" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

@@ -32,7 +32,8 @@ def add_arguments(p):
     p.add_argument("--quant", default=None, metavar="TYPE",
                    help=f"GGUF tensor type: {', '.join(GGUF_TYPES)} (default f32)")
     p.add_argument("--force", action="store_true",
-                   help="replace an existing output file, or a folder an earlier gac export --format hf wrote")
+                   help="replace an existing output file (an ONNX graph's <output>.data beside it included), or a "
+                        "folder an earlier gac export --format hf wrote")
 
 
 def validate(args):
@@ -73,6 +74,13 @@ def _check_output(args) -> None:
     if check_output_file(args.output, "-o", args.force, inputs=[args.model]) != "file":
         raise GacError(f"-o {args.output!r} is a stream; gac export writes a file there (and runs it before keeping "
                        f"it): give a file path")
+    if args.format == "onnx":  # the graph's side file: written, or an earlier one removed, with the graph
+        from gac.export.onnx import data_file
+
+        side = data_file(Path(args.output).expanduser())
+        if check_output_file(side, "-o's weights file", args.force, inputs=[args.model]) != "file":
+            raise GacError(f"-o's weights file {str(side)!r} is a stream; gac export writes or removes a file there "
+                           f"with the graph: move it away or choose another -o")
 
 
 def run(args) -> int:
@@ -86,7 +94,7 @@ def run(args) -> int:
     src, holds, quant = validate(args)
     t0 = time.perf_counter()
     model, tok = Recipe(args.job.spec, StageContext(args.job.spec.device)).load()  # the recipe's load step
-    summary = export(src, model, tok, args.format, holds, args.output, quant=quant, force=args.force)
+    summary = export(src, model, tok, args.format, holds, args.output, quant=quant)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     logging.getLogger(__name__).info("exported %s", args.output)
     print(json.dumps(summary, indent=2))

@@ -202,7 +202,7 @@ def save_checkpoint(model: nn.Module, tokenizer, path: str | os.PathLike, recipe
     plan = plan if plan is not None else getattr(model, "_gac_plan", None)
     specs = projection_specs(model)
     if out.parent.is_dir():
-        clean_temp_files(out.parent)  # temp dirs of earlier saves that were killed
+        clean_temp_files(out.parent, output=out.name)  # temp dirs of earlier saves of this checkpoint that were killed
     tmp = temp_path(out)
     try:
         tmp.mkdir(parents=True)

@@ -20,8 +20,9 @@ an attention this pipeline does not reproduce fails there, in one line naming ``
 
 Families whose attention is verified exact here (:data:`LATENT_FAMILIES`, tests/compression/test_palu_cache.py) get
 the latent cache by default (PaLU's option ``cache=auto``); the others keep the rebuilt K/V (``cache=full``) and an
-explicit ``cache=latent`` is refused in one line. Other cache kinds (static, quantised, offloaded layers) are refused
-the same way when they reach a latent layer.
+explicit ``cache=latent`` is refused in one line. Other cache kinds (static, quantised layers) and an offloaded
+cache (transformers 5: ``offloading=True`` on the cache, its layers plain dynamic ones) are refused the same way when
+they reach a latent layer.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class LatentHook:
         cache = next((x for x in (*kwargs.values(), *args) if isinstance(x, Cache)), None)
         if cache is None:
             return None
+        if getattr(cache, "offloading", False):  # transformers 5: a flag on the cache over plain dynamic layers
+            raise GacError("PaLU's latent KV cache cannot be offloaded (a cache made with offloading=True, e.g. "
+                           "generate(cache_implementation='offloaded')); generate without cache offloading or "
+                           f"{FIX}")
         if cache.layer_class_to_replicate is not None:
             while len(cache.layers) <= self.layer_idx:
                 cache.layers.append(cache.layer_class_to_replicate())

@@ -1,5 +1,6 @@
-"""``llama.cpp``: the model written as a GGUF file by :func:`gac.export.gguf.write_gguf` (f32 or f16; a quantized
-type through llama.cpp's own quantizer, :func:`gac.export.gguf.quantize`) and run by llama-cpp-python on the CPU.
+"""``llama.cpp``: the model written as a GGUF file by :func:`gac.export.gguf.write_quantized` (f32 or f16; a quantized
+type through llama.cpp's own quantizer, its fallback tensors read from the file as ``gac export`` reads them) and run
+by llama-cpp-python on the CPU.
 
 llama.cpp evaluates one sequence at a time: a batch is its rows one after another, each from an empty KV cache
 (kept in f32, so that the logits show the file's weights and not the cache's rounding). The context is sized to the
@@ -9,16 +10,10 @@ are computed (``logits_all``), as the other engines' prefill does.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from gac.engines.base import Engine
 from gac.errors import GacError
-
-
-def default_threads() -> int:
-    """llama.cpp's threads when none are given: half the cores (as :func:`gac.export.gguf.verify_gguf` runs it)."""
-    return max(1, (os.cpu_count() or 2) // 2)
 
 
 class LlamaCppEngine(Engine):
@@ -29,22 +24,14 @@ class LlamaCppEngine(Engine):
     def __init__(self, model, tokenizer, layout, workdir: Path, threads: int | None = None, quant: str = "f32"):
         import llama_cpp
 
-        from gac.export.expressible import UNQUANTIZED
-        from gac.export.gguf import quantize, write_gguf
+        from gac.export.gguf import default_threads, write_quantized
 
         super().__init__(threads or default_threads(), quant, quant)
         self.version = str(getattr(llama_cpp, "__version__", "?"))
         workdir = Path(workdir)
         self.path = workdir / f"model-{quant}.gguf"
-        if quant in UNQUANTIZED:
-            write_gguf(model, tokenizer, layout, self.path, dtype=quant)
-            self.fallback: dict = {}
-        else:
-            f32 = workdir / "model-f32.gguf"
-            write_gguf(model, tokenizer, layout, f32, dtype="f32")
-            self.fallback = quantize(f32, self.path, quant)  # tensors stored in another type (rows not whole blocks)
-            f32.unlink()
-        self.vocab = int(model.config.vocab_size)
+        # tensors stored in another type (rows not whole blocks of the type)
+        self.fallback = write_quantized(model, tokenizer, layout, self.path, quant, workdir=workdir)
         self._llm = None
         self._n_ctx = 0
 

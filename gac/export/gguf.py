@@ -8,8 +8,9 @@ one; norms in f32; the tokenizer as llama.cpp's ``gpt2`` (byte-level BPE) vocabu
 left out (llama.cpp reuses the embedding). ``f32`` and ``f16`` are written directly; a quantized type
 (``q8_0``, ``q4_0``, ``q4_K``, ...) is made from the f32 file by llama.cpp's own quantizer
 (``llama_model_quantize``), which falls back to another type for a tensor whose rows are not whole blocks (32
-values for q4_0/q8_0, 256 for the k-quants): :func:`fallback_tensors` reads those from the file written (and
-:func:`quantize` returns them as its log says), :func:`tensor_types` counts what the tensors became.
+values for q4_0/q8_0, 256 for the k-quants): :func:`write_quantized` writes a file of any type and returns those
+fallbacks as :func:`fallback_tensors` reads them from the file written (the quantizer's log misses some: the output
+matrix falls back silently), :func:`tensor_types` counts what the tensors became.
 
 :func:`verify_gguf` loads the file in llama.cpp (``llama-cpp-python``) and compares the logits of a token sequence
 with the model's.
@@ -32,12 +33,17 @@ import torch
 from torch import nn
 
 from gac.errors import GacError
-from gac.export.expressible import GGUF_TYPES, GgufLayout
+from gac.export.expressible import GGUF_TYPES, UNQUANTIZED, GgufLayout
 
 #: logits through llama.cpp (its KV cache in f32 for the check) against the model's, max |difference| / max |logit|:
 #: f32 as tight as ONNX; f16 weights (and llama.cpp's f16 matmul inputs for them) within f16 rounding carried through
 #: the layers (measured, LLM-Pruner checkpoints: tiny 4.7e-7 and 2.5e-4, smollm2's 30 layers 1.8e-6 and 1.6e-3)
 GGUF_TOLERANCE = {"f32": 1e-4, "f16": 5e-3}
+
+
+def default_threads() -> int:
+    """llama.cpp's threads when none are given (the export's check, the llama.cpp engine): half the cores."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def _permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -189,14 +195,24 @@ def _quiet_c_output():
             os.close(fd)
 
 
-_FALLBACK = re.compile(r"^warning: (?P<name>\S+)\s+- ncols\s+(?P<ncols>\d+) not divisible by\s+(?P<block>\d+).*"
-                       r"falling back to\s+(?P<type>\S+)", re.M)
+def write_quantized(model: nn.Module, tokenizer, layout: GgufLayout, path: Path, quant: str, workdir: Path) -> dict:
+    """Write ``model`` to ``path`` as a GGUF file of type ``quant``: f32 and f16 directly (:func:`write_gguf`); a
+    quantized type through an f32 file in a scratch directory under ``workdir`` (removed once quantized, or on a
+    failure) and llama.cpp's quantizer (:func:`quantize`). Returns :func:`fallback_tensors` of the file written
+    (``{}`` for f32 and f16): what ``gac export``, the llama.cpp engine and the benchmarks report."""
+    if quant in UNQUANTIZED:
+        write_gguf(model, tokenizer, layout, path, dtype=quant)
+        return {}
+    with tempfile.TemporaryDirectory(prefix="quantizer-input-", dir=workdir) as d:
+        f32 = write_gguf(model, tokenizer, layout, Path(d) / "f32.gguf", dtype="f32")
+        quantize(f32, path, quant)
+    return fallback_tensors(path, quant)
 
 
-def quantize(src: Path, out: Path, qtype: str) -> dict:
-    """``out``: the f32 GGUF ``src`` quantized by llama.cpp's quantizer to ``qtype`` (a :data:`GGUF_TYPES` name).
-    Returns ``{tensor: {"ncols", "block", "type"}}`` for every tensor the quantizer stored in another type because
-    its rows are not whole blocks (its fallbacks, read from its log, which is collected rather than printed)."""
+def quantize(src: Path, out: Path, qtype: str) -> Path:
+    """``out``: the f32 GGUF ``src`` quantized by llama.cpp's quantizer to ``qtype`` (a :data:`GGUF_TYPES` name);
+    its log is collected rather than printed, and its last line names a failure. The tensors it stored in another
+    type are :func:`fallback_tensors` of ``out``."""
     import ctypes
 
     import llama_cpp
@@ -222,8 +238,7 @@ def quantize(src: Path, out: Path, qtype: str) -> dict:
         last = (text.strip().splitlines() or ["no output"])[-1][:200]
         raise GacError(f"llama.cpp's quantizer failed on the export (code {rc}: {last}) for --quant {qtype}; the f32 "
                        f"export (--quant f32) works without it")
-    return {m["name"]: {"ncols": int(m["ncols"]), "block": int(m["block"]), "type": m["type"]}
-            for m in _FALLBACK.finditer(text)}
+    return out
 
 
 def quantizable(name: str, shape) -> bool:
@@ -288,7 +303,7 @@ def verify_gguf(path: Path, model: nn.Module, dtype: str, threads: int | None = 
         ref = model(input_ids=ids, use_cache=False).logits[0].float().numpy()
     f32 = llama_cpp.GGML_TYPE_F32  # the KV cache in f32: the check sees the file's weights, not the cache's rounding
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(64, n_tokens), n_batch=n_tokens, logits_all=True,
-                          n_threads=threads or max(1, (os.cpu_count() or 2) // 2), verbose=False, seed=0,
+                          n_threads=threads or default_threads(), verbose=False, seed=0,
                           type_k=f32, type_v=f32)
     try:
         llm.eval(ids[0].tolist())

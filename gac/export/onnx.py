@@ -29,6 +29,13 @@ ONNX_TOLERANCE = 1e-4
 INLINE_LIMIT = 1536 << 20
 
 
+def data_file(path: str | Path) -> Path:
+    """The file beside the graph ``path`` that holds its weights when they are not inline (``<path>.data``, the name
+    torch's exporter gives it)."""
+    p = Path(path)
+    return p.with_name(p.name + ".data")
+
+
 class _Logits(nn.Module):
     """``input_ids -> logits`` of a causal LM, no cache: the graph's one input and one output."""
 
@@ -80,7 +87,7 @@ def sample_ids(vocab: int, shape: tuple[int, int], seed: int) -> torch.Tensor:
 
 def export_onnx(model: nn.Module, path: Path) -> Path:
     """Write ``model`` (float32, eval mode) to ``path`` as an ONNX graph (module docstring); the weights go to
-    ``path`` + ``.data`` beside it when the model is larger than :data:`INLINE_LIMIT`."""
+    :func:`data_file` beside it when the model is larger than :data:`INLINE_LIMIT`."""
     vocab = int(model.config.get_text_config().vocab_size)
     wrapper = _Logits(model).eval()
     batch, seq = torch.export.Dim("batch", min=1, max=1024), torch.export.Dim("sequence", min=2, max=1 << 16)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -155,8 +156,17 @@ def test_killed_save_leaves_a_temp_dir_that_the_next_save_removes(compressed, tm
     left = tmp_path / f".ck.{machine_id()}.{dead}.0123abcd.tmp"
     left.mkdir()
     (left / WEIGHTS_FILE).write_bytes(b"\0" * 1000)
+    # the checkpoint's folder is the user's: another tool's temp-like names and another output's temp stay
+    others = [tmp_path / ".notes.txt.tmp12345", tmp_path / ".build.abcd1234.tmp",
+              tmp_path / f".other.{machine_id()}.{dead}.0123abcd.tmp"]
+    aged = time.time() - 7 * 3600  # older than GAC_TEMP_STALE_S
+    for p in others:
+        p.mkdir()
+        (p / "f").write_text("x")
+        os.utime(p, (aged, aged))
     save_checkpoint(compressed[0], None, tmp_path / "ck")
     assert not left.exists() and (tmp_path / "ck" / META_FILE).is_file()
+    assert all((p / "f").read_text() == "x" for p in others)
 
 
 def test_compress_validates_everything_before_loading(tmp_path, capsys, monkeypatch):

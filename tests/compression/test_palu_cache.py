@@ -175,6 +175,20 @@ def test_a_static_cache_is_refused_in_one_line(base, tiny_palu):
         cm(base[3][:1, :PROMPT], past_key_values=cache, use_cache=True)
 
 
+def test_an_offloaded_cache_is_refused_in_one_line(base, tiny_palu):
+    """transformers 5 offloads a cache of plain dynamic layers (a flag on the cache): the latent layers' rotary views
+    would keep the keys on the device, so it is refused before anything is cached."""
+    from transformers import DynamicCache
+
+    cm = tiny_palu[1]
+    cache = DynamicCache(config=cm.config, offloading=True)
+    with pytest.raises(GacError, match=r"cannot be offloaded.*generate without cache offloading or compress with "
+                                       r"the PaLU option cache=full") as e:
+        cm(base[3][:1, :PROMPT], past_key_values=cache, use_cache=True)
+    assert "\n" not in str(e.value)
+    assert not any(getattr(layer, "palu_latent", False) or layer.is_initialized for layer in cache.layers)
+
+
 def test_cache_full_is_the_parameter_only_palu():
     from gac.compression.latent_cache import has_latent_cache
     from tests.compression.test_families import _calib, family_model

@@ -71,6 +71,32 @@ def test_llama_cpp_gives_torchs_logits_on_per_layer_widths(tmp_path):
         assert got.shape == ref.shape and torch.isfinite(got).all()
 
 
+def test_the_engine_counts_the_fallback_tensors_gac_export_does(tiny, tmp_path):
+    """A random Llama of width 320 (not whole blocks of 256) at q4_K: every matrix with rows of 320 falls back, the
+    tied embedding (llama.cpp's output matrix) without a word in the quantizer's log; the engine reads the same
+    tensors from its file as the export does from its own."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gac.export.expressible import Source, gguf_layout
+    from gac.export.write import export
+
+    tok = tiny[1]
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=320, intermediate_size=512, num_hidden_layers=2,
+                      num_attention_heads=5, num_key_value_heads=5, head_dim=64, max_position_embeddings=512,
+                      tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg).eval()
+    src = Source("a random Llama", "memory", model.config, model)
+    summary = export(src, model, tok, "gguf", gguf_layout(src), tmp_path / "m.gguf", quant="q4_K")
+    fallback = summary["check"]["fallback"]
+    # q, k, v, o, gate and up of each layer (rows of 320) and the embedding; the down projections' 512 are whole
+    assert set(fallback) == {"token_embd.weight"} | {f"blk.{i}.{m}.weight" for i in range(2) for m in (
+        "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up")}, sorted(fallback)
+    with open_engine("llama.cpp", model, tok, tmp_path / "engine", threads=1, quant="q4_K") as e:
+        assert e.describe()["fallback_tensors"] == len(fallback) == 13
+    assert sorted(p.name for p in (tmp_path / "engine").iterdir()) == ["model-q4_K.gguf"]  # its f32 input removed
+
+
 def test_a_bench_with_the_engine_axis(tmp_path, capsys):
     from gac.cli import main
 

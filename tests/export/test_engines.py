@@ -4,6 +4,7 @@
   weights, tests/compression/test_families.py's configs) and low-rank ones of the fused layouts (split parts),
   exported, then run here in onnxruntime on a shape the export never saw: float32 logits within 1e-4 of gac's
   (relative to the largest logit).
+  A graph whose weights sit beside it (``OUT.data``) runs from there, and an inline export over it removes that file.
 * GGUF: tiny's LLM-Pruner checkpoint (per-layer widths: llama.cpp's ``deci``) and a uniform one (``llama``) in f32
   and f16, run here in llama.cpp: logits within f16 rounding of gac's; q8_0 and q4_K run and are reported (their
   fallback tensors included).
@@ -109,6 +110,24 @@ def test_onnx_of_every_compressors_tiny_checkpoint(compressor, tiny_checkpoints,
     rel = _rel(_onnx_logits(tmp_path / "m.onnx", ids), _gac_logits(ck, ids))
     print(f"onnx {compressor}: max rel diff {rel:.2e}")
     assert rel <= 1e-4
+
+
+def test_an_onnx_side_file_goes_with_its_graph(tiny_checkpoints, tmp_path, capsys, monkeypatch):
+    """The weights beside the graph (as a model above 1.5 GiB keeps them) run in onnxruntime from ``OUT.data``; an
+    inline export over it with --force removes that file."""
+    import gac.export.onnx as onnx
+
+    ck, out = tiny_checkpoints["uniform"], tmp_path / "m.onnx"
+    ids = torch.randint(0, 4096, (2, 9), generator=torch.Generator().manual_seed(12))
+    limit = onnx.INLINE_LIMIT
+    monkeypatch.setattr(onnx, "INLINE_LIMIT", 0)
+    side = _export(capsys, ck, "onnx", out)
+    assert onnx.data_file(out).stat().st_size > out.stat().st_size and side["bytes"] > out.stat().st_size
+    assert _rel(_onnx_logits(out, ids), _gac_logits(ck, ids)) <= 1e-4
+    monkeypatch.setattr(onnx, "INLINE_LIMIT", limit)
+    _export(capsys, ck, "onnx", out, "--force")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert _rel(_onnx_logits(out, ids), _gac_logits(ck, ids)) <= 1e-4
 
 
 def _family_cases():
