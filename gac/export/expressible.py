@@ -21,14 +21,14 @@ from pathlib import Path
 
 from torch import nn
 
+from gac.align.engine_types import LLAMA_CPP_TYPES, parse_engine
 from gac.errors import GacError, unknown_name
 
 FORMATS = ("onnx", "gguf", "hf")
-#: --quant name -> (llama.cpp's file type name, whether llama.cpp's quantizer makes it from an f32 file)
-GGUF_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0",
-              "q4_1": "MOSTLY_Q4_1", "q5_0": "MOSTLY_Q5_0", "q5_1": "MOSTLY_Q5_1", "q4_K": "MOSTLY_Q4_K_M",
-              "q5_K": "MOSTLY_Q5_K_M", "q6_K": "MOSTLY_Q6_K"}
-UNQUANTIZED = ("f32", "f16")
+#: --quant name -> llama.cpp's file type name (what its quantizer makes from an f32 file), from the one table of
+#: engine types (:data:`gac.align.engine_types.LLAMA_CPP_TYPES`)
+GGUF_TYPES = {t: ftype for t, (ftype, _) in LLAMA_CPP_TYPES.items()}
+UNQUANTIZED = tuple(t for t, (_, block) in LLAMA_CPP_TYPES.items() if block is None)  # f32, f16
 ROPE_TYPES = ("default", "llama3")  # the RoPE llama.cpp's Llama architectures compute (llama3: a rope_freqs tensor)
 
 
@@ -136,13 +136,11 @@ def check_quant(fmt: str, quant: str | None) -> str | None:
             raise GacError(f"--quant {quant} applies to --format gguf only; drop it for --format {fmt}")
         return None
     if quant is None:
-        return "f32"
-    if quant not in GGUF_TYPES:
-        lower = {k.lower(): k for k in GGUF_TYPES}
-        if quant.lower() in lower:
-            return lower[quant.lower()]
-        raise unknown_name("GGUF type (--quant)", quant, GGUF_TYPES)
-    return quant
+        return UNQUANTIZED[0]
+    try:
+        return parse_engine(f"llama.cpp:{quant}")[1]  # the type as --engine llama.cpp:TYPE reads it
+    except GacError:
+        raise unknown_name("GGUF type (--quant)", quant, GGUF_TYPES) from None
 
 
 # ------------------------------------------------------------------------------------------------------------ gguf
