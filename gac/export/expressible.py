@@ -9,8 +9,9 @@ so that a format that cannot hold it is refused before any work.
   ``head_count_kv`` arrays (llama.cpp reads those arrays for every architecture, but ``llama`` builds every layer at
   layer 0's sizes).
 * ``hf`` (a plain Hugging Face folder) holds what transformers builds from a config: every parameter's name and
-  shape those of the architecture built from the written config (uniform widths; no low-rank, split or per-expert
-  modules).
+  shape those of the architecture built from the written config (uniform widths: one MLP width and, in a
+  mixture-of-experts model, one expert width in every layer, as LLM-Pruner's ``expert_width=shared`` leaves when
+  its layers agree; no low-rank, split or per-expert modules).
 """
 
 from __future__ import annotations
@@ -197,10 +198,19 @@ def gguf_layout(src: Source) -> GgufLayout:
 
 
 _WIDTH_KEYS = ("intermediate_size", "n_inner", "ffn_dim")  # the MLP width's name in the families' configs
+#: an expert's width in the MoE families' configs: Qwen3-MoE's own key, else the MLP's (Mixtral's, OLMoE's)
+_EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "intermediate_size")
 
 
 def _shapes(model: nn.Module) -> dict:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _expert_widths(model: nn.Module) -> dict[str, int]:
+    """Every fused experts block of ``model`` (transformers' 3-D experts: pruned ones too) -> its experts' width."""
+    from gac.compression.modules import is_fused_experts
+
+    return {n: int(m.down_proj.shape[-1]) for n, m in model.named_modules() if is_fused_experts(m)}
 
 
 def hf_config_of(src: Source) -> dict:
@@ -223,10 +233,11 @@ def hf_config_of(src: Source) -> dict:
               if spec.get("type") == "linear" and n.rsplit(".", 1)[-1] in ("gate_proj", "fc1", "c_fc", "fc_in")}
     widths |= {spec["in"] for n, spec in mods.items()
                if spec.get("type") == "linear" and n.rsplit(".", 1)[-1] in ("down_proj", "fc2", "fc_out")}
-    candidates = [base]
-    if len(widths) == 1:
-        w = widths.pop()
-        candidates += [{**base, key: w} for key in _WIDTH_KEYS if key in base]
+    experts = set(_expert_widths(src.skeleton).values())  # LLM-Pruner's shared width: one per layer
+    mlp_opts = [{key: w} for w in widths for key in _WIDTH_KEYS if key in base] if len(widths) == 1 else []
+    expert_opts = [{key: w} for w in experts for key in _EXPERT_WIDTH_KEYS if key in base] if len(experts) == 1 else []
+    # the base config, then every way of writing the one MLP width and the one expert width into its keys
+    candidates = [base] + [{**base, **m, **e} for m in mlp_opts or [{}] for e in expert_opts or [{}] if m or e]
     for cand in candidates:
         c = dict(cand)
         model_type = c.pop("model_type")
@@ -242,6 +253,11 @@ def hf_config_of(src: Source) -> dict:
 
 
 def _refuse_widths(src: Source):
+    experts = _expert_widths(src.skeleton)
+    if len(set(experts.values())) > 1:
+        shown = ", ".join(str(w) for w in list(experts.values())[:8])
+        raise GacError(f"its experts' widths differ from layer to layer ({shown}{' ...' if len(experts) > 8 else ''}), "
+                       f"and a transformers config has one expert width for every layer")
     widths = {}
     for name, spec in (src.meta or {}).get("modules", {}).items():
         if spec.get("type") == "linear" and name.rsplit(".", 1)[-1] in ("gate_proj", "fc1", "c_fc", "fc_in"):
