@@ -107,6 +107,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_canary import canary_files
 
     canary_files(T)  # the "The canary" rows
+    from tests.bad_input_fixtures_enginequant import enginequant_files
+
+    enginequant_files(T)  # the "Engines at a quantized type" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:
