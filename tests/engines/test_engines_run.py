@@ -98,18 +98,24 @@ def test_a_bench_with_the_engine_axis(tmp_path, capsys):
         assert e["ratio_ci95"][0] <= e["ratio_to_baseline"] <= e["ratio_ci95"][1]
 
 
-def test_a_job_record_names_its_engine(tmp_path):
+def _job_record(tmp_path, engine: str) -> dict:
+    """The record of tiny's baseline job with its latency timed by ``eval.engine=engine``."""
     import subprocess
-
-    import llama_cpp
 
     root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "experiments/run.py", "model=tiny", "gpu=cpu", "compressor=none", "eval=quick",
                         "eval.ppl=false", "eval.tasks=[]", "seq_len=32", "eval.latency_seq_lens=[32]",
-                        "eval.engine=llama.cpp", f"results_dir={tmp_path / 'r'}"],
+                        f"eval.engine={engine}", f"results_dir={tmp_path / 'r'}"],
                        cwd=root, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "r" / "records").glob("*.json")]
+    return rec
+
+
+def test_a_job_record_names_its_engine(tmp_path):
+    import llama_cpp
+
+    rec = _job_record(tmp_path, "llama.cpp")
     lat = rec["evaluation"]["latency"]["prefill_ms@32"]
     assert lat["engine"]["name"] == "llama.cpp" and lat["engine"]["version"] == llama_cpp.__version__
     assert rec["metrics"]["prefill_ms"] == lat["median_ms"] > 0
@@ -141,17 +147,10 @@ def test_a_bench_cell_at_a_quantized_type(tmp_path, capsys):
 
 
 def test_a_job_record_names_its_engines_type(tmp_path):
-    import subprocess
-
     import llama_cpp
 
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "experiments/run.py", "model=tiny", "gpu=cpu", "compressor=none", "eval=quick",
-                        "eval.ppl=false", "eval.tasks=[]", "seq_len=32", "eval.latency_seq_lens=[32]",
-                        "eval.engine=llama.cpp:q4_0", f"results_dir={tmp_path / 'r'}"],
-                       cwd=root, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
-    (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "r" / "records").glob("*.json")]
+    rec = _job_record(tmp_path, "llama.cpp:q4_0")
+    assert rec["config"]["eval"]["engine"] == "llama.cpp:q4_0"
     e = rec["evaluation"]["latency"]["prefill_ms@32"]["engine"]
     assert (e["name"], e["version"], e["quant"]) == ("llama.cpp", llama_cpp.__version__, "q4_0")
     assert rec["metrics"]["prefill_ms"] > 0
