@@ -43,7 +43,8 @@ from gac.io import write_marked_block  # noqa: E402
 RATIO = 0.15  # Table 5's
 #: (label, strategy, unit) per model; gemma3's hidden 640 and MLP 2048 are llama.cpp-less here (ONNX only)
 VARIANTS = {
-    "smollm2": [("unaligned", "unaligned", 8), ("gac, unit 8", "gac", 8), ("gac, llama.cpp:q4_K", "gac", "llama.cpp:q4_K")],
+    "smollm2": [("unaligned", "unaligned", 8), ("gac, unit 8", "gac", 8),
+                ("gac, llama.cpp:q4_K", "gac", "llama.cpp:q4_K")],
     "gemma3": [("unaligned", "unaligned", 8), ("gac, unit 8", "gac", 8)],
 }
 ENGINES = {
@@ -198,7 +199,8 @@ def _fallback_cell(v: dict) -> str:
 
 def markdown(doc: dict) -> str:
     h = doc["host"]
-    lines = [f"**{doc['label']}.** Measured {doc['date']} on {h['cpu']} ({h['cores']} cores), {doc['threads']} thread(s) "
+    lines = [f"**{doc['label']}.** Measured {doc['date']} on {h['cpu']} ({h['cores']} cores), "
+             f"{doc['threads']} thread(s) "
              f"per engine; torch {h['torch']}, llama-cpp-python {h.get('llama_cpp', '?')}, onnxruntime "
              f"{h.get('onnxruntime', '?')}. Calibration {doc['settings']['calib_samples']} x "
              f"{doc['settings']['calib_seq_len']} tokens of enwiki; perplexity on {doc['settings']['eval_windows']} "
@@ -211,7 +213,8 @@ def markdown(doc: dict) -> str:
         c = rec["config"]
         lines += [f"### {rec['model']} (hidden {c['hidden_size']}, MLP {c['intermediate_size']}, "
                   f"{c['num_hidden_layers']} layers), LLM-Pruner at ratio {RATIO}", "",
-                  "| variant | MLP widths | params (budget) | widths aligned to 8 / 32 / 256 | gac's PPL (PyTorch f32) |",
+                  "| variant | MLP widths | params (budget) | widths aligned to 8 / 32 / 256 | "
+                  "gac's PPL (PyTorch f32) |",
                   "|---|---|---|---|---|"]
         for label, v in rec["variants"].items():
             ws = sorted(set(v["widths"]))
@@ -227,10 +230,13 @@ def markdown(doc: dict) -> str:
                 ci = v.get("vs_unaligned")
                 vs = f"{ci[0] - 1:+.1%} [{ci[1] - 1:+.1%}, {ci[2] - 1:+.1%}]" if ci else ""
                 judged = row["quant"] in ("f32", "f16")
-                ok = (" (within 0.1%)" if abs(v["ppl_rel_diff"]) <= PPL_TOLERANCE else " (OUTSIDE 0.1%)") if judged else ""
+                ok = ((" (within 0.1%)" if abs(v["ppl_rel_diff"]) <= PPL_TOLERANCE else " (OUTSIDE 0.1%)")
+                      if judged else "")
                 lines.append(f"| {row['engine']} {row['version']} | {row['quant']} | {label} | "
-                             f"{_fmt_bytes(v['bytes'])} | {_fallback_cell(v) if row['engine'] == 'llama.cpp' else 'n/a'}"
-                             f" | {v['ppl_engine']:.4f} | {v['ppl_rel_diff']:+.3%}{ok} | {v['prefill_median_ms']:.1f} | "
+                             f"{_fmt_bytes(v['bytes'])} | "
+                             f"{_fallback_cell(v) if row['engine'] == 'llama.cpp' else 'n/a'}"
+                             f" | {v['ppl_engine']:.4f} | {v['ppl_rel_diff']:+.3%}{ok} | "
+                             f"{v['prefill_median_ms']:.1f} | "
                              f"{vs} | {row['load_avg'][0]} -> {row['load_avg'][1]} |")
         lines.append("")
     return "\n".join(lines)

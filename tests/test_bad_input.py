@@ -110,6 +110,9 @@ def _files(T: Path) -> None:
     from tests.bad_input_fixtures_exportfix import exportfix_files
 
     exportfix_files(T)  # the "Export's own files" rows
+    from tests.bad_input_fixtures_enginequant import enginequant_files
+
+    enginequant_files(T)  # the "Engines at a quantized type" rows
 
 
 def _files_2(T: Path, tgt: dict) -> None:

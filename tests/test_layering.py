@@ -25,7 +25,7 @@ ALLOWED = {
     "models": BASE | {"compression", "fixtures"},
     "evaluation": BASE | {"align", "compression", "text", "fixtures", "models"},
     "export": BASE | {"align", "compression", "fixtures", "models"},  # a checkpoint as files serving engines run
-    "engines": BASE | {"compression", "fixtures", "models", "evaluation", "export"},  # a model run by an engine
+    "engines": BASE | {"align", "compression", "fixtures", "models", "evaluation", "export"},  # a model run by an engine
     "training": BASE | {"fixtures", "text", "evaluation"},
     "profiling": BASE | {"align", "evaluation"},
     "predict": BASE | {"align", "compression", "evaluation", "profiling"},  # kernel data + shapes -> GPU latency

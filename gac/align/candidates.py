@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
+from gac.align.engine_types import LLAMA_CPP_TYPES, parse_engine
 from gac.align.targets import Target, check_d_star
 from gac.errors import GacError
 
@@ -55,30 +56,34 @@ def check_unit(unit) -> int:
     return unit
 
 
-#: llama.cpp's quantized GGUF types (the ``--quant`` names of ``gac export``) and the values one block of each packs
-#: along a weight row (ggml's ``GGML_QUANT_SIZES``): llama.cpp's quantizer stores a tensor whose row length (its input
-#: dimension) is not whole blocks in another type (``tensor_type_fallback`` in llama.cpp's ``src/llama-quant.cpp``;
-#: docs/export.md)
-LLAMA_CPP_BLOCKS = {"q8_0": 32, "q4_0": 32, "q4_1": 32, "q5_0": 32, "q5_1": 32, "q4_K": 256, "q5_K": 256, "q6_K": 256}
+#: llama.cpp's quantized GGUF types (the ``--quant`` names of ``gac export``) -> the values one block of each packs
+#: along a weight row, from the one table of engine types (:data:`gac.align.engine_types.LLAMA_CPP_TYPES`): a row
+#: length (the input dimension) that is not whole blocks makes llama.cpp's quantizer store the tensor in another type
+LLAMA_CPP_BLOCKS = {t: block for t, (_, block) in LLAMA_CPP_TYPES.items() if block}
 #: named alignment units: aligning for a serving engine's own rule, ``llama.cpp:<type>`` -> that type's block
 ENGINE_UNITS = {f"llama.cpp:{t}": block for t, block in LLAMA_CPP_BLOCKS.items()}
 
 
 def resolve_unit(unit) -> int:
     """An alignment unit given as a number (8, 16, 32, 64, ...; a string of digits too) or by an engine's name
-    (:data:`ENGINE_UNITS`: ``llama.cpp:q4_K`` is 256, the k-quants' block; ``llama.cpp:q8_0`` 32): the unit as an int,
-    checked by :func:`check_unit`. An unknown name is one :class:`GacError` line listing the names."""
+    (:data:`ENGINE_UNITS`: ``llama.cpp:q4_K`` is 256, the k-quants' block; ``llama.cpp:q8_0`` 32; read by
+    :func:`gac.align.engine_types.parse_engine`, as ``--engine`` is): the unit as an int, checked by
+    :func:`check_unit`. An unknown name is one :class:`GacError` line listing the names."""
     if isinstance(unit, str):
         text = unit.strip()
         if text.lstrip("+-").isdigit():
             return check_unit(int(text))
-        lower = {k.lower(): k for k in ENGINE_UNITS}
-        if text.lower() not in lower:
+        try:
+            engine, qtype = parse_engine(text)
+        except GacError:
+            engine, qtype = None, None
+        block = LLAMA_CPP_BLOCKS.get(qtype) if engine == "llama.cpp" else None
+        if not block:
             close = difflib.get_close_matches(text, list(ENGINE_UNITS), n=2, cutoff=0.6)
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise GacError(f"unknown alignment unit {unit!r}{hint}; give a multiple of {UNIT_BASE} (8, 16, 32, 64) or an "
                            f"engine's unit: {', '.join(ENGINE_UNITS)}")
-        return ENGINE_UNITS[lower[text.lower()]]
+        return block
     return check_unit(unit)
 
 

@@ -261,6 +261,18 @@ def engine_label(column: str, engine: str | None) -> str:
     return column if engine in (None, "", DEFAULT_ENGINE) else f"{column}, {engine}"
 
 
+def _spelled(engine) -> str:
+    """A record's ``eval.engine`` as results name it (``LLAMA.CPP:Q4_K`` is ``llama.cpp:q4_K``; ``llama.cpp:f32`` is
+    ``llama.cpp``); a name gac does not know stays as written (a table shows what the record says)."""
+    from gac.align.engine_types import canonical_engine
+    from gac.errors import GacError
+
+    try:
+        return canonical_engine(engine)
+    except GacError:
+        return str(engine)
+
+
 def rows_engine(rows: Iterable) -> str | None:
     """The engine the records' own latency was measured in (``eval.engine`` of their config; torch where it is
     not set), ``"mixed engines"`` when they differ, None without rows."""
@@ -272,7 +284,7 @@ def rows_engine(rows: Iterable) -> str | None:
             continue
         cfg = rec.get(CONFIG) if hasattr(rec, "get") else None
         name = (cfg or {}).get("eval.engine") if isinstance(cfg, Mapping) else None
-        name = DEFAULT_ENGINE if name is None or (isinstance(name, float) and math.isnan(name)) else str(name)
+        name = DEFAULT_ENGINE if name is None or (isinstance(name, float) and math.isnan(name)) else _spelled(name)
         if name not in seen:
             seen.append(name)
     return None if not seen else seen[0] if len(seen) == 1 else "mixed engines"

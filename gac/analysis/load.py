@@ -142,8 +142,17 @@ def bench_summary(doc: Mapping) -> dict:
     return {"key": doc.get("key"), "created": doc.get("created"), "model": (doc.get("model") or {}).get("name"),
             "device": dev.get("name"), "device_type": dev.get("type"),
             "rounds": (doc.get("protocol") or {}).get("rounds"), "baseline_record": doc.get("baseline_record"),
-            "engine": (doc.get("engine") or {}).get("name", "torch"),  # what measured it (benches before: torch)
+            "engine": _engine_of(doc),
             "path": doc.get("_path"), "points": points}
+
+
+def _engine_of(doc: Mapping) -> str:
+    """What measured a bench document's first engine, as results name it: ``torch`` for benches from before engines,
+    ``llama.cpp:q4_K`` for llama.cpp at a type other than its default (:func:`gac.align.engine_types.engine_spec`)."""
+    from gac.align.engine_types import engine_spec
+
+    engine = doc.get("engine") or {}
+    return engine_spec(str(engine.get("name", "torch")), engine.get("quant"))
 
 
 def records_to_frame(records: Iterable[Mapping]) -> pd.DataFrame:

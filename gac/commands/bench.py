@@ -19,6 +19,7 @@ Examples:
   gac bench --plan unaligned.json --plan gac.json --model tiny --compressor asvd
   gac bench results/ --experiment table5 --predict a100   # + "predicted, A100, from published kernel data"
   gac bench results/ --experiment table5 --engine torch,onnxruntime,llama.cpp   # the engine as an axis (CPU)
+  gac bench results/ --experiment table5 --engine llama.cpp,llama.cpp:q4_K      # llama.cpp at f32 and at q4_K
 """
 
 
@@ -71,8 +72,9 @@ def add_arguments(p):
                         "CUDA events")
     p.add_argument("--engine", action="append", default=[], metavar="ENGINE",
                    help="what runs the prefill: torch (default), onnxruntime or llama.cpp (on the CPU, pip install "
-                        "'gac[engines]'); repeated or a comma list: an axis, every engine running every variant in "
-                        "the same shuffled rounds")
+                        "'gac[engines]'); llama.cpp:TYPE at a GGUF type (f32 default, f16, q8_0, q4_0, q4_K, ...); "
+                        "repeated or a comma list: an axis, every engine running every variant in the same shuffled "
+                        "rounds")
     p.add_argument("--no-profile", action="store_true", help="skip the kernel trace")
     p.add_argument("--predict", metavar="GPU",
                    help="a100 or h100: add each variant's predicted prefill ms on that GPU (gac.predict, from published "

@@ -34,8 +34,9 @@ def format_bench(doc: dict) -> str:
     engine = doc.get("engine") or {"name": "torch"}
     groups = [(a["engine"], a["variants"]) for a in axis] if axis else [(engine, doc["variants"])]
     if axis:
+        first = engine_label(axis[0]["engine"])
         lines.append(f"Engines (an axis of the rounds: every engine runs every variant, each against its own "
-                     f"baseline, and against {axis[0]['engine']['name']} in 'vs {axis[0]['engine']['name']}'): "
+                     f"baseline, and against {first} in 'vs {first}'): "
                      f"{'; '.join(engine_words(a['engine']) for a in axis)}.")
     elif engine.get("name") != "torch":
         lines.append(f"Engine: {engine_words(engine)}.")
@@ -43,12 +44,12 @@ def format_bench(doc: dict) -> str:
         name = pt["name"]
         for k, (eng, variants) in enumerate(groups):
             lines.append("")
-            where = f", {eng['name']}" if axis or eng.get("name") != "torch" else ""
+            where = f", {engine_label(eng)}" if axis or eng.get("name") != "torch" else ""
             lines.append(f"prefill, batch {pt['batch']}, S={pt['seq_len']}{where}:")
             head = ["Variant", "median ms", "vs baseline", "95% CI", "vs unaligned", "95% CI", "FLOPs ratio",
                     "align. eff.", "top kernel (share)", "SDPA"]
             if k:
-                head[4:4] = [f"vs {groups[0][0]['name']}", "95% CI"]
+                head[4:4] = [f"vs {engine_label(groups[0][0])}", "95% CI"]
             rows = []
             for v in variants:
                 e = v["points"][name]
@@ -74,6 +75,14 @@ def format_bench(doc: dict) -> str:
     lines.append("vs baseline / vs unaligned: latency change (ratio - 1); align. eff. = FLOPs ratio / latency ratio "
                  "(1.0: as fast as its FLOPs allow).")
     return "\n".join(lines)
+
+
+def engine_label(engine: dict) -> str:
+    """An engine as the table's headings name it: its name, with its type where it is not the engine's default
+    (``llama.cpp:q4_K``; :func:`gac.align.engine_types.engine_spec`)."""
+    from gac.align.engine_types import engine_spec
+
+    return engine_spec(engine["name"], engine.get("quant"))
 
 
 def engine_words(engine: dict) -> str:

@@ -9,8 +9,9 @@ so that a format that cannot hold it is refused before any work.
   ``head_count_kv`` arrays (llama.cpp reads those arrays for every architecture, but ``llama`` builds every layer at
   layer 0's sizes).
 * ``hf`` (a plain Hugging Face folder) holds what transformers builds from a config: every parameter's name and
-  shape those of the architecture built from the written config (uniform widths; no low-rank, split or per-expert
-  modules).
+  shape those of the architecture built from the written config (uniform widths: one MLP width and, in a
+  mixture-of-experts model, one expert width in every layer, as LLM-Pruner's ``expert_width=shared`` leaves when
+  its layers agree; no low-rank, split or per-expert modules).
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from pathlib import Path
 
 from torch import nn
 
+from gac.align.engine_types import LLAMA_CPP_TYPES, parse_engine
 from gac.errors import GacError, unknown_name
 
 FORMATS = ("onnx", "gguf", "hf")
-#: --quant name -> (llama.cpp's file type name, whether llama.cpp's quantizer makes it from an f32 file)
-GGUF_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0",
-              "q4_1": "MOSTLY_Q4_1", "q5_0": "MOSTLY_Q5_0", "q5_1": "MOSTLY_Q5_1", "q4_K": "MOSTLY_Q4_K_M",
-              "q5_K": "MOSTLY_Q5_K_M", "q6_K": "MOSTLY_Q6_K"}
-UNQUANTIZED = ("f32", "f16")
+#: --quant name -> llama.cpp's file type name (what its quantizer makes from an f32 file), from the one table of
+#: engine types (:data:`gac.align.engine_types.LLAMA_CPP_TYPES`)
+GGUF_TYPES = {t: ftype for t, (ftype, _) in LLAMA_CPP_TYPES.items()}
+UNQUANTIZED = tuple(t for t, (_, block) in LLAMA_CPP_TYPES.items() if block is None)  # f32, f16
 ROPE_TYPES = ("default", "llama3")  # the RoPE llama.cpp's Llama architectures compute (llama3: a rope_freqs tensor)
 
 
@@ -136,13 +137,11 @@ def check_quant(fmt: str, quant: str | None) -> str | None:
             raise GacError(f"--quant {quant} applies to --format gguf only; drop it for --format {fmt}")
         return None
     if quant is None:
-        return "f32"
-    if quant not in GGUF_TYPES:
-        lower = {k.lower(): k for k in GGUF_TYPES}
-        if quant.lower() in lower:
-            return lower[quant.lower()]
-        raise unknown_name("GGUF type (--quant)", quant, GGUF_TYPES)
-    return quant
+        return UNQUANTIZED[0]
+    try:
+        return parse_engine(f"llama.cpp:{quant}")[1]  # the type as --engine llama.cpp:TYPE reads it
+    except GacError:
+        raise unknown_name("GGUF type (--quant)", quant, GGUF_TYPES) from None
 
 
 # ------------------------------------------------------------------------------------------------------------ gguf
@@ -199,10 +198,19 @@ def gguf_layout(src: Source) -> GgufLayout:
 
 
 _WIDTH_KEYS = ("intermediate_size", "n_inner", "ffn_dim")  # the MLP width's name in the families' configs
+#: an expert's width in the MoE families' configs: Qwen3-MoE's own key, else the MLP's (Mixtral's, OLMoE's)
+_EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "intermediate_size")
 
 
 def _shapes(model: nn.Module) -> dict:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _expert_widths(model: nn.Module) -> dict[str, int]:
+    """Every fused experts block of ``model`` (transformers' 3-D experts: pruned ones too) -> its experts' width."""
+    from gac.compression.modules import is_fused_experts
+
+    return {n: int(m.down_proj.shape[-1]) for n, m in model.named_modules() if is_fused_experts(m)}
 
 
 def hf_config_of(src: Source) -> dict:
@@ -225,10 +233,11 @@ def hf_config_of(src: Source) -> dict:
               if spec.get("type") == "linear" and n.rsplit(".", 1)[-1] in ("gate_proj", "fc1", "c_fc", "fc_in")}
     widths |= {spec["in"] for n, spec in mods.items()
                if spec.get("type") == "linear" and n.rsplit(".", 1)[-1] in ("down_proj", "fc2", "fc_out")}
-    candidates = [base]
-    if len(widths) == 1:
-        w = widths.pop()
-        candidates += [{**base, key: w} for key in _WIDTH_KEYS if key in base]
+    experts = set(_expert_widths(src.skeleton).values())  # LLM-Pruner's shared width: one per layer
+    mlp_opts = [{key: w} for w in widths for key in _WIDTH_KEYS if key in base] if len(widths) == 1 else []
+    expert_opts = [{key: w} for w in experts for key in _EXPERT_WIDTH_KEYS if key in base] if len(experts) == 1 else []
+    # the base config, then every way of writing the one MLP width and the one expert width into its keys
+    candidates = [base] + [{**base, **m, **e} for m in mlp_opts or [{}] for e in expert_opts or [{}] if m or e]
     for cand in candidates:
         c = dict(cand)
         model_type = c.pop("model_type")
@@ -244,6 +253,11 @@ def hf_config_of(src: Source) -> dict:
 
 
 def _refuse_widths(src: Source):
+    experts = _expert_widths(src.skeleton)
+    if len(set(experts.values())) > 1:
+        shown = ", ".join(str(w) for w in list(experts.values())[:8])
+        raise GacError(f"its experts' widths differ from layer to layer ({shown}{' ...' if len(experts) > 8 else ''}), "
+                       f"and a transformers config has one expert width for every layer")
     widths = {}
     for name, spec in (src.meta or {}).get("modules", {}).items():
         if spec.get("type") == "linear" and name.rsplit(".", 1)[-1] in ("gate_proj", "fc1", "c_fc", "fc_in"):

@@ -1,5 +1,6 @@
-"""A model transformers itself can express (dense, or pruned to one MLP width in every layer) as a plain Hugging Face
-folder: ``config.json`` (the width written into the family's own key), ``model.safetensors``, the tokenizer, and
+"""A model transformers itself can express (dense, or pruned to one MLP width, or one expert width, in every layer) as
+a plain Hugging Face folder: ``config.json`` (the width written into the family's own key: ``intermediate_size``,
+Qwen3-MoE's ``moe_intermediate_size``, ...), ``model.safetensors``, the tokenizer, and
 ``gac_export.json`` saying where it came from. ``AutoModelForCausalLM.from_pretrained`` loads it with no gac
 installed and no remote code.
 

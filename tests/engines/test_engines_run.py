@@ -124,18 +124,59 @@ def test_a_bench_with_the_engine_axis(tmp_path, capsys):
         assert e["ratio_ci95"][0] <= e["ratio_to_baseline"] <= e["ratio_ci95"][1]
 
 
-def test_a_job_record_names_its_engine(tmp_path):
+def _job_record(tmp_path, engine: str) -> dict:
+    """The record of tiny's baseline job with its latency timed by ``eval.engine=engine``."""
     import subprocess
-
-    import llama_cpp
 
     root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "experiments/run.py", "model=tiny", "gpu=cpu", "compressor=none", "eval=quick",
                         "eval.ppl=false", "eval.tasks=[]", "seq_len=32", "eval.latency_seq_lens=[32]",
-                        "eval.engine=llama.cpp", f"results_dir={tmp_path / 'r'}"],
+                        f"eval.engine={engine}", f"results_dir={tmp_path / 'r'}"],
                        cwd=root, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "r" / "records").glob("*.json")]
+    return rec
+
+
+def test_a_job_record_names_its_engine(tmp_path):
+    import llama_cpp
+
+    rec = _job_record(tmp_path, "llama.cpp")
     lat = rec["evaluation"]["latency"]["prefill_ms@32"]
     assert lat["engine"]["name"] == "llama.cpp" and lat["engine"]["version"] == llama_cpp.__version__
     assert rec["metrics"]["prefill_ms"] == lat["median_ms"] > 0
+
+
+def test_a_bench_cell_at_a_quantized_type(tmp_path, capsys):
+    """``--engine llama.cpp:q8_0``: every variant quantized by llama.cpp's own quantizer and timed in llama.cpp; the
+    bench JSON and the table name the type."""
+    import llama_cpp
+
+    from gac.cli import main
+
+    plan = tmp_path / "pruned.json"
+    plan.write_text(json.dumps({"dims": {f"model.layers.{i}.mlp": 512 for i in range(3)}}))
+    out = tmp_path / "bench.json"
+    rc = main(["-q", "bench", "--plan", str(plan), "--model", "tiny", "--compressor", "llm_pruner",
+               "--engine", "llama.cpp:Q8_0", "--point", "16", "--rounds", "2", "--warmup", "0", "--iters", "1",
+               "--no-profile", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "prefill, batch 1, S=16, llama.cpp:q8_0:" in text and ", q8_0." in text
+    doc = json.loads(out.read_text())
+    assert doc["protocol"]["engines"] == ["llama.cpp:q8_0"]
+    e = doc["engine"]
+    assert (e["name"], e["version"], e["quant"]) == ("llama.cpp", llama_cpp.__version__, "q8_0")
+    assert e["fallback_tensors"] >= 1  # the baseline's: tiny's MLP width 688 is not whole blocks of 32
+    for v in doc["variants"]:
+        assert v["points"]["prefill_ms@16"]["median_ms"] > 0
+
+
+def test_a_job_record_names_its_engines_type(tmp_path):
+    import llama_cpp
+
+    rec = _job_record(tmp_path, "llama.cpp:q4_0")
+    assert rec["config"]["eval"]["engine"] == "llama.cpp:q4_0"
+    e = rec["evaluation"]["latency"]["prefill_ms@32"]["engine"]
+    assert (e["name"], e["version"], e["quant"]) == ("llama.cpp", llama_cpp.__version__, "q4_0")
+    assert rec["metrics"]["prefill_ms"] > 0

@@ -165,17 +165,18 @@ def bench_store(results_dir: str | os.PathLike | None, *, where=None, sweep: str
 
 def engine_list(engines) -> tuple[str, ...]:
     """``--engine`` values (repeated, or comma lists) or a config's ``engine`` (a name, a comma list or a list) as
-    the bench's engines, each known, in the order given."""
-    from gac.engines import ENGINES
-    from gac.errors import unknown_name
+    the bench's engines, each known, in the order given; ``engine:type`` picks an engine's type (``llama.cpp:q4_K``;
+    :func:`gac.align.engine_types.parse_engine`), spelled as results name it (``llama.cpp:f32`` is ``llama.cpp``)."""
+    from gac.align.engine_types import canonical_engine
 
     items = [engines] if isinstance(engines, str) else list(engines or ())
     out: list[str] = []
     for item in items:
         for name in str(item).split(","):
-            name = name.strip()
-            if name not in ENGINES:
-                raise GacError(f"--engine: {unknown_name('engine', name, ENGINES)}")
+            try:
+                name = canonical_engine(name)
+            except GacError as e:
+                raise GacError(f"--engine: {e}") from None
             if name not in out:
                 out.append(name)
     return tuple(out) or ("torch",)
@@ -185,17 +186,19 @@ def engine_inputs(engines, variants, ident: dict):
     """Every engine checked against every variant's structure before anything is built (a refusal names the
     engines that can), its packages installed; returns the tokenizer llama.cpp needs (a GGUF file carries it), else
     None."""
+    from gac.align.engine_types import parse_engine
     from gac.engines import check_engine
 
     tokenizer = None
-    if "llama.cpp" in engines and not ident.get("random_weights"):
+    gguf = {e for e in engines if parse_engine(e)[0] == "llama.cpp"}
+    if gguf and not ident.get("random_weights"):
         from gac.models import load_model
 
         _, tokenizer = load_model(ident["spec"], dtype="float32")
     for name in engines:  # every model first: installing the packages would not help a model an engine cannot run
         for v in variants:
             try:
-                check_engine(name, v.structure.skeleton(), tokenizer if name == "llama.cpp" else None, packages=False)
+                check_engine(name, v.structure.skeleton(), tokenizer if name in gguf else None, packages=False)
             except GacError as e:
                 raise GacError(f"{v.label}: {e}") from None
     for name in engines:

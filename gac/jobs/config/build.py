@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gac.errors import GacError, unknown_name
+from gac.errors import GacError
 from gac.jobs.config.spec import EvalSpec, Job, JobSpec, RunOptions, task_files_of
 from gac.registry import BASELINE
 from gac.results.keys import canonical_number
@@ -175,13 +175,14 @@ def _build_spec(cfg: dict) -> JobSpec:
 
 
 def _check_engine(spec: JobSpec) -> None:
-    """``eval.engine``: a known engine that can time this job's prefill, its packages installed, checked before any
-    work (the compressed model's structure is known from its compressor: llama.cpp holds no low-rank factors)."""
-    from gac.engines import ENGINES, check_engine
+    """``eval.engine``: a known engine (at a type it has: ``llama.cpp:q4_K``; read by :func:`_eval_spec`) that can
+    time this job's prefill, its packages installed, checked before any work (the compressed model's structure is
+    known from its compressor: llama.cpp holds no low-rank factors)."""
+    from gac.align.engine_types import parse_engine
+    from gac.engines import check_engine
 
-    name = spec.eval.engine
-    if name not in ENGINES:  # a known name first; its packages once the job can use it
-        raise GacError(f"config: eval.engine: {unknown_name('engine', name, ENGINES)}")
+    spelled = spec.eval.engine
+    name = parse_engine(spelled)[0]  # known (and its type) since _eval_spec; its packages once the job can use it
     if name == "torch" or not spec.eval.latency:
         return  # an unused eval.engine is the axes' refusal (gac.jobs.config.axes)
     why = None
@@ -200,11 +201,11 @@ def _check_engine(spec: JobSpec) -> None:
         elif spec.random_weights:
             why = "a GGUF file carries the tokenizer, and model.random_weights=true builds none: use eval.engine=onnxruntime"
     if why:
-        raise GacError(f"config: eval.engine={name} cannot time this job: {why}, or eval.engine=torch")
+        raise GacError(f"config: eval.engine={spelled} cannot time this job: {why}, or eval.engine=torch")
     try:
-        check_engine(name)  # its packages (one line naming pip install 'gac[engines]')
+        check_engine(spelled)  # its packages (one line naming pip install 'gac[engines]')
     except GacError as e:
-        raise GacError(f"config: eval.engine={name}: {e}") from None
+        raise GacError(f"config: eval.engine={spelled}: {e}") from None
 
 
 def _check_random_weights(spec: JobSpec) -> None:
@@ -320,6 +321,13 @@ def _eval_spec(cfg: dict) -> EvalSpec:
     _check_numbers(cfg, ev)
     ev["latency_seq_lens"] = tuple(int(s) for s in ev.get("latency_seq_lens") or ())
     ev["latency_batches"] = tuple((int(b), int(s)) for b, s in ev.get("latency_batches") or ())
+    if "engine" in ev:
+        from gac.align.engine_types import canonical_engine
+
+        try:  # spelled as results name it: llama.cpp:f32 is llama.cpp, the same computation and key
+            ev["engine"] = canonical_engine(ev["engine"])
+        except GacError as e:
+            raise GacError(f"config: eval.engine: {e}") from None
     return EvalSpec(**ev)
 
 
