@@ -90,7 +90,7 @@ def open_engine(name: str, model, tokenizer, workdir: str | os.PathLike | None, 
 
     * ``name``: ``torch`` (the model itself, PyTorch eager, on its own device and dtype), ``onnxruntime`` (exported
       by :func:`gac.export.onnx.export_onnx` into ``workdir``, run by the CPU execution provider) or ``llama.cpp``
-      (written by :func:`gac.export.gguf.write_gguf` into ``workdir``, quantized by llama.cpp's own quantizer when
+      (written by :func:`gac.export.gguf.write_quantized` into ``workdir``, quantized by llama.cpp's own quantizer when
       ``quant`` is a quantized GGUF type, run by llama-cpp-python); ``llama.cpp:q4_K`` names the type too (as
       ``gac bench --engine`` and ``eval.engine`` do);
     * ``tokenizer``: llama.cpp needs it (a GGUF file carries its vocabulary); the others ignore it;
