@@ -71,3 +71,28 @@ def test_a_missing_engine_names_the_extra(name, hidden, tiny, tmp_path, monkeypa
 
 def test_engines_are_named_torch_first():
     assert ENGINES[0] == "torch" and set(ENGINES) == {"torch", "onnxruntime", "llama.cpp"}
+
+
+def test_a_job_timing_a_family_llama_cpp_cannot_run_is_refused_before_loading(tmp_path):
+    """``eval.engine=llama.cpp`` on a GPT-2 model: refused by the job's preflight from the model's config alone (it was
+    refused at the latency stage, after loading, compressing, perplexity and tasks)."""
+    from dataclasses import replace
+
+    from gac.jobs.run.preflight import check_engine_runs_model
+
+    from omegaconf import OmegaConf
+
+    from gac.jobs.config.build import job_from_config
+    from gac.jobs.config.command_line import compose_config
+
+    model_dir = tmp_path / "gpt2"
+    _gpt2().save_pretrained(model_dir)
+    cfg = compose_config(["model=tiny", f"model.spec={model_dir}", "gpu=cpu", "eval=none", "compressor=none",
+                          f"results_dir={tmp_path / 'r'}"])
+    spec = job_from_config(OmegaConf.to_container(cfg, resolve=True)).spec
+    with pytest.raises(GacError) as e:
+        check_engine_runs_model(replace(spec, eval=replace(spec.eval, engine="llama.cpp", latency=True)))
+    msg = str(e.value)
+    assert msg.startswith("config: eval.engine=llama.cpp: engine llama.cpp cannot run this model") and "'gpt2'" in msg
+    assert msg.endswith("engines that can: torch, onnxruntime; or eval.engine=torch") and "\n" not in msg
+    check_engine_runs_model(replace(spec, eval=replace(spec.eval, engine="onnxruntime", latency=True)))  # can

@@ -23,6 +23,7 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
     their task's schema, the checkpoint path is free. ``overrides``: the job's, for the fetch command an offline node
     names (:func:`gac.jobs.run.inputs.check_offline`)."""
     check_job_here(spec, overrides)
+    check_engine_runs_model(spec)
     if not spec.random_weights and (force or not store.is_done(spec.key)):  # a done point needs no model
         from gac.models import check_model_files
 
@@ -40,6 +41,33 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         for t in spec.eval.tasks:
             if t in files:
                 check_local_file(t, files[t])
+
+
+def check_engine_runs_model(spec: JobSpec) -> None:
+    """``eval.engine``: the engine can run the job's model family (llama.cpp: a GGUF architecture gac writes; its
+    biases, RoPE and norms), judged on a skeleton of the model's config (meta device, no weights), before anything
+    loads; the config's checks (:func:`gac.jobs.config.build.job_from_config`) judged the engine against the device,
+    dtype and compressor. A model whose config cannot be read offline is judged when the engine opens."""
+    from gac.align.engine_types import parse_engine
+
+    name = parse_engine(spec.eval.engine)[0]
+    if name != "llama.cpp" or not spec.eval.latency:
+        return  # ONNX Runtime runs any family gac exports; torch runs the model itself
+    config = job_model_config(spec)
+    if config is None:
+        return
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from gac.engines import check_engine
+    from gac.transformers_lock import transformers_lock
+
+    with transformers_lock(), torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    try:  # the job's tokenizer is loaded with the model: a GGUF file will carry it
+        check_engine(spec.eval.engine, skeleton, tokenizer="the model's own", packages=False)
+    except GacError as e:
+        raise GacError(f"config: eval.engine={spec.eval.engine}: {e}; or eval.engine=torch") from None
 
 
 def _saved_or_done(spec: JobSpec, store: ResultsStore, save_model: str) -> bool:
