@@ -1,4 +1,6 @@
-"""``gac evaluate``: perplexity, any lm-eval task (zero-shot) and prefill/decode latency."""
+"""``gac evaluate``: perplexity, any lm-eval task (zero-shot) and prefill/decode latency, as the job's recipe from a
+checkpoint (or any model): the Job of its flags, then :meth:`~gac.jobs.run.recipe.Recipe.load` ->
+:meth:`~gac.jobs.run.recipe.Recipe.evaluate`."""
 
 from __future__ import annotations
 
