@@ -9,7 +9,9 @@
   configs say float16 for the 7-8B models; ``tiny`` leaves it null), else ``"auto"``; the GPU configs leave
   ``gpu.dtype`` null, so ``model.dtype=bfloat16 gpu=h100`` runs in bf16 (:func:`job_dtype`).
 * ``None`` in :func:`gac.models.load_model` keeps the model's own dtype (tiny: float32; a gac checkpoint: the one it
-  was saved in; a Hugging Face model: its config's).
+  was saved in; a Hugging Face model: its config's). A config says so with :data:`OWN` (``model.dtype=own``: what
+  ``gac compress`` and ``gac evaluate`` give without ``--dtype``); the job's dtype is then None, and its model is
+  loaded as :func:`gac.models.load_model` loads it with ``dtype=None``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ ALIASES = {
     "bf16": "bfloat16", "bfloat16": "bfloat16",
 }
 AUTO = {"cuda": "float16", "cpu": "float32"}
+#: a config's dtype meaning "the model's own" (a job's dtype None: gac.models.load_model's dtype=None)
+OWN = "own"
 
 
 def _device_type(device) -> str:
@@ -63,9 +67,10 @@ def resolve_dtype(dtype, device="cpu"):
     return getattr(torch, dtype_name(dtype, device))
 
 
-def job_dtype(gpu_dtype, model_dtype, device) -> str:
-    """The dtype a job runs in: ``gpu.dtype`` if set, else ``model.dtype``, else ``"auto"`` for ``device``."""
+def job_dtype(gpu_dtype, model_dtype, device) -> str | None:
+    """The dtype a job runs in: ``gpu.dtype`` if set, else ``model.dtype``, else ``"auto"`` for ``device``; None for
+    :data:`OWN` (the model's own)."""
     for d in (gpu_dtype, model_dtype):
         if d not in (None, ""):
-            return dtype_name(d, device)
+            return None if str(d).strip().lower() == OWN else dtype_name(d, device)
     return auto_dtype(device)

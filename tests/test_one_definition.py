@@ -144,6 +144,35 @@ def test_tables_and_figures_are_written_atomically():
     assert not bad, f"write these through gac.io.replace_file / write_text_atomic: {bad}"
 
 
+def _own_loads_and_evaluations(text: str) -> list[int]:
+    """Lines of a module that load a model (``gac.models.load_model``) or run the evaluation
+    (``gac.evaluation.suite.evaluate``) themselves: imported by name, or called through their module."""
+    lines = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom):
+            names = {a.name for a in node.names}
+            if (node.module == "gac.models" and "load_model" in names) or (
+                    node.module == "gac.evaluation.suite" and "evaluate" in names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and (node.attr == "load_model" or (
+                node.attr == "evaluate" and isinstance(node.value, ast.Name) and node.value.id == "suite")):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_commands_load_and_evaluate_through_the_recipe():
+    """``gac compress``, ``gac evaluate`` and ``gac export`` load their model with the recipe's ``load`` step
+    (:func:`gac.jobs.run.loading.load_job_model`: one dtype and verify rule) and measure with its ``evaluate`` step
+    (:func:`gac.jobs.run.recipe.evaluation_arguments`: the one place an EvalSpec becomes the evaluation's
+    arguments), never with their own call of ``load_model`` or ``suite.evaluate``."""
+    assert _own_loads_and_evaluations("from gac.models import describe, load_model\n") == [1]  # the scan sees one
+    assert _own_loads_and_evaluations("import gac.evaluation.suite as suite\nsuite.evaluate(m, t)\n") == [2]
+    assert _own_loads_and_evaluations("from gac.evaluation.suite import GROUPS\n") == []
+    bad = [f"{rel}:{line}" for rel, text in _sources() if rel.startswith("gac/commands/")
+           for line in _own_loads_and_evaluations(text)]
+    assert not bad, f"load and evaluate through gac.jobs.run.recipe.Recipe (load, evaluate): {', '.join(bad)}"
+
+
 # ---------------------------------------------------------------------------------------------- the window
 def test_one_default_window_for_the_library_the_configs_and_the_job():
     from dataclasses import fields
@@ -183,6 +212,20 @@ def test_one_evaluation_batch_for_the_job_gac_evaluate_and_the_suite():
     for name in ("default", "none"):
         assert compose("config", [f"eval={name}"]).eval.batch_size == EVAL_BATCH_SIZE, name
     assert not _where(r"batch_size or \d", ())  # gac evaluate's flag falls back to the one default
+
+
+def test_one_decode_prompt_for_the_job_gac_evaluate_and_the_suite():
+    """The prompt decode latency starts from: a job's ``eval.decode_prompt``, ``gac evaluate --decode-prompt`` and
+    :func:`gac.evaluation.suite.evaluate` by default, and what the job's length check adds (it said 128 itself)."""
+    import inspect
+
+    from gac.cli import build_parser
+    from gac.evaluation.suite import DECODE_PROMPT, evaluate
+    from gac.jobs.config.spec import EvalSpec
+
+    assert inspect.signature(evaluate).parameters["decode_prompt"].default == EvalSpec().decode_prompt == DECODE_PROMPT
+    assert build_parser().parse_args(["evaluate", "tiny"]).decode_prompt == DECODE_PROMPT
+    assert not _where(r"decode_tokens \+ 128|128 \+ \w*decode_tokens", ())
 
 
 def test_one_rule_for_the_experiments_that_end_in_table_5():

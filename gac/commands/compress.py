@@ -168,8 +168,10 @@ def compress_job(args, opts: dict):
 
 
 def run(args) -> int:
-    """The job's recipe without evaluate and record (:class:`gac.jobs.run.recipe.Recipe`: prepare -> plan -> apply), on
-    the model as loaded in its own dtype unless ``--dtype``, then a checkpoint at ``-o``."""
+    """The job's recipe without evaluate and record (:class:`gac.jobs.run.recipe.Recipe`: load -> prepare -> plan ->
+    apply -> save): the model loaded as a job loads it (:meth:`~gac.jobs.run.recipe.Recipe.load`), in its own dtype
+    unless ``--dtype`` (the Job's dtype None, as :func:`gac.models.load_model` with ``dtype=None``), then a checkpoint
+    at ``-o``."""
     import json
     import logging
     from pathlib import Path
@@ -177,17 +179,16 @@ def run(args) -> int:
     from gac.compression.checkpoint import check_output_dir
     from gac.jobs.run.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
     from gac.jobs.run.recipe import Recipe, StageContext
-    from gac.models import load_model
 
     validate(args)
     spec, out = args.job.spec, Path(args.output)
     # weights + calibration + factorisation against the device, before the model is loaded
-    fp = check_model_fits(args.model, spec.compressor, args.dtype, args.device, n_samples=args.calib_samples,
+    fp = check_model_fits(args.model, spec.compressor, spec.dtype, args.device, n_samples=args.calib_samples,
                           seq_len=args.calib_seq_len, proxy=spec.proxy, compressor_options=spec.compressor_options or None)
-    recipe = Recipe(spec, StageContext(args.device), sensitivity_limit_s=args.sensitivity_limit_s)
+    recipe = Recipe(spec, StageContext(spec.device), sensitivity_limit_s=args.sensitivity_limit_s)
     stage = "load"
     try:
-        model, tok = load_model(args.model, dtype=args.dtype, device=args.device)
+        model, tok = recipe.load()
         # room for at least the kept parameters (embeddings and norms stay whole): a full disk fails now, not after
         dense_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         check_output_dir(out, overwrite=args.force, need_bytes=int((1 - args.ratio) * dense_bytes), inputs=[args.model])

@@ -1,4 +1,6 @@
-"""``gac evaluate``: perplexity, any lm-eval task (zero-shot) and prefill/decode latency."""
+"""``gac evaluate``: perplexity, any lm-eval task (zero-shot) and prefill/decode latency, as the job's recipe from a
+checkpoint (or any model): the Job of its flags, then :meth:`~gac.jobs.run.recipe.Recipe.load` ->
+:meth:`~gac.jobs.run.recipe.Recipe.evaluate`."""
 
 from __future__ import annotations
 
@@ -51,7 +53,10 @@ def add_arguments(p):
                    help="batch size for perplexity windows and lm-eval requests (default 8, a job's eval.batch_size)")
     p.add_argument("--latency-batch", type=int, default=1, help="prefill/decode batch (default 1)")
     p.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement (default 128)")
-    p.add_argument("--decode-prompt", type=int, default=128, help="prompt length before decoding (default 128)")
+    from gac.evaluation.suite import DECODE_PROMPT
+
+    p.add_argument("--decode-prompt", type=int, default=DECODE_PROMPT,
+                   help=f"prompt length before decoding (default {DECODE_PROMPT})")
     p.add_argument("--warmup", type=int, default=None, help="prefill warm-up calls (default 50 on CUDA, 3 on CPU)")
     p.add_argument("--iters", type=int, default=None, help="prefill measured calls (default 200 on CUDA, 10 on CPU)")
     p.add_argument("--trials", type=int, default=None, help="trials (default 3)")
@@ -84,30 +89,42 @@ def _task_files(items: list[str]) -> dict[str, str]:
 #: flag -> the evaluation setting it gives (gac.jobs.config.axes: which setting matters under which choice)
 _FLAG_KEYS = {"ppl_data": "model.ppl_source", "limit": "eval.limit", "batch_size": "eval.batch_size",
               "latency_batch": "eval.latency_batch", "decode_tokens": "eval.decode_tokens",
-              "decode_prompt": "eval.decode_tokens", "warmup": "eval.warmup", "iters": "eval.iters",
+              "decode_prompt": "eval.decode_prompt", "warmup": "eval.warmup", "iters": "eval.iters",
               "trials": "eval.trials"}
 
 
-def evaluate_job(args, tasks: list[str], ppl_source: str, files: dict):
-    """The :class:`~gac.jobs.config.spec.Job` of the flags (the baseline of ``args.model``, measured as asked), built as every
-    entry point builds one (:func:`gac.jobs.config.build.job_from_config` on the config the flags give)."""
+def evaluate_job(args, tasks: list[str], ppl_source: str, files: dict, max_len: int | None = None):
+    """The :class:`~gac.jobs.config.spec.Job` of the flags (the baseline of ``args.model``, measured as asked), built as
+    every entry point builds one (:func:`gac.jobs.config.build.job_from_config` on the config the flags give): every
+    flag is a setting of its :class:`~gac.jobs.config.spec.EvalSpec`, so the Job holds the whole request.
+    ``--seq-len`` is the perplexity window and the prefill length (the job's ``seq_len``, its ``prefill_ms``);
+    without it the window is the evaluation's default and the prefill :func:`_default_latency_len` of ``max_len``,
+    the model's maximum. ``--dtype`` unset: the model's own."""
     from gac.jobs.config.build import command_config, job_from_config
 
+    prefill = args.seq_len or _default_latency_len(max_len)
+    evaluation = {"ppl": bool(args.ppl), "tasks": list(tasks), "latency": bool(args.latency),
+                  "ppl_seq_len": args.seq_len if args.ppl else None, "ppl_max_windows": args.ppl_windows,
+                  "limit": args.limit, "latency_batch": args.latency_batch, "latency_seq_lens": [prefill],
+                  "decode_tokens": args.decode_tokens, "decode_prompt": args.decode_prompt, "warmup": args.warmup,
+                  "iters": args.iters, "trials": args.trials}
+    if args.batch_size is not None:  # else the schema's eval.batch_size
+        evaluation["batch_size"] = args.batch_size
     return job_from_config(command_config(
-        args.model, device=args.device, ppl_source=ppl_source, task_files=files or None,
-        evaluation={"ppl": bool(args.ppl), "tasks": list(tasks), "latency": bool(args.latency)}))
+        args.model, device=args.device, dtype=args.dtype, ppl_source=ppl_source, task_files=files or None,
+        evaluation=evaluation, seq_len=prefill))
 
 
 def run(args) -> int:
     import json
 
     from gac.errors import GacError
-    from gac.evaluation.suite import EVAL_BATCH_SIZE, evaluate
+    from gac.evaluation.suite import GROUPS
     from gac.evaluation.tasks import parse_tasks
     from gac.evaluation.text_report import format_table
     from gac.fixtures import default_data
     from gac.io import check_output_file, write_output
-    from gac.models import base_model_of, describe, load_model
+    from gac.models import base_model_of, describe
     from gac.provenance import provenance
 
     files = _task_files(args.task_file)
@@ -131,6 +148,9 @@ def run(args) -> int:
             raise GacError(f"{name} must be at least 1 (got {v})")
     if args.warmup is not None and args.warmup < 0:
         raise GacError(f"--warmup must be at least 0 (got {args.warmup})")
+    shortest = 2 if args.ppl else 1  # a perplexity window predicts from at least one token
+    if args.seq_len is not None and args.seq_len < shortest:
+        raise GacError(f"--seq-len must be at least {shortest}{' with --ppl' if args.ppl else ''} (got {args.seq_len})")
     # a gac checkpoint knows its base model: one built from tiny evaluates on tiny's files, never the hub
     named = default_data("tiny") if args.data == "tiny" else (
         default_data(base_model_of(args.model)) if args.data == "auto" else None)
@@ -162,7 +182,8 @@ def run(args) -> int:
     check_model_files(args.model, verify=not args.no_verify)  # weights that match their config, before the data
     from gac.jobs.config.axes import check_given, flags_given
 
-    job = evaluate_job(args, tasks, ppl_source, files)  # the request as a job: the same schema and rules
+    limit = model_max_positions(args.model)
+    job = evaluate_job(args, tasks, ppl_source, files, limit)  # the request as a job: the same schema and rules
     check_given(job.spec, {}, flags_given(args, add_arguments, _FLAG_KEYS))  # a flag for a measurement not made
     if args.no_verify:
         from gac.compression.checkpoint import is_checkpoint
@@ -174,7 +195,6 @@ def run(args) -> int:
     if args.ppl:
         check_source(ppl_source, "test", "--ppl-data")  # a binary file, a fifo, the hub while offline
     check_hub_tasks([t for t in tasks if t not in files])  # not a minute of retries after the model is loaded
-    limit = model_max_positions(args.model)
     lengths = [("seq_len", "--seq-len", args.seq_len)] if args.seq_len is not None else []
     if args.latency:
         lengths.append(("decode_prompt + decode_tokens", "--decode-prompt + --decode-tokens",
@@ -183,33 +203,30 @@ def run(args) -> int:
         if limit is not None and n > limit:
             raise GacError(f"{name}={n} is above the model's maximum sequence length ({limit}); "
                            f"use {flag} <= {limit}")
-    from gac.compression.footprint import EvalLoad
-    from gac.jobs.run.memory_fits import check_model_fits, is_out_of_memory, out_of_memory
+    from gac.jobs.run.memory_fits import check_model_fits, eval_load, is_out_of_memory, out_of_memory
+    from gac.jobs.run.recipe import Recipe, StageContext
 
-    load = EvalLoad(ppl_batch=(args.batch_size or EVAL_BATCH_SIZE) if args.ppl else 0, ppl_seq_len=args.seq_len or 2048,
-                    task_batch=(args.batch_size or EVAL_BATCH_SIZE) if tasks else 0,
-                    latency_points=((args.latency_batch, args.seq_len or 1024),) if args.latency else ())
-    fp = check_model_fits(args.model, "none", args.dtype, args.device, evaluation=load)  # before loading anything
+    # the weights and the evaluation the Job asks for against the device, before anything is loaded
+    fp = check_model_fits(args.model, "none", job.spec.dtype, args.device, evaluation=eval_load(job.spec))
+    recipe = Recipe(job.spec, StageContext(job.spec.device))  # the recipe from a checkpoint: load -> evaluate
     stage = "load"
     try:
-        model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device, verify=not args.no_verify)
+        model, tokenizer = recipe.load(verify=not args.no_verify)
         if tokenizer is None and (args.ppl or tasks):
             raise GacError(f"{args.model!r} has no tokenizer, which perplexity and tasks need; save the tokenizer "
                            f"with the checkpoint, or run only --latency")
         info = describe(model)
         stage = "evaluate"
-        point = (args.latency_batch, args.seq_len or _default_latency_len(model))
-        report = evaluate(
-            model, tokenizer, ppl_source=ppl_source if args.ppl else None, ppl_seq_len=args.seq_len,
-            ppl_batch_size=args.batch_size or EVAL_BATCH_SIZE, ppl_max_windows=args.ppl_windows, tasks=tasks, limit=args.limit,
-            task_files=files, task_batch_size=args.batch_size or EVAL_BATCH_SIZE,
-            latency_points=[point] if args.latency else [], decode_tokens=args.decode_tokens if args.latency else 0,
-            decode_prompt=args.decode_prompt, decode_batch=args.latency_batch, warmup=args.warmup, iters=args.iters,
-            trials=args.trials)
+        if args.latency and args.seq_len is None and limit is None:  # no config offline: the loaded model's maximum
+            from gac.evaluation.perplexity import model_max_length
+
+            recipe = Recipe(evaluate_job(args, tasks, ppl_source, files, model_max_length(model)).spec, recipe.stages)
+        measured = recipe.evaluate(model, tokenizer)
     except Exception as e:
         if is_out_of_memory(e):  # one line with the estimate and the fix, not torch's traceback
             raise out_of_memory(e, stage, args, fp) from None
         raise
+    report = {**{k: measured["details"].get(k) for k in GROUPS}, "metrics": measured["metrics"]}
     print(format_table(report, info, task_data=task_data))
     if args.json:
         import math
@@ -237,9 +254,6 @@ def run(args) -> int:
     return 0
 
 
-def _default_latency_len(model) -> int:
-    """The prefill length without ``--seq-len``: 1024, capped at the model's maximum."""
-    from gac.evaluation.perplexity import model_max_length
-
-    limit = model_max_length(model)
-    return 1024 if limit is None else min(1024, limit)
+def _default_latency_len(max_len: int | None) -> int:
+    """The prefill length without ``--seq-len``: 1024, capped at the model's maximum ``max_len`` (None: none known)."""
+    return 1024 if max_len is None else min(1024, max_len)

@@ -27,6 +27,8 @@ from gac.errors import GacError
 log = logging.getLogger(__name__)
 
 STAGE_NAMES = {"tasks": "lm-eval tasks"}
+#: the groups :func:`evaluate` returns beside ``metrics`` (None where not measured)
+GROUPS = ("perplexity", "tasks", "lm_eval", "latency")
 
 
 class MemoryOutputs(dict):
@@ -59,13 +61,15 @@ def _run(name: str, compute, outputs, timings: dict, resumed: list, on_stage) ->
 
 #: the batch of perplexity windows and lm-eval requests, for a job (``eval.batch_size``) and ``gac evaluate`` alike
 EVAL_BATCH_SIZE = 8
+#: the prompt decode latency starts from, in tokens, for a job (``eval.decode_prompt``) and ``gac evaluate`` alike
+DECODE_PROMPT = 128
 
 
 def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: int | None = None,
              ppl_batch_size: int = EVAL_BATCH_SIZE, ppl_max_windows: int | None = None, ppl_stride: int | None = None,
              tasks: Iterable[str] = (), limit: int | None = 200, task_files: Mapping[str, str] | None = None,
              task_batch_size: int = EVAL_BATCH_SIZE, latency_points: Iterable = (), main_point: tuple | None = None,
-             decode_tokens: int = 0, decode_prompt: int = 128, decode_batch: int = 1, warmup: int | None = None,
+             decode_tokens: int = 0, decode_prompt: int = DECODE_PROMPT, decode_batch: int = 1, warmup: int | None = None,
              iters: int | None = None, trials: int | None = None, decode_warmup: int | None = None,
              decode_iters: int | None = None, seed: int = 0, outputs=None, timings: dict | None = None,
              resumed: list | None = None, on_stage: Callable[[str], None] | None = None,
@@ -95,7 +99,7 @@ def evaluate(model, tokenizer, *, ppl_source: str | None = None, ppl_seq_len: in
                        f"eval.decode_tokens=0 or eval.engine=torch")
     if engine != "torch" and open_engine is None:
         raise GacError(f"engine {engine}: no way to open it was given (gac.engines.open_engine)")
-    out: dict = {"perplexity": None, "tasks": None, "lm_eval": None, "latency": None, "metrics": {}}
+    out: dict = {**dict.fromkeys(GROUPS), "metrics": {}}
     names = parse_tasks(tasks) if tasks else []
     if names and task_files and outputs.get("tasks") is None:  # an item longer than the context: before any work
         from gac.evaluation.tasks import check_item_lengths
@@ -152,7 +156,7 @@ def _spread(model) -> bool:
     return spans_devices(model)
 
 
-def latency(model, points, decode_tokens: int = 0, decode_prompt: int = 128, decode_batch: int = 1,
+def latency(model, points, decode_tokens: int = 0, decode_prompt: int = DECODE_PROMPT, decode_batch: int = 1,
             warmup=None, iters=None, trials=None, decode_warmup=None, decode_iters=None, seed: int = 0,
             outputs=None, timings: dict | None = None, resumed: list | None = None, on_stage=None,
             engine: str = "torch", open_engine: Callable | None = None, tokenizer=None) -> dict:

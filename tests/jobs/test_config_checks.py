@@ -29,7 +29,7 @@ def _check(overrides):
     (["eval.trials=0"], "eval.trials must be an integer >= 1 or null"),
     (["eval.warmup=-1"], "eval.warmup must be an integer >= 0 or null"),
     (["eval.decode_tokens=-1"], "eval.decode_tokens must be an integer >= 0"),
-    (["eval.decode_tokens=2000"], "eval.decode_tokens + 128 (the decode prompt)=2128 is above"),
+    (["eval.decode_tokens=2000"], "eval.decode_prompt + eval.decode_tokens=2128 is above"),
     (["eval.latency_seq_lens=[0]"], "eval.latency_seq_lens[0] must be an integer >= 1"),
     (["eval.latency_batches=[[0,1024]]"], "eval.latency_batches[0] must be a pair [batch, seq_len]"),
     (["eval.latency_batches=[[4,5000]]"], "eval.latency_batches=5000 is above the maximum sequence length"),

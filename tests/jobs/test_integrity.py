@@ -159,7 +159,7 @@ def test_bad_task_file_fails_before_the_model_loads(make_cfg, tmp_path, monkeypa
 
     bad = tmp_path / "piqa.jsonl"
     bad.write_text(json.dumps({"goal": "g", "sol1": "a", "sol2": "b", "label": "x"}) + "\n")
-    monkeypatch.setattr(loading, "load_job_model", lambda spec: (_ for _ in ()).throw(AssertionError("loaded")))
+    monkeypatch.setattr(loading, "load_job_model", lambda spec, **_: (_ for _ in ()).throw(AssertionError("loaded")))
     cfg = make_cfg(*FAST)
     cfg["eval"] = {**cfg["eval"], "tasks": ["piqa"]} if cfg["eval"] else {"tasks": ["piqa"]}
     cfg["model"]["task_files"] = {"piqa": str(bad)}

@@ -80,7 +80,7 @@ def test_out_of_memory_in_a_job_is_one_line_with_stage_estimate_and_fix(make_cfg
 
     job = job_from_config(make_cfg("compressor=none", "eval=none"))
 
-    def boom(_spec):
+    def boom(_spec, **_):
         raise _FakeOOM("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of "
                        "which 1.06 GiB is free.\nIncluding non-PyTorch memory, this process has ...")
 

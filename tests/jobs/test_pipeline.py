@@ -141,7 +141,7 @@ def test_a_model_that_will_not_fit_fails_before_loading(make_cfg, tmp_path, monk
     import gac.jobs.run.memory_fits as fits
     from gac.errors import GacError
 
-    def boom(spec):
+    def boom(spec, **_):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(loading, "load_job_model", boom)

@@ -102,7 +102,7 @@ def test_a_damaged_store_entry_stops_the_job_before_any_work(make_cfg, damage, m
         root.mkdir(parents=True)
         (root / "locks").write_text("x")
 
-    def no_load(spec):
+    def no_load(spec, **_):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(loading, "load_job_model", no_load)

@@ -123,8 +123,8 @@ def test_a_full_disk_is_recorded_as_disk_full(fs_1m, tmp_path, monkeypatch, stag
                                                  *(eval_ if stage_left else ["eval=none"])]), resolve=True)
     real = loading.load_job_model
 
-    def load_then_fill(spec):
-        got = real(spec)
+    def load_then_fill(spec, **kw):
+        got = real(spec, **kw)
         _fill(fs_1m)
         return got
 

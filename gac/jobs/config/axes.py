@@ -153,6 +153,12 @@ def _latency(spec: JobSpec, cfg: dict) -> str | None:
     return None if spec.eval.latency else "eval.latency=false: no latency is measured"
 
 
+def _decode(spec: JobSpec, cfg: dict) -> str | None:
+    if not spec.eval.latency:
+        return "eval.latency=false: no latency is measured"
+    return None if spec.eval.decode_tokens > 0 else "eval.decode_tokens=0: no decode is measured"
+
+
 def _latency_batch(spec: JobSpec, cfg: dict) -> str | None:
     if spec.eval.latency or spec.latency is not None:
         return None
@@ -219,6 +225,7 @@ AXES: tuple[Axis, ...] = (
     Axis(("eval.batch_size",), _batch_size, "drop it, or evaluate perplexity or tasks"),
     Axis(("eval.latency_seq_lens", "eval.latency_batches", "eval.decode_tokens", "eval.warmup", "eval.iters",
           "eval.trials", "eval.engine"), _latency, "drop it, or measure latency (eval.latency=true)"),
+    Axis(("eval.decode_prompt",), _decode, "drop it, or measure decode (eval.latency=true, eval.decode_tokens=128)"),
     Axis(("eval.latency_batch",), _latency_batch, "drop it, or measure latency (eval.latency=true)"),
     Axis(("model.offload_dir",), _offload_dir, "drop it, or spread the model with model.device_map=auto"),
     Axis(("bench.overrides",), _bench_overrides, "drop it, or add bench.after_sweep=true"),

@@ -359,22 +359,27 @@ def command_config(model: str, *, device: str = "cpu", dtype: str | None = None,
                    ratio: float | None = None, unit: int | None = None, window: int | None = None,
                    knapsack_score: str | None = None, allocation: str = "default", calibration: dict | None = None,
                    seed: int = 0, ppl_source: str | None = None, task_files: dict | None = None,
-                   evaluation: dict | None = None) -> dict:
+                   evaluation: dict | None = None, seq_len: int | None = None) -> dict:
     """The config a command's flags give (``gac compress``, ``gac evaluate``, ``gac export``), for
     :func:`job_from_config`: every entry point builds its :class:`Job` from a config, checked by the same schema and
-    rules; what a flag leaves out is the schema's default. ``evaluation``: the ``eval`` group (None: nothing is
-    measured)."""
+    rules; what a flag leaves out is the schema's default. ``dtype`` None: the model's own
+    (:data:`gac.dtypes.OWN`, as :func:`gac.models.load_model` loads it), not a job's ``auto``. ``evaluation``: the
+    ``eval`` group (None: nothing is measured); ``seq_len``: the job's own latency point (``prefill_ms``)."""
+    from gac.dtypes import OWN
+
     align = {"strategy": strategy, "use_profile": False}  # a command runs no hardware profile
     for k, v in (("unit", unit), ("window", window), ("knapsack_score", knapsack_score)):
         if v is not None:
             align[k] = v
-    cfg = {"model": {"name": model_label(model), "spec": str(model), "dtype": dtype, "ppl_source": ppl_source,
-                     "task_files": task_files},
+    cfg = {"model": {"name": model_label(model), "spec": str(model), "dtype": OWN if dtype is None else dtype,
+                     "ppl_source": ppl_source, "task_files": task_files},
            "compressor": {"name": compressor, "options": dict(options or {})}, "proxy": {"name": proxy},
            "align": align, "gpu": {"device": device, "profile": "none"}, "allocation": allocation, "seed": seed,
            "eval": evaluation if evaluation is not None else {"ppl": False, "tasks": [], "latency": False}}
     if ratio is not None:
         cfg["ratio"] = ratio
+    if seq_len is not None:
+        cfg["seq_len"] = seq_len
     if calibration is not None:
         cfg["calibration"] = dict(calibration)
     return cfg
@@ -500,6 +505,7 @@ def _check_numbers(cfg: dict, ev: dict) -> None:
     for k in ("batch_size", "latency_batch"):
         need(f"eval.{k}", ev.get(k, 1), 1)
     need("eval.decode_tokens", ev.get("decode_tokens", 0), 0)
+    need("eval.decode_prompt", ev.get("decode_prompt", 1), 1, what=" (tokens before the decode steps)")
     need("eval.warmup", ev.get("warmup"), 0, none_ok=True)
     for k in ("iters", "trials"):
         need(f"eval.{k}", ev.get(k), 1, none_ok=True)

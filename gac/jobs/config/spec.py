@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Tuple  # noqa: UP035 - OmegaConf reads these annotations at runtime
 
 from gac.align.candidates import DEFAULT_UNIT, DEFAULT_WINDOW
-from gac.evaluation.suite import EVAL_BATCH_SIZE
+from gac.evaluation.suite import DECODE_PROMPT, EVAL_BATCH_SIZE
 from gac.registry import BASELINE, BASELINE_STRATEGY, DEFAULT_KNAPSACK_SCORE
 from gac.results import config_key
 from gac.text import CALIBRATION_SAMPLES, CALIBRATION_SEQ_LEN, CALIBRATION_SOURCE
@@ -33,6 +33,7 @@ class EvalSpec:
     latency_seq_lens: Tuple[int, ...] = (1024,)  # noqa: UP006
     latency_batches: Tuple[Any, ...] = ()  # noqa: UP006 - ((batch, seq_len), ...)
     decode_tokens: int = 0
+    decode_prompt: int = DECODE_PROMPT  # the prompt before the decode steps (tokens)
     warmup: Optional[int] = None  # noqa: UP045
     iters: Optional[int] = None  # noqa: UP045
     trials: Optional[int] = None  # noqa: UP045
@@ -55,7 +56,7 @@ class JobSpec:
     allocation: str = "default"  # "default": the compressor's own rule (its reference's); else see gac.compression.allocation
     calibration: dict = field(default_factory=lambda: {"source": CALIBRATION_SOURCE, "n_samples": CALIBRATION_SAMPLES,
                                                        "seq_len": CALIBRATION_SEQ_LEN})
-    dtype: str | None = None
+    dtype: str | None = None  # None: the model's own (a config's `own`, gac.dtypes.OWN)
     random_weights: bool = False
     arch: dict | None = None
     ppl_source: str | None = "wikitext2"
@@ -88,6 +89,8 @@ class JobSpec:
             d.pop(k)
         if self.eval.ppl_stride is None:  # the default protocol: the keys of jobs that never set a stride stay theirs
             d["eval"].pop("ppl_stride")
+        if self.eval.decode_prompt == DECODE_PROMPT:  # the prompt every decode used before it was a setting
+            d["eval"].pop("decode_prompt")
         if self.eval.engine == "torch":  # PyTorch eager, what every latency measured before engines: keys unchanged
             d["eval"].pop("engine")
         if self.device_map == "single":  # the default placement leaves the key as it was before placements existed

@@ -9,9 +9,13 @@ from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE
 
 
-def load_job_model(spec: JobSpec, reserve=0):
-    """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights).
-    Jobs may run in threads of one process (a notebook, a test): every transformers build and read inside holds
+def load_job_model(spec: JobSpec, reserve=0, verify: bool = True):
+    """The model and tokenizer of a job (random weights from ``arch`` when asked: latency needs no weights), in the
+    job's dtype. ``spec.dtype`` None is the model's own, as :func:`gac.models.load_model` loads it with ``dtype=None``
+    (a config's ``own``: ``gac compress`` and ``gac evaluate`` without ``--dtype``; a random-weights build has no
+    dtype of its own and takes ``auto``); a job run by :func:`gac.jobs.run.recipe.run_job` always names one.
+    ``verify``: check a gac checkpoint's sha256 (``gac evaluate --no-verify`` skips it). Jobs may run in threads of
+    one process (a notebook, a test): every transformers build and read inside holds
     :func:`gac.transformers_lock.transformers_lock`.
 
     With ``model.device_map=auto`` the model is loaded on the host, in the dtype of the job's device, and spread
@@ -19,7 +23,7 @@ def load_job_model(spec: JobSpec, reserve=0):
     keeping its share of ``reserve`` (the job's working set, :func:`gac.models.placement.working_set`) free of
     weights."""
     if spec.device_map != "auto":
-        return _load_job_model(spec)
+        return _load_job_model(spec, verify)
     import tempfile
     from dataclasses import replace
 
@@ -32,7 +36,7 @@ def load_job_model(spec: JobSpec, reserve=0):
         folder = OffloadFolder(spec.offload_dir if spec.offload_dir is not None else tempfile.gettempdir())
     try:
         dtype = resolve_dtype(spec.dtype or "auto", spec.device)
-        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)))
+        model, tokenizer = _load_job_model(replace(spec, device="cpu", dtype=dtype_str(dtype)), verify)
         return place_model(model, spec.device, spec.max_memory, folder, reserve=reserve), tokenizer
     except BaseException:
         if folder is not None:
@@ -40,7 +44,7 @@ def load_job_model(spec: JobSpec, reserve=0):
         raise
 
 
-def _load_job_model(spec: JobSpec):
+def _load_job_model(spec: JobSpec, verify: bool = True):
     import torch
 
     if spec.random_weights:
@@ -52,14 +56,14 @@ def _load_job_model(spec: JobSpec):
         from gac.dtypes import resolve_dtype
 
         config = architecture(spec.model_spec, random_weights=True, arch=dict(spec.arch))
-        dtype = resolve_dtype(spec.dtype or "auto", spec.device)
+        dtype = resolve_dtype(spec.dtype or "auto", spec.device)  # built, not loaded: no dtype of its own
         with transformers_lock(), torch.device(spec.device):
             torch.manual_seed(spec.seed)  # under the lock: no other build draws from the generator in between
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         return model.eval(), None
     from gac.models import load_model
 
-    return load_model(spec.model_spec, dtype=spec.dtype or "auto", device=spec.device)
+    return load_model(spec.model_spec, dtype=spec.dtype, device=spec.device, verify=verify)
 
 
 @transformers_lock()

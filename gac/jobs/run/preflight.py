@@ -90,6 +90,9 @@ def check_job_here(spec: JobSpec, overrides: Sequence[str] = ()) -> None:
     there, what it reads from the hub is in the caches or the hub answers (every missing input named at once, with
     the `gac fetch` command), its sequence lengths fit the model's positions, and tasks that need the hub can reach
     it."""
+    if spec.dtype is None:  # its hardware profile, latency tables, memory check and bench need the dtype before loading
+        raise GacError("config: model.dtype=own (the model's own dtype) is for gac compress and gac evaluate; a job "
+                       "names the dtype it runs in: set model.dtype or gpu.dtype (float32, float16, bfloat16 or auto)")
     if spec.device.startswith("cuda"):
         import torch
 
@@ -129,7 +132,7 @@ def check_job_here(spec: JobSpec, overrides: Sequence[str] = ()) -> None:
             lengths += [("seq_len" if s == spec.seq_len else "eval.latency_seq_lens", s) for s in ev.latency_seq_lens]
             lengths += [("eval.latency_batches", s) for _, s in ev.latency_batches]
             if ev.decode_tokens > 0:
-                lengths.append(("eval.decode_tokens + 128 (the decode prompt)", ev.decode_tokens + 128))
+                lengths.append(("eval.decode_prompt + eval.decode_tokens", ev.decode_prompt + ev.decode_tokens))
         for key, n in lengths:
             if n > limit:
                 raise GacError(f"config: {key}={n} is above the maximum sequence length of model {spec.model_name} "

@@ -10,8 +10,11 @@ the loggers, any injected fault), times it and meters it (wall time and peak mem
 The levels, by name: a *step* of this recipe (:meth:`Recipe.load`, ``prepare``, ``plan``, ``apply``,
 ``evaluate``) calls the library once (:func:`gac.compression.preparation.prepare`,
 :meth:`gac.compression.prepared.Prepared.compress`, :func:`gac.evaluation.suite.evaluate`). ``gac compress`` runs
-``prepare``, ``plan`` and ``apply`` and saves a checkpoint (:meth:`Recipe.save`); ``gac export`` loads through
-``load``; ``gac evaluate`` calls the library's evaluation with its own protocol flags.
+``load``, ``prepare``, ``plan`` and ``apply`` and saves a checkpoint (:meth:`Recipe.save`): the recipe without
+evaluate and record; ``gac evaluate`` runs ``load`` and ``evaluate``: the recipe from a checkpoint (or any model), its
+flags the Job's :class:`~gac.jobs.config.spec.EvalSpec`; ``gac export`` loads through ``load``. None of them has an
+attempt or a record: their :class:`StageContext` announces nothing. :func:`evaluation_arguments` is the one place an
+``EvalSpec`` becomes the evaluation's arguments.
 
 Resumption. Every finished stage leaves its output under ``<results_dir>/work/<key>/``
 (:mod:`gac.jobs.run.attempts`); a job that is requeued after a timeout or preemption, or simply launched again, skips
@@ -183,8 +186,8 @@ def _run_attempt(run: JobRun) -> dict:
 class StageContext:
     """Where every step runs: ``with stages.stage("prepare", timing="compress_prepare_s"):`` announces the stage
     (the attempt records it, the loggers hear it, any injected fault runs), meters it (wall time and peak memory,
-    the record's ``memory``) and times it into ``timings``. Without an attempt (``gac compress``) nothing is
-    announced and the timings are its own."""
+    the record's ``memory``) and times it into ``timings``. Without an attempt (``gac compress``, ``gac evaluate``,
+    ``gac export``) nothing is announced and the timings are its own."""
 
     def __init__(self, device: str, attempt: Attempt | None = None, loggers: Sequence = ()):
         from gac.compression.resources import ResourceMeter
@@ -268,9 +271,10 @@ class Recipe:
         self.placement: dict | None = None  # with model.device_map=auto: the units on each device
         self.estimate = None  # the memory estimate made before loading (record["memory"]["estimate"])
 
-    def load(self, estimate=None):
+    def load(self, estimate=None, verify: bool = True):
         """The model and tokenizer (:func:`gac.jobs.run.loading.load_job_model`); ``estimate``: the memory estimate made
-        before loading (a model spread over devices keeps its working set free on each GPU)."""
+        before loading (a model spread over devices keeps its working set free on each GPU); ``verify``: check a gac
+        checkpoint's sha256 (``gac evaluate --no-verify`` skips it)."""
         from gac.jobs.run import loading
 
         spec = self.spec
@@ -279,10 +283,11 @@ class Recipe:
             if spec.device_map == "auto":
                 from gac.models.placement import placement_summary, working_set
 
-                model, tokenizer = loading.load_job_model(spec, 0 if estimate is None else working_set(estimate))
+                model, tokenizer = loading.load_job_model(spec, 0 if estimate is None else working_set(estimate),
+                                                          verify=verify)
                 self.placement = placement_summary(model)
             else:
-                model, tokenizer = loading.load_job_model(spec)
+                model, tokenizer = loading.load_job_model(spec, verify=verify)
         stage_done("load", self.stages.timings["load_s"], spec.model_name)
         return model, tokenizer
 
@@ -364,36 +369,48 @@ class Recipe:
     def evaluate(self, model, tokenizer) -> dict:
         """Perplexity, tasks and latency as the spec asks: ``{"metrics", "details"}``."""
         with self.stages.stage(None, timing="evaluate_s", meter="evaluate"):
-            ev = evaluate_job(self.spec, model, tokenizer, self.stages.attempt, self.stages.enter, self.stages.meter)
+            ev = evaluate_job(self.spec, model, tokenizer, self.stages)
         return ev
 
     def memory(self) -> dict:
         return self.stages.memory(self.spec.device, self.placement, self.estimate)
 
 
-def evaluate_job(spec: JobSpec, model, tokenizer, attempt: Attempt, hook=None, meter=None) -> dict:
-    """The metric groups the spec asks for, through the one evaluation (:func:`gac.evaluation.suite.evaluate`), each
-    resumed from an earlier attempt's stage output or measured now: ``{"metrics": flat metrics of the record,
-    "details": each group's full output}``."""
+def evaluate_job(spec: JobSpec, model, tokenizer, stages: StageContext | None = None) -> dict:
+    """The metric groups the spec asks for, through the one evaluation (:func:`gac.evaluation.suite.evaluate`) with
+    the spec's protocol (:func:`evaluation_arguments`): ``{"metrics": flat metrics of the record, "details": each
+    group's full output}``. Run in ``stages``: with its attempt, each group is resumed from an earlier attempt's stage
+    output or measured now and kept; without one (``gac evaluate``), measured now and kept in memory."""
     from gac.engines import open_engine
+    from gac.evaluation.suite import GROUPS
     from gac.evaluation.suite import evaluate as evaluate_model
 
+    attempt = None if stages is None else stages.attempt
+    out = evaluate_model(
+        model, tokenizer, **evaluation_arguments(spec), outputs=None if attempt is None else attempt.outputs,
+        timings=None if stages is None else stages.timings, resumed=None if attempt is None else attempt.resumed,
+        on_stage=None if stages is None else stages.enter, measure=None if stages is None else stages.measure,
+        open_engine=open_engine)
+    details = {k: out[k] for k in GROUPS if out[k] is not None}
+    return {"metrics": out["metrics"], "details": details}
+
+
+def evaluation_arguments(spec: JobSpec) -> dict:
+    """What :func:`gac.evaluation.suite.evaluate` measures for ``spec`` and by which protocol: the one place a job's
+    :class:`~gac.jobs.config.spec.EvalSpec` becomes the evaluation's arguments (a job's and ``gac evaluate``'s
+    alike). The latency points are ``eval.latency_seq_lens`` at ``eval.latency_batch`` and ``eval.latency_batches``;
+    the job's own point, reported as ``prefill_ms``, is ``(eval.latency_batch, seq_len)``."""
     ev = spec.eval
-    main = (ev.latency_batch, spec.seq_len)  # the job's own point: `prefill_ms`, named once
     points = ([(ev.latency_batch, s) for s in ev.latency_seq_lens] + [tuple(p) for p in ev.latency_batches]
               if ev.latency else [])
-    out = evaluate_model(
-        model, tokenizer, ppl_source=spec.ppl_source if ev.ppl and spec.ppl_source else None,
-        ppl_seq_len=ev.ppl_seq_len, ppl_batch_size=ev.batch_size, ppl_max_windows=ev.ppl_max_windows,
-        ppl_stride=ev.ppl_stride, tasks=ev.tasks, limit=ev.limit, task_files=task_files_of(spec.task_files),
-        task_batch_size=ev.batch_size, latency_points=points, main_point=main,
-        decode_tokens=ev.decode_tokens if ev.latency else 0, decode_batch=ev.latency_batch, warmup=ev.warmup,
-        iters=ev.iters, trials=ev.trials, seed=spec.seed, outputs=attempt.outputs, timings=attempt.timings,
-        resumed=attempt.resumed, on_stage=hook,
-        measure=None if meter is None else (lambda name, sample: meter.stage(name, sample=sample)),
-        engine=ev.engine, open_engine=open_engine)
-    details = {k: out[k] for k in ("perplexity", "tasks", "lm_eval", "latency") if out[k] is not None}
-    return {"metrics": out["metrics"], "details": details}
+    return dict(
+        ppl_source=spec.ppl_source if ev.ppl and spec.ppl_source else None, ppl_seq_len=ev.ppl_seq_len,
+        ppl_batch_size=ev.batch_size, ppl_max_windows=ev.ppl_max_windows, ppl_stride=ev.ppl_stride, tasks=ev.tasks,
+        limit=ev.limit, task_files=task_files_of(spec.task_files), task_batch_size=ev.batch_size,
+        latency_points=points, main_point=(ev.latency_batch, spec.seq_len),
+        decode_tokens=ev.decode_tokens if ev.latency else 0, decode_prompt=ev.decode_prompt,
+        decode_batch=ev.latency_batch, warmup=ev.warmup, iters=ev.iters, trials=ev.trials, seed=spec.seed,
+        engine=ev.engine)
 
 
 # ------------------------------------------------------------------------------------------------------ the record
