@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
+from gac import hub
 from gac.errors import GacError
 
 #: the seeds every generator gac uses accepts (numpy's legacy ``RandomState`` takes no more than 32 bits)
@@ -101,32 +101,7 @@ def check_environment() -> None:
     checked when a command or job starts, not when the value is first read in the middle of the work."""
     for var in ENV_NUMBERS:
         env_number(var)
-    check_hub_token()
-
-
-def hf_home() -> Path:
-    """Hugging Face's home (its caches and the login token by default): ``HF_HOME``, else ~/.cache/huggingface."""
-    return Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser()
-
-
-def check_hub_token() -> None:
-    """The Hugging Face token (``HF_TOKEN``, else the file ``hf auth login`` stored) holds no space or line break
-    inside it: such a token cannot go into an HTTP header, and every hub request failed as if the hub could not be
-    reached ("couldn't connect"). Spaces at its ends are stripped by the hub client and harmless."""
-    token, where = os.environ.get("HF_TOKEN"), "HF_TOKEN"
-    fix = "set the token alone on one line, e.g. export HF_TOKEN=hf_... (or run `hf auth login`)"
-    if token is None:
-        path = Path(os.environ.get("HF_TOKEN_PATH") or hf_home() / "token").expanduser()
-        try:
-            token, where = path.read_text(errors="replace"), f"the token file {str(path)!r}"
-        except OSError:
-            return
-        fix = "write the token alone on one line there (or run `hf auth login` again), or export HF_TOKEN=hf_..."
-    inner = token.strip()
-    bad = next((c for c in inner if c.isspace() or not c.isprintable()), None)
-    if bad is not None:
-        raise GacError(f"{where} holds {bad!r} inside the token (two lines pasted, or a quote lost?), which no hub "
-                       f"request can send as it is: {fix}")
+    hub.check_hub_token()
 
 
 def arg_type(check):

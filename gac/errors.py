@@ -41,3 +41,10 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> GacError:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return GacError(f"unknown {kind} {name!r}{hint} known: {', '.join(known)}")
+
+
+def short_reason(e: BaseException) -> str:
+    """An exception as a short reason inside a message: its type and the start of its first line."""
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    return f"{type(e).__name__}: {first[:200]}"

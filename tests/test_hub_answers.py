@@ -79,7 +79,7 @@ def _portal_line(err: str) -> None:
 
 
 def test_a_page_in_the_hubs_place_is_named_with_its_fix(hub):
-    from gac.text import hub_unreachable
+    from gac.hub import hub_unreachable
 
     hub()
     with pytest.raises(GacError) as e:
@@ -88,7 +88,7 @@ def test_a_page_in_the_hubs_place_is_named_with_its_fix(hub):
 
 
 def test_a_redirect_to_another_host_is_named(hub):
-    from gac.text import hub_unreachable
+    from gac.hub import hub_unreachable
 
     hub(status=302, location="http://portal.example/login", body=b"")
     with pytest.raises(GacError, match=r"redirects to http://portal.example/login: something else answers"):
@@ -99,7 +99,7 @@ def test_a_redirect_to_another_host_is_named(hub):
                                          (404, {"error": "Repository not found"}),
                                          (401, {"error": "Invalid credentials"})])
 def test_the_hubs_own_json_answers_are_the_hub(hub, status, body):
-    from gac.text import hub_unreachable
+    from gac.hub import hub_unreachable
 
     hub(status=status, body=json.dumps(body).encode(), kind="application/json")
     assert hub_unreachable() is None
@@ -144,8 +144,7 @@ def test_a_job_the_tasks_and_the_doctor_name_the_page(hub, tmp_path):
 
 @pytest.mark.parametrize("token,where", [("hf_abc\nhf_def", "env"), ("hf_abc\nhf_def\n", "file")])
 def test_a_token_with_a_line_break_is_named_before_any_request(hub, monkeypatch, tmp_path, token, where):
-    from gac.checks import check_hub_token
-    from gac.text import hf_home
+    from gac.hub import check_hub_token, hf_home
 
     if where == "env":
         monkeypatch.setenv("HF_TOKEN", token)

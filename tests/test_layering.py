@@ -13,9 +13,10 @@ ROOT = Path(__file__).resolve().parents[1] / "gac"
 # checks: seeds, threads, numbers from the environment; metrics: names; progress: bars/lines; dtypes: the "auto" rule;
 # devices: the device check; registry: names; untrusted: no code from data; stats: the bench's paired interval;
 # hashing: digests and file hashes; machine: the host, its processes, its locks, time stamps; provenance: gac's
-# version and checkout, package versions, host and date; transformers_lock: one transformers build at a time
+# version and checkout, package versions, host and date; transformers_lock: one transformers build at a time;
+# hub: the Hugging Face hub's address, whether it answers, the token, its caches
 BASE = {"errors", "io", "hashing", "machine", "faults", "metrics", "progress", "dtypes", "devices", "registry",
-        "untrusted", "stats", "checks", "provenance", "transformers_lock", "(gac)"}
+        "untrusted", "stats", "checks", "provenance", "transformers_lock", "hub", "(gac)"}
 ALLOWED = {
     "align": BASE,
     "results": BASE,

@@ -78,8 +78,12 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
     (r"^rev-parse$", ("gac/provenance.py",), True, "gac's checkout: gac.provenance.checkout / git_commit"),
     (r"time\.thread_time_ns|time\.thread_time\b", ("gac/evaluation/latency.py",), False,
      "the CPU clocks by name: gac.evaluation.latency.CPU_CLOCKS / CPU_CLOCKS_NS"),
-    (r'"HF_HOME"\)|"\.cache"[,/ ]+"huggingface"|\.cache/huggingface', ("gac/checks.py",), False,
-     "Hugging Face's home (its caches, the token file): gac.checks.hf_home (gac.text.hf_home)"),
+    (r'"HF_HOME"\)|"\.cache"[,/ ]+"huggingface"|\.cache/huggingface', ("gac/hub.py",), False,
+     "Hugging Face's home (its caches, the token file): gac.hub.hf_home"),
+    (r"def _?(hub_(endpoint|unreachable|access|token|cache|repo|dataset)|proxy_for)|HfApi\(|get_session\("
+     r"|get_token\(|\"HF_(ENDPOINT|HUB_CACHE|DATASETS_CACHE|TOKEN_PATH)\"\)|\"HF_HUB_OFFLINE\", \"HF_DATASETS_OFFLINE\"\)"
+     r"|\bs--\{|replace\(./., .(--|___).\)|\"snapshots\"", ("gac/hub.py",), False,
+     "the Hugging Face hub (its address, whether it answers, the token, its caches and their layout): gac.hub"),
     (r"\bcomp\w*\.name\s*(==|!=|in\b)", ("gac/compression/compressors/", "gac/registry.py"), False,
      "what a compressor needs is the compressor's to say (its attributes), not a branch on its name"),
     (r"\* F\.linear\(", ("gac/profiling/sweeps.py",), False,

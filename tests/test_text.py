@@ -37,10 +37,11 @@ def test_splits_of_the_tiny_source_are_distinct_files(tiny_files):
 
 
 def test_offline_wikitext2_names_the_flag_of_the_command(monkeypatch):
+    import gac.hub
     import gac.text
 
-    monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
-    monkeypatch.setattr(gac.text, "hub_dataset_cached", lambda *a, **k: False)
+    monkeypatch.setattr(gac.hub, "hub_unreachable", lambda *a, **k: "offline")
+    monkeypatch.setattr(gac.hub, "hub_dataset_cached", lambda *a, **k: False)
     with pytest.raises(GacError) as e:
         gac.text.check_source("wikitext2", "train", "--calib")
     msg = str(e.value)

@@ -24,9 +24,9 @@ def run(args) -> int:
     import json
 
     from gac.errors import GacError
+    from gac.hub import hub_access_problem, hub_unreachable
     from gac.jobs.run.inputs import caches, fetch_command, inputs_of
     from gac.jobs.sweep.points import sweep_points
-    from gac.text import hub_access_problem, hub_unreachable
 
     inputs = inputs_of(p["spec"] for p in sweep_points(list(args.overrides)))
     where = ", ".join(f"{k}={v}" for k, v in caches().items())

@@ -189,7 +189,7 @@ def load_structure(spec: str | os.PathLike) -> nn.Module:
 
             config = hf_config(p)  # one line for a config transformers refuses, and the fields no model runs with
         else:
-            from gac.text import check_hub_model
+            from gac.hub import check_hub_model
 
             check_hub_model(str(spec))  # the hub behind a closed proxy: one line now, not half a minute of retries
             config = AutoConfig.from_pretrained(str(spec), **NO_REMOTE_CODE)

@@ -107,7 +107,7 @@ def architecture(model_spec: str | os.PathLike, random_weights: bool = False, ar
         raise GacError(f"{s!r} is a file, not a model directory; pass a model directory, a hub id or 'tiny'")
     if s.startswith((".", "/", "~")):
         raise GacError(f"model directory {s!r} does not exist; check the path (or pass a hub id or 'tiny')")
-    from gac.text import check_hub_model
+    from gac.hub import check_hub_model
 
     check_hub_model(s)  # the hub behind a closed proxy: one line now, not half a minute of retries
     try:

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.hub import offline
 from gac.io import file_problem
 from gac.metrics import task_metric
 
@@ -261,7 +262,7 @@ def check_hub_tasks(tasks: Iterable[str], timeout: float = 5.0, via: str = "cli"
     tasks = list(dict.fromkeys(tasks))
     if not tasks:
         return
-    from gac.text import hub_unreachable
+    from gac.hub import hub_unreachable
 
     why = hub_unreachable(timeout)
     if why is None:
@@ -299,37 +300,9 @@ def task_dataset_cached(task: str) -> bool | None:
         return None
     if not path:
         return None
-    from gac.text import hub_dataset_cached
+    from gac.hub import hub_dataset_cached
 
     return hub_dataset_cached(path)
-
-
-@contextlib.contextmanager
-def _offline():
-    """No hub while local files load: the env vars (for a first import) and the already-imported flags, restored after.
-
-    Without this, ``datasets`` makes a network round trip (a DNS lookup, or a timeout) per local JSON load.
-    """
-    import sys
-
-    saved_env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
-    flags = []
-    for mod, attr in (("datasets.config", "HF_HUB_OFFLINE"), ("huggingface_hub.constants", "HF_HUB_OFFLINE")):
-        m = sys.modules.get(mod)
-        if m is not None and hasattr(m, attr):
-            flags.append((m, attr, getattr(m, attr)))
-            setattr(m, attr, True)
-    try:
-        yield
-    finally:
-        for m, attr, old in flags:
-            setattr(m, attr, old)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hellaswag"), limit: int | None = 200,
@@ -359,7 +332,7 @@ def evaluate_tasks(model, tokenizer, tasks: str | Iterable[str] = ("piqa", "hell
 
     for t, p in local_files.items():
         check_item_lengths(t, p, tokenizer, model_max_length(model), limit)
-    with _offline() if local_files and len(local_files) == len(names) else contextlib.nullcontext():
+    with offline() if local_files and len(local_files) == len(names) else contextlib.nullcontext():
         res, run_names = _run(model, tokenizer, names, limit, local_files, batch_size, device, num_fewshot,
                               bootstrap_iters, seed, log_samples)
     back = {run: task for task, run in run_names.items()}  # gac_local_piqa -> piqa

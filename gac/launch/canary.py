@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.hub import OFFLINE_VARS
 from gac.machine import file_stamp
 
 #: where this gac is imported from (a checkout, or site-packages for a wheel): the submitting app imports it from there
@@ -206,7 +207,7 @@ def step_fetch(c: Canary, task: list[str]) -> Verdict:
 
 
 def step_offline(c: Canary, task: list[str]) -> Verdict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, **dict.fromkeys(OFFLINE_VARS, "1")}
     try:
         r = _cli(["fetch", "--check", "--json", *task], env=env)
     except subprocess.TimeoutExpired as e:
@@ -249,7 +250,7 @@ def submit(c: Canary, task: list[str], hydra: list[str]) -> tuple[Verdict, dict]
             "hydra.launcher.wait=false"]
     if c.config_dir:
         args.append(f"--config-dir={c.config_dir}")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **dict.fromkeys(OFFLINE_VARS, "1"), "PYTHONUNBUFFERED": "1"}
     try:
         r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=SUBMIT_LIMIT_S)
     except subprocess.TimeoutExpired as e:  # stopped, but sbatch may have queued the array already

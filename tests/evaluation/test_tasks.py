@@ -116,9 +116,9 @@ def test_hub_task_without_network_says_how_to_use_local_files(tiny):
 
 def test_offline_hub_tasks_name_data_tiny(monkeypatch):
     import gac.evaluation.tasks as tasks
-    import gac.text
+    import gac.hub
 
-    monkeypatch.setattr(gac.text, "hub_unreachable", lambda *a, **k: "offline")
+    monkeypatch.setattr(gac.hub, "hub_unreachable", lambda *a, **k: "offline")
     monkeypatch.setattr(tasks, "task_dataset_cached", lambda t: False)
     with pytest.raises(GacError) as e:
         tasks.check_hub_tasks(["piqa"])

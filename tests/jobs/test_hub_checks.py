@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from gac.errors import GacError
+from gac.hub import HUB_PROBE, hub_access_problem, hub_unreachable
 from gac.jobs.run.preflight import check_model_here
-from gac.text import HUB_PROBE, hub_access_problem, hub_unreachable
 
 PROXY_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "all_proxy",
               "no_proxy", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")

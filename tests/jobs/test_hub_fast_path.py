@@ -49,8 +49,8 @@ def test_the_bench_asks_the_same_way(closed_proxy, tmp_path, capsys):
 
 def test_a_cached_model_is_read_without_asking_the_hub(closed_proxy, monkeypatch):
     """The fast path refuses only what is neither cached nor reachable."""
-    import gac.text as text
+    import gac.hub as hub
 
-    monkeypatch.setattr(text, "hub_repo_cached", lambda repo, kind="model": True)
-    monkeypatch.setattr(text, "hub_unreachable", lambda *a, **k: pytest.fail("the hub was asked"))
-    text.check_hub_model(HUB_ID)
+    monkeypatch.setattr(hub, "hub_repo_cached", lambda repo, kind="model": True)
+    monkeypatch.setattr(hub, "hub_unreachable", lambda *a, **k: pytest.fail("the hub was asked"))
+    hub.check_hub_model(HUB_ID)

@@ -114,8 +114,8 @@ def test_gac_fetch_downloads_what_is_missing_then_it_is_here(hf, monkeypatch, ca
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    monkeypatch.setattr("gac.text.hub_unreachable", lambda *a, **k: None)
-    monkeypatch.setattr("gac.text.hub_access_problem", lambda *a, **k: None)
+    monkeypatch.setattr("gac.hub.hub_unreachable", lambda *a, **k: None)
+    monkeypatch.setattr("gac.hub.hub_access_problem", lambda *a, **k: None)
     rc = main(["fetch", "model=llama3_8b", "compressor=none,asvd", "eval.tasks=[]"])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -155,7 +155,7 @@ def test_an_offline_job_names_every_missing_input_and_the_fetch_command(hf, monk
     d.mkdir(parents=True)
     for split in ("train", "test"):
         (d / f"wikitext-{split}.arrow").write_bytes(b"x")
-    monkeypatch.setattr("gac.text.hub_unreachable", lambda *a, **k: pytest.fail("asked the hub"))
+    monkeypatch.setattr("gac.hub.hub_unreachable", lambda *a, **k: pytest.fail("asked the hub"))
     inputs.check_offline(spec, overrides)
     assert os.environ["HF_HUB_OFFLINE"] == "1"
 

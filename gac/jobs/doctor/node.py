@@ -133,7 +133,7 @@ def cache_locations() -> list[tuple[str, str, object, str]]:
     from pathlib import Path
 
     from gac.fixtures.tiny import cache_root
-    from gac.text import datasets_cache_dir, hub_cache_dir
+    from gac.hub import datasets_cache_dir, hub_cache_dir
 
     lm_eval = os.environ.get("LM_HARNESS_CACHE_PATH")
     if not lm_eval:
@@ -189,14 +189,9 @@ GATED_MODEL = "meta-llama/Meta-Llama-3-8B"  # the paper's model (conf/model/llam
 def check_hub() -> Check:
     """Whether the Hugging Face hub answers here (through the proxy the environment names), whether a token is
     set, and whether it may read the paper's gated model. INFO: an offline node with local models needs none."""
-    from gac.text import hub_access_problem, hub_endpoint, hub_unreachable
+    from gac.hub import hub_access_problem, hub_endpoint, hub_token, hub_unreachable
 
-    try:
-        from huggingface_hub import get_token
-
-        token = get_token()
-    except ImportError:
-        token = None
+    token = hub_token()
     source = ("HF_TOKEN" if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
               else "`hf auth login`'s")
     token_part = (f"a token is set ({source})" if token

@@ -18,12 +18,12 @@ or an index that is not the JSON object it should be, counts as missing, never a
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gac import hub
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)
@@ -100,26 +100,10 @@ MODEL_FILES_NO_WEIGHTS = ["*.json", "tokenizer.model", "*.tiktoken", "merges.txt
 MODEL_FILES = [*MODEL_FILES_NO_WEIGHTS, "*.safetensors"]
 
 
-def model_snapshot(repo: str) -> Path | None:
-    """The hub cache's snapshot of the model ``repo`` (``HF_HUB_CACHE``): the one ``refs/main`` names, else the last
-    one there; None when none is."""
-    from gac.text import hub_cache_dir
-
-    root = hub_cache_dir() / f"models--{repo.replace('/', '--')}"
-    snaps = root / "snapshots"
-    ref = root / "refs" / "main"
-    if ref.is_file():
-        cand = snaps / ref.read_text().strip()
-        if cand.is_dir():
-            return cand
-    found = sorted(p for p in snaps.iterdir() if p.is_dir()) if snaps.is_dir() else []
-    return found[-1] if found else None
-
-
 def cached_shards(repo: str) -> tuple[list[str], list[str]] | None:
     """``(shards the cached index names, those of them that are here)`` for the hub model ``repo``; a model of one
     ``model.safetensors``: that file; None when the model is not in the hub cache."""
-    snap = model_snapshot(repo)
+    snap = hub.model_snapshot(repo)
     if snap is None:
         return None
     index = snap / "model.safetensors.index.json"
@@ -131,7 +115,7 @@ def model_missing(repo: str, weights: bool = True) -> str | None:
     """What of the hub model ``repo`` is not in the hub cache (``HF_HUB_CACHE``): the snapshot ``refs/main`` names
     (else any snapshot) must hold ``config.json``, a tokenizer and, with ``weights``, every safetensors shard its index
     lists (a shard half-downloaded is a dangling link there: missing)."""
-    snap = model_snapshot(repo)
+    snap = hub.model_snapshot(repo)
     if snap is None:
         return "not in the hub cache"
     lacks = []
@@ -185,13 +169,11 @@ def dataset_cached(name: str, config: str | None, split: str | None) -> bool:
     """Whether the hub dataset ``name`` (``config``, ``split``) is here as the datasets library reads it offline:
     its prepared split in ``HF_DATASETS_CACHE`` (``<org>___<name>/<config>/.../*-<split>*.arrow``), or the split's
     files in the hub cache's snapshot."""
-    from gac.text import datasets_cache_dir, hub_cache_dir
-
     split = split or ""
-    prepared = datasets_cache_dir() / name.replace("/", "___") / (config or "")
+    prepared = hub.prepared_dataset_dir(name) / (config or "")
     if prepared.is_dir() and any(_nonempty(p) for p in prepared.rglob(f"*-{split}*.arrow")):
         return True
-    snaps = hub_cache_dir() / f"datasets--{name.replace('/', '--')}" / "snapshots"
+    snaps = hub.snapshots_dir(name, "dataset")
     return snaps.is_dir() and any(_nonempty(p) for p in snaps.glob(f"*/{config or '*'}/{split}-*"))
 
 
@@ -299,12 +281,10 @@ def check_offline(spec, overrides: Sequence[str] = ()) -> None:
     missing = [(i, m) for i, m in missing_inputs(job_inputs(spec)) if i.from_hub]
     if not missing:
         return
-    from gac.text import datasets_cache_dir, hub_cache_dir, hub_unreachable
-
-    why = hub_unreachable()
+    why = hub.hub_unreachable()
     if why is None:
         return
-    caches = f"HF_HUB_CACHE={hub_cache_dir()}, HF_DATASETS_CACHE={datasets_cache_dir()}"
+    caches = f"HF_HUB_CACHE={hub.hub_cache_dir()}, HF_DATASETS_CACHE={hub.datasets_cache_dir()}"
     raise GacError(f"the hub is not reachable here ({why}) and the caches lack what this job reads: "
                    f"{describe_missing(missing)}; fetch them where the hub is reachable (a login node) into the same "
                    f"caches ({caches}): {fetch_command(overrides)}")
@@ -314,8 +294,7 @@ def check_sweep_offline(specs: Iterable, overrides: Sequence[str]) -> None:
     """Before a Slurm sweep is submitted with ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE``) set, which its jobs
     get: they will read the caches only, so every input of every point must be there now, not found missing by each
     job after its wait in the queue. A :class:`GacError` names what is missing and the fetch command."""
-    offline = [v for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-               if os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")]
+    offline = hub.offline_set()
     if not offline:
         return
     missing = missing_inputs(inputs_of(specs))
@@ -329,6 +308,6 @@ def check_sweep_offline(specs: Iterable, overrides: Sequence[str]) -> None:
 def caches() -> dict[str, Path]:
     """Where the fetched inputs go: the hub cache, the datasets cache and gac's cache."""
     from gac.fixtures import cache_root
-    from gac.text import datasets_cache_dir, hub_cache_dir
 
-    return {"HF_HUB_CACHE": hub_cache_dir(), "HF_DATASETS_CACHE": datasets_cache_dir(), "GAC_CACHE": cache_root()}
+    return {"HF_HUB_CACHE": hub.hub_cache_dir(), "HF_DATASETS_CACHE": hub.datasets_cache_dir(),
+            "GAC_CACHE": cache_root()}

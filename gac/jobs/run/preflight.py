@@ -195,8 +195,8 @@ def check_model_here(model_spec: str) -> None:
     """The model can be loaded from here: a local path exists and is a model; a hub id is in the local cache, or the
     hub answers (otherwise loading retries for a minute before it fails) and this machine's token may read it (a
     gated model otherwise fails at load, after the queue)."""
+    from gac.hub import check_hub_model
     from gac.models import model_kind
-    from gac.text import check_hub_model
     from gac.untrusted import refuse_pickled_weights, refuse_remote_code
 
     kind = model_kind(model_spec)
