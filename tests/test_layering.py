@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1] / "gac"
 # compression; models (any model or a gac checkpoint) above it; training (tiny from its recipe) evaluates what it
 # trains, so it sits above evaluation.
 # checks: seeds, threads, numbers from the environment; metrics: names; progress: bars/lines; dtypes: the "auto" rule;
-# devices: the device check; registry: names; untrusted: no code from data; stats: the bench's paired interval;
+# devices: the device check, GPU names; registry: names; untrusted: no code from data; stats: the bench's paired interval;
 # hashing: digests and file hashes; machine: the host, its processes, its locks, time stamps; provenance: gac's
 # version and checkout, package versions, host and date; transformers_lock: one transformers build at a time
 BASE = {"errors", "io", "hashing", "machine", "faults", "metrics", "progress", "dtypes", "devices", "registry",
