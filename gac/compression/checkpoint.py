@@ -126,7 +126,8 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
     store's own directories. ``stray(dir)``: the files of ``dir`` that are not the ``kind``'s own, or None when it
     is no ``kind`` at all (default: a gac checkpoint's); ``replaced``: what ``--force`` replaces, for the message;
     ``replace_hint``: how this command replaces one (run.py cannot). A one-line :class:`GacError` otherwise."""
-    from gac.io import check_not_dash, check_writable, directory_kind, owned_directory
+    from gac.io import check_not_dash, check_writable
+    from gac.layout import directory_kind, owned_directory
 
     noun = kind.removeprefix("gac ")
     check_not_dash(path, flag, f"{'an' if noun[0] in 'aeiou' else 'a'} {noun} directory")

@@ -33,7 +33,7 @@ from torch import nn
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.io import CHECKPOINT_FILE
+from gac.layout import CHECKPOINT_FILE
 from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE
 
