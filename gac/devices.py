@@ -1,8 +1,12 @@
 """A device a command or job names, checked once before anything is built: ``cpu``, ``cuda`` or ``cuda:N`` (that GPU
 is there), and ``auto`` where the caller takes it (the current GPU if there is one, else the CPU). Model loading,
-the bench and the profiler all check a device here; ``gac doctor`` reports the same facts as checks instead."""
+the bench and the profiler all check a device here; ``gac doctor`` reports the same facts as checks instead.
+Also the GPU a config's ``gpu`` names: whether it is the device found (:func:`gpu_name_matches`), and a device's
+short name for tables (:func:`gpu_of_device`)."""
 
 from __future__ import annotations
+
+import re
 
 from gac.errors import GacError
 
@@ -54,3 +58,20 @@ def model_device(model):
         return next(model.parameters()).device
     except (StopIteration, AttributeError):
         return torch.device("cpu")
+
+
+#: conf/gpu's configs named after a GPU model (``gpu=auto`` takes any device; its records name the device found)
+KNOWN_GPUS = ("a100", "h100", "h200")
+
+
+def gpu_name_matches(gpu: str, device_name: str) -> bool:
+    """Whether the config's ``gpu`` (``a100``, ``h100``, ``rtx4090``) names the device ``device_name``: one of the
+    name's words, or two adjacent words run together (``RTX 4090``), equals it, ignoring case."""
+    words = re.findall(r"[a-z0-9]+", str(device_name).lower())
+    names = set(words) | {a + b for a, b in zip(words, words[1:])}
+    return str(gpu).lower() in names
+
+
+def gpu_of_device(device_name: str) -> str:
+    """The short name of a device for tables (``h100`` for ``NVIDIA H100 80GB HBM3``), else the name as reported."""
+    return next((g for g in KNOWN_GPUS if gpu_name_matches(g, device_name)), str(device_name))

@@ -3,7 +3,8 @@ the one rule for a command's output file (:func:`check_output_file`, :func:`writ
 ``/dev/stdout`` is a stream, ``--force`` replaces only a regular file that is not an input, and nothing goes into a
 model directory or a results store's own directories); what a path is when it is not a file (:func:`path_kind`);
 where gac's Hydra configs live (:func:`conf_dir`). Hashes are :mod:`gac.hashing`; this machine, its processes,
-its locks and time stamps are :mod:`gac.machine`.
+its locks and time stamps are :mod:`gac.machine`; the directories and files gac makes and recognises (a results
+store, a checkpoint, a model directory: where outputs do not go) are :mod:`gac.layout`.
 
 Temp files are named ``.<final name>.<host>.<pid>.<random>.tmp`` in the destination's directory and created with
 mode ``0o666`` minus the umask (like any file a user creates: colleagues on a shared file system can read results
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 from gac.errors import GacError
+from gac.layout import owned_directory
 from gac.machine import machine_id, pid_alive
 
 log = logging.getLogger(__name__)
@@ -240,68 +242,6 @@ def file_problem(path: str | os.PathLike) -> str | None:
     if p.is_dir():
         return "is a directory"
     return missing_reason(p)
-
-
-#: Where a results store keeps its own files (gac.results.store): nothing but a job or a bench writes there.
-STORE_MARKER = ".gac-store.json"
-#: the file that makes a directory a gac compressed checkpoint (:mod:`gac.compression.checkpoint` writes it)
-CHECKPOINT_FILE = "gac_checkpoint.json"
-STORE_OWN_DIRS = ("records", "failures", "runs", "work", "locks", "cache", "bench", "sweeps")
-_WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-
-
-def is_store(d: Path) -> bool:
-    """Is ``d`` a results store, for where outputs may go: its marker, or (a store an older gac made) records/ beside
-    another of a store's own directories; a user's folder that merely holds a records/ is not one."""
-    return (d / STORE_MARKER).is_file() or ((d / "records").is_dir() and any(
-        (d / x).is_dir() for x in ("failures", "runs", "locks", "work")))
-
-
-def _is_model_dir(d: Path) -> str | None:
-    """The file that makes ``d`` a model directory (a gac checkpoint's config, or config.json beside weights)."""
-    if (d / CHECKPOINT_FILE).is_file():
-        return CHECKPOINT_FILE
-    if (d / "config.json").is_file() and (any((d / n).exists() for n in _WEIGHT_NAMES)
-                                          or any(d.glob("*.safetensors"))):
-        return "config.json"
-    return None
-
-
-def directory_kind(path: str | os.PathLike) -> str | None:
-    """``"a results store"`` or ``"a model directory (it holds config.json)"`` when ``path`` is one, else None."""
-    d = Path(os.path.realpath(Path(path).expanduser()))
-    if not d.is_dir():
-        return None
-    if is_store(d):
-        return "a results store"
-    marker = _is_model_dir(d)
-    return f"a model directory (it holds {marker})" if marker else None
-
-
-def owned_directory(path: str | os.PathLike, itself: bool = True) -> str | None:
-    """Whether ``path`` (a file or directory an output would be) lies where outputs do not go, as the rest of a
-    sentence after the path: inside a model directory (its files are the model: a report or an edited config.json
-    there changes or breaks it) or a results store's own directories (a stray file in records/ breaks every
-    report); with ``itself``, also a model directory or a results store ``path`` is. None when it is free."""
-    p = Path(os.path.abspath(Path(path).expanduser()))
-    kind = directory_kind(p) if itself else None
-    if kind:
-        return f"is {kind}"
-    parent = Path(os.path.realpath(p.parent))
-    marker = _is_model_dir(parent)
-    if marker:
-        return f"is inside the model directory {str(parent)!r} (it holds {marker}; its files are the model)"
-    for a in (parent, *parent.parents):
-        if is_store(a):
-            rel = parent.relative_to(a).parts
-            if rel and rel[0] in STORE_OWN_DIRS:
-                return (f"is inside {rel[0]}/ of the results store {str(a)!r} (only gac's jobs and benches write "
-                        f"there)")
-            if not rel and p.name in (STORE_MARKER, *STORE_OWN_DIRS):
-                return f"is the results store {str(a)!r}'s own {p.name}"
-            return None
-    return None
 
 
 _FD_DIR = re.compile(r"^/proc/(?P<pid>self|thread-self|\d+)(?:/task/\d+)?/fd$")

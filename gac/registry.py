@@ -9,7 +9,6 @@ different set.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 
 from gac.errors import unknown_name
@@ -96,19 +95,3 @@ def is_baseline(compressor, strategy=None) -> bool:
 
 REGISTRIES = {"compressor": COMPRESSORS, "strategy": STRATEGIES, "proxy": PROXIES, "allocation": ALLOCATIONS,
               "knapsack_score": KNAPSACK_SCORES}
-
-#: conf/gpu's configs named after a GPU model (``gpu=auto`` takes any device; its records name the device found)
-KNOWN_GPUS = ("a100", "h100", "h200")
-
-
-def gpu_name_matches(gpu: str, device_name: str) -> bool:
-    """Whether the config's ``gpu`` (``a100``, ``h100``, ``rtx4090``) names the device ``device_name``: one of the
-    name's words, or two adjacent words run together (``RTX 4090``), equals it, ignoring case."""
-    words = re.findall(r"[a-z0-9]+", str(device_name).lower())
-    names = set(words) | {a + b for a, b in zip(words, words[1:])}
-    return str(gpu).lower() in names
-
-
-def gpu_of_device(device_name: str) -> str:
-    """The short name of a device for tables (``h100`` for ``NVIDIA H100 80GB HBM3``), else the name as reported."""
-    return next((g for g in KNOWN_GPUS if gpu_name_matches(g, device_name)), str(device_name))

@@ -69,7 +69,8 @@ def check_model_dir_files(path: str | os.PathLike) -> None:
 def check_model_path(spec: str | os.PathLike) -> None:
     """A model given by a path that is a looping or dangling link, a named pipe, a device or a socket: one line that
     says what it is (not "does not exist", and never read). Nothing for anything else (a hub id, a directory)."""
-    from gac.io import CHECKPOINT_FILE, path_kind
+    from gac.io import path_kind
+    from gac.layout import CHECKPOINT_FILE
 
     kind = path_kind(spec)
     if kind:

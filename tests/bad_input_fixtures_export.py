@@ -13,8 +13,9 @@ def pruned_checkpoint(path: Path, layers=(0,), width: int = 512) -> Path:
     """tiny with the MLP of ``layers`` cut to its first ``width`` channels, saved as a gac checkpoint at ``path``."""
     import torch
 
-    from gac.compression.checkpoint import replace_module, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
     from gac.compression.parts import linear_from
+    from gac.compression.swap import replace_module
     from gac.models import load_model
 
     model, tok = load_model("tiny", dtype=torch.float32)

@@ -113,9 +113,10 @@ def _checkpoints(T: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, MixtralConfig
 
-    from gac.compression.checkpoint import replace_module, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
     from gac.compression.checkpoint_format import META_FILE, meta_sha256
     from gac.compression.modules import ExpertMLPs
+    from gac.compression.swap import replace_module
     from gac.fixtures.tiny import tiny_dir
     from tests.bad_store_fixtures import _edit_json, _link_copy
 

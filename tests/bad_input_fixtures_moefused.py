@@ -13,8 +13,9 @@ def moefused_files(T: Path) -> None:
     from torch import nn
     from transformers import AutoModelForCausalLM, AutoTokenizer, MixtralConfig
 
-    from gac.compression.checkpoint import replace_module, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
     from gac.compression.modules import fused_experts_like
+    from gac.compression.swap import replace_module
     from gac.fixtures.tiny import tiny_dir
     from tests.bad_input_fixtures_modelchecks import SMALL
 

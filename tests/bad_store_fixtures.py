@@ -153,8 +153,9 @@ def _checkpoints(T: Path) -> None:
     breaks), saved by this gac, and damaged copies of it."""
     import torch
 
-    from gac.compression.checkpoint import replace_module, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
     from gac.compression.modules import LowRankLinear, get_module
+    from gac.compression.swap import replace_module
     from gac.models import load_model
 
     model, tok = load_model("tiny", dtype=torch.float32)

@@ -168,7 +168,7 @@ def test_the_rule_is_checked_again_at_the_write(tmp_path):
 def test_where_outputs_may_go(tmp_path):
     """No false refusals: a directory with a config.json but no weights is not a model, a directory with records/
     alone is not a store, and a new file at a store's top level (beside records/) is fine."""
-    from gac.io import owned_directory
+    from gac.layout import owned_directory
 
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "config.json").write_text("{}")  # some tool's config

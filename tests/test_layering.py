@@ -10,12 +10,13 @@ ROOT = Path(__file__).resolve().parents[1] / "gac"
 # (find and load them, build what needs no evaluation) sit below the text sources that name their files, both below
 # compression; models (any model or a gac checkpoint) above it; training (tiny from its recipe) evaluates what it
 # trains, so it sits above evaluation.
+# layout: the names of the directories and files gac makes and recognises (below io, which reads it);
 # checks: seeds, threads, numbers from the environment; metrics: names; progress: bars/lines; dtypes: the "auto" rule;
-# devices: the device check; registry: names; untrusted: no code from data; stats: the bench's paired interval;
+# devices: the device check, GPU names; registry: names; untrusted: no code from data; stats: the bench's paired interval;
 # hashing: digests and file hashes; machine: the host, its processes, its locks, time stamps; provenance: gac's
 # version and checkout, package versions, host and date; transformers_lock: one transformers build at a time;
 # hub: the Hugging Face hub's address, whether it answers, the token, its caches
-BASE = {"errors", "io", "hashing", "machine", "faults", "metrics", "progress", "dtypes", "devices", "registry",
+BASE = {"errors", "io", "layout", "hashing", "machine", "faults", "metrics", "progress", "dtypes", "devices", "registry",
         "untrusted", "stats", "checks", "provenance", "transformers_lock", "hub", "(gac)"}
 ALLOWED = {
     "align": BASE,

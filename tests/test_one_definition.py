@@ -57,8 +57,11 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
 @pytest.mark.parametrize("pattern,home,strings,what", [
     (r'removeprefix\("torch\."\)|replace\("torch\.", ""\)', ("gac/dtypes.py",), False,
      "a dtype's name: gac.dtypes.dtype_str"),
-    (r"gac_checkpoint\.json", ("gac/io.py",), True,
-     "the checkpoint's file: gac.io.CHECKPOINT_FILE"),
+    (r"gac_checkpoint\.json", ("gac/layout.py",), True,
+     "the checkpoint's file: gac.layout.CHECKPOINT_FILE"),
+    (r"^\.gac-store\.json$", ("gac/layout.py",), True, "the results store's marker: gac.layout.STORE_MARKER"),
+    (r"(?m)^\s*def _?(is_store|is_model_dir)\b", ("gac/layout.py",), False,
+     "is this a results store / a model directory: gac.layout.is_store (to_read: any of its directories)"),
     (r"^tiny-untrained$", ("gac/registry.py", "gac/fixtures/"), True, "the named models: gac.registry.NAMED_MODELS"),
     (r"^Baseline$", ("gac/registry.py",), True, "the baseline's label: gac.registry.BASELINE_LABEL"),
     (r"\bhashlib\b", ("gac/hashing.py",), False, "hashing: gac.hashing.digest (file_sha256 for a file)"),
@@ -113,6 +116,47 @@ def _where(pattern: str, allowed: tuple[str, ...], strings: bool = False) -> lis
 def test_no_copy_outside_its_one_definition(pattern, home, strings, what):
     hits = _where(pattern, home, strings)
     assert not hits, f"{what} is written out again at: {', '.join(hits)}"
+
+
+def _store_dir_tuples(text: str) -> list[int]:
+    """Lines of a module's tuple, list or set literals that spell four or more of a results store's own directories:
+    a copy of the store's layout (``STORE_DIRS`` had five names, the outputs' rule four, ``STORE_OWN_DIRS`` eight)."""
+    from gac.layout import STORE_OWN_DIRS
+
+    return [node.lineno for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+            and sum(isinstance(e, ast.Constant) and e.value in STORE_OWN_DIRS for e in node.elts) >= 4]
+
+
+def test_the_store_layout_is_spelled_once():
+    assert _store_dir_tuples('STORE_DIRS = ("records", "failures", "runs", "work", "locks")') == [1]
+    assert _store_dir_tuples('any((d / x).is_dir() for x in ("failures", "runs", "locks", "work"))') == [1]
+    assert _store_dir_tuples('d in ("records", "bench", "sweeps")') == []  # a few of them, for one purpose
+    bad = [f"{rel}:{line}" for rel, text in _sources() if rel != "gac/layout.py" for line in _store_dir_tuples(text)]
+    assert not bad, f"a results store's directories are gac.layout.STORE_DIRS / STORE_OWN_DIRS: {', '.join(bad)}"
+
+
+def test_one_rule_says_what_is_a_results_store(tmp_path):
+    """Reading a store (:meth:`ResultsStore.exists`) and keeping outputs out of one (:func:`owned_directory`) ask
+    :func:`gac.layout.is_store`: a store is its marker, or, read, any of its directories; for where outputs go,
+    records/ beside another of them (a user's folder with a records/ of its own is not a store)."""
+    from gac.layout import STORE_DIRS, STORE_MARKER, is_store, owned_directory
+    from gac.results import ResultsStore
+
+    cases = {"empty": (), "marker": (STORE_MARKER,), "records": ("records",), "runs": ("runs",),
+             "records_work": ("records", "work"), "records_cache": ("records", "cache")}
+    for name, entries in cases.items():
+        d = tmp_path / f"case_{name}"  # named so that tmp_path itself is no store
+        d.mkdir()
+        for e in entries:
+            if e == STORE_MARKER:
+                (d / e).write_text("{}")
+            else:
+                (d / e).mkdir()
+        read = bool(entries) and (STORE_MARKER in entries or any(e in STORE_DIRS for e in entries))
+        strict = STORE_MARKER in entries or ("records" in entries and any(e in STORE_DIRS[1:] for e in entries))
+        assert ResultsStore(d).exists() is is_store(d, to_read=True) is read, name
+        assert is_store(d) is strict, name
+        assert (owned_directory(d / "records" / "x.json") is not None) is strict, name
 
 
 def test_atomic_writes_go_through_gac_io():

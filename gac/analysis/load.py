@@ -46,10 +46,10 @@ from pathlib import Path
 import pandas as pd
 
 from gac.align.candidates import DEFAULT_UNIT
+from gac.devices import gpu_of_device
 from gac.errors import GacError
 from gac.io import file_problem
 from gac.metrics import OWN_TASK_FILES, PREFILL, own_prefill_point, task_data
-from gac.registry import gpu_of_device
 from gac.results.query import JOB_FIELDS, number_of
 
 log = logging.getLogger(__name__)

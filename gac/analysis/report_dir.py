@@ -47,7 +47,8 @@ from gac.analysis.seq_latency import latency_table, latency_vs_seq_len
 from gac.analysis.sweeps import ratio_sweep, ratio_sweep_table
 from gac.analysis.table_format import format_table
 from gac.errors import GacError
-from gac.io import owned_directory, write_text_atomic
+from gac.io import write_text_atomic
+from gac.layout import owned_directory
 from gac.registry import BASELINE_STRATEGY
 from gac.results.query import MISSING, config_value
 

@@ -41,7 +41,8 @@ def run(args) -> int:
                        f"lie; default 64), got {args.horizon}")
     prof = HardwareProfile.load(args.profile_dir)
     if args.action == "figures":
-        from gac.io import check_writable, owned_directory
+        from gac.io import check_writable
+        from gac.layout import owned_directory
 
         out = Path(args.out or Path(args.profile_dir) / "figures")
         if out.exists() and not out.is_dir():

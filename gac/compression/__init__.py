@@ -5,8 +5,8 @@
 >>> model_c, plan, report = prepared.compress(0.15, "gac")                            # any ratio / strategy
 
 A compressor is a thin class plus pure tensor math (``compressors/``); :mod:`.modules` holds the compressed module
-types and :mod:`.checkpoint` the layer swap every compressor uses (``replace_module``, which also keeps
-``save_pretrained`` safe) besides saving checkpoints (:mod:`.checkpoint_format`: the format and its hashes;
+types, :mod:`.swap` the layer swap every compressor uses (``replace_module``, which also keeps ``save_pretrained``
+safe) and :mod:`.checkpoint` saving checkpoints (:mod:`.checkpoint_format`: the format and its hashes;
 :mod:`.checkpoint_load`: loading). :mod:`.preparation` makes the :class:`Prepared` state (:mod:`.prepared`) that
 :mod:`.prepared_io` saves and loads (safetensors + JSON, never pickles).
 """

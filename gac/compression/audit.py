@@ -30,7 +30,7 @@ from torch import nn
 
 from gac.compression.modules import get_module, module_spec
 from gac.errors import GacError
-from gac.io import CHECKPOINT_FILE
+from gac.layout import CHECKPOINT_FILE
 from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE, refuse_remote_code
 

@@ -1,7 +1,7 @@
 """Saving a compressed model as a gac checkpoint (:func:`save_checkpoint`, into a directory
 :func:`check_output_dir` allows), and keeping ``save_pretrained`` safe on a model gac changed: the layer swap every
-compressor uses (:func:`replace_module`) installs the guard. The format is :mod:`.checkpoint_format`; loading is
-:mod:`.checkpoint_load` (reloads to identical logits).
+compressor uses (:func:`gac.compression.swap.replace_module`) installs the guard. The format is
+:mod:`.checkpoint_format`; loading is :mod:`.checkpoint_load` (reloads to identical logits).
 
 Why not ``save_pretrained``: transformers rebuilds the *original* architecture and silently random-initialises
 any weight whose name or shape it does not recognise (a low-rank ``q_proj.down.weight`` or a pruned ``gate_proj``).
@@ -37,7 +37,7 @@ from gac.compression.checkpoint_format import (
     meta_sha256,
 )
 from gac.compression.latent_cache import has_latent_cache
-from gac.compression.modules import get_module, module_spec, set_module
+from gac.compression.modules import get_module, module_spec
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.hashing import file_sha256
@@ -126,7 +126,8 @@ def check_output_dir(path: str | os.PathLike, overwrite: bool = False, need_byte
     store's own directories. ``stray(dir)``: the files of ``dir`` that are not the ``kind``'s own, or None when it
     is no ``kind`` at all (default: a gac checkpoint's); ``replaced``: what ``--force`` replaces, for the message;
     ``replace_hint``: how this command replaces one (run.py cannot). A one-line :class:`GacError` otherwise."""
-    from gac.io import check_not_dash, check_writable, directory_kind, owned_directory
+    from gac.io import check_not_dash, check_writable
+    from gac.layout import directory_kind, owned_directory
 
     noun = kind.removeprefix("gac ")
     check_not_dash(path, flag, f"{'an' if noun[0] in 'aeiou' else 'a'} {noun} directory")
@@ -331,11 +332,3 @@ def guard_save_pretrained(model: nn.Module) -> None:
     if hasattr(type(model), "save_pretrained") and hasattr(model, "config") and \
             getattr(model.__dict__.get("save_pretrained"), "__func__", None) is not save_pretrained:
         model.save_pretrained = types.MethodType(save_pretrained, model)
-
-
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
-    """Swap the module at dotted path ``name`` for ``new``; return the old one. Every compressor swaps through here,
-    so a model gac changed saves a gac checkpoint, never a folder transformers reloads with random weights."""
-    old = set_module(model, name, new)
-    guard_save_pretrained(model)
-    return old

@@ -31,7 +31,8 @@ import torch
 from gac.dtypes import dtype_str
 from gac.errors import GacError
 from gac.hashing import digest, file_sha256
-from gac.io import CHECKPOINT_FILE, missing_reason, read_json
+from gac.io import missing_reason, read_json
+from gac.layout import CHECKPOINT_FILE
 from gac.untrusted import config_field_problem
 
 FORMAT = "gac-checkpoint"
@@ -39,7 +40,7 @@ FORMAT = "gac-checkpoint"
 #: checkpoints have no ``kv_cache`` field and load as ``full``, as they ran
 KV_CACHES = ("full", "latent")
 FORMAT_VERSION = 3  # 2: the config's own sha256 and the weights' sha256, required on load; 3: the tokenizer files' too
-META_FILE = CHECKPOINT_FILE  # the checkpoint's config (gac.io names it for every reader of a model dir)
+META_FILE = CHECKPOINT_FILE  # the checkpoint's config (gac.layout names it for every reader of a model dir)
 WEIGHTS_FILE = "gac_model.safetensors"
 BUFFERS_FILE = "gac_buffers.safetensors"  # non-persistent buffers (rotary inv_freq): their dtype/values affect logits
 

@@ -19,7 +19,7 @@
 Every module is described by a JSON-able *spec* (:func:`module_spec`) and rebuilt from it (:func:`build_module`):
 a gac checkpoint records the spec of every projection, so a reload rebuilds the compressed structure before any
 weight is read. :func:`set_module` is the bare swap; compression swaps through
-:func:`gac.compression.checkpoint.replace_module`, which also keeps ``save_pretrained`` safe.
+:func:`gac.compression.swap.replace_module`, which also keeps ``save_pretrained`` safe.
 Biases are carried unchanged and are not counted as compressed weights (:func:`weight_params`).
 """
 
@@ -315,7 +315,7 @@ def get_module(model: nn.Module, name: str) -> nn.Module:
 
 def set_module(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
     """Put ``new`` at dotted path ``name``; return the old module. The bare swap: compression swaps through
-    :func:`gac.compression.checkpoint.replace_module`, which also guards ``save_pretrained``."""
+    :func:`gac.compression.swap.replace_module`, which also guards ``save_pretrained``."""
     parent_name, _, child = name.rpartition(".")
     parent = get_module(model, parent_name) if parent_name else model
     if not hasattr(parent, child):

@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gac.compression.checkpoint import replace_module
 from gac.compression.discovery import ModelLayout, Projection
 from gac.compression.modules import ExpertMLPs, SplitLinear, get_module, weight_params
+from gac.compression.swap import replace_module
 from gac.errors import GacError
 
 

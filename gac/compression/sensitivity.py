@@ -51,8 +51,8 @@ import torch
 from torch import nn
 
 from gac.compression.allocation import check_sensitivity_grid, reference_rank
-from gac.compression.checkpoint import replace_module
 from gac.compression.layouts import transform_logits
+from gac.compression.swap import replace_module
 from gac.devices import model_device
 from gac.dtypes import dtype_str
 from gac.errors import ConfigRefused, GacError

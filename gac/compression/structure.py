@@ -6,7 +6,7 @@ model with the module classes the compressor itself installs (:class:`~gac.compr
 :class:`~gac.compression.modules.GroupedLowRankLinear`, a narrower ``nn.Linear``, the model's own experts module at a
 narrower width), each compressor describing its
 own modules through :meth:`Compressor.module_specs <gac.compression.compressors.base.Compressor.module_specs>`;
-the swap goes through :func:`~gac.compression.checkpoint.replace_module` as everywhere else.
+the swap goes through :func:`~gac.compression.swap.replace_module` as everywhere else.
 
     config = architecture("tiny")                                   # the shipped config.json, no weights
     base = Structure(config, torch.float16).build("cuda")           # the uncompressed model, random weights
@@ -33,7 +33,7 @@ from torch import nn
 
 from gac.dtypes import resolve_dtype
 from gac.errors import GacError
-from gac.io import CHECKPOINT_FILE
+from gac.layout import CHECKPOINT_FILE
 from gac.transformers_lock import transformers_lock
 from gac.untrusted import NO_REMOTE_CODE
 
@@ -195,8 +195,8 @@ class Structure:
         return self._meta
 
     def _apply_specs(self, model: nn.Module, device) -> nn.Module:
-        from gac.compression.checkpoint import replace_module
         from gac.compression.modules import build_module, get_module
+        from gac.compression.swap import replace_module
 
         for name, spec in self.specs.items():
             replace_module(model, name, build_module(spec, dtype=self.dtype, device=device, like=get_module(model, name)))

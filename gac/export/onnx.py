@@ -103,7 +103,7 @@ def export_onnx(model: nn.Module, path: Path) -> Path:
                                         verbose=False, optimize=True)
     except Exception as e:  # noqa: BLE001 - the exporter raises many kinds; one line with the first of it
         why = " ".join(str(e).split())[:300] or type(e).__name__
-        from gac.io import CHECKPOINT_FILE
+        from gac.layout import CHECKPOINT_FILE
 
         raise GacError(f"torch's ONNX exporter could not trace this model ({why}); report it with the checkpoint's "
                        f"{CHECKPOINT_FILE}") from None

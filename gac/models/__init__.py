@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gac.dtypes import dtype_str, resolve_dtype
 from gac.errors import GacError
-from gac.io import CHECKPOINT_FILE as CHECKPOINT_MARKER
+from gac.layout import CHECKPOINT_FILE as CHECKPOINT_MARKER
 from gac.models.checks import check_finite_weights, check_hf_dir
 from gac.registry import NAMED_MODELS as BUILTIN
 from gac.transformers_lock import transformers_lock

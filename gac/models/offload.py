@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import create_new, os_error, owned_directory, path_kind
+from gac.io import create_new, os_error, path_kind
+from gac.layout import owned_directory
 
 PREFIX = "gac-offload-"  # the folder of its own each placed model makes inside the offload folder
 _FIX = "give model.offload_dir a folder of its own for the weights placed on disk (it is made if missing)"

@@ -63,22 +63,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gac.errors import GacError
-from gac.io import (
-    CHECKPOINT_FILE,
-    STORE_MARKER,
-    STORE_OWN_DIRS,
-    check_writable,
-    clean_temp_files,
-    owned_directory,
-    read_json,
-    write_json_atomic,
-)
+from gac.io import check_writable, clean_temp_files, read_json, write_json_atomic
+from gac.layout import CHECKPOINT_FILE, STORE_MARKER, STORE_OWN_DIRS, is_store, owned_directory
 from gac.machine import file_stamp, utc_stamp
 from gac.metrics import upgrade_record
 from gac.results.validate import SCHEMA_VERSION, bench_problem, is_int, record_problem
 
-MARKER = STORE_MARKER  # gac.io knows a store by it (no command writes an output into a store's own directories)
-STORE_DIRS = ("records", "failures", "runs", "work", "locks")
 MAX_RECORD_BYTES = 256 << 20  # a record is ~10-200 kB; a larger file is not one (and is not read into memory)
 
 
@@ -132,9 +122,8 @@ class ResultsStore:
     # ------------------------------------------------------------------------------------------------ the store
     def exists(self) -> bool:
         """Does ``root`` hold results to read (its marker, or one of its directories: a copy of records/ alone is read
-        too)? Wider than :func:`gac.io.is_store`, which decides where outputs may not go."""
-        return self.root.is_dir() and ((self.root / MARKER).is_file() or any((self.root / d).is_dir()
-                                                                               for d in STORE_DIRS))
+        too)? :func:`gac.layout.is_store` with ``to_read`` (without it, the stricter rule of where outputs go)."""
+        return self.root.is_dir() and is_store(self.root, to_read=True)
 
     def require(self) -> ResultsStore:
         """This store, or a :class:`GacError` when ``root`` is not one (a mistyped ``--results-dir``)."""
@@ -147,7 +136,7 @@ class ResultsStore:
         if not self.root.is_dir():
             raise GacError(f"{str(self.root)!r} is a file, not a results directory; check --results-dir / results_dir")
         if not self.exists():
-            raise GacError(f"{str(self.root)!r} is not a gac results store (no {MARKER}, records/, failures/ or "
+            raise GacError(f"{str(self.root)!r} is not a gac results store (no {STORE_MARKER}, records/, failures/ or "
                            f"runs/ in it); check --results-dir / results_dir")
         self._check_marker()
         return self
@@ -155,7 +144,7 @@ class ResultsStore:
     def _check_marker(self) -> None:
         """The store's marker, when there, is the one gac writes, of a store schema this gac reads: a store a newer
         gac made is not written to (nor read) by an older one."""
-        marker = self.root / MARKER
+        marker = self.root / STORE_MARKER
         if not (marker.exists() or marker.is_symlink()):
             return
         fix = "if this directory is not a gac results store, choose another results_dir"
@@ -193,7 +182,7 @@ class ResultsStore:
         check_writable(self.root, "results directory")
         self.check_layout()
         check_writable(self.records_dir, "records directory")
-        marker = self.root / MARKER
+        marker = self.root / STORE_MARKER
         if not marker.exists():
             try:
                 write_json_atomic(marker, {"format": "gac-results-store", "schema": SCHEMA_VERSION})

@@ -95,8 +95,9 @@ def test_gradient_statistics_accumulate_on_the_device_and_equal_the_host_copies(
 
 def _old_local_update(model, units, dims, originals, calib_ids, layout, ridge=1e-8):
     """local_update as it was before issue 21 (X^T X accumulated and solved on the host), for comparison."""
-    from gac.compression.compressors.local_update import LowRankLinear, replace_module
+    from gac.compression.compressors.local_update import LowRankLinear
     from gac.compression.sensitivity import LayerCache
+    from gac.compression.swap import replace_module
 
     by_layer = {}
     for u in units:

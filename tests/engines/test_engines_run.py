@@ -18,8 +18,8 @@ pytestmark = pytest.mark.engines
 
 def _pruned(width: int = 500):
     """tiny with every MLP cut to its first ``width`` channels (what LLM-Pruner leaves), in memory."""
-    from gac.compression.checkpoint import replace_module
     from gac.compression.parts import linear_from
+    from gac.compression.swap import replace_module
     from gac.models import load_model
 
     model, tok = load_model("tiny", dtype=torch.float32)

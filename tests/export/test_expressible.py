@@ -50,8 +50,9 @@ def test_the_dense_model_is_every_format():
 
 
 def test_low_rank_factors_are_onnx_only(tmp_path):
-    from gac.compression.checkpoint import replace_module, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
     from gac.compression.modules import LowRankLinear
+    from gac.compression.swap import replace_module
     from gac.export.expressible import check_format, describe
     from gac.models import load_model
 

@@ -32,9 +32,10 @@ EXPERT_KEY = {"mixtral": (96, "intermediate_size"), "olmoe": (96, "intermediate_
 def _cut_experts(model_type: str, widths, path):
     """The family's small model with the experts of each MoE layer cut to their first ``widths[i]`` channels, kept
     in the model's own fused experts class (as LLM-Pruner's shared width leaves them), saved at ``path``."""
-    from gac.compression.checkpoint import replace_module, save_checkpoint
+    from gac.compression.checkpoint import save_checkpoint
     from gac.compression.discovery import discover
     from gac.compression.modules import fused_experts_like
+    from gac.compression.swap import replace_module
 
     m = family_model(model_type)
     blocks = discover(m).experts

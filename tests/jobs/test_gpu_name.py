@@ -12,7 +12,7 @@ from gac.jobs.run import preflight
 from gac.jobs.config.command_line import compose_config
 from gac.jobs.config.build import spec_from_config
 from gac.jobs.run.preflight import check_job_here
-from gac.registry import gpu_name_matches
+from gac.devices import gpu_name_matches
 
 
 @pytest.mark.parametrize(("gpu", "name", "ok"), [

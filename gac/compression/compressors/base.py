@@ -6,7 +6,7 @@ A compressor is a small class (this module) plus pure tensor math in a sibling m
 2. ``score(model, units, stats, proxy)`` — per-parameter importance ``s_i`` of each unit under a proxy;
 3. ``factorize(model, units, stats, proxy)`` — whatever makes *any* dimension cheap to apply later (SVD factors,
    a channel order); computed once, reused for every ratio and strategy;
-4. ``apply(model, dims, factors)`` — swap the layers for the chosen dimensions (through :func:`gac.compression.checkpoint.replace_module`).
+4. ``apply(model, dims, factors)`` — swap the layers for the chosen dimensions (through :func:`gac.compression.swap.replace_module`).
 
 Low-rank units cap ``d_max`` at the *break-even rank*, rounded down to a multiple of the alignment unit, so ``d_max``
 itself is aligned. A unit with a **dense option** (``dense_option``: ASVD's and SVD-LLM's per-projection units) may

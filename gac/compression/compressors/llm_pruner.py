@@ -42,13 +42,13 @@ import math
 
 import torch
 
-from gac.compression.checkpoint import replace_module
 from gac.compression.compressors.base import Compressor, Unit, parse_layers
 from gac.compression.compressors.pruning_math import channel_order, kept_channels, prune_cols, prune_rows
 from gac.compression.discovery import ModelLayout
 from gac.compression.modules import ExpertMLPs, fused_experts_like, get_module
 from gac.compression.parts import is_dense, linear_from, part_bias, part_weight
 from gac.compression.proxies import Proxy, check_score
+from gac.compression.swap import replace_module
 from gac.errors import GacError, unknown_name
 from gac.progress import track
 

@@ -27,8 +27,8 @@ import logging
 import torch
 from torch import nn
 
-from gac.compression.checkpoint import replace_module
 from gac.compression.modules import LowRankLinear, get_module
+from gac.compression.swap import replace_module
 from gac.errors import GacError
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from gac.errors import GacError
 from gac.jobs.run.loading import job_model_config, model_max_positions
 from gac.jobs.config.spec import JobSpec, task_files_of
-from gac.registry import KNOWN_GPUS, gpu_name_matches
+from gac.devices import KNOWN_GPUS, gpu_name_matches
 from gac.results import ResultsStore
 
 #: what a refusal to save over a checkpoint says: a job never replaces one (it has no --force)

@@ -322,7 +322,7 @@ def resolve_gpu(launcher: dict, rows: Sequence[NodeGroup], where: str, gpu: str 
     A request that names another GPU (``gres=gpu:a100:1`` with ``gpu=h100``), or a partition with typed GPUs none of
     which is the job's, is refused: the job would refuse the device after its wait in the queue. Untyped GPUs
     without such a feature cannot be told apart here; the job itself checks its device."""
-    from gac.registry import gpu_name_matches
+    from gac.devices import gpu_name_matches
 
     kind, n = _requested_gpus(launcher)
     if n <= 0 or not gpu or str(gpu).lower() in ("cpu", "auto"):
