@@ -73,8 +73,13 @@ def row_of(job: dict) -> dict:
     est = (mem.get("estimate") or {}).get("device_mb")
     before = mem["stages"]["load"]["start_rss_mb"]
     above = round(mem["peak_rss_mb"] - before, 1)
+    # the innermost stage that reached the job's peak (prepare's sub-stages come after it in the record)
+    stages = mem.get("stages") or {}
+    top = max((v.get("peak_rss_mb") or 0 for v in stages.values()), default=0)
+    peak_stage = [k for k, v in stages.items() if (v.get("peak_rss_mb") or 0) == top][-1:] or [None]
     row = {"model": job["model"], "compressor": job["compressor"], "params": (mem.get("estimate") or {}).get("params"),
            "memory_estimate_mb": est, "peak_rss_mb": mem["peak_rss_mb"], "rss_before_load_mb": before,
+           "peak_stage": peak_stage[0],
            "peak_above_load_mb": above, "memory_ratio": round(above / est, 3) if est else None,
            "sensitivity_estimate_s": t.get("sensitivity_estimate_s"), "sensitivity_s": t.get("sensitivity_s"),
            "prepare_s": t.get("compress_prepare_s"), "total_s": t.get("total_s"), "wall_s": round(job["wall_s"], 1),
@@ -106,16 +111,17 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"Command: `{meta['command']}` ({meta['date']}, {meta['host']}, {meta['cpus']} CPUs; gac "
              f"{meta['git']}, torch {meta['torch']}, transformers {meta['transformers']}; {meta['seconds']:.0f} s in "
              f"all).", "",
-             "| model | compressor | memory estimate MiB | peak above load MiB | ratio | peak RSS MiB | "
+             "| model | compressor | memory estimate MiB | peak above load MiB | ratio | peak RSS MiB | peak in stage | "
              "sensitivity estimate s | sensitivity s | ratio | compression s | load avg (before, after) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['compressor']} | failed: {r['error']} |||||||| "
+            lines.append(f"| {r['model']} | {r['compressor']} | failed: {r['error']} ||||||||| "
                          f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |")
             continue
         lines.append(f"| {r['model']} | {r['compressor']} | {_f(r['memory_estimate_mb'])} | "
                      f"{_f(r['peak_above_load_mb'])} | {_f(r['memory_ratio'], '{:.2f}')} | {_f(r['peak_rss_mb'])} | "
+                     f"{r.get('peak_stage') or ''} | "
                      f"{_f(r['sensitivity_estimate_s'], '{:.1f}')} | {_f(r['sensitivity_s'], '{:.1f}')} | "
                      f"{_f(r.get('sensitivity_ratio'), '{:.2f}')} | {_f(r['prepare_s'], '{:.1f}')} | "
                      f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |")
