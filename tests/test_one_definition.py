@@ -208,10 +208,9 @@ def test_a_compressors_low_rank_kind_is_its_units_kind():
 
 
 def test_stable_rank_svd_memory_estimate_counts_its_factorisation():
+    from gac.compression.discovery import discover_config
     from gac.compression.footprint import estimate_footprint
     from gac.fixtures import named_config
-
-    from gac.compression.discovery import discover_config
 
     config = named_config("tiny")
     srs = estimate_footprint(config, "stable_rank_svd", seq_len=256, params=1000)

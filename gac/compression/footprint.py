@@ -15,9 +15,13 @@ job's device (and on the host, where the factors are kept):
   and one weight's gradient with the hook's float32 temporaries; with an element-wise proxy (``taylor``,
   ``fisher_rms``: :data:`~gac.compression.importance.ELEMENTWISE`) also one float32 running sum per weight element
   of the scored projections, held for the whole pass;
-* **factors**: the low-rank factors up to each weight's break-even rank in float32 (about the compressed weights'
-  own size), kept on the host (on a GPU job the host also holds the weights while the model loads, before it moves
-  to the GPU: the host's peak is the larger of the two);
+* **scores**: what the compressor's scores or allocation read at once (:meth:`Compressor.scoring_bytes
+  <gac.compression.compressors.base.Compressor.scoring_bytes>`: ``stable_rank_svd``'s SVD of every Linear, the LM
+  head's the largest), while the factors are held;
+* **factors**: the low-rank factors at the rank the compressor keeps them until apply (:meth:`Compressor.factor_rank
+  <gac.compression.compressors.base.Compressor.factor_rank>`: each weight's break-even rank, about the compressed
+  weights' own size; ``stable_rank_svd`` the full rank) in float32, kept on the host (on a GPU job the host also
+  holds the weights while the model loads, before it moves to the GPU: the host's peak is the larger of the two);
 * a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``) and the tokenizer
   (:data:`TOKENIZER_BYTES_PER_TOKEN` per vocabulary entry), on the host: ``base``;
 * on a CPU job, a margin for what the C allocator keeps of freed memory (:data:`ALLOCATOR_RETENTION` of the
@@ -57,9 +61,9 @@ BASE_MB = 600.0  # interpreter + torch + transformers, measured RSS after import
 #: bytes each), 99 MiB for smollm2's 49,152 (with ~50 MiB of the tokenizer modules' import, in BASE_MB)
 TOKENIZER_BYTES_PER_TOKEN = 1300
 #: freed memory glibc keeps mapped, as a share of the working set (a CPU job's resident set): after LLM-Pruner's
-#: gradient pass on gemma3 (923 MiB estimated, ~880 MiB of tensors) the resident set held 210-330 MiB more than
-#: its tensors over two runs; not predictable from shapes (it depends on the order of allocations and frees)
-ALLOCATOR_RETENTION = 0.4
+#: gradient pass on gemma3 (923 MiB estimated, ~880 MiB of tensors) the resident set held 210-430 MiB more than
+#: its tensors over three runs; not predictable from shapes (it depends on the order of allocations and frees)
+ALLOCATOR_RETENTION = 0.5
 # Saved-for-backward elements per token of one Llama decoder layer, in units of hidden (h) and intermediate (I)
 # widths: norms' inputs and outputs, q/k/v after rotary, attention output, o_proj input, residuals (~10 h); gate and
 # up outputs, the activation, the product, down_proj's input (~5 I). Checked against measured peaks (docs/scale.md).
@@ -127,8 +131,9 @@ class Footprint:
     evaluation: int = 0
     # the working set by where it lives, for a model spread over devices (gac.models.placement.working_set): on
     # every device that runs a layer (the largest per-layer transient: calibration, statistics and factorisation of
-    # one layer, one weight's gradient, one layer's evaluation), with each decoder layer for the whole pass (its
-    # activations kept for the backward, its element-wise gradient sums), and with the LM head (the logits)
+    # one layer, one weight's gradient, one layer's evaluation, the scores of one layer's weights), with each decoder
+    # layer for the whole pass (its activations kept for the backward, its element-wise gradient sums), and with the
+    # LM head (the logits, or the scores of the head)
     per_device: int = 0
     per_layer: int = 0
     at_head: int = 0

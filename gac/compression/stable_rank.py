@@ -32,7 +32,6 @@ from gac.align.targets import Target
 from gac.compression.allocation import SENSITIVITY_GRID, check_sensitivity_grid
 from gac.errors import GacError
 
-
 #: LAPACK's own buffers in svdvals, as a share of the float32 copy it factorises: measured 83 MiB of host memory
 #: outside torch's tensors beside the 640 MiB copy of gemma3's 262144 x 640 LM head
 STABLE_RANK_LAPACK = 0.15

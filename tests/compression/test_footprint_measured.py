@@ -46,15 +46,15 @@ def _allocated_peak(prof) -> int:
     return peak
 
 
-@pytest.mark.parametrize("name", sorted(COMPRESSORS))
-def test_the_estimate_covers_what_each_compressor_holds_at_its_peak(name, tiny32, tmp_path):
+@pytest.mark.parametrize("name,options", [(n, OPTIONS.get(n, {})) for n in sorted(COMPRESSORS)]
+                         + [("palu", {"rank_cap": "full"})])
+def test_the_estimate_covers_what_each_compressor_holds_at_its_peak(name, options, tiny32, tmp_path):
     from torch.profiler import ProfilerActivity, profile
 
     from gac.compression.footprint import estimate_footprint
     from gac.compression.preparation import prepare
 
     model0, tok = tiny32
-    options = OPTIONS.get(name, {})
     calib = torch.randint(0, model0.config.vocab_size, (N_SAMPLES, SEQ_LEN), generator=torch.Generator().manual_seed(0))
     gc.collect()  # an earlier test's garbage freed under the profiler would count as a negative allocation
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
