@@ -125,6 +125,22 @@ def markdown(rows: list[dict], meta: dict) -> str:
                      f"{_f(r['sensitivity_estimate_s'], '{:.1f}')} | {_f(r['sensitivity_s'], '{:.1f}')} | "
                      f"{_f(r.get('sensitivity_ratio'), '{:.2f}')} | {_f(r['prepare_s'], '{:.1f}')} | "
                      f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |")
+    ratios = [r for r in rows if r.get("memory_ratio") is not None]
+    if ratios:
+        hi, lo = max(ratios, key=lambda r: r["memory_ratio"]), min(ratios, key=lambda r: r["memory_ratio"])
+        over = [f"{r['model']} {r['compressor']}" for r in ratios if r["memory_ratio"] > 1]
+        lines += ["", (f"**Above its estimate: {', '.join(over)}.** " if over else
+                       "Every peak is at or below its estimate. ")
+                  + f"Closest: {hi['model']} {hi['compressor']} at {hi['memory_ratio']:.2f}; furthest: "
+                  f"{lo['model']} {lo['compressor']} at {lo['memory_ratio']:.2f}."]
+    lines += ["", "What the estimate counts on a CPU job (`gac.compression.footprint`): the weights, the compressor's "
+              "working set (calibration, statistics, factorisation or gradient pass, and its scores: "
+              "`stable_rank_svd`'s stable rank of every Linear, the LM head's the largest), the factors at the rank "
+              "the compressor keeps them (`stable_rank_svd`: full rank), the process and its tokenizer (1,300 bytes "
+              "per vocabulary entry: gemma3's is 322 MiB), and a margin of 0.5 of the working set for the memory "
+              "the C allocator keeps after freeing it (not predictable from shapes; measured 210-430 MiB after "
+              "LLM-Pruner's gradient pass on gemma3). The peak stage is the record's innermost stage that reached "
+              "the job's peak (`sweep`: the plan's targets, where `stable_rank_svd` ranks every Linear)."]
     lines += ["", "The same rows as data: the `.json` beside this file. On a GPU node the gpu tier and the canary "
               "write the same comparison per device (`gpu-node-report-*.json`, `<sweep dir>/node-report.json`: "
               "[first run on your cluster](first-run-on-your-cluster.md)); send one to the project to turn the "
