@@ -73,8 +73,13 @@ def row_of(job: dict) -> dict:
     est = (mem.get("estimate") or {}).get("device_mb")
     before = mem["stages"]["load"]["start_rss_mb"]
     above = round(mem["peak_rss_mb"] - before, 1)
+    # the innermost stage that reached the job's peak (prepare's sub-stages come after it in the record)
+    stages = mem.get("stages") or {}
+    top = max((v.get("peak_rss_mb") or 0 for v in stages.values()), default=0)
+    peak_stage = [k for k, v in stages.items() if (v.get("peak_rss_mb") or 0) == top][-1:] or [None]
     row = {"model": job["model"], "compressor": job["compressor"], "params": (mem.get("estimate") or {}).get("params"),
            "memory_estimate_mb": est, "peak_rss_mb": mem["peak_rss_mb"], "rss_before_load_mb": before,
+           "peak_stage": peak_stage[0],
            "peak_above_load_mb": above, "memory_ratio": round(above / est, 3) if est else None,
            "sensitivity_estimate_s": t.get("sensitivity_estimate_s"), "sensitivity_s": t.get("sensitivity_s"),
            "prepare_s": t.get("compress_prepare_s"), "total_s": t.get("total_s"), "wall_s": round(job["wall_s"], 1),
@@ -106,19 +111,36 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"Command: `{meta['command']}` ({meta['date']}, {meta['host']}, {meta['cpus']} CPUs; gac "
              f"{meta['git']}, torch {meta['torch']}, transformers {meta['transformers']}; {meta['seconds']:.0f} s in "
              f"all).", "",
-             "| model | compressor | memory estimate MiB | peak above load MiB | ratio | peak RSS MiB | "
+             "| model | compressor | memory estimate MiB | peak above load MiB | ratio | peak RSS MiB | peak in stage | "
              "sensitivity estimate s | sensitivity s | ratio | compression s | load avg (before, after) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['compressor']} | failed: {r['error']} |||||||| "
+            lines.append(f"| {r['model']} | {r['compressor']} | failed: {r['error']} ||||||||| "
                          f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |")
             continue
         lines.append(f"| {r['model']} | {r['compressor']} | {_f(r['memory_estimate_mb'])} | "
                      f"{_f(r['peak_above_load_mb'])} | {_f(r['memory_ratio'], '{:.2f}')} | {_f(r['peak_rss_mb'])} | "
+                     f"{r.get('peak_stage') or ''} | "
                      f"{_f(r['sensitivity_estimate_s'], '{:.1f}')} | {_f(r['sensitivity_s'], '{:.1f}')} | "
                      f"{_f(r.get('sensitivity_ratio'), '{:.2f}')} | {_f(r['prepare_s'], '{:.1f}')} | "
                      f"{r['load'][0]:.1f}, {r['load'][1]:.1f} |")
+    ratios = [r for r in rows if r.get("memory_ratio") is not None]
+    if ratios:
+        hi, lo = max(ratios, key=lambda r: r["memory_ratio"]), min(ratios, key=lambda r: r["memory_ratio"])
+        over = [f"{r['model']} {r['compressor']}" for r in ratios if r["memory_ratio"] > 1]
+        lines += ["", (f"**Above its estimate: {', '.join(over)}.** " if over else
+                       "Every peak is at or below its estimate. ")
+                  + f"Closest: {hi['model']} {hi['compressor']} at {hi['memory_ratio']:.2f}; furthest: "
+                  f"{lo['model']} {lo['compressor']} at {lo['memory_ratio']:.2f}."]
+    lines += ["", "What the estimate counts on a CPU job (`gac.compression.footprint`): the weights, the compressor's "
+              "working set (calibration, statistics, factorisation or gradient pass, and its scores: "
+              "`stable_rank_svd`'s stable rank of every Linear, the LM head's the largest), the factors at the rank "
+              "the compressor keeps them (`stable_rank_svd`: full rank), the process and its tokenizer (1,300 bytes "
+              "per vocabulary entry: gemma3's is 322 MiB), and a margin of 0.5 of the working set for the memory "
+              "the C allocator keeps after freeing it (not predictable from shapes; measured 210-430 MiB after "
+              "LLM-Pruner's gradient pass on gemma3). The peak stage is the record's innermost stage that reached "
+              "the job's peak (`sweep`: the plan's targets, where `stable_rank_svd` ranks every Linear)."]
     lines += ["", "The same rows as data: the `.json` beside this file. On a GPU node the gpu tier and the canary "
               "write the same comparison per device (`gpu-node-report-*.json`, `<sweep dir>/node-report.json`: "
               "[first run on your cluster](first-run-on-your-cluster.md)); send one to the project to turn the "

@@ -301,14 +301,20 @@ def test_a_compressors_low_rank_kind_is_its_units_kind():
 
 
 def test_stable_rank_svd_memory_estimate_counts_its_factorisation():
+    from gac.compression.discovery import discover_config
     from gac.compression.footprint import estimate_footprint
     from gac.fixtures import named_config
 
     config = named_config("tiny")
     srs = estimate_footprint(config, "stable_rank_svd", seq_len=256, params=1000)
     asvd = estimate_footprint(config, "asvd", seq_len=256, params=1000, compressor_options={"svd": "exact"})
-    assert srs.factorization > 0 and srs.factors > 0
-    assert (srs.factorization, srs.factors) == (asvd.factorization, asvd.factors)  # the same exact SVD per weight
+    # the same exact SVD per weight, but stable_rank_svd keeps its factors at full rank min(out, in) (no weight stays
+    # dense), ASVD up to the break-even rank: the compressor says which (Compressor.factor_rank)
+    lay = discover_config(config)
+    full = sum(min(p.out_features, p.in_features) * (p.out_features + p.in_features) * 4 for p in lay.projections)
+    assert srs.factors == full > asvd.factors > 0 and srs.factorization > asvd.factorization > 0
+    # and its allocation's SVD of every Linear, the LM head's the largest, is its own scoring term
+    assert srs.at_head >= 4 * lay.vocab_size * lay.hidden_size and asvd.at_head == 0
     assert estimate_footprint(config, "llm_pruner", seq_len=256, params=1000).factors == 0
 
 

@@ -15,10 +15,18 @@ job's device (and on the host, where the factors are kept):
   and one weight's gradient with the hook's float32 temporaries; with an element-wise proxy (``taylor``,
   ``fisher_rms``: :data:`~gac.compression.importance.ELEMENTWISE`) also one float32 running sum per weight element
   of the scored projections, held for the whole pass;
-* **factors**: the low-rank factors up to each weight's break-even rank in float32 (about the compressed weights'
-  own size), kept on the host (on a GPU job the host also holds the weights while the model loads, before it moves
-  to the GPU: the host's peak is the larger of the two);
-* a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``);
+* **scores**: what the compressor's scores or allocation read at once (:meth:`Compressor.scoring_bytes
+  <gac.compression.compressors.base.Compressor.scoring_bytes>`: ``stable_rank_svd``'s SVD of every Linear, the LM
+  head's the largest), while the factors are held;
+* **factors**: the low-rank factors at the rank the compressor keeps them until apply (:meth:`Compressor.factor_rank
+  <gac.compression.compressors.base.Compressor.factor_rank>`: each weight's break-even rank, about the compressed
+  weights' own size; ``stable_rank_svd`` the full rank) in float32, kept on the host (on a GPU job the host also
+  holds the weights while the model loads, before it moves to the GPU: the host's peak is the larger of the two);
+* a fixed process overhead (the Python interpreter, torch and transformers: ``BASE_MB``) and the tokenizer
+  (:data:`TOKENIZER_BYTES_PER_TOKEN` per vocabulary entry), on the host: ``base``;
+* on a CPU job, a margin for what the C allocator keeps of freed memory (:data:`ALLOCATOR_RETENTION` of the
+  working set, ``retention``): the resident set a job is limited by holds it, torch's tensors do not, and how much
+  stays depends on the order of allocations, not on shapes alone;
 * **evaluation** (with ``evaluation=EvalLoad(...)``, what a job evaluates after compressing, or the whole work of
   the uncompressed baseline, ``compressor="none"``): the largest of perplexity (one batch of windows through a
   layer, the decoder's last hidden states, the chunked loss: :data:`LOSS_CHUNK_BYTES` of float32 logits, which
@@ -48,7 +56,14 @@ log = logging.getLogger(__name__)
 
 MB = 1024.0 * 1024.0
 GB = 1024.0 * MB
-BASE_MB = 600.0  # interpreter + torch + transformers, measured RSS after import (~450-550 MB)
+BASE_MB = 600.0  # interpreter + torch + transformers, measured RSS after import (~390-550 MB)
+#: host bytes of a loaded tokenizer per vocabulary entry: measured RSS 322 MiB for gemma3's 262,144 entries (1,289
+#: bytes each), 99 MiB for smollm2's 49,152 (with ~50 MiB of the tokenizer modules' import, in BASE_MB)
+TOKENIZER_BYTES_PER_TOKEN = 1300
+#: freed memory glibc keeps mapped, as a share of the working set (a CPU job's resident set): after LLM-Pruner's
+#: gradient pass on gemma3 (923 MiB estimated, ~880 MiB of tensors) the resident set held 210-430 MiB more than
+#: its tensors over three runs; not predictable from shapes (it depends on the order of allocations and frees)
+ALLOCATOR_RETENTION = 0.5
 # Saved-for-backward elements per token of one Llama decoder layer, in units of hidden (h) and intermediate (I)
 # widths: norms' inputs and outputs, q/k/v after rotary, attention output, o_proj input, residuals (~10 h); gate and
 # up outputs, the activation, the product, down_proj's input (~5 I). Checked against measured peaks (docs/scale.md).
@@ -116,11 +131,13 @@ class Footprint:
     evaluation: int = 0
     # the working set by where it lives, for a model spread over devices (gac.models.placement.working_set): on
     # every device that runs a layer (the largest per-layer transient: calibration, statistics and factorisation of
-    # one layer, one weight's gradient, one layer's evaluation), with each decoder layer for the whole pass (its
-    # activations kept for the backward, its element-wise gradient sums), and with the LM head (the logits)
+    # one layer, one weight's gradient, one layer's evaluation, the scores of one layer's weights), with each decoder
+    # layer for the whole pass (its activations kept for the backward, its element-wise gradient sums), and with the
+    # LM head (the logits, or the scores of the head)
     per_device: int = 0
     per_layer: int = 0
     at_head: int = 0
+    retention: int = 0  # a CPU job's margin for the allocator's retained memory (ALLOCATOR_RETENTION)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -175,6 +192,11 @@ def _evaluated_shapes(config) -> dict:
     return {"h": h, "inter": max(widths, default=h), "V": V}
 
 
+def _host_base(config) -> int:
+    """The fixed host part of a job: the process (``BASE_MB``) and its tokenizer (by the vocabulary's size)."""
+    return int(BASE_MB * MB) + TOKENIZER_BYTES_PER_TOKEN * int(_evaluated_shapes(config)["V"])
+
+
 @transformers_lock()
 def count_params(config) -> int:
     """Exact parameter count of ``config``'s causal LM (built on the meta device: no memory, no weights)."""
@@ -222,12 +244,13 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     if compressor == BASELINE:
         P = params if params is not None else count_params(config)
         weights = P * _BYTES.get(dtype_str(dtype), 4)
-        base = int(BASE_MB * MB)
+        base = _host_base(config)
         on_gpu = str(device).startswith("cuda")
-        device_bytes = weights + ev if on_gpu else base + weights + ev
+        retention = 0 if on_gpu else int(ALLOCATOR_RETENTION * ev)
+        device_bytes = weights + ev if on_gpu else base + weights + ev + retention
         return Footprint(str(device), str(dtype), int(P), int(weights), 0, 0, 0, 0, 0, base, int(device_bytes),
                          int(base + weights if on_gpu else device_bytes), int(ev),  # loaded on the host first
-                         per_device=int(ev_layer), at_head=int(ev_head))
+                         per_device=int(ev_layer), at_head=int(ev_head), retention=retention)
     comp = get_compressor(compressor, **(compressor_options or {}))
     prox = get_proxy(proxy or comp.default_proxy)
     b = _BYTES.get(dtype_str(dtype), 4)
@@ -266,7 +289,7 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
         c = 4 if method in ("gram32", "randomized") else 8
         for o, i in (v for r, v in lin.items() if r in _roles(comp, lin)):
             mn, lo = o * i, min(o, i)
-            k = max(1, mn // (o + i))
+            k = comp.factor_rank(o, i)
             if method == "exact":
                 ws = (2 * mn + o * lo + lo * i + 4 * lo * lo) * 8
             elif comp.xtx_of == "whitening" and o > i:  # through the whitening, float64
@@ -290,20 +313,26 @@ def estimate_footprint(config, compressor: str, *, dtype: str = "float32", devic
     factors = 0
     if lowrank:
         targets = _roles(comp, lin)
-        factors = L * sum(max(1, o * i // (o + i)) * (o + i) * 4 for p, (o, i) in lin.items() if p in targets)
+        factors = L * sum(comp.factor_rank(o, i) * (o + i) * 4 for p, (o, i) in lin.items() if p in targets)
+    # what its scores or allocation read at once (the stable-rank SVD of every Linear, the LM head's the largest),
+    # while the factors are held: over every Linear, and over one layer's alone (a model spread over devices)
+    scoring = comp.scoring_bytes([*lin.values(), (V, h)], b)
+    scoring_layer = comp.scoring_bytes(list(lin.values()), b)
     weights = P * b
-    base = int(BASE_MB * MB)
-    work = max(calibration + statistics + factorization, gradients, ev)
+    base = _host_base(config)
+    work = max(calibration + statistics + factorization, gradients, ev, scoring)
     on_gpu = str(device).startswith("cuda")
+    retention = 0 if on_gpu else int(ALLOCATOR_RETENTION * work)
     if on_gpu:
         device_bytes = weights + work
         host_bytes = base + max(factors, weights)  # gac.models loads on the host, then moves the model to the GPU
     else:
-        device_bytes = host_bytes = base + weights + factors + work
+        device_bytes = host_bytes = base + weights + factors + work + retention
     return Footprint(str(device), str(dtype), int(P), int(weights), int(calibration), int(statistics),
                      int(factorization), int(gradients), int(factors), base, int(device_bytes), int(host_bytes), int(ev),
-                     per_device=int(max(calibration + statistics + factorization, grad_device, ev_layer)),
-                     per_layer=int(grad_layer), at_head=int(max(logits, ev_head)))
+                     per_device=int(max(calibration + statistics + factorization, grad_device, ev_layer,
+                                        scoring_layer)),
+                     per_layer=int(grad_layer), at_head=int(max(logits, ev_head, scoring)), retention=retention)
 
 
 def check_fits(fp: Footprint, available: dict[str, float | None], host_available_mb: float | None = None,

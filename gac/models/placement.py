@@ -267,7 +267,8 @@ class WorkingSet:
     ``per_device`` on every device that runs a layer (one layer's calibration, statistics and factorisation, one
     weight's gradient: whichever device runs the layer holds them while it runs), ``per_layer`` more with each
     decoder layer a device holds (what that layer keeps for the whole gradient pass: its activations for the
-    backward, its element-wise gradient sums), ``at_head`` more with the LM head (the logits and their loss)."""
+    backward, its element-wise gradient sums), ``at_head`` more with the LM head (the logits and their loss, or a
+    compressor's scores of the head: ``stable_rank_svd``'s SVD of it)."""
 
     per_device: int = 0
     per_layer: int = 0

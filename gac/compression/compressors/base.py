@@ -190,6 +190,19 @@ class Compressor:
     # the gradient pass's loss predicts the token this many places ahead (PaLU's fisher_loss="two_ahead": 2)
     gradient_tokens_ahead: int = 1
 
+    def factor_rank(self, out_features: int, in_features: int) -> int:
+        """The rank of the factors a low-rank compressor holds for an ``out x in`` weight from its factorisation until
+        apply (what the memory estimate counts, :mod:`gac.compression.footprint`): by default the break-even rank
+        ``out * in // (out + in)``, its units' cap."""
+        return max(1, out_features * in_features // (out_features + in_features))
+
+    def scoring_bytes(self, linears: list[tuple[int, int]], dtype_bytes: int) -> int:
+        """Peak bytes its scores or its allocation take at once beyond the weights and the factors, given the
+        ``(out, in)`` of the Linears they read (the memory estimate's; :mod:`gac.compression.footprint` passes every
+        Linear of the model, the LM head included) and the weights' bytes per element. By default none: the
+        proxies' scores read statistics the estimate already counts."""
+        return 0
+
     def after_apply(self, model: nn.Module, units: list[Unit], dims: dict[str, int], originals: dict, calib_ids,
                     layout: ModelLayout) -> dict:
         """A step after :meth:`apply` (SVD-LLM's parameter update); ``originals``: the modules apply replaced.

@@ -134,7 +134,9 @@ def _lowrank_randomized(M: torch.Tensor, k: int, right_inv) -> tuple[torch.Tenso
 
 
 def _out(A, B, s, return_sigma):
-    A, B = A.float(), B.float()
+    # row-major float32: LAPACK's U and V^T come column-major, and a column-major factor would be copied whole
+    # wherever a contiguous one is needed (the prepared-state cache copied every factor at once for its file)
+    A, B = A.float().contiguous(), B.float().contiguous()
     return (A, B, s.double()) if return_sigma else (A, B)
 
 

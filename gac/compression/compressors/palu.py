@@ -151,6 +151,13 @@ class PaLU(Compressor):
                     out.append(replace(u, parts=((p.module, None if p.whole else p.role),)))
         return out
 
+    def factor_rank(self, out_features: int, in_features: int) -> int:
+        """With ``rank_cap="full"`` a group's factors reach its full rank: the whole projection's ``min(out, in)``
+        bounds its groups' together (at the break-even cap the groups' factors add up to the projection's)."""
+        if self.rank_cap == "full":
+            return min(out_features, in_features)
+        return super().factor_rank(out_features, in_features)
+
     def after_apply(self, model, units, dims, originals, calib_ids, layout) -> dict:
         """With the latent cache, the compressed attention modules cache PaLU's codes (gac.compression.latent_cache)."""
         mode = self.resolved_cache or resolve_mode(self.cache, layout.model_type)

@@ -26,7 +26,7 @@ from gac.compression.compressors.asvd import LowRankCompressor
 from gac.compression.compressors.base import Unit, lowrank_spec, part_specs, unit_projection
 from gac.compression.compressors.lowrank_math import svd_factors
 from gac.compression.parts import part_weight
-from gac.compression.stable_rank import stable_rank, stable_rank_fisher
+from gac.compression.stable_rank import stable_rank, stable_rank_bytes, stable_rank_fisher
 
 STABLE_RANK_ALLOCATION = "stable_rank"
 
@@ -46,7 +46,18 @@ class StableRankSVD(LowRankCompressor):
     def _unit(self, p) -> Unit:
         """No dense option, and the rank cap is ``min(out, in)`` (the authors' ``max_rank``)."""
         o, i = p.out_features, p.in_features
-        return Unit(p.name, "lowrank", o + i, o * i, min(o, i), min(o, i), (p.module,), {"shape": [o, i], "layer": p.layer})
+        return Unit(p.name, "lowrank", o + i, o * i, min(o, i), self.factor_rank(o, i), (p.module,),
+                    {"shape": [o, i], "layer": p.layer})
+
+    def factor_rank(self, out_features: int, in_features: int) -> int:
+        """Every weight is factorised at full rank ``min(out, in)`` (its cap): the factors held until apply are
+        ``min(out, in) * (out + in)`` floats, above the weight itself (twice a square one)."""
+        return min(out_features, in_features)
+
+    def scoring_bytes(self, linears, dtype_bytes):
+        """The stable rank of every Linear (the allocation ranks the LM head too) is one SVD at a time: the largest
+        Linear's (:func:`~gac.compression.stable_rank.stable_rank_bytes`), while every factor is held."""
+        return max((stable_rank_bytes(o, i, dtype_bytes) for o, i in linears), default=0)
 
     def score(self, model, units, stats, proxy):
         return {u.name: stable_rank_fisher(stable_rank(part_weight(model, unit_projection(u))), self.sensitivity_grid)
