@@ -27,12 +27,12 @@ from gac.analysis.labels import (
     task_metric_labels,
 )
 from gac.analysis.selection import (
-    completed,
     describe_setting,
     filter_settings,
     one_proxy,
     one_setting,
     resolve,
+    resolve_point,
 )
 from gac.errors import GacError
 from gac.registry import BASELINE_LABEL, LATENCY_STRATEGIES
@@ -92,10 +92,7 @@ def table5(
     """
     what = "Table 5"
     bench = df.attrs.get("bench") if bench is None else bench
-    df = completed(df)
-    df, model = resolve(df, "model", model, what)
-    df, gpu = resolve(df, "gpu", gpu, what)
-    df, seq_len = resolve(df, "seq_len", seq_len, what)
+    df, model, gpu, seq_len = resolve_point(df, model, gpu, seq_len, what)
     ppl = ppl_column(df)
     base = df[baseline_mask(df)]
     comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin([str(s) for s in strategies])]

@@ -23,7 +23,7 @@ from gac.analysis.labels import (
     ppl_column,
     row_number,
 )
-from gac.analysis.selection import completed, resolve
+from gac.analysis.selection import resolve_point
 from gac.errors import GacError
 from gac.registry import BASELINE_STRATEGY
 
@@ -40,10 +40,7 @@ def latency_pareto(df: pd.DataFrame, *, model: str | None = None, gpu: str | Non
     (the perplexity column), ``source`` (how latency was measured), ``model``, ``gpu``, ``seq_len``."""
     what = "latency Pareto"
     bench = df.attrs.get("bench") if bench is None else bench
-    df = completed(df)
-    df, model = resolve(df, "model", model, what)
-    df, gpu = resolve(df, "gpu", gpu, what)
-    df, seq_len = resolve(df, "seq_len", seq_len, what)
+    df, model, gpu, seq_len = resolve_point(df, model, gpu, seq_len, what)
     quality = ppl_column(df)
     comp = df[~baseline_mask(df) & df["strategy"].astype(str).isin(PARETO_STRATEGIES)]
     if not (comp["strategy"].astype(str) == "gac_latency").any():

@@ -64,6 +64,16 @@ def resolve(df: pd.DataFrame, field: str, value, what: str) -> tuple[pd.DataFram
     return df, (vals[0] if vals else None)
 
 
+def resolve_point(df: pd.DataFrame, model, gpu, seq_len, what: str) -> tuple[pd.DataFrame, object, object, object]:
+    """The completed records of one (model, gpu, seq_len) point: :func:`completed`, then :func:`resolve` of each
+    (a None must be unambiguous). Returns ``(df, model, gpu, seq_len)``."""
+    df = completed(df)
+    df, model = resolve(df, "model", model, what)
+    df, gpu = resolve(df, "gpu", gpu, what)
+    df, seq_len = resolve(df, "seq_len", seq_len, what)
+    return df, model, gpu, seq_len
+
+
 def latest_per_key(df: pd.DataFrame) -> pd.DataFrame:
     """One row per record ``key``: the latest ``created`` wins. Only re-runs of the *same* job share a key (a
     forced re-run goes beside the original record); records of different configs never replace each other."""
