@@ -189,12 +189,11 @@ def saved_by_this_job(outputs: StageOutputs, path) -> bool:
     from gac.compression.checkpoint_format import META_FILE
 
     saved = outputs.get("saved")
-    p = Path(path).expanduser().resolve()
-    if saved is None or saved["path"] != str(p) or not (p / META_FILE).is_file():
+    if saved is None or not (Path(path).expanduser() / META_FILE).is_file():  # never read a fifo or a directory
         return False
     try:
-        return file_sha256(p / META_FILE) == saved["meta_sha256"]
-    except OSError:
+        return saved == saved_output(path)
+    except OSError:  # no checkpoint config there (any more): not this job's checkpoint
         return False
 
 

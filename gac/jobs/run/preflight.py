@@ -28,7 +28,7 @@ def preflight(spec: JobSpec, store: ResultsStore, save_model: str | None, force:
         from gac.models import check_model_files
 
         check_model_files(spec.model_spec)  # weights that match their config, a checkpoint that matches its weights
-    if save_model and not (not force and _saved_or_done(spec, store, save_model)):  # before the store is touched
+    if save_model and (force or not _saved_or_done(spec, store, save_model)):  # before the store is touched
         from gac.compression.checkpoint import check_output_dir
 
         check_output_dir(save_model, inputs=[spec.model_spec], flag="save_model", replace_hint=SAVE_MODEL_REPLACE)
@@ -56,16 +56,11 @@ def check_engine_runs_model(spec: JobSpec) -> None:
     config = job_model_config(spec)
     if config is None:
         return
-    import torch
-    from transformers import AutoModelForCausalLM
-
+    from gac.compression.discovery import skeleton
     from gac.engines import check_engine
-    from gac.transformers_lock import transformers_lock
 
-    with transformers_lock(), torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
     try:  # the job's tokenizer is loaded with the model: a GGUF file will carry it
-        check_engine(spec.eval.engine, skeleton, tokenizer="the model's own", packages=False)
+        check_engine(spec.eval.engine, skeleton(config), tokenizer="the model's own", packages=False)
     except GacError as e:
         raise GacError(f"config: eval.engine={spec.eval.engine}: {e}; or eval.engine=torch") from None
 
